@@ -1,0 +1,145 @@
+#include "core/ops/batch_norm.h"
+
+#include <cmath>
+
+#include "core/ops/common.h"
+
+namespace qat {
+
+namespace {
+
+struct Layout {
+  int64_t n, c, hw;
+  int64_t m() const { return n * hw; }
+};
+
+Layout check_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& rm, const Tensor& rv) {
+  detail::check_f32(x, "batch_norm", "input");
+  QAT_CHECK(x.dim() == 2 || x.dim() == 4, "batch_norm: expected input (N,C) or (N,C,H,W), got ", x.sizes());
+  const int64_t c = x.size(1);
+  const std::pair<const Tensor*, const char*> per_channel[] = {
+      {&weight, "weight"}, {&bias, "bias"}, {&rm, "running_mean"}, {&rv, "running_var"}};
+  for (auto [t, name] : per_channel) {
+    if (!t->defined()) continue;
+    detail::check_f32(*t, "batch_norm", name);
+    QAT_CHECK(t->dim() == 1 && t->size(0) == c && t->is_contiguous(), "batch_norm: expected ", name, " (", c,
+              ") for input ", x.sizes(), ", got ", t->sizes());
+  }
+  QAT_CHECK(rm.defined() == rv.defined(), "batch_norm: running_mean and running_var must both be given or neither");
+  const int64_t hw = x.dim() == 4 ? x.size(2) * x.size(3) : 1;
+  return {x.size(0), c, hw};
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, float momentum, float eps) {
+  QAT_PROFILE("batch_norm.forward");
+  const Layout L = check_inputs(x, weight, bias, running_mean, running_var);
+  const bool use_batch_stats = training || !running_mean.defined();
+  QAT_CHECK(!use_batch_stats || L.m() > 1, "batch_norm: training needs more than one value per channel, got input ",
+            x.sizes());
+  Tensor xc = x.contiguous();
+  Tensor out = Tensor::empty(x.sizes());
+  const float* px = xc.data<float>();
+  float* po = out.data<float>();
+  const float* pw = weight.defined() ? weight.data<float>() : nullptr;
+  const float* pb = bias.defined() ? bias.data<float>() : nullptr;
+  std::vector<float> mean(L.c), istd(L.c);
+  float* rm = running_mean.defined() ? running_mean.data<float>() : nullptr;
+  float* rv = running_var.defined() ? running_var.data<float>() : nullptr;
+
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < L.c; ++c) {
+    float mu, var;
+    if (use_batch_stats) {
+      double s = 0;
+      for (int64_t n = 0; n < L.n; ++n) {
+        const float* p = px + (n * L.c + c) * L.hw;
+        for (int64_t i = 0; i < L.hw; ++i) s += p[i];
+      }
+      const double dmu = s / static_cast<double>(L.m());
+      double ss = 0;
+      for (int64_t n = 0; n < L.n; ++n) {
+        const float* p = px + (n * L.c + c) * L.hw;
+        for (int64_t i = 0; i < L.hw; ++i) {
+          const double d = p[i] - dmu;
+          ss += d * d;
+        }
+      }
+      mu = static_cast<float>(dmu);
+      var = static_cast<float>(ss / static_cast<double>(L.m()));
+      if (training && rm) {
+        const float unbiased = static_cast<float>(ss / static_cast<double>(L.m() - 1));
+        rm[c] = (1.f - momentum) * rm[c] + momentum * mu;
+        rv[c] = (1.f - momentum) * rv[c] + momentum * unbiased;
+      }
+    } else {
+      mu = rm[c];
+      var = rv[c];
+    }
+    mean[c] = mu;
+    istd[c] = 1.f / std::sqrt(var + eps);
+    const float scale = istd[c] * (pw ? pw[c] : 1.f);
+    const float shift = (pb ? pb[c] : 0.f) - mu * scale;
+    for (int64_t n = 0; n < L.n; ++n) {
+      const float* p = px + (n * L.c + c) * L.hw;
+      float* q = po + (n * L.c + c) * L.hw;
+      for (int64_t i = 0; i < L.hw; ++i) q[i] = p[i] * scale + shift;
+    }
+  }
+  if (training && rm) {
+    running_mean.impl_ptr()->storage->version++;
+    running_var.impl_ptr()->storage->version++;
+  }
+
+  return record(out, "batch_norm", {&x, &weight, &bias},
+                [sx = Saved(xc), sw = Saved(weight), mean, istd, L, use_batch_stats](const Tensor& g,
+                                                                                     const NeedGrad& need) {
+                  QAT_PROFILE("batch_norm.backward");
+                  const Tensor& xv = sx.get("batch_norm");
+                  const Tensor& wv = sw.get("batch_norm");
+                  Tensor gc = g.contiguous();
+                  const float* px = xv.data<float>();
+                  const float* pg = gc.data<float>();
+                  const float* pw = wv.defined() ? wv.data<float>() : nullptr;
+                  TensorList r(3);
+                  if (need[0]) r[0] = Tensor::empty(xv.sizes());
+                  if (need[1]) r[1] = Tensor::empty({L.c});
+                  if (need[2]) r[2] = Tensor::empty({L.c});
+                  float* pdx = need[0] ? r[0].data<float>() : nullptr;
+                  const float inv_m = 1.f / static_cast<float>(L.m());
+#pragma omp parallel for schedule(static)
+                  for (int64_t c = 0; c < L.c; ++c) {
+                    double sg = 0, sgx = 0;
+                    for (int64_t n = 0; n < L.n; ++n) {
+                      const float* p = px + (n * L.c + c) * L.hw;
+                      const float* q = pg + (n * L.c + c) * L.hw;
+                      for (int64_t i = 0; i < L.hw; ++i) {
+                        sg += q[i];
+                        sgx += q[i] * (p[i] - mean[c]);
+                      }
+                    }
+                    const float sum_g = static_cast<float>(sg);
+                    const float sum_gxhat = static_cast<float>(sgx) * istd[c];
+                    if (need[1]) r[1].data<float>()[c] = sum_gxhat;
+                    if (need[2]) r[2].data<float>()[c] = sum_g;
+                    if (!pdx) continue;
+                    const float k = (pw ? pw[c] : 1.f) * istd[c];
+                    for (int64_t n = 0; n < L.n; ++n) {
+                      const float* p = px + (n * L.c + c) * L.hw;
+                      const float* q = pg + (n * L.c + c) * L.hw;
+                      float* d = pdx + (n * L.c + c) * L.hw;
+                      if (use_batch_stats) {
+                        const float a = sum_g * inv_m, b = sum_gxhat * inv_m * istd[c];
+                        for (int64_t i = 0; i < L.hw; ++i) d[i] = k * (q[i] - a - (p[i] - mean[c]) * b);
+                      } else {
+                        for (int64_t i = 0; i < L.hw; ++i) d[i] = k * q[i];
+                      }
+                    }
+                  }
+                  return r;
+                });
+}
+
+}  // namespace qat

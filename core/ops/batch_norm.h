@@ -1,0 +1,19 @@
+#pragma once
+// Batch normalisation over channel dim 1 of x: (N, C) or (N, C, H, W).
+// weight, bias: (C) or undefined (no affine); running_mean, running_var: (C)
+// or undefined (then batch statistics are used in eval too, as PyTorch).
+// training: normalise with the batch mean and biased variance; update the
+//   running stats in place with momentum: r = (1-m) r + m stat, using the
+//   unbiased variance (PyTorch). eval: normalise with the running stats.
+// Backward (saves x, per-channel mean and 1/sqrt(var+eps)):
+//   xhat = (x-mean)*istd; dgamma = sum g*xhat; dbeta = sum g;
+//   training: dx = gamma*istd/M * (M g - sum g - xhat * sum g*xhat), M = N*H*W
+//   eval:     dx = gamma*istd * g
+#include "core/tensor.h"
+
+namespace qat {
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, float momentum = 0.1f, float eps = 1e-5f);
+
+}  // namespace qat

@@ -1,0 +1,247 @@
+#include "core/ops/conv2d.h"
+
+#include <cstring>
+
+#include "core/blas.h"
+#include "core/ops/common.h"
+
+namespace qat {
+
+using detail::check_f32;
+
+int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil, const char* op) {
+  const int64_t span = dil * (k - 1) + 1;
+  QAT_CHECK(in + 2 * pad >= span, op, ": kernel ", k, " (dilation ", dil, ") larger than input ", in,
+            " + 2*padding ", pad);
+  return (in + 2 * pad - span) / stride + 1;
+}
+
+namespace {
+
+struct Geometry {
+  int64_t n, c, h, w, o, kh, kw, oh, ow, groups;
+  int64_t cg() const { return c / groups; }
+  int64_t og() const { return o / groups; }
+  int64_t k() const { return cg() * kh * kw; }
+  int64_t p() const { return oh * ow; }
+};
+
+Geometry check_and_measure(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
+  check_f32(x, "conv2d", "input");
+  check_f32(w, "conv2d", "weight");
+  QAT_CHECK(x.dim() == 4, "conv2d: expected input (N,C,H,W), got ", x.sizes());
+  QAT_CHECK(w.dim() == 4, "conv2d: expected weight (O,C/groups,KH,KW), got ", w.sizes());
+  QAT_CHECK(p.groups >= 1 && p.stride_h >= 1 && p.stride_w >= 1 && p.dil_h >= 1 && p.dil_w >= 1 && p.pad_h >= 0 &&
+                p.pad_w >= 0,
+            "conv2d: invalid params stride (", p.stride_h, ",", p.stride_w, ") padding (", p.pad_h, ",", p.pad_w,
+            ") dilation (", p.dil_h, ",", p.dil_w, ") groups ", p.groups);
+  Geometry g{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), 0, 0, p.groups};
+  QAT_CHECK(g.c % g.groups == 0 && g.o % g.groups == 0, "conv2d: channels in ", g.c, " and out ", g.o,
+            " must be divisible by groups ", g.groups);
+  QAT_CHECK(w.size(1) == g.cg(), "conv2d: expected input with ", w.size(1) * g.groups, " channels for weight ",
+            w.sizes(), " and groups ", g.groups, ", got input ", x.sizes());
+  if (b.defined()) {
+    check_f32(b, "conv2d", "bias");
+    QAT_CHECK(b.dim() == 1 && b.size(0) == g.o, "conv2d: expected bias (", g.o, "), got ", b.sizes());
+  }
+  g.oh = conv_out_size(g.h, g.kh, p.stride_h, p.pad_h, p.dil_h, "conv2d");
+  g.ow = conv_out_size(g.w, g.kw, p.stride_w, p.pad_w, p.dil_w, "conv2d");
+  return g;
+}
+
+bool is_pointwise(const Geometry& g, const Conv2dParams& p) {
+  return g.kh == 1 && g.kw == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0 &&
+         g.groups == 1;
+}
+
+// Reusable per-thread scratch buffers (columns can be tens of MB; reusing them
+// avoids page-faulting a fresh allocation every call).
+float* scratch(int slot, int64_t n) {
+  thread_local std::vector<float> bufs[2];
+  if (static_cast<int64_t>(bufs[slot].size()) < n) bufs[slot].resize(static_cast<size_t>(n));
+  return bufs[slot].data();
+}
+
+// col (K, N*P) for group `gi`: row r = (c, ki, kj), column = n*P + oy*OW + ox.
+void im2col(const float* x, const Geometry& g, const Conv2dParams& p, int64_t gi, float* col) {
+  const int64_t K = g.k(), P = g.p(), NP = g.n * P;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t r = 0; r < K; ++r) {
+    for (int64_t n = 0; n < g.n; ++n) {
+      const int64_t c = gi * g.cg() + r / (g.kh * g.kw);
+      const int64_t ki = (r / g.kw) % g.kh, kj = r % g.kw;
+      const float* xp = x + (n * g.c + c) * g.h * g.w;
+      float* dst = col + r * NP + n * P;
+      for (int64_t oy = 0; oy < g.oh; ++oy) {
+        const int64_t iy = oy * p.stride_h - p.pad_h + ki * p.dil_h;
+        float* drow = dst + oy * g.ow;
+        if (iy < 0 || iy >= g.h) {
+          std::memset(drow, 0, sizeof(float) * g.ow);
+          continue;
+        }
+        const float* xrow = xp + iy * g.w;
+        const int64_t x0 = kj * p.dil_w - p.pad_w;
+        if (p.stride_w == 1 && x0 >= 0 && x0 + g.ow <= g.w) {
+          std::memcpy(drow, xrow + x0, sizeof(float) * g.ow);
+          continue;
+        }
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          const int64_t ix = x0 + ox * p.stride_w;
+          drow[ox] = (ix >= 0 && ix < g.w) ? xrow[ix] : 0.f;
+        }
+      }
+    }
+  }
+}
+
+// dx (+=) from dcol (K, N*P) for group gi; each (n, c) plane is owned by one thread.
+void col2im(const float* dcol, const Geometry& g, const Conv2dParams& p, int64_t gi, float* dx) {
+  const int64_t P = g.p(), NP = g.n * P;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t cl = 0; cl < g.cg(); ++cl) {
+      const int64_t c = gi * g.cg() + cl;
+      float* xp = dx + (n * g.c + c) * g.h * g.w;
+      for (int64_t ki = 0; ki < g.kh; ++ki) {
+        for (int64_t kj = 0; kj < g.kw; ++kj) {
+          const int64_t r = (cl * g.kh + ki) * g.kw + kj;
+          const float* src = dcol + r * NP + n * P;
+          for (int64_t oy = 0; oy < g.oh; ++oy) {
+            const int64_t iy = oy * p.stride_h - p.pad_h + ki * p.dil_h;
+            if (iy < 0 || iy >= g.h) continue;
+            float* xrow = xp + iy * g.w;
+            const float* srow = src + oy * g.ow;
+            const int64_t x0 = kj * p.dil_w - p.pad_w;
+            for (int64_t ox = 0; ox < g.ow; ++ox) {
+              const int64_t ix = x0 + ox * p.stride_w;
+              if (ix >= 0 && ix < g.w) xrow[ix] += srow[ox];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// out[n, gi*Og + o, :] = y[o, n*P : (n+1)*P] (+ bias)
+void scatter_output(const float* y, const Geometry& g, int64_t gi, const float* bias, float* out) {
+  const int64_t P = g.p(), Og = g.og();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t o = 0; o < Og; ++o) {
+      const int64_t oc = gi * Og + o;
+      const float* src = y + o * g.n * P + n * P;
+      float* dst = out + (n * g.o + oc) * P;
+      const float b = bias ? bias[oc] : 0.f;
+      for (int64_t i = 0; i < P; ++i) dst[i] = src[i] + b;
+    }
+  }
+}
+
+// gy'[o, n*P + i] = gy[n, gi*Og + o, i]
+void gather_grad(const float* gy, const Geometry& g, int64_t gi, float* dst) {
+  const int64_t P = g.p(), Og = g.og();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t o = 0; o < Og; ++o)
+    for (int64_t n = 0; n < g.n; ++n)
+      std::memcpy(dst + o * g.n * P + n * P, gy + (n * g.o + gi * Og + o) * P, sizeof(float) * P);
+}
+
+Tensor forward_impl(const Tensor& xc, const Tensor& wc, const Tensor& bias, const Geometry& g, const Conv2dParams& p) {
+  Tensor out = Tensor::empty({g.n, g.o, g.oh, g.ow});
+  Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
+  const float* pb = bc.defined() ? bc.data<float>() : nullptr;
+  const float* px = xc.data<float>();
+  const float* pw = wc.data<float>();
+  float* po = out.data<float>();
+  const int64_t K = g.k(), P = g.p(), NP = g.n * P, Og = g.og();
+  if (is_pointwise(g, p)) {
+    for (int64_t n = 0; n < g.n; ++n)
+      sgemm(false, false, g.o, P, g.c, 1.f, pw, g.c, px + n * g.c * P, P, 0.f, po + n * g.o * P, P);
+    if (pb) {
+#pragma omp parallel for collapse(2) schedule(static)
+      for (int64_t n = 0; n < g.n; ++n)
+        for (int64_t o = 0; o < g.o; ++o)
+          for (int64_t i = 0; i < P; ++i) po[(n * g.o + o) * P + i] += pb[o];
+    }
+    return out;
+  }
+  float* col = scratch(0, K * NP);
+  float* y = scratch(1, Og * NP);
+  for (int64_t gi = 0; gi < g.groups; ++gi) {
+    im2col(px, g, p, gi, col);
+    sgemm(false, false, Og, NP, K, 1.f, pw + gi * Og * K, K, col, NP, 0.f, y, NP);
+    scatter_output(y, g, gi, pb, po);
+  }
+  return out;
+}
+
+TensorList backward_impl(const Tensor& gy, const Tensor& xc, const Tensor& wc, const Geometry& g,
+                         const Conv2dParams& p, const NeedGrad& need) {
+  const int64_t K = g.k(), P = g.p(), NP = g.n * P, Og = g.og();
+  Tensor gyc = gy.contiguous();
+  const float* pgy = gyc.data<float>();
+  TensorList r(3);
+  if (need[2]) {
+    r[2] = Tensor::zeros({g.o});
+    float* db = r[2].data<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t o = 0; o < g.o; ++o) {
+      double acc = 0;
+      for (int64_t n = 0; n < g.n; ++n)
+        for (int64_t i = 0; i < P; ++i) acc += pgy[(n * g.o + o) * P + i];
+      db[o] = static_cast<float>(acc);
+    }
+  }
+  if (!need[0] && !need[1]) return r;
+  const float* px = xc.data<float>();
+  const float* pw = wc.data<float>();
+  float* pdx = nullptr;
+  if (need[0]) {
+    r[0] = Tensor::zeros(xc.sizes());
+    pdx = r[0].data<float>();
+  }
+  float* pdw = nullptr;
+  if (need[1]) {
+    r[1] = Tensor::zeros(wc.sizes());
+    pdw = r[1].data<float>();
+  }
+  if (is_pointwise(g, p)) {
+    for (int64_t n = 0; n < g.n; ++n) {
+      const float* gyn = pgy + n * g.o * P;
+      if (pdw) sgemm(false, true, g.o, g.c, P, 1.f, gyn, P, px + n * g.c * P, P, 1.f, pdw, g.c);
+      if (pdx) sgemm(true, false, g.c, P, g.o, 1.f, pw, g.c, gyn, P, 0.f, pdx + n * g.c * P, P);
+    }
+    return r;
+  }
+  float* col = scratch(0, K * NP);
+  float* gyt = scratch(1, Og * NP);
+  for (int64_t gi = 0; gi < g.groups; ++gi) {
+    gather_grad(pgy, g, gi, gyt);
+    if (pdw) {
+      im2col(px, g, p, gi, col);
+      sgemm(false, true, Og, K, NP, 1.f, gyt, NP, col, NP, 0.f, pdw + gi * Og * K, K);
+    }
+    if (pdx) {
+      sgemm(true, false, K, NP, Og, 1.f, pw + gi * Og * K, K, gyt, NP, 0.f, col, NP);
+      col2im(col, g, p, gi, pdx);
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+  QAT_PROFILE("conv2d.forward");
+  const Geometry g = check_and_measure(x, weight, bias, p);
+  Tensor xc = x.contiguous(), wc = weight.contiguous();
+  Tensor out = forward_impl(xc, wc, bias, g, p);
+  return record(out, "conv2d", {&x, &weight, &bias},
+                [sx = Saved(xc), sw = Saved(wc), g, p](const Tensor& gy, const NeedGrad& need) {
+                  QAT_PROFILE("conv2d.backward");
+                  return backward_impl(gy, sx.get("conv2d"), sw.get("conv2d"), g, p, need);
+                });
+}
+
+}  // namespace qat

@@ -1,0 +1,79 @@
+#include "core/ops/shape_ops.h"
+
+#include "core/ops/common.h"
+#include "core/ops/elementwise.h"
+
+namespace qat {
+
+Tensor reshape(const Tensor& x, const Shape& shape) {
+  Tensor out = x.contiguous().view(shape);
+  if (out.same_storage(x)) out = out.detach();  // a fresh impl: the view gets its own history
+  return record(out, "reshape", {&x}, [in_shape = x.sizes()](const Tensor& g, const NeedGrad&) {
+    return TensorList{g.contiguous().view(in_shape)};
+  });
+}
+
+Tensor flatten(const Tensor& x, int64_t start_dim) {
+  const int64_t nd = x.dim();
+  if (start_dim < 0) start_dim += nd;
+  QAT_CHECK(start_dim >= 0 && start_dim < std::max<int64_t>(nd, 1), "flatten: start_dim ", start_dim,
+            " out of range for shape ", x.sizes());
+  Shape s(x.sizes().begin(), x.sizes().begin() + start_dim);
+  s.push_back(-1);
+  if (x.numel() == 0) s.back() = 0;
+  return reshape(x, s);
+}
+
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
+  Tensor out = x.narrow(dim, start, length).contiguous();
+  if (out.same_storage(x)) out = out.clone();
+  return record(out, "slice", {&x}, [in_shape = x.sizes(), dim, start, length](const Tensor& g, const NeedGrad&) {
+    Tensor dx = Tensor::zeros(in_shape);
+    dx.narrow(dim, start, length).copy_(g);
+    return TensorList{dx};
+  });
+}
+
+Tensor sum(const Tensor& x) {
+  detail::check_f32(x, "sum", "input");
+  Tensor xc = x.contiguous();
+  const float* p = xc.data<float>();
+  double acc = 0;
+  const int64_t n = xc.numel();
+#pragma omp parallel for reduction(+ : acc) if (n > detail::kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) acc += p[i];
+  Tensor out = Tensor::scalar(static_cast<float>(acc));
+  return record(out, "sum", {&x}, [shape = x.sizes()](const Tensor& g, const NeedGrad&) {
+    return TensorList{Tensor::full(shape, g.item())};
+  });
+}
+
+Tensor mean(const Tensor& x) {
+  QAT_CHECK(x.numel() > 0, "mean: empty tensor of shape ", x.sizes());
+  Tensor s = sum(x);
+  const float inv = 1.f / static_cast<float>(x.numel());
+  Tensor out = Tensor::scalar(s.item() * inv);
+  return record(out, "mean", {&x}, [shape = x.sizes(), inv](const Tensor& g, const NeedGrad&) {
+    return TensorList{Tensor::full(shape, g.item() * inv)};
+  });
+}
+
+Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
+  detail::check_f32(x, "sum", "input");
+  const int64_t nd = x.dim();
+  if (dim < 0) dim += nd;
+  QAT_CHECK(dim >= 0 && dim < nd, "sum: dim ", dim, " out of range for shape ", x.sizes());
+  Shape kept = x.sizes();
+  kept[dim] = 1;
+  Tensor out = sum_to(x.contiguous(), kept);
+  Shape final_shape = kept;
+  if (!keepdim) final_shape.erase(final_shape.begin() + dim);
+  out = out.view(final_shape);
+  return record(out, "sum_dim", {&x}, [shape = x.sizes(), kept](const Tensor& g, const NeedGrad&) {
+    Tensor gk = g.contiguous().view(kept);
+    Tensor dx = Tensor::zeros(shape);
+    return TensorList{add(dx, gk)};
+  });
+}
+
+}  // namespace qat

@@ -1,0 +1,372 @@
+#include "core/tensor.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "core/autograd.h"
+#include "core/generator.h"
+
+namespace qat {
+
+// ---------------------------------------------------------------- dtype
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::i8: return 1;
+    case DType::u8: return 1;
+    case DType::i32: return 4;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "float32";
+    case DType::i8: return "int8";
+    case DType::u8: return "uint8";
+    case DType::i32: return "int32";
+  }
+  return "?";
+}
+
+const char* device_name(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(s[i]);
+  }
+  return out + "]";
+}
+
+Shape contiguous_strides(const Shape& sizes) {
+  Shape st(sizes.size());
+  int64_t acc = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    st[i] = acc;
+    acc *= sizes[i];
+  }
+  return st;
+}
+
+int64_t shape_numel(const Shape& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+// ---------------------------------------------------------------- storage
+
+Storage::Storage(size_t nbytes_, Device device_) : nbytes(nbytes_), device(device_) {
+  QAT_CHECK(device_ == Device::cpu, "Storage: device ", device_name(device_), " is not available in this build");
+  const size_t rounded = ((nbytes_ + 63) / 64) * 64;
+  data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  QAT_CHECK(data != nullptr, "Storage: out of memory allocating ", nbytes_, " bytes");
+}
+
+Storage::~Storage() { std::free(data); }
+
+// ---------------------------------------------------------------- factories
+
+Tensor Tensor::empty(const Shape& sizes, DType dtype) {
+  for (int64_t s : sizes) QAT_CHECK(s >= 0, "Tensor::empty: negative size in ", sizes);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(sizes)) * dtype_size(dtype));
+  impl->sizes = sizes;
+  impl->strides = contiguous_strides(sizes);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::zeros(const Shape& sizes, DType dtype) {
+  Tensor t = empty(sizes, dtype);
+  std::memset(t.impl().storage->data, 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::ones(const Shape& sizes) { return full(sizes, 1.f); }
+
+Tensor Tensor::full(const Shape& sizes, float value) {
+  Tensor t = empty(sizes);
+  float* p = t.data<float>();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = value;
+  return t;
+}
+
+Tensor Tensor::from_vector(const std::vector<float>& v, const Shape& sizes) {
+  QAT_CHECK(static_cast<int64_t>(v.size()) == shape_numel(sizes), "Tensor::from_vector: ", v.size(),
+            " values for shape ", sizes);
+  Tensor t = empty(sizes);
+  std::memcpy(t.data<float>(), v.data(), v.size() * sizeof(float));
+  return t;
+}
+
+Tensor Tensor::from_vector_i32(const std::vector<int32_t>& v, const Shape& sizes) {
+  QAT_CHECK(static_cast<int64_t>(v.size()) == shape_numel(sizes), "Tensor::from_vector_i32: ", v.size(),
+            " values for shape ", sizes);
+  Tensor t = empty(sizes, DType::i32);
+  std::memcpy(t.data<int32_t>(), v.data(), v.size() * sizeof(int32_t));
+  return t;
+}
+
+Tensor Tensor::randn(const Shape& sizes, Generator& gen, float mean, float std) {
+  Tensor t = empty(sizes);
+  float* p = t.data<float>();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = mean + std * gen.normal();
+  return t;
+}
+
+Tensor Tensor::uniform(const Shape& sizes, Generator& gen, float lo, float hi) {
+  Tensor t = empty(sizes);
+  float* p = t.data<float>();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = gen.uniform(lo, hi);
+  return t;
+}
+
+// ---------------------------------------------------------------- metadata
+
+int64_t Tensor::size(int64_t d) const {
+  const int64_t nd = dim();
+  if (d < 0) d += nd;
+  QAT_CHECK(d >= 0 && d < nd, "Tensor::size: dim ", d, " out of range for shape ", sizes());
+  return sizes()[d];
+}
+
+int64_t Tensor::numel() const { return shape_numel(sizes()); }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (size_t i = sizes().size(); i-- > 0;) {
+    if (sizes()[i] == 1) continue;
+    if (strides()[i] != expected) return false;
+    expected *= sizes()[i];
+  }
+  return true;
+}
+
+float Tensor::item() const {
+  QAT_CHECK(numel() == 1, "Tensor::item: expected one element, got shape ", sizes());
+  switch (dtype()) {
+    case DType::f32: return *data<float>();
+    case DType::i8: return *data<int8_t>();
+    case DType::u8: return *data<uint8_t>();
+    case DType::i32: return static_cast<float>(*data<int32_t>());
+  }
+  return 0.f;
+}
+
+std::vector<float> Tensor::to_vector() const {
+  Tensor c = contiguous();
+  const float* p = c.data<float>();
+  return std::vector<float>(p, p + c.numel());
+}
+
+// ---------------------------------------------------------------- views
+
+namespace {
+// Visits every element of a strided view in row-major order, calling
+// f(linear_index, storage_offset).
+template <class F>
+void for_each_offset(const Shape& sizes, const Shape& strides, int64_t base, F&& f) {
+  const int64_t nd = static_cast<int64_t>(sizes.size());
+  const int64_t n = shape_numel(sizes);
+  if (n == 0) return;
+  if (nd == 0) {
+    f(0, base);
+    return;
+  }
+  std::vector<int64_t> idx(nd, 0);
+  const int64_t inner = sizes[nd - 1], inner_stride = strides[nd - 1];
+  int64_t off = base;
+  for (int64_t i = 0; i < n; i += inner) {
+    for (int64_t j = 0; j < inner; ++j) f(i + j, off + j * inner_stride);
+    for (int64_t d = nd - 2; d >= 0; --d) {
+      off += strides[d];
+      if (++idx[d] < sizes[d]) break;
+      off -= strides[d] * sizes[d];
+      idx[d] = 0;
+    }
+  }
+}
+}  // namespace
+
+Tensor Tensor::view(const Shape& new_sizes) const {
+  Shape s = new_sizes;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == -1) {
+      QAT_CHECK(infer < 0, "view: only one -1 allowed, got ", new_sizes);
+      infer = static_cast<int64_t>(i);
+    } else {
+      known *= s[i];
+    }
+  }
+  if (infer >= 0) {
+    QAT_CHECK(known > 0 && numel() % known == 0, "view: cannot view shape ", sizes(), " as ", new_sizes);
+    s[infer] = numel() / known;
+  }
+  QAT_CHECK(shape_numel(s) == numel(), "view: shape ", sizes(), " (", numel(), " elements) cannot become ", new_sizes);
+  QAT_CHECK(is_contiguous(), "view: tensor of shape ", sizes(), " is not contiguous; call contiguous() first");
+  auto impl = std::make_shared<TensorImpl>(*impl_);
+  impl->sizes = s;
+  impl->strides = contiguous_strides(s);
+  impl->grad.reset();
+  impl->grad_fn.reset();
+  impl->requires_grad = false;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  const int64_t nd = dim();
+  if (d < 0) d += nd;
+  QAT_CHECK(d >= 0 && d < nd, "narrow: dim ", d, " out of range for shape ", sizes());
+  QAT_CHECK(start >= 0 && length >= 0 && start + length <= sizes()[d], "narrow: range [", start, ", ",
+            start + length, ") out of bounds for dim ", d, " of shape ", sizes());
+  auto impl = std::make_shared<TensorImpl>(*impl_);
+  impl->offset += start * impl->strides[d];
+  impl->sizes[d] = length;
+  impl->grad.reset();
+  impl->grad_fn.reset();
+  impl->requires_grad = false;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::detach() const {
+  auto impl = std::make_shared<TensorImpl>(*impl_);
+  impl->grad.reset();
+  impl->grad_fn.reset();
+  impl->requires_grad = false;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(sizes(), dtype());
+  const size_t es = dtype_size(dtype());
+  const char* src = static_cast<const char*>(impl().storage->data);
+  char* dst = static_cast<char*>(out.impl().storage->data);
+  if (is_contiguous()) {
+    std::memcpy(dst, src + offset() * es, nbytes());
+  } else {
+    for_each_offset(sizes(), strides(), offset(),
+                    [&](int64_t i, int64_t off) { std::memcpy(dst + i * es, src + off * es, es); });
+  }
+  return out;
+}
+
+namespace {
+template <class T>
+T saturate_round(float v) {
+  const float r = std::nearbyint(v);
+  if (!(r >= static_cast<float>(std::numeric_limits<T>::min()))) return std::numeric_limits<T>::min();
+  if (r >= static_cast<float>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  return static_cast<T>(r);
+}
+
+float load_as_float(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::f32: return t.data<float>()[i];
+    case DType::i8: return t.data<int8_t>()[i];
+    case DType::u8: return t.data<uint8_t>()[i];
+    case DType::i32: return static_cast<float>(t.data<int32_t>()[i]);
+  }
+  return 0.f;
+}
+}  // namespace
+
+Tensor Tensor::to(DType target) const {
+  Tensor src = contiguous();
+  if (target == dtype()) return src.clone();
+  Tensor out = empty(sizes(), target);
+  const int64_t n = numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = load_as_float(src, i);
+    switch (target) {
+      case DType::f32: out.data<float>()[i] = v; break;
+      case DType::i8: out.data<int8_t>()[i] = saturate_round<int8_t>(v); break;
+      case DType::u8: out.data<uint8_t>()[i] = saturate_round<uint8_t>(v); break;
+      case DType::i32: out.data<int32_t>()[i] = saturate_round<int32_t>(v); break;
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- in-place
+
+namespace {
+void check_inplace(const Tensor& t, const char* op) {
+  QAT_CHECK(!(grad_enabled() && t.requires_grad() && t.is_leaf()), op,
+            ": in-place change of a leaf tensor that requires grad (shape ", t.sizes(),
+            "); wrap it in NoGradGuard");
+}
+}  // namespace
+
+void Tensor::copy_(const Tensor& src) {
+  check_inplace(*this, "copy_");
+  QAT_CHECK(src.sizes() == sizes() && src.dtype() == dtype(), "copy_: destination ", sizes(), " ",
+            dtype_name(dtype()), ", source ", src.sizes(), " ", dtype_name(src.dtype()));
+  Tensor s = src.contiguous();
+  const size_t es = dtype_size(dtype());
+  const char* sp = static_cast<const char*>(s.impl().storage->data) + s.offset() * es;
+  char* base = static_cast<char*>(impl().storage->data);
+  if (is_contiguous()) {
+    std::memmove(base + offset() * es, sp, nbytes());
+  } else {
+    for_each_offset(sizes(), strides(), offset(),
+                    [&](int64_t i, int64_t off) { std::memcpy(base + off * es, sp + i * es, es); });
+  }
+  bump_version();
+}
+
+Tensor& Tensor::fill_(float v) {
+  check_inplace(*this, "fill_");
+  QAT_CHECK(dtype() == DType::f32, "fill_: expected float32, got ", dtype_name(dtype()));
+  float* base = static_cast<float*>(impl().storage->data);
+  for_each_offset(sizes(), strides(), offset(), [&](int64_t, int64_t off) { base[off] = v; });
+  bump_version();
+  return *this;
+}
+
+Tensor& Tensor::add_(const Tensor& other, float alpha) {
+  check_inplace(*this, "add_");
+  QAT_CHECK(other.sizes() == sizes(), "add_: shape ", sizes(), " vs ", other.sizes());
+  QAT_CHECK(is_contiguous(), "add_: destination must be contiguous, shape ", sizes());
+  Tensor o = other.contiguous();
+  float* d = data<float>();
+  const float* s = o.data<float>();
+  const int64_t n = numel();
+  for (int64_t i = 0; i < n; ++i) d[i] += alpha * s[i];
+  bump_version();
+  return *this;
+}
+
+Tensor& Tensor::mul_(float s) {
+  check_inplace(*this, "mul_");
+  float* base = static_cast<float*>(impl().storage->data);
+  QAT_CHECK(dtype() == DType::f32, "mul_: expected float32, got ", dtype_name(dtype()));
+  for_each_offset(sizes(), strides(), offset(), [&](int64_t, int64_t off) { base[off] *= s; });
+  bump_version();
+  return *this;
+}
+
+// ---------------------------------------------------------------- autograd
+
+Tensor& Tensor::set_requires_grad(bool on) {
+  QAT_CHECK(is_leaf() || on, "set_requires_grad(false) on a non-leaf tensor; use detach()");
+  QAT_CHECK(!on || dtype() == DType::f32, "set_requires_grad: only float32 tensors can require grad, got ",
+            dtype_name(dtype()));
+  impl().requires_grad = on;
+  return *this;
+}
+
+void Tensor::backward(const Tensor& grad, bool retain_graph) const { run_backward(*this, grad, retain_graph); }
+
+}  // namespace qat
