@@ -1,0 +1,46 @@
+#pragma once
+// Model zoo and registry.
+//  alexnet     torchvision layout: features (convs 64-192-384-256-256 with
+//              kernels 11/5/3/3/3, ReLU, max-pools), avgpool (adaptive 6x6),
+//              classifier (dropout, 9216->4096, ReLU, dropout, 4096->4096,
+//              ReLU, 4096->N). Input (N,3,H,W), H,W >= 63.
+//  alexnet_bn  the same with BatchNorm2d after every conv (convs without bias).
+//  small_cnn   a tiny conv net for tests (conv-bn-relu x2, pool, linear).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/generator.h"
+#include "layers/layers.h"
+
+namespace qat {
+
+class AlexNet : public Module {
+ public:
+  AlexNet(int64_t num_classes, bool batch_norm, uint64_t seed);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return batch_norm_ ? "AlexNetBN" : "AlexNet"; }
+  // The generator the dropout layers draw from (save/restore it to resume).
+  Generator& dropout_generator() { return *dropout_gen_; }
+  std::shared_ptr<Sequential> features, classifier;
+  std::shared_ptr<AdaptiveAvgPool2d> avgpool;
+
+ private:
+  bool batch_norm_;
+  std::shared_ptr<Generator> dropout_gen_;
+};
+
+class SmallCNN : public Module {
+ public:
+  SmallCNN(int64_t in_channels, int64_t num_classes, uint64_t seed);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "SmallCNN"; }
+  std::shared_ptr<Sequential> features;
+  std::shared_ptr<Linear> fc;
+};
+
+// Registry: name in model_names(); weights initialised from `seed`.
+ModulePtr make_model(const std::string& name, int64_t num_classes, uint64_t seed = 0);
+std::vector<std::string> model_names();
+
+}  // namespace qat

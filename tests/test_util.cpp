@@ -1,0 +1,100 @@
+#include "tests/test_util.h"
+
+#include <cmath>
+#include <numeric>
+#include <sstream>
+
+namespace qat::testing {
+
+namespace {
+double weighted_sum(const Tensor& y, const Tensor& r) {
+  Tensor yc = y.contiguous();
+  const float* py = yc.data<float>();
+  const float* pr = r.data<float>();
+  double s = 0;
+  for (int64_t i = 0; i < yc.numel(); ++i) s += static_cast<double>(py[i]) * pr[i];
+  return s;
+}
+}  // namespace
+
+Tensor rand_tensor(const Shape& shape, uint64_t seed, bool requires_grad) {
+  Generator g(seed);
+  Tensor t = Tensor::randn(shape, g);
+  if (requires_grad) t.set_requires_grad(true);
+  return t;
+}
+
+Tensor distinct_tensor(const Shape& shape, uint64_t seed, float gap, bool requires_grad) {
+  const int64_t n = shape_numel(shape);
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = (static_cast<float>(i) - n / 2.f) * gap + gap / 2;
+  Generator g(seed);
+  for (int64_t i = n - 1; i > 0; --i) std::swap(v[i], v[g.below(static_cast<uint64_t>(i + 1))]);
+  Tensor t = Tensor::from_vector(v, shape);
+  if (requires_grad) t.set_requires_grad(true);
+  return t;
+}
+
+void gradcheck(const Fn& f, std::vector<Tensor> inputs, const GradCheckOptions& opt) {
+  for (auto& t : inputs) t.zero_grad();
+  Tensor y = f(inputs);
+  Generator g(opt.seed);
+  Tensor r = Tensor::randn(y.sizes(), g);
+  Tensor loss = sum(mul(y, r));
+  loss.backward();
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    Tensor& x = inputs[k];
+    if (!x.requires_grad()) continue;
+    Tensor analytic = x.grad();
+    REQUIRE(analytic.defined());
+    REQUIRE(analytic.sizes() == x.sizes());
+    Tensor ac = analytic.contiguous();
+    float* px = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const float orig = px[i];
+      double lp, lm;
+      {
+        NoGradGuard ng;
+        px[i] = orig + static_cast<float>(opt.eps);
+        lp = weighted_sum(f(inputs), r);
+        px[i] = orig - static_cast<float>(opt.eps);
+        lm = weighted_sum(f(inputs), r);
+        px[i] = orig;
+      }
+      // the perturbed value actually stored may differ from orig +- eps in float
+      const double numeric = (lp - lm) / (2 * opt.eps);
+      const double a = ac.data<float>()[i];
+      if (std::abs(a - numeric) > opt.atol + opt.rtol * std::abs(numeric)) {
+        std::ostringstream os;
+        os << "gradcheck: input " << k << " " << shape_str(x.sizes()) << " element " << i << ": analytic " << a
+           << ", numeric " << numeric;
+        FAIL(os.str());
+      }
+    }
+  }
+}
+
+void require_close(const Tensor& a, const Tensor& b, double atol, double rtol, const std::string& what) {
+  INFO(what << ": shapes " << shape_str(a.sizes()) << " vs " << shape_str(b.sizes()));
+  REQUIRE(a.sizes() == b.sizes());
+  Tensor ac = a.contiguous(), bc = b.contiguous();
+  const float* pa = ac.data<float>();
+  const float* pb = bc.data<float>();
+  double worst = 0;
+  int64_t worst_i = -1;
+  for (int64_t i = 0; i < ac.numel(); ++i) {
+    const double d = std::abs(static_cast<double>(pa[i]) - pb[i]);
+    const double excess = d - (atol + rtol * std::abs(pb[i]));
+    if (excess > worst || (std::isnan(d) && worst_i < 0)) {
+      worst = std::isnan(d) ? 1e30 : excess;
+      worst_i = i;
+    }
+  }
+  if (worst_i >= 0) {
+    std::ostringstream os;
+    os << what << ": element " << worst_i << " differs: " << pa[worst_i] << " vs " << pb[worst_i];
+    FAIL(os.str());
+  }
+}
+
+}  // namespace qat::testing

@@ -1,0 +1,39 @@
+#pragma once
+// Shared test helpers: central finite-difference gradient checks and tensor
+// comparisons.
+#include <catch2/catch.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/ops.h"
+
+namespace qat::testing {
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+struct GradCheckOptions {
+  double eps = 1e-2;   // finite-difference step
+  double atol = 2e-3;  // |analytic - numeric| <= atol + rtol * |numeric|
+  double rtol = 1e-2;
+  uint64_t seed = 7;
+};
+
+// Checks d/d(inputs) of L = sum(f(inputs) * R), R a fixed random tensor, for
+// every input that requires grad: the analytic gradient from backward()
+// against central differences (L evaluated in double). Fails the current
+// Catch2 test with the input index, element and both values.
+void gradcheck(const Fn& f, std::vector<Tensor> inputs, const GradCheckOptions& opt = {});
+
+// Random float tensor (normal), requires_grad set as asked.
+Tensor rand_tensor(const Shape& shape, uint64_t seed, bool requires_grad = true);
+// Values that are a shuffled arithmetic progression with gap `gap`: no ties
+// and no two within finite-difference reach (for max-pool, ReLU kinks).
+Tensor distinct_tensor(const Shape& shape, uint64_t seed, float gap = 0.1f, bool requires_grad = true);
+
+// Largest |a-b| with a message naming `what`; REQUIREs shapes equal and every
+// element within atol + rtol*|b|.
+void require_close(const Tensor& a, const Tensor& b, double atol, double rtol, const std::string& what);
+
+}  // namespace qat::testing
