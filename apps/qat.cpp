@@ -1,1 +1,41 @@
-int main() { return 0; }
+// qat: the command-line entry point. Subcommands live in their own files;
+// this is the only place errors become exit codes.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "apps/bench.h"
+#include "core/error.h"
+#include "models/models.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"qat: quantization-aware training for CNNs (C++20, CPU)"};
+  app.require_subcommand(1);
+
+  qat::apps::BenchOptions bench;
+  auto* b = app.add_subcommand("bench", "Measure FP32 training-step throughput on synthetic data");
+  std::string models;
+  for (auto& n : qat::model_names()) models += (models.empty() ? "" : ", ") + n;
+  b->add_option("--model", bench.model, "Model name (" + models + ")")->capture_default_str();
+  b->add_option("--res", bench.res, "Input resolution (square)")->capture_default_str()->check(CLI::Range(32, 4096));
+  b->add_option("--batch", bench.batch, "Batch size")->capture_default_str()->check(CLI::Range(1, 4096));
+  b->add_option("--classes", bench.classes, "Number of classes")->capture_default_str()->check(CLI::PositiveNumber);
+  b->add_option("--threads", bench.threads, "Threads for OpenMP and OpenBLAS (0: all cores)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  b->add_option("--steps", bench.steps, "Timed steps")->capture_default_str()->check(CLI::PositiveNumber);
+  b->add_option("--warmup", bench.warmup, "Untimed warm-up steps")->capture_default_str()->check(CLI::NonNegativeNumber);
+  b->add_flag("!--no-profile", bench.profile, "Skip the per-op time breakdown");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (b->parsed()) return qat::apps::run_bench(bench);
+  } catch (const qat::Error& e) {
+    std::fprintf(stderr, "qat: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qat: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,82 @@
+#include "apps/bench.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "core/ops.h"
+#include "core/profiler.h"
+#include "core/threads.h"
+#include "models/models.h"
+#include "optim/sgd.h"
+
+namespace qat::apps {
+
+namespace {
+
+double peak_rss_mib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
+}
+
+// Each op's forward and backward time, as a share of the measured steps.
+// "backward (total)" spans all backward ops, so it is shown apart.
+void print_profile(double total_seconds, int steps) {
+  std::printf("time per op (share of step time, ms per step):\n");
+  double covered = 0;
+  for (const auto& r : Profiler::rows()) {
+    const bool is_total = r.key.find("(total)") != std::string::npos;
+    if (!is_total) covered += r.seconds;
+    std::printf("  %-26s %6.1f%%  %8.1f ms%s\n", r.key.c_str(), 100.0 * r.seconds / total_seconds,
+                1000.0 * r.seconds / steps, is_total ? "  (includes the backward ops above/below)" : "");
+  }
+  std::printf("  %-26s %6.1f%%  %8.1f ms\n", "not in any op", 100.0 * (total_seconds - covered) / total_seconds,
+              1000.0 * (total_seconds - covered) / steps);
+}
+
+}  // namespace
+
+int run_bench(const BenchOptions& opt) {
+  set_num_threads(opt.threads);
+  std::printf("bench: model %s, %dx%d, batch %d, %d classes, %d threads, %d steps after %d warm-up\n",
+              opt.model.c_str(), opt.res, opt.res, opt.batch, opt.classes, num_threads(), opt.steps, opt.warmup);
+  ModulePtr model = make_model(opt.model, opt.classes, 0);
+  model->train();
+  SGD sgd(make_param_groups(model->named_parameters(), 0.01, 5e-4, false), SGDOptions{0.9});
+  Generator gen(1);
+  Tensor x = Tensor::randn({opt.batch, 3, opt.res, opt.res}, gen);
+  std::vector<int32_t> labels(opt.batch);
+  for (auto& l : labels) l = static_cast<int32_t>(gen.below(opt.classes));
+  Tensor y = Tensor::from_vector_i32(labels, {opt.batch});
+
+  auto step = [&] {
+    sgd.zero_grad();
+    Tensor loss = cross_entropy(model->forward(x), y);
+    {
+      QAT_PROFILE("backward (total)");
+      loss.backward();
+    }
+    {
+      QAT_PROFILE("sgd.step");
+      sgd.step();
+    }
+    return loss.item();
+  };
+  for (int i = 0; i < opt.warmup; ++i) step();
+  Profiler::reset();
+  Profiler::set_enabled(opt.profile);
+  const auto t0 = std::chrono::steady_clock::now();
+  float last_loss = 0;
+  for (int i = 0; i < opt.steps; ++i) last_loss = step();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Profiler::set_enabled(false);
+  const double ips = opt.steps * opt.batch / secs;
+  std::printf("train fp32: %.1f img/s  (%.1f ms/step, last loss %.3f)\n", ips, 1000.0 * secs / opt.steps, last_loss);
+  std::printf("peak memory: %.0f MiB (max RSS)\n", peak_rss_mib());
+  if (opt.profile) print_profile(secs, opt.steps);
+  return 0;
+}
+
+}  // namespace qat::apps
