@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/generator.h"
 
@@ -63,12 +64,10 @@ int64_t shape_numel(const Shape& sizes) {
 
 Storage::Storage(size_t nbytes_, Device device_) : nbytes(nbytes_), device(device_) {
   QAT_CHECK(device_ == Device::cpu, "Storage: device ", device_name(device_), " is not available in this build");
-  const size_t rounded = ((nbytes_ + 63) / 64) * 64;
-  data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  QAT_CHECK(data != nullptr, "Storage: out of memory allocating ", nbytes_, " bytes");
+  data = cpu_allocate(nbytes_);
 }
 
-Storage::~Storage() { std::free(data); }
+Storage::~Storage() { cpu_free(data, nbytes); }
 
 // ---------------------------------------------------------------- factories
 
