@@ -1,0 +1,93 @@
+#pragma once
+// Optimizer base: parameter groups, per-parameter state, zero_grad and
+// checkpointable state. Subclasses (SGD, AdamW) supply the per-parameter
+// update as a flat loop over contiguous float32 data.
+//
+// Parameters are leaf tensors (f32, CPU, contiguous). step() writes their data
+// in place through the raw pointer and bumps their version counter; a
+// parameter whose .grad is undefined is skipped (and its state left alone), as
+// in PyTorch.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "core/tensor.h"
+
+namespace qat {
+
+struct ParamGroup {
+  std::string name;
+  std::vector<Tensor> params;
+  double lr = 0.0;
+  double weight_decay = 0.0;
+};
+
+// State of one parameter: how many updates it has received (it may be fewer
+// than Optimizer::steps_taken() when it sometimes had no gradient) and the
+// subclass's buffers, named by buffer_names(); the buffers are allocated
+// (zeroed) on the parameter's first update.
+struct ParamState {
+  int64_t step = 0;
+  std::vector<Tensor> buffers;
+};
+
+// Note [optimizer state_dict]
+// Keys (all under `prefix`, default "optim."), every tensor of shape [1]
+// except the buffers, which have the parameter's shape:
+//   steps                      int32    optimizer steps taken
+//   group<g>.lr                float32  the group's current lr
+//   group<g>.param<i>.step     int32    updates parameter i of group g received
+//   group<g>.param<i>.<buffer> float32  e.g. momentum, exp_avg, exp_avg_sq;
+//                                       present only once step > 0
+// The returned tensors share storage with the live state (no copy of the
+// moments of a 58M-parameter model): save them before the next step().
+// load_state_dict copies into the optimizer's own buffers, after checking
+// every key first (nothing changes when it throws): a missing key, a shape or
+// dtype mismatch, or an unexpected key under the prefix is a qat::Error naming
+// the key and the shapes. Group lrs are stored as float32; updates use the lr
+// rounded to float32, so a restored run continues bit-identically.
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<ParamGroup> groups);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  void step();
+  void zero_grad();
+  // Mutable for lr / weight_decay (schedules); the parameter lists are fixed.
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  int64_t steps_taken() const { return steps_; }
+
+  TensorMap state_dict(const std::string& prefix = "optim.") const;
+  void load_state_dict(const TensorMap& state, const std::string& prefix = "optim.");
+
+ protected:
+  // Names of the per-parameter buffers (fixed for the optimizer's lifetime).
+  virtual std::vector<std::string> buffer_names() const = 0;
+  // Updates one parameter: p, g have n contiguous floats; s.step already
+  // counts this update (1 on the parameter's first) and s.buffers are allocated.
+  virtual void update(const ParamGroup& group, float* p, const float* g, int64_t n, ParamState& s) = 0;
+  virtual const char* name() const = 0;
+
+ private:
+  std::vector<ParamGroup> groups_;
+  std::vector<std::vector<ParamState>> state_;  // [group][param]
+  int64_t steps_ = 0;
+};
+
+// Groups for an optimizer from a module's named parameters (those that do not
+// require grad are left out). Without the flag: one group "default". With it:
+// group 0 "default" holds the parameters with dim() >= 2 (weights) and group 1
+// "no_decay" (weight_decay 0) those with dim() <= 1 (biases, BN weight/bias);
+// both groups exist even if one is empty, so state keys stay stable.
+std::vector<ParamGroup> make_param_groups(const std::vector<std::pair<std::string, Tensor>>& named_params, double lr,
+                                          double weight_decay, bool no_decay_on_bn_and_bias);
+
+// Loops at least this long run in parallel (OpenMP) in the update kernels.
+inline constexpr int64_t kOptimParallelMin = 1 << 15;
+
+}  // namespace qat

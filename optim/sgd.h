@@ -1,0 +1,34 @@
+#pragma once
+// SGD as torch.optim.SGD (maximize=False), per parameter with gradient grad:
+//   g = grad + wd * p                                  (wd: the group's weight_decay)
+//   momentum != 0:
+//     buf = g                              on the parameter's first update
+//     buf = momentum * buf + (1 - dampening) * g       afterwards
+//     g = nesterov ? g + momentum * buf : buf
+//   p -= lr * g
+// State: buffer "momentum" (only when momentum != 0). See Note [optimizer state_dict].
+#include "optim/optimizer.h"
+
+namespace qat {
+
+struct SGDOptions {
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;  // needs momentum > 0 and dampening == 0 (as in PyTorch)
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<ParamGroup> groups, SGDOptions options = {});
+  const SGDOptions& options() const { return opt_; }
+
+ protected:
+  std::vector<std::string> buffer_names() const override;
+  void update(const ParamGroup& group, float* p, const float* g, int64_t n, ParamState& s) override;
+  const char* name() const override { return "SGD"; }
+
+ private:
+  SGDOptions opt_;
+};
+
+}  // namespace qat
