@@ -64,12 +64,18 @@ int run_bench(const BenchOptions& opt) {
     }
     return loss.item();
   };
-  for (int i = 0; i < opt.warmup; ++i) step();
+  for (int i = 0; i < opt.warmup; ++i) {
+    const float l = step();
+    if (opt.verbose) std::printf("warm-up step %d: loss %.4f\n", i, l);
+  }
   Profiler::reset();
   Profiler::set_enabled(opt.profile);
   const auto t0 = std::chrono::steady_clock::now();
   float last_loss = 0;
-  for (int i = 0; i < opt.steps; ++i) last_loss = step();
+  for (int i = 0; i < opt.steps; ++i) {
+    last_loss = step();
+    if (opt.verbose) std::printf("step %d: loss %.4f\n", opt.warmup + i, last_loss);
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Profiler::set_enabled(false);
   const double ips = opt.steps * opt.batch / secs;

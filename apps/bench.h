@@ -13,6 +13,7 @@ struct BenchOptions {
   int steps = 10;
   int warmup = 3;
   bool profile = true;
+  bool verbose = false;  // print every step's loss
 };
 
 int run_bench(const BenchOptions& opt);
