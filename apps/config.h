@@ -1,0 +1,92 @@
+#pragma once
+// ExperimentConfig: everything a `qat train` run needs, loaded from YAML with
+// strict validation (unknown key, wrong type, out-of-range value, missing
+// path: an error naming the key path and the YAML line, before any work).
+// Only apps/ parses YAML (DESIGN.md).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qat::apps {
+
+enum class OptimizerKind { sgd, adamw };
+enum class ScheduleKind { constant, step, multistep, cosine };
+enum class BadImagePolicy { error, skip };
+
+struct ModelConfig {
+  std::string name = "alexnet_bn";
+  int64_t num_classes = 10;
+};
+
+struct AugmentConfig {
+  bool random_crop = true;          // random image_size crop of the resized image (else centre crop)
+  int64_t padding = 0;              // zero padding before the random crop
+  bool random_resized_crop = false;  // torchvision RandomResizedCrop instead of resize + random crop
+  std::vector<double> scale = {0.08, 1.0};
+  std::vector<double> ratio = {3.0 / 4.0, 4.0 / 3.0};
+  bool hflip = true;                // horizontal flip with probability 0.5
+};
+
+struct DataConfig {
+  std::string train;   // ImageFolder roots (relative paths: relative to the YAML file's folder)
+  std::string val;
+  int64_t image_size = 128;  // crop fed to the network
+  int64_t resize = 144;      // shorter side before cropping
+  AugmentConfig augment;
+  std::vector<double> mean = {0.485, 0.456, 0.406};
+  std::vector<double> std = {0.229, 0.224, 0.225};
+  int64_t workers = 2;
+  int64_t prefetch = 4;      // batches decoded ahead
+  bool cache = false;        // keep decoded, resized uint8 images in memory
+  BadImagePolicy on_bad_image = BadImagePolicy::error;
+};
+
+struct TrainConfig {
+  int64_t epochs = 10;
+  int64_t batch_size = 64;
+  OptimizerKind optimizer = OptimizerKind::sgd;
+  double lr = 0.02;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 5e-4;
+  bool no_decay_bn_bias = false;
+  std::vector<double> betas = {0.9, 0.999};  // AdamW
+  double eps = 1e-8;                        // AdamW
+  ScheduleKind schedule = ScheduleKind::cosine;
+  int64_t step_size = 30;                   // step schedule, epochs
+  std::vector<int64_t> milestones;          // multistep schedule, epochs
+  double gamma = 0.1;
+  double min_lr_factor = 0.0;               // cosine floor as a fraction of lr
+  double warmup_epochs = 0;
+  double warmup_start_factor = 0.1;
+  double label_smoothing = 0.0;
+  uint64_t seed = 0;
+  int64_t threads = 0;                      // 0: all cores
+  int64_t log_every = 20;                   // steps between plain progress lines
+  int64_t max_steps_per_epoch = 0;          // 0: whole epoch (tests and smoke runs use a cap)
+};
+
+struct OutputConfig {
+  std::string dir = "runs/default";
+};
+
+struct ExperimentConfig {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  OutputConfig output;
+  std::string source_path;  // the YAML file it came from
+};
+
+// Loads and validates `path`, applying `overrides` ("train.lr=0.1",
+// "data.workers=4", ...) on the YAML tree first. Relative data paths and
+// output.dir resolve against the YAML file's folder... except output.dir,
+// which resolves against the current directory (where the user runs qat).
+ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The resolved config as YAML (every key, defaults included).
+std::string config_to_yaml(const ExperimentConfig& cfg);
+// A stable hex hash of config_to_yaml() without output.dir and train.threads
+// (things that may change on resume without changing the experiment).
+std::string config_hash(const ExperimentConfig& cfg);
+
+}  // namespace qat::apps
