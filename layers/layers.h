@@ -88,6 +88,7 @@ class Dropout : public Module {
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Dropout"; }
   std::string describe() const override;
+  const std::shared_ptr<Generator>& generator() const { return gen_; }
   float p;
 
  private:

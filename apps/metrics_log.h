@@ -1,0 +1,24 @@
+#pragma once
+// Per-epoch metrics appended to RUN/metrics.csv and RUN/metrics.jsonl. Each
+// row is flushed as written, so an interrupted run keeps every finished epoch.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qat::apps {
+
+struct EpochMetrics {
+  int64_t epoch = 0;  // 1-based
+  double train_loss = 0, train_top1 = 0;
+  double val_loss = 0, val_top1 = 0, val_top5 = 0;
+  double lr = 0;
+  double epoch_seconds = 0;
+  double images_per_second = 0;   // training images / training time
+  double data_wait_share = 0;     // share of training time spent waiting for batches
+};
+
+void append_metrics(const std::string& run_dir, const EpochMetrics& m);
+// Reads RUN/metrics.csv back (for resume and reports); missing file -> empty.
+std::vector<EpochMetrics> read_metrics(const std::string& run_dir);
+
+}  // namespace qat::apps

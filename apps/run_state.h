@@ -1,0 +1,35 @@
+#pragma once
+// What a run must remember to resume exactly: progress (epochs done, step in
+// the current epoch, running sums of the epoch), the best val top-1 so far,
+// the dropout generators' states and the config hash; stored as checkpoint
+// metadata next to the model and optimizer tensors.
+#include <cstdint>
+#include <string>
+
+#include "layers/module.h"
+#include "optim/optimizer.h"
+
+namespace qat::apps {
+
+struct RunState {
+  int64_t epoch = 0;  // epochs completed
+  int64_t step = 0;   // steps done in the current epoch
+  double best_top1 = -1;
+  double epoch_loss_sum = 0;
+  int64_t epoch_correct = 0, epoch_images = 0;
+  void next_epoch() {
+    ++epoch;
+    step = 0;
+    epoch_loss_sum = 0;
+    epoch_correct = epoch_images = 0;
+  }
+};
+
+void save_run_state(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& state,
+                    const std::string& config_hash);
+// expected_hash empty: accept any config (eval). Otherwise a different hash is
+// an error naming the file and both hashes.
+RunState load_run_state(const std::string& path, Module& model, Optimizer* optimizer,
+                        const std::string& expected_hash);
+
+}  // namespace qat::apps
