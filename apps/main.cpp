@@ -5,6 +5,8 @@
 #include <cstdio>
 
 #include "apps/bench.h"
+#include "apps/data_cmd.h"
+#include "apps/train.h"
 #include "core/error.h"
 #include "models/models.h"
 
@@ -28,9 +30,29 @@ int main(int argc, char** argv) {
   b->add_flag("--verbose", bench.verbose, "Print the loss of every step");
   b->add_flag("!--no-profile", bench.profile, "Skip the per-op time breakdown");
 
-  CLI11_PARSE(app, argc, argv);
+  qat::apps::TrainArgs train;
+  auto* t = app.add_subcommand("train", "Train a model from a YAML experiment config");
+  t->add_option("config", train.config, "Experiment config (YAML)")->required()->check(CLI::ExistingFile);
+  t->add_option("--set", train.overrides, "Override a config key, e.g. --set train.lr=0.01 (repeatable)");
+  t->add_option("--resume", train.resume_dir, "Continue the run in RUN_DIR from its last.safetensors")
+      ->check(CLI::ExistingDirectory);
+
+  qat::apps::EvalArgs eval;
+  auto* ev = app.add_subcommand("eval", "Evaluate a checkpoint on the config's validation set");
+  ev->add_option("config", eval.config, "Experiment config (YAML)")->required()->check(CLI::ExistingFile);
+  ev->add_option("--checkpoint", eval.checkpoint, "Checkpoint file (.safetensors)")->required()->check(CLI::ExistingFile);
+  ev->add_option("--set", eval.overrides, "Override a config key (repeatable)");
+
+  qat::apps::add_data_command(app);
+
   try {
+    // Subcommands registered with their own callbacks (data) run inside parse().
+    app.parse(argc, argv);
     if (b->parsed()) return qat::apps::run_bench(bench);
+    if (t->parsed()) return qat::apps::run_train(train);
+    if (ev->parsed()) return qat::apps::run_eval(eval);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
   } catch (const qat::Error& e) {
     std::fprintf(stderr, "qat: error: %s\n", e.what());
     return 1;

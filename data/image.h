@@ -1,5 +1,5 @@
 #pragma once
-// Decoded images and the transforms applied to them before batching.
+// Decoded images and the geometric operations applied to them before batching.
 // Image: 8-bit RGB, interleaved HWC (as stb_image decodes).
 #include <cstdint>
 #include <string>
@@ -15,17 +15,35 @@ struct Image {
   uint8_t at(int64_t y, int64_t x, int c) const { return rgb[(y * width + x) * 3 + c]; }
 };
 
-// Decodes a JPEG/PNG/...; greyscale and RGBA become RGB. Throws qat::Error
-// naming the file when it is missing, unreadable or corrupt.
+// A crop rectangle in image coordinates. top/left may be negative and the box
+// may reach past the image: pixels outside the image read as zero (black), the
+// same as torchvision's zero padding before a crop.
+struct CropBox {
+  int64_t top = 0, left = 0, height = 0, width = 0;
+};
+
+// Decodes a JPEG/PNG/...; greyscale and RGBA become RGB (alpha dropped, not
+// blended). Throws qat::Error naming the file when it is missing, unreadable
+// or corrupt (with stb_image's reason).
 Image decode_image(const std::string& path);
 void write_jpeg(const std::string& path, const Image& img, int quality = 90);
+void write_png(const std::string& path, const Image& img);  // lossless (tests)
 
-// Resize so the shorter side is `size` (aspect kept), bilinear with antialias
-// when shrinking (stb_image_resize).
+// Resize so the shorter side is `size` (aspect kept; the longer side is
+// floor(size * long / short), as torchvision's Resize(int)), bilinear with
+// antialias when shrinking, bit-exact with Pillow's BILINEAR (data/resample.h).
 Image resize_shorter(const Image& img, int64_t size);
 Image resize_exact(const Image& img, int64_t height, int64_t width);
+
+// torchvision's CenterCrop placement: top = int(round((H - h) / 2)) with
+// Python's round (half to even), likewise left; a crop larger than the image
+// is centred on a zero-padded image (pad (h-H)//2 on top, the rest below).
+CropBox center_crop_box(int64_t img_height, int64_t img_width, int64_t height, int64_t width);
 Image center_crop(const Image& img, int64_t height, int64_t width);
-// Crop of (height,width) at (top,left) of the image zero-padded by `padding`.
+// Any box; zero outside the image (see CropBox).
+Image crop(const Image& img, const CropBox& box);
+// Crop of (height,width) at (top,left) of the image zero-padded by `padding`
+// on every side; the crop must lie inside the padded image.
 Image crop_padded(const Image& img, int64_t top, int64_t left, int64_t height, int64_t width, int64_t padding);
 Image hflip(const Image& img);
 

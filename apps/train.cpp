@@ -1,0 +1,259 @@
+#include "apps/train.h"
+
+#include <csignal>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "apps/config.h"
+#include "apps/metrics_log.h"
+#include "apps/progress.h"
+#include "apps/run_state.h"
+#include "core/ops.h"
+#include "core/threads.h"
+#include "data/loader.h"
+#include "models/checkpoint.h"
+#include "models/models.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+#include "optim/sgd.h"
+
+namespace qat::apps {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Ctrl-C: the handler only raises a flag; the loop finishes its step, saves
+// `last` and exits non-zero.
+volatile std::sig_atomic_t g_interrupted = 0;
+void on_sigint(int) { g_interrupted = 1; }
+
+struct SigintScope {
+  SigintScope() { prev = std::signal(SIGINT, on_sigint); }
+  ~SigintScope() { std::signal(SIGINT, prev); }
+  void (*prev)(int);
+};
+
+std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& t, Module& model) {
+  auto groups = make_param_groups(model.named_parameters(), t.lr, t.weight_decay, t.no_decay_bn_bias);
+  if (t.optimizer == OptimizerKind::adamw)
+    return std::make_unique<AdamW>(std::move(groups), AdamWOptions{t.betas[0], t.betas[1], t.eps});
+  return std::make_unique<SGD>(std::move(groups), SGDOptions{t.momentum, 0.0, t.nesterov});
+}
+
+LrScheduleOptions schedule_options(const TrainConfig& t) {
+  LrScheduleOptions o;
+  switch (t.schedule) {
+    case ScheduleKind::constant: o.kind = LrScheduleKind::constant; break;
+    case ScheduleKind::step: o.kind = LrScheduleKind::step; break;
+    case ScheduleKind::multistep: o.kind = LrScheduleKind::multistep; break;
+    case ScheduleKind::cosine: o.kind = LrScheduleKind::cosine; break;
+  }
+  o.gamma = t.gamma;
+  o.step_size = static_cast<double>(t.step_size);
+  for (int64_t m : t.milestones) o.milestones.push_back(static_cast<double>(m));
+  o.warmup = t.warmup_epochs;
+  o.warmup_start_factor = t.warmup_start_factor;
+  o.total = std::max(1e-9, static_cast<double>(t.epochs) - t.warmup_epochs);
+  o.eta_min = t.min_lr_factor;
+  return o;
+}
+
+EvalSummary evaluate(Module& model, data::DataLoader& loader, int64_t num_classes) {
+  model.eval();
+  NoGradGuard no_grad;
+  EvalSummary r;
+  double loss_sum = 0;
+  int64_t c1 = 0, c5 = 0;
+  loader.start_epoch(0);
+  data::Batch b;
+  while (loader.next(b)) {
+    const int64_t n = b.labels.size(0);
+    Tensor logits = model.forward(b.images);
+    loss_sum += cross_entropy(logits, b.labels).item() * static_cast<double>(n);
+    c1 += topk_correct(logits, b.labels, 1);
+    c5 += topk_correct(logits, b.labels, std::min<int64_t>(5, num_classes));
+    r.images += n;
+  }
+  QAT_CHECK(r.images > 0, "evaluate: the validation set gave no images");
+  r.loss = loss_sum / static_cast<double>(r.images);
+  r.top1 = static_cast<double>(c1) / static_cast<double>(r.images);
+  r.top5 = static_cast<double>(c5) / static_cast<double>(r.images);
+  return r;
+}
+
+data::TransformSpec transform_spec(const DataConfig& d) {
+  data::TransformSpec s;
+  s.image_size = d.image_size;
+  s.resize = d.resize;
+  s.random_crop = d.augment.random_crop;
+  s.padding = d.augment.padding;
+  s.random_resized_crop = d.augment.random_resized_crop;
+  s.scale = {d.augment.scale[0], d.augment.scale[1]};
+  s.ratio = {d.augment.ratio[0], d.augment.ratio[1]};
+  s.hflip = d.augment.hflip;
+  for (int c = 0; c < 3; ++c) {
+    s.mean[c] = static_cast<float>(d.mean[c]);
+    s.std[c] = static_cast<float>(d.std[c]);
+  }
+  return s;
+}
+
+data::LoaderOptions loader_options(const ExperimentConfig& cfg, bool train) {
+  data::LoaderOptions o;
+  o.batch_size = cfg.train.batch_size;
+  o.shuffle = train;
+  o.drop_last = train;
+  o.workers = cfg.data.workers;
+  o.prefetch = cfg.data.prefetch;
+  o.cache = cfg.data.cache;
+  o.train = train;
+  o.seed = cfg.train.seed + (train ? 0 : 1);
+  return o;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  QAT_CHECK(f.good(), "cannot write ", path);
+  f << text;
+}
+
+}  // namespace
+
+int run_train(const TrainArgs& args) {
+  ExperimentConfig cfg = load_config(args.config, args.overrides);
+  if (!args.resume_dir.empty()) cfg.output.dir = args.resume_dir;
+  const std::string run_dir = cfg.output.dir;
+  const std::string hash = config_hash(cfg);
+  set_num_threads(static_cast<int>(cfg.train.threads));
+
+  data::ImageFolder train_set(cfg.data.train, cfg.data.on_bad_image == BadImagePolicy::skip);
+  data::ImageFolder val_set(cfg.data.val, cfg.data.on_bad_image == BadImagePolicy::skip);
+  QAT_CHECK(static_cast<int64_t>(train_set.classes().size()) == cfg.model.num_classes, "config ", cfg.source_path,
+            ": model.num_classes is ", cfg.model.num_classes, " but ", cfg.data.train, " has ",
+            train_set.classes().size(), " class folders");
+  QAT_CHECK(val_set.classes() == train_set.classes(), "config ", cfg.source_path, ": the class folders of ",
+            cfg.data.val, " differ from those of ", cfg.data.train);
+  const data::TransformSpec spec = transform_spec(cfg.data);
+  data::DataLoader train_loader(train_set, spec, loader_options(cfg, true));
+  data::DataLoader val_loader(val_set, spec, loader_options(cfg, false));
+  int64_t steps_per_epoch = train_loader.batches_per_epoch();
+  if (cfg.train.max_steps_per_epoch > 0) steps_per_epoch = std::min(steps_per_epoch, cfg.train.max_steps_per_epoch);
+  QAT_CHECK(steps_per_epoch > 0, "train: ", cfg.data.train, " has ", train_set.size(),
+            " images, fewer than one batch of ", cfg.train.batch_size);
+
+  ModulePtr model = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
+  auto optimizer = make_optimizer(cfg.train, *model);
+  const LrSchedule schedule(schedule_options(cfg.train), *optimizer);  // before any resume: base lrs
+
+  RunState state;
+  fs::create_directories(run_dir);
+  if (!args.resume_dir.empty()) {
+    state = load_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), hash);
+    std::printf("resuming %s at epoch %lld step %lld (best val top-1 %.2f%%)\n", run_dir.c_str(),
+                static_cast<long long>(state.epoch + 1), static_cast<long long>(state.step),
+                100 * state.best_top1);
+  } else {
+    QAT_CHECK(!fs::exists(run_dir + "/last.safetensors"), "train: ", run_dir,
+              " already holds a run (last.safetensors); resume it with --resume ", run_dir,
+              " or choose another output.dir");
+  }
+  write_text(run_dir + "/config.yaml", config_to_yaml(cfg));
+  std::printf("model %s: %lld parameters; train %lld images, val %lld images, %lld classes; %d threads\n",
+              cfg.model.name.c_str(), static_cast<long long>(model->num_parameters()),
+              static_cast<long long>(train_set.size()), static_cast<long long>(val_set.size()),
+              static_cast<long long>(train_set.classes().size()), num_threads());
+  std::printf("run directory: %s\n", run_dir.c_str());
+
+  SigintScope sigint;
+  g_interrupted = 0;
+  int64_t steps_this_run = 0;
+  for (int64_t epoch = state.epoch; epoch < cfg.train.epochs; ++epoch) {
+    model->train();
+    train_loader.start_epoch(epoch);
+    const double wait0 = train_loader.stats().wait_seconds;
+    Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.train.epochs), steps_per_epoch,
+                      cfg.train.log_every);
+    const auto t0 = std::chrono::steady_clock::now();
+    data::Batch batch;
+    // Resuming mid-epoch: the order of an epoch is fixed by (seed, epoch), so
+    // skipping the batches already trained on continues the same sequence.
+    for (int64_t s = 0; s < state.step; ++s) QAT_CHECK(train_loader.next(batch), "resume: epoch shorter than step");
+    for (int64_t step = state.step; step < steps_per_epoch; ++step) {
+      QAT_CHECK(train_loader.next(batch), "train: loader ended after ", step, " of ", steps_per_epoch, " batches");
+      schedule.apply(*optimizer, static_cast<double>(epoch) + static_cast<double>(step) / steps_per_epoch);
+      optimizer->zero_grad();
+      Tensor logits = model->forward(batch.images);
+      Tensor loss = cross_entropy(logits, batch.labels, static_cast<float>(cfg.train.label_smoothing));
+      const float lv = loss.item();
+      QAT_CHECK(std::isfinite(lv), "train: loss is ", lv, " at epoch ", epoch + 1, " step ", step + 1,
+                "; stopping. The last good checkpoint is ", run_dir, "/last.safetensors (unchanged)");
+      loss.backward();
+      optimizer->step();
+      const int64_t n = batch.labels.size(0);
+      state.epoch_loss_sum += static_cast<double>(lv) * n;
+      state.epoch_correct += topk_correct(logits.detach(), batch.labels, 1);
+      state.epoch_images += n;
+      state.step = step + 1;
+      progress.update(step + 1, state.epoch_loss_sum / state.epoch_images,
+                      static_cast<double>(state.epoch_correct) / state.epoch_images, state.epoch_images);
+      ++steps_this_run;
+      if (g_interrupted || (args.stop_after_steps > 0 && steps_this_run >= args.stop_after_steps)) {
+        progress.finish();
+        save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
+        std::fprintf(stderr, "qat: interrupted at epoch %lld step %lld; saved %s/last.safetensors (resume with "
+                     "--resume %s)\n", static_cast<long long>(epoch + 1), static_cast<long long>(step + 1),
+                     run_dir.c_str(), run_dir.c_str());
+        return 130;
+      }
+    }
+    progress.finish();
+    const double train_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const EvalSummary v = evaluate(*model, val_loader, cfg.model.num_classes);
+    EpochMetrics m;
+    m.epoch = epoch + 1;
+    m.train_loss = state.epoch_loss_sum / state.epoch_images;
+    m.train_top1 = static_cast<double>(state.epoch_correct) / state.epoch_images;
+    m.val_loss = v.loss, m.val_top1 = v.top1, m.val_top5 = v.top5;
+    m.lr = optimizer->param_groups()[0].lr;
+    m.epoch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    m.images_per_second = state.epoch_images / train_secs;
+    m.data_wait_share = (train_loader.stats().wait_seconds - wait0) / train_secs;
+    append_metrics(run_dir, m);
+    std::printf("epoch %lld: train loss %.4f top-1 %.2f%% | val loss %.4f top-1 %.2f%% top-5 %.2f%% | lr %.5f | "
+                "%.1f img/s, data wait %.1f%%, %.0f s\n",
+                static_cast<long long>(m.epoch), m.train_loss, 100 * m.train_top1, m.val_loss, 100 * m.val_top1,
+                100 * m.val_top5, m.lr, m.images_per_second, 100 * m.data_wait_share, m.epoch_seconds);
+    state.next_epoch();
+    const bool best = v.top1 > state.best_top1;
+    if (best) state.best_top1 = v.top1;
+    save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
+    if (best) save_run_state(run_dir + "/best.safetensors", *model, optimizer.get(), state, hash);
+  }
+  std::printf("done: best val top-1 %.2f%%; checkpoints in %s\n", 100 * state.best_top1, run_dir.c_str());
+  return 0;
+}
+
+EvalSummary eval_checkpoint(const EvalArgs& args) {
+  ExperimentConfig cfg = load_config(args.config, args.overrides);
+  set_num_threads(static_cast<int>(cfg.train.threads));
+  data::ImageFolder val_set(cfg.data.val, cfg.data.on_bad_image == BadImagePolicy::skip);
+  data::DataLoader val_loader(val_set, transform_spec(cfg.data), loader_options(cfg, false));
+  ModulePtr model = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
+  const RunState st = load_run_state(args.checkpoint, *model, nullptr, "");
+  EvalSummary s = evaluate(*model, val_loader, cfg.model.num_classes);
+  s.epoch = st.epoch;
+  return s;
+}
+
+int run_eval(const EvalArgs& args) {
+  const EvalSummary r = eval_checkpoint(args);
+  std::printf("eval %s (epoch %lld): %lld images, loss %.4f, top-1 %.2f%%, top-5 %.2f%%\n", args.checkpoint.c_str(),
+              static_cast<long long>(r.epoch), static_cast<long long>(r.images), r.loss, 100 * r.top1, 100 * r.top5);
+  return 0;
+}
+
+}  // namespace qat::apps

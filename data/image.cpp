@@ -1,0 +1,137 @@
+// Image decoding and encoding on top of Debian's libstb (the implementations
+// are compiled into libstb; no *_IMPLEMENTATION here), resizing (resample.cpp)
+// and cropping.
+#include "data/image.h"
+
+#include <stb_image.h>
+#include <stb_image_write.h>
+
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "core/error.h"
+#include "data/resample.h"
+
+namespace qat::data {
+
+namespace {
+
+Image make_image(int64_t height, int64_t width) {
+  Image img;
+  img.height = height;
+  img.width = width;
+  img.rgb.resize(static_cast<size_t>(height * width * 3));
+  return img;
+}
+
+void check_image(const Image& img, const char* op) {
+  QAT_CHECK(img.height > 0 && img.width > 0, op, ": empty image (", img.height, "x", img.width, ")");
+  QAT_CHECK(static_cast<int64_t>(img.rgb.size()) == img.height * img.width * 3, op, ": image of ", img.height, "x",
+            img.width, " holds ", img.rgb.size(), " bytes, expected ", img.height * img.width * 3);
+  QAT_CHECK(img.height <= INT_MAX && img.width <= INT_MAX, op, ": image too large (", img.height, "x", img.width, ")");
+}
+
+// Python's round(): nearest, ties to even (the default FE_TONEAREST mode).
+int64_t round_half_even(double v) { return static_cast<int64_t>(std::nearbyint(v)); }
+
+// Offset of a centred crop of `crop` in `size` along one axis (torchvision).
+int64_t center_offset(int64_t size, int64_t crop) {
+  if (crop > size) return -((crop - size) / 2);
+  return round_half_even(static_cast<double>(size - crop) / 2.0);
+}
+
+}  // namespace
+
+Image decode_image(const std::string& path) {
+  int w = 0, h = 0, channels_in_file = 0;
+  std::unique_ptr<unsigned char, void (*)(void*)> pixels(stbi_load(path.c_str(), &w, &h, &channels_in_file, 3),
+                                                         stbi_image_free);
+  if (!pixels) {
+    const char* why = stbi_failure_reason();
+    QAT_FAIL("decode_image: cannot decode '", path, "': ", why ? why : "unknown reason");
+  }
+  QAT_CHECK(w > 0 && h > 0, "decode_image: '", path, "' has no pixels (", h, "x", w, ")");
+  Image img = make_image(h, w);
+  std::memcpy(img.rgb.data(), pixels.get(), img.rgb.size());
+  return img;
+}
+
+void write_jpeg(const std::string& path, const Image& img, int quality) {
+  check_image(img, "write_jpeg");
+  QAT_CHECK(quality >= 1 && quality <= 100, "write_jpeg: quality must be in [1, 100], got ", quality);
+  const int ok = stbi_write_jpg(path.c_str(), static_cast<int>(img.width), static_cast<int>(img.height), 3,
+                                img.rgb.data(), quality);
+  QAT_CHECK(ok != 0, "write_jpeg: cannot write '", path, "'");
+}
+
+void write_png(const std::string& path, const Image& img) {
+  check_image(img, "write_png");
+  const int ok = stbi_write_png(path.c_str(), static_cast<int>(img.width), static_cast<int>(img.height), 3,
+                                img.rgb.data(), static_cast<int>(img.width * 3));
+  QAT_CHECK(ok != 0, "write_png: cannot write '", path, "'");
+}
+
+Image resize_exact(const Image& img, int64_t height, int64_t width) {
+  check_image(img, "resize_exact");
+  QAT_CHECK(height > 0 && width > 0 && height <= INT_MAX && width <= INT_MAX,
+            "resize_exact: target size must be positive, got ", height, "x", width);
+  return resample_bilinear(img, height, width);
+}
+
+Image resize_shorter(const Image& img, int64_t size) {
+  check_image(img, "resize_shorter");
+  QAT_CHECK(size > 0, "resize_shorter: size must be positive, got ", size);
+  if (img.height <= img.width) return resize_exact(img, size, size * img.width / img.height);
+  return resize_exact(img, size * img.height / img.width, size);
+}
+
+CropBox center_crop_box(int64_t img_height, int64_t img_width, int64_t height, int64_t width) {
+  QAT_CHECK(height > 0 && width > 0, "center_crop: crop size must be positive, got ", height, "x", width);
+  return {center_offset(img_height, height), center_offset(img_width, width), height, width};
+}
+
+Image crop(const Image& img, const CropBox& box) {
+  check_image(img, "crop");
+  QAT_CHECK(box.height > 0 && box.width > 0, "crop: box size must be positive, got ", box.height, "x", box.width);
+  Image out = make_image(box.height, box.width);  // zero-filled
+  const int64_t x0 = std::max<int64_t>(box.left, 0), x1 = std::min(box.left + box.width, img.width);
+  if (x1 <= x0) return out;
+  for (int64_t y = 0; y < box.height; ++y) {
+    const int64_t sy = box.top + y;
+    if (sy < 0 || sy >= img.height) continue;
+    std::memcpy(&out.rgb[static_cast<size_t>((y * box.width + (x0 - box.left)) * 3)],
+                &img.rgb[static_cast<size_t>((sy * img.width + x0) * 3)], static_cast<size_t>((x1 - x0) * 3));
+  }
+  return out;
+}
+
+Image center_crop(const Image& img, int64_t height, int64_t width) {
+  check_image(img, "center_crop");
+  return crop(img, center_crop_box(img.height, img.width, height, width));
+}
+
+Image crop_padded(const Image& img, int64_t top, int64_t left, int64_t height, int64_t width, int64_t padding) {
+  check_image(img, "crop_padded");
+  QAT_CHECK(padding >= 0, "crop_padded: padding must be >= 0, got ", padding);
+  const int64_t ph = img.height + 2 * padding, pw = img.width + 2 * padding;
+  QAT_CHECK(height > 0 && width > 0 && top >= 0 && left >= 0 && top + height <= ph && left + width <= pw,
+            "crop_padded: crop ", height, "x", width, " at (", top, ",", left, ") does not fit the ", img.height, "x",
+            img.width, " image padded by ", padding, " (", ph, "x", pw, ")");
+  return crop(img, {top - padding, left - padding, height, width});
+}
+
+Image hflip(const Image& img) {
+  check_image(img, "hflip");
+  Image out = make_image(img.height, img.width);
+  for (int64_t y = 0; y < img.height; ++y) {
+    const uint8_t* src = &img.rgb[static_cast<size_t>(y * img.width * 3)];
+    uint8_t* dst = &out.rgb[static_cast<size_t>(y * img.width * 3)];
+    for (int64_t x = 0; x < img.width; ++x)
+      for (int c = 0; c < 3; ++c) dst[x * 3 + c] = src[(img.width - 1 - x) * 3 + c];
+  }
+  return out;
+}
+
+}  // namespace qat::data

@@ -1,0 +1,100 @@
+#include "data/subset.h"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/threads.h"
+#include "data/image_folder.h"
+#include "data/loader.h"
+
+namespace fs = std::filesystem;
+
+namespace qat::data {
+
+namespace {
+
+struct Job {
+  std::string src, dst;
+};
+
+// Appends the jobs of one split: `count` images per class chosen with a
+// partial Fisher-Yates shuffle of the class's (sorted) samples.
+void plan_split(const ImageFolder& folder, const fs::path& out_dir, int64_t count, uint64_t seed, uint64_t split,
+                std::vector<Job>& jobs) {
+  for (int32_t c = 0; c < folder.num_classes(); ++c) {
+    std::vector<int64_t> idx = folder.indices_of(c);
+    QAT_CHECK(static_cast<int64_t>(idx.size()) >= count, "make_subset: class '", folder.classes()[c], "' of '",
+              folder.root(), "' has ", idx.size(), " images, fewer than the ", count, " asked for");
+    Generator gen(loader_seed(seed, split, static_cast<uint64_t>(c)));
+    for (int64_t i = 0; i < count; ++i) {
+      const uint64_t j = static_cast<uint64_t>(i) + gen.below(idx.size() - static_cast<uint64_t>(i));
+      std::swap(idx[static_cast<size_t>(i)], idx[j]);
+    }
+    idx.resize(static_cast<size_t>(count));
+    std::sort(idx.begin(), idx.end());
+    const fs::path class_dir = out_dir / folder.classes()[c];
+    fs::create_directories(class_dir);
+    std::set<std::string> used;
+    for (int64_t i : idx) {
+      std::string stem = fs::path(folder.path(i)).stem().string();
+      for (int k = 1; used.count(stem); ++k) stem = fs::path(folder.path(i)).stem().string() + "_" + std::to_string(k);
+      used.insert(stem);
+      jobs.push_back({folder.path(i), (class_dir / (stem + ".jpg")).string()});
+    }
+  }
+}
+
+void run_jobs(const std::vector<Job>& jobs, int64_t size, int threads) {
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;
+  std::mutex mu;
+  auto work = [&] {
+    for (size_t j; !failed && (j = next++) < jobs.size();) {
+      try {
+        write_jpeg(jobs[j].dst, resize_shorter(decode_image(jobs[j].src), size), 90);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+        failed = true;
+      }
+    }
+  };
+  const int n = std::max(1, std::min<int>(threads > 0 ? threads : hardware_threads(), static_cast<int>(jobs.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+SubsetSummary make_subset(const std::string& src_root, const std::string& out_root, int64_t per_class,
+                          int64_t val_per_class, int64_t size, uint64_t seed, int threads) {
+  QAT_CHECK(per_class > 0, "make_subset: per_class must be > 0, got ", per_class);
+  QAT_CHECK(val_per_class > 0, "make_subset: val_per_class must be > 0, got ", val_per_class);
+  QAT_CHECK(size > 0, "make_subset: size must be > 0, got ", size);
+  const fs::path src(src_root), out(out_root);
+  const ImageFolder train((src / "train").string()), val((src / "val").string());
+  QAT_CHECK(train.classes() == val.classes(), "make_subset: '", train.root(), "' has ", train.num_classes(),
+            " classes and '", val.root(), "' has ", val.num_classes(), "; their class folders must match");
+  std::error_code ec;
+  QAT_CHECK(!fs::exists(out, ec) || (fs::is_directory(out, ec) && fs::is_empty(out, ec)), "make_subset: output '",
+            out_root, "' exists and is not an empty folder");
+  std::vector<Job> jobs;
+  plan_split(train, out / "train", per_class, seed, /*split=*/0, jobs);
+  plan_split(val, out / "val", val_per_class, seed, /*split=*/1, jobs);
+  run_jobs(jobs, size, threads);
+  return {train.num_classes(), per_class * train.num_classes(), val_per_class * val.num_classes()};
+}
+
+}  // namespace qat::data

@@ -1,0 +1,635 @@
+// data/: image decoding, ImageFolder, transforms (against hand-computed
+// pixels and torchvision's rules), DataLoader determinism and failure modes,
+// the subset tool and the committed sample dataset.
+#include <stb_image_write.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/generator.h"
+#include "data/image.h"
+#include "data/image_folder.h"
+#include "data/loader.h"
+#include "data/subset.h"
+#include "data/transforms.h"
+
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+using namespace qat;
+using namespace qat::data;
+
+namespace {
+
+struct TempDir {
+  fs::path dir;
+  TempDir() {
+    static int counter = 0;
+    dir = fs::temp_directory_path() / ("qat_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  std::string file(const std::string& name) const { return (dir / name).string(); }
+};
+
+void write_raw_png(const std::string& path, int w, int h, int comp, const std::vector<uint8_t>& px) {
+  fs::create_directories(fs::path(path).parent_path());
+  REQUIRE(stbi_write_png(path.c_str(), w, h, comp, px.data(), w * comp) != 0);
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// An image whose every pixel/channel is distinct-ish: v = (seed + 7y + 3x + 50c) mod 256.
+Image pattern(int64_t h, int64_t w, int seed = 0) {
+  Image img;
+  img.height = h;
+  img.width = w;
+  img.rgb.resize(static_cast<size_t>(h * w * 3));
+  for (int64_t y = 0; y < h; ++y)
+    for (int64_t x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c) img.rgb[(y * w + x) * 3 + c] = static_cast<uint8_t>((seed + 7 * y + 3 * x + 50 * c) % 256);
+  return img;
+}
+
+// Plain-spelled normalisation of one pixel value (float32, as torchvision).
+float norm(int v, int c, const TransformSpec& s) { return (static_cast<float>(v) / 255.0f - s.mean[c]) / s.std[c]; }
+
+// A small ImageFolder of PNG patterns: classes c0..c{k-1}, n images each, size h x w.
+void make_folder(const fs::path& root, int classes, int per_class, int h, int w) {
+  for (int c = 0; c < classes; ++c)
+    for (int i = 0; i < per_class; ++i) {
+      const fs::path p = root / ("c" + std::to_string(c)) / ("img" + std::to_string(i) + ".png");
+      fs::create_directories(p.parent_path());
+      write_png(p.string(), pattern(h + i % 3, w + c, 31 * c + 11 * i));
+    }
+}
+
+std::vector<Batch> run_epoch(DataLoader& loader, int64_t epoch) {
+  loader.start_epoch(epoch);
+  std::vector<Batch> out;
+  Batch b;
+  while (loader.next(b)) out.push_back(b);
+  return out;
+}
+
+void require_same_batches(const std::vector<Batch>& a, const std::vector<Batch>& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(a[i].index == b[i].index);
+    REQUIRE(a[i].images.sizes() == b[i].images.sizes());
+    REQUIRE(a[i].images.to_vector() == b[i].images.to_vector());
+    const auto* la = a[i].labels.data<int32_t>();
+    const auto* lb = b[i].labels.data<int32_t>();
+    REQUIRE(std::vector<int32_t>(la, la + a[i].labels.numel()) == std::vector<int32_t>(lb, lb + b[i].labels.numel()));
+  }
+}
+
+// Pillow's BILINEAR resize of pattern_image(), recorded by
+// tests/data/gen_resize_golden.py: bit-exact equality (FNV-1a of the bytes).
+Image pattern_image(int64_t h, int64_t w) {
+  Image img;
+  img.height = h;
+  img.width = w;
+  img.rgb.resize(static_cast<size_t>(h * w * 3));
+  for (int64_t y = 0; y < h; ++y)
+    for (int64_t x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c)
+        img.rgb[(y * w + x) * 3 + c] = static_cast<uint8_t>((y * 131 + x * 71 + c * 29 + ((x * y) % 17) * 13) % 256);
+  return img;
+}
+
+uint64_t fnv1a(const std::vector<uint8_t>& bytes) {
+  uint64_t h = 0xCBF29CE484222325ULL;
+  for (uint8_t b : bytes) h = (h ^ b) * 0x100000001B3ULL;
+  return h;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- images
+
+TEST_CASE("decode_image: grey and RGBA become RGB; JPEG round trip; errors name the file", "[data]") {
+  TempDir t;
+  // 2x3 grey
+  write_raw_png(t.file("grey.png"), 3, 2, 1, {0, 10, 20, 30, 40, 255});
+  Image g = decode_image(t.file("grey.png"));
+  REQUIRE(g.height == 2);
+  REQUIRE(g.width == 3);
+  for (int64_t y = 0; y < 2; ++y)
+    for (int64_t x = 0; x < 3; ++x) {
+      const uint8_t v = std::vector<uint8_t>{0, 10, 20, 30, 40, 255}[y * 3 + x];
+      for (int c = 0; c < 3; ++c) REQUIRE(g.at(y, x, c) == v);
+    }
+  // 1x2 RGBA: alpha dropped, colour kept
+  write_raw_png(t.file("rgba.png"), 2, 1, 4, {1, 2, 3, 0, 200, 100, 50, 128});
+  Image a = decode_image(t.file("rgba.png"));
+  REQUIRE(a.rgb == std::vector<uint8_t>{1, 2, 3, 200, 100, 50});
+  // grey + alpha
+  write_raw_png(t.file("ga.png"), 1, 1, 2, {77, 9});
+  REQUIRE(decode_image(t.file("ga.png")).rgb == std::vector<uint8_t>{77, 77, 77});
+
+  // JPEG of a flat colour decodes close to it
+  Image flat;
+  flat.height = 16;
+  flat.width = 16;
+  flat.rgb.assign(16 * 16 * 3, 0);
+  for (size_t i = 0; i < flat.rgb.size(); i += 3) flat.rgb[i] = 200, flat.rgb[i + 1] = 60, flat.rgb[i + 2] = 30;
+  write_jpeg(t.file("flat.jpg"), flat, 95);
+  Image j = decode_image(t.file("flat.jpg"));
+  REQUIRE(j.height == 16);
+  REQUIRE(j.width == 16);
+  for (size_t i = 0; i < j.rgb.size(); ++i) REQUIRE(std::abs(int(j.rgb[i]) - int(flat.rgb[i])) <= 3);
+
+  write_text(t.file("bad.jpg"), "this is not a jpeg");
+  REQUIRE_THROWS_WITH(decode_image(t.file("bad.jpg")), Contains(t.file("bad.jpg")));
+  REQUIRE_THROWS_WITH(decode_image(t.file("missing.png")), Contains(t.file("missing.png")));
+}
+
+TEST_CASE("resize_shorter: torchvision output size; flat colours stay flat; identity is exact", "[data]") {
+  Image img = pattern(30, 47);
+  Image r = resize_shorter(img, 10);
+  REQUIRE(r.height == 10);
+  REQUIRE(r.width == 15);  // int(10 * 47 / 30) = 15
+  Image tall = resize_shorter(pattern(47, 30), 10);
+  REQUIRE(tall.height == 15);
+  REQUIRE(tall.width == 10);
+  REQUIRE(resize_shorter(img, 30).rgb == img.rgb);
+
+  Image flat;
+  flat.height = 20;
+  flat.width = 24;
+  flat.rgb.assign(20 * 24 * 3, 0);
+  for (size_t i = 0; i < flat.rgb.size(); i += 3) flat.rgb[i] = 9, flat.rgb[i + 1] = 128, flat.rgb[i + 2] = 250;
+  for (int64_t s : {7, 20, 33}) {
+    Image f = resize_shorter(flat, s);
+    for (size_t i = 0; i < f.rgb.size(); i += 3) {
+      REQUIRE(int(f.rgb[i]) == 9);
+      REQUIRE(int(f.rgb[i + 1]) == 128);
+      REQUIRE(int(f.rgb[i + 2]) == 250);
+    }
+  }
+}
+
+TEST_CASE("resize_exact: bit-exact with Pillow's Image.resize(BILINEAR)", "[data]") {
+  std::ifstream in(std::string(QAT_SOURCE_DIR) + "/tests/data/resize_golden.txt");
+  REQUIRE(in.good());
+  std::string line;
+  int cases = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ls(line);
+    int64_t ih, iw, oh, ow;
+    std::string hex;
+    ls >> ih >> iw >> oh >> ow >> hex;
+    const Image out = resize_exact(pattern_image(ih, iw), oh, ow);
+    INFO(ih << "x" << iw << " -> " << oh << "x" << ow);
+    REQUIRE(out.height == oh);
+    REQUIRE(out.width == ow);
+    REQUIRE(fnv1a(out.rgb) == std::stoull(hex, nullptr, 16));
+    ++cases;
+  }
+  REQUIRE(cases >= 10);
+}
+
+TEST_CASE("crops: torchvision centre placement (round half to even), padding, flip", "[data]") {
+  // torchvision: top = int(round((H - h) / 2)), Python round = half to even.
+  CHECK(center_crop_box(7, 7, 2, 2).top == 2);  // 2.5 -> 2
+  CHECK(center_crop_box(5, 5, 2, 2).top == 2);  // 1.5 -> 2
+  CHECK(center_crop_box(9, 9, 2, 2).top == 4);  // 3.5 -> 4
+  CHECK(center_crop_box(11, 11, 2, 2).top == 4);  // 4.5 -> 4
+  CHECK(center_crop_box(10, 13, 4, 4).left == 4);  // 4.5 -> 4
+  CHECK(center_crop_box(8, 8, 4, 4).top == 2);
+  // crop larger than the image: pad (h-H)//2 on top
+  CHECK(center_crop_box(3, 4, 6, 7).top == -1);
+  CHECK(center_crop_box(3, 4, 6, 7).left == -1);
+
+  Image img = pattern(5, 6);
+  Image cc = center_crop(img, 3, 2);  // top = round(1.0) = 1, left = round(2.0) = 2
+  REQUIRE(cc.height == 3);
+  REQUIRE(cc.width == 2);
+  for (int64_t y = 0; y < 3; ++y)
+    for (int64_t x = 0; x < 2; ++x)
+      for (int c = 0; c < 3; ++c) REQUIRE(cc.at(y, x, c) == img.at(y + 1, x + 2, c));
+
+  // crop of the image padded by 2: (0,0) is padding, (2,2) is the image's (0,0)
+  Image cp = crop_padded(img, 1, 0, 4, 4, 2);
+  for (int64_t y = 0; y < 4; ++y)
+    for (int64_t x = 0; x < 4; ++x)
+      for (int c = 0; c < 3; ++c) {
+        const int64_t sy = y + 1 - 2, sx = x - 2;
+        const int expect = (sy >= 0 && sx >= 0) ? img.at(sy, sx, c) : 0;
+        REQUIRE(int(cp.at(y, x, c)) == expect);
+      }
+  REQUIRE_THROWS_WITH(crop_padded(img, 6, 0, 4, 4, 2), Contains("does not fit"));
+
+  Image f = hflip(img);
+  for (int64_t y = 0; y < 5; ++y)
+    for (int64_t x = 0; x < 6; ++x)
+      for (int c = 0; c < 3; ++c) REQUIRE(f.at(y, x, c) == img.at(y, 5 - x, c));
+}
+
+// ---------------------------------------------------------------- ImageFolder
+
+TEST_CASE("ImageFolder: class order, labels, extensions, grey/RGBA, corrupt files", "[data]") {
+  TempDir t;
+  const fs::path root = t.dir / "root";
+  write_raw_png((root / "cat" / "b.png").string(), 2, 2, 1, {5, 6, 7, 8});
+  write_raw_png((root / "cat" / "a.PNG").string(), 1, 1, 4, {9, 8, 7, 0});
+  fs::create_directories(root / "dog");
+  write_jpeg((root / "dog" / "c.jpg").string(), pattern(8, 8));
+  write_text((root / "dog" / "bad.jpg").string(), "garbage");
+  write_text((root / "dog" / "notes.txt").string(), "ignored");
+  write_text((root / "dog" / ".hidden.jpg").string(), "ignored");
+  fs::create_directories(root / "ant");
+  write_png((root / "ant" / "e.JPEG").string(), pattern(3, 3));  // PNG bytes, upper-case .JPEG name
+  write_png((root / "ant" / "d.Jpg").string(), pattern(3, 3));
+  fs::create_directories(root / ".git");
+  write_text((root / "README.txt").string(), "ignored");
+
+  ImageFolder f(root.string());
+  REQUIRE(f.classes() == std::vector<std::string>{"ant", "cat", "dog"});
+  REQUIRE(f.size() == 6);
+  const std::vector<std::string> names = {"d.Jpg", "e.JPEG", "a.PNG", "b.png", "bad.jpg", "c.jpg"};
+  const std::vector<int32_t> labels = {0, 0, 1, 1, 2, 2};
+  for (int64_t i = 0; i < f.size(); ++i) {
+    CHECK(fs::path(f.path(i)).filename().string() == names[i]);
+    CHECK(f.label(i) == labels[i]);
+  }
+  REQUIRE(f.indices_of(1) == std::vector<int64_t>{2, 3});
+  REQUIRE(f.load(2)->rgb == std::vector<uint8_t>{9, 8, 7});
+  REQUIRE(f.load(3)->rgb == std::vector<uint8_t>{5, 5, 5, 6, 6, 6, 7, 7, 7, 8, 8, 8});
+  REQUIRE(f.load(1)->rgb == pattern(3, 3).rgb);
+  REQUIRE_THROWS_WITH(f.load(4), Contains("bad.jpg"));
+  REQUIRE_THROWS_WITH(f.path(6), Contains("out of range"));
+
+  ImageFolder skip(root.string(), /*skip_bad_images=*/true);
+  REQUIRE_FALSE(skip.load(4).has_value());
+  REQUIRE(skip.load(5).has_value());
+}
+
+TEST_CASE("ImageFolder: missing or empty roots are errors naming the root", "[data]") {
+  TempDir t;
+  REQUIRE_THROWS_WITH(ImageFolder(t.file("nope")), Contains(t.file("nope")) && Contains("does not exist"));
+  REQUIRE_THROWS_WITH(ImageFolder(t.dir.string()), Contains(t.dir.string()) && Contains("no class folders"));
+  fs::create_directories(t.dir / "empty_class");
+  write_text(t.file("empty_class/x.txt"), "");
+  REQUIRE_THROWS_WITH(ImageFolder(t.dir.string()), Contains("empty_class") && Contains("holds no"));
+}
+
+// ---------------------------------------------------------------- transforms
+
+TEST_CASE("transforms: eval = resize + centre crop + normalise, pixel by pixel", "[data]") {
+  TransformSpec s;
+  s.image_size = 3;
+  s.resize = 0;  // keep the size: only the crop and normalisation are under test
+  Image img = pattern(5, 6);
+  std::vector<float> out(sample_numel(s));
+  Generator gen(1);
+  transform_prepared(img, s, /*train=*/false, gen, out.data());
+  // top = round(1.0) = 1, left = round(1.5) = 2
+  for (int c = 0; c < 3; ++c)
+    for (int64_t y = 0; y < 3; ++y)
+      for (int64_t x = 0; x < 3; ++x) REQUIRE(out[(c * 3 + y) * 3 + x] == norm(img.at(y + 1, x + 2, c), c, s));
+  // eval draws nothing from the generator
+  Generator fresh(1);
+  REQUIRE(gen.next_u64() == fresh.next_u64());
+
+  // with a resize: equals resize_shorter then the centre crop
+  s.resize = 4;
+  s.image_size = 4;
+  out.resize(sample_numel(s));
+  apply_transform(img, s, false, gen, out.data());
+  std::vector<float> expect(sample_numel(s));
+  write_normalized(center_crop(resize_shorter(img, 4), 4, 4), {0, 0, 4, 4}, false, s, expect.data());
+  REQUIRE(out == expect);
+  // spot value of the normalisation: mean/std of channel 1
+  Image one;
+  one.height = one.width = 1;
+  one.rgb = {0, 255, 128};
+  s.image_size = 1;
+  s.resize = 0;
+  std::vector<float> o1(sample_numel(s));
+  transform_prepared(one, s, false, gen, o1.data());
+  REQUIRE(o1[0] == Approx(-0.485 / 0.229).epsilon(1e-6));
+  REQUIRE(o1[1] == Approx((1.0 - 0.456) / 0.224).epsilon(1e-6));
+  REQUIRE(o1[2] == Approx((128.0 / 255.0 - 0.406) / 0.225).epsilon(1e-6));
+}
+
+TEST_CASE("transforms: train random crop with padding and flip matches a hand-placed crop", "[data]") {
+  TransformSpec s;
+  s.image_size = 4;
+  s.resize = 0;
+  s.padding = 2;
+  s.random_crop = true;
+  s.hflip = true;
+  const Image img = pattern(5, 6, 3);
+  std::set<std::tuple<int64_t, int64_t, bool>> seen;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    Generator gen(seed);
+    std::vector<float> out(sample_numel(s));
+    transform_prepared(img, s, true, gen, out.data());
+    // replay the draws: top, left in the padded image, then the flip
+    Generator replay(seed);
+    const int64_t top = static_cast<int64_t>(replay.below(5 + 4 - 4 + 1));
+    const int64_t left = static_cast<int64_t>(replay.below(6 + 4 - 4 + 1));
+    const bool flip = replay.bernoulli(0.5f);
+    seen.insert({top, left, flip});
+    Image expect = crop_padded(img, top, left, 4, 4, 2);
+    if (flip) expect = hflip(expect);
+    for (int c = 0; c < 3; ++c)
+      for (int64_t y = 0; y < 4; ++y)
+        for (int64_t x = 0; x < 4; ++x) REQUIRE(out[(c * 4 + y) * 4 + x] == norm(expect.at(y, x, c), c, s));
+  }
+  REQUIRE(seen.size() > 50);  // 6 * 7 * 2 = 84 possible placements; most are reached
+
+  // A crop larger than the padded image is an error naming the sizes.
+  s.image_size = 12;
+  std::vector<float> big(sample_numel(s));
+  Generator gen(0);
+  REQUIRE_THROWS_WITH(transform_prepared(img, s, true, gen, big.data()), Contains("does not fit"));
+}
+
+TEST_CASE("transforms: random_resized_crop within bounds, seeded, torchvision fallback", "[data]") {
+  const std::array<double, 2> scale = {0.08, 1.0}, ratio = {3.0 / 4.0, 4.0 / 3.0};
+  for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{80, 120}, {120, 80}, {7, 9}, {1, 1}, {2, 50}}) {
+    for (uint64_t seed = 0; seed < 300; ++seed) {
+      Generator g1(seed), g2(seed);
+      const CropBox b = random_resized_crop_box(h, w, scale, ratio, g1);
+      const CropBox b2 = random_resized_crop_box(h, w, scale, ratio, g2);
+      REQUIRE((b.top == b2.top && b.left == b2.left && b.height == b2.height && b.width == b2.width));
+      REQUIRE(b.height > 0);
+      REQUIRE(b.width > 0);
+      REQUIRE(b.top >= 0);
+      REQUIRE(b.left >= 0);
+      REQUIRE(b.top + b.height <= h);
+      REQUIRE(b.left + b.width <= w);
+    }
+  }
+  // Fallback (no try fits: area > image): centre crop clamped to the ratio range.
+  Generator g(0);
+  CropBox f = random_resized_crop_box(10, 40, {5.0, 6.0}, ratio, g);  // in_ratio 4 > 4/3
+  CHECK(f.height == 10);
+  CHECK(f.width == 13);  // round(10 * 4/3)
+  CHECK(f.top == 0);
+  CHECK(f.left == 13);  // (40 - 13) // 2
+  f = random_resized_crop_box(40, 10, {5.0, 6.0}, ratio, g);  // in_ratio 1/4 < 3/4
+  CHECK(f.width == 10);
+  CHECK(f.height == 13);  // round(10 / 0.75) = round(13.33)
+  CHECK(f.top == 13);
+  f = random_resized_crop_box(10, 11, {5.0, 6.0}, ratio, g);  // ratio inside: whole image
+  CHECK((f.top == 0 && f.left == 0 && f.height == 10 && f.width == 11));
+
+  // The train path with RRC is deterministic per generator seed and writes S x S.
+  TransformSpec s;
+  s.image_size = 8;
+  s.resize = 0;
+  s.random_resized_crop = true;
+  Image img = pattern(20, 30);
+  std::vector<float> a(sample_numel(s)), b(sample_numel(s));
+  Generator ga(5), gb(5);
+  transform_prepared(img, s, true, ga, a.data());
+  transform_prepared(img, s, true, gb, b.data());
+  REQUIRE(a == b);
+}
+
+// ---------------------------------------------------------------- DataLoader
+
+TEST_CASE("DataLoader: same seed, same batches for any worker count; epochs differ; drop_last", "[data]") {
+  TempDir t;
+  make_folder(t.dir / "ds", 3, 7, 12, 14);  // 21 images
+  ImageFolder f((t.dir / "ds").string());
+  TransformSpec s;
+  s.image_size = 8;
+  s.resize = 10;
+  s.padding = 1;
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.seed = 42;
+
+  std::vector<std::vector<Batch>> by_workers;
+  for (int64_t workers : {0, 1, 3}) {
+    o.workers = workers;
+    o.prefetch = 2;
+    DataLoader loader(f, s, o);
+    REQUIRE(loader.batches_per_epoch() == 6);
+    auto e0 = run_epoch(loader, 0);
+    REQUIRE(e0.size() == 6);
+    REQUIRE(e0.back().images.sizes() == Shape{1, 3, 8, 8});
+    REQUIRE(e0.front().images.sizes() == Shape{4, 3, 8, 8});
+    by_workers.push_back(e0);
+    auto e0_again = run_epoch(loader, 0);
+    require_same_batches(e0, e0_again);
+  }
+  require_same_batches(by_workers[0], by_workers[1]);
+  require_same_batches(by_workers[0], by_workers[2]);
+
+  o.workers = 2;
+  o.cache = true;
+  DataLoader cached(f, s, o);
+  require_same_batches(by_workers[0], run_epoch(cached, 0));
+  require_same_batches(by_workers[0], run_epoch(cached, 0));  // second pass from the cache
+
+  // Different epochs: different order (and augmentation); every sample once.
+  DataLoader loader(f, s, o);
+  REQUIRE(loader.epoch_order(0) != loader.epoch_order(1));
+  auto order = loader.epoch_order(1);
+  std::sort(order.begin(), order.end());
+  for (int64_t i = 0; i < 21; ++i) REQUIRE(order[i] == i);
+  auto e1 = run_epoch(loader, 1);
+  REQUIRE(e1[0].images.to_vector() != by_workers[0][0].images.to_vector());
+  // labels follow the order
+  const auto ord1 = loader.epoch_order(1);
+  for (int64_t k = 0; k < 4; ++k) REQUIRE(e1[0].labels.data<int32_t>()[k] == f.label(ord1[k]));
+
+  // A different seed changes epoch 0.
+  o.seed = 43;
+  DataLoader other(f, s, o);
+  REQUIRE(other.epoch_order(0) != loader.epoch_order(0));
+
+  // No shuffle: dataset order; drop_last drops the short batch.
+  o.shuffle = false;
+  o.drop_last = true;
+  o.train = false;
+  DataLoader plain(f, s, o);
+  REQUIRE(plain.batches_per_epoch() == 5);
+  REQUIRE(plain.samples_per_epoch() == 20);
+  auto ep = run_epoch(plain, 3);
+  REQUIRE(ep.size() == 5);
+  for (size_t b = 0; b < ep.size(); ++b) {
+    REQUIRE(ep[b].images.size(0) == 4);
+    REQUIRE(ep[b].index == static_cast<int64_t>(b));
+    for (int64_t k = 0; k < 4; ++k) REQUIRE(ep[b].labels.data<int32_t>()[k] == f.label(b * 4 + k));
+  }
+  // eval samples match apply_transform on the decoded image
+  std::vector<float> expect(sample_numel(s));
+  Generator unused(0);
+  apply_transform(*f.load(5), s, false, unused, expect.data());
+  const auto v = ep[1].images.to_vector();
+  REQUIRE(std::vector<float>(v.begin() + sample_numel(s), v.begin() + 2 * sample_numel(s)) == expect);
+
+  REQUIRE(loader.stats().batches == 6);
+  REQUIRE(loader.stats().wait_seconds >= 0.0);
+}
+
+TEST_CASE("DataLoader: corrupt image rethrown from next() naming the file, or skipped and counted", "[data]") {
+  TempDir t;
+  make_folder(t.dir / "ds", 2, 5, 10, 10);  // 10 images
+  write_text((t.dir / "ds" / "c1" / "img2.png").string(), "corrupt");
+  TransformSpec s;
+  s.image_size = 6;
+  s.resize = 8;
+  LoaderOptions o;
+  o.batch_size = 3;
+  o.shuffle = false;
+  for (int64_t workers : {0, 2}) {
+    o.workers = workers;
+    ImageFolder strict((t.dir / "ds").string());
+    DataLoader loader(strict, s, o);
+    loader.start_epoch(0);
+    Batch b;
+    REQUIRE(loader.next(b));  // samples 0..2
+    REQUIRE(loader.next(b));  // samples 3..5
+    // samples 6..8 hold c1/img2 (index 7)
+    REQUIRE_THROWS_WITH(loader.next(b), Contains("img2.png") && Contains("c1"));
+    REQUIRE_FALSE(loader.next(b));  // the epoch is over
+    // a new epoch starts again
+    loader.start_epoch(1);
+    REQUIRE(loader.next(b));
+
+    ImageFolder lenient((t.dir / "ds").string(), /*skip_bad_images=*/true);
+    DataLoader skipping(lenient, s, o);
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      auto batches = run_epoch(skipping, epoch);
+      REQUIRE(batches.size() == 4);
+      REQUIRE(batches[2].images.size(0) == 2);
+      REQUIRE(batches[2].labels.numel() == 2);
+      REQUIRE(batches[2].skipped == 1);
+    }
+    REQUIRE(skipping.stats().skipped_images == 2);
+    REQUIRE(skipping.bad_files() == std::vector<std::string>{(t.dir / "ds" / "c1" / "img2.png").string()});
+    skipping.reset_stats();
+    REQUIRE(skipping.stats().skipped_images == 0);
+  }
+}
+
+TEST_CASE("DataLoader: restart and destruction in the middle of an epoch", "[data]") {
+  TempDir t;
+  make_folder(t.dir / "ds", 2, 10, 16, 16);
+  ImageFolder f((t.dir / "ds").string());
+  TransformSpec s;
+  s.image_size = 8;
+  s.resize = 12;
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.workers = 3;
+  o.prefetch = 3;
+  o.seed = 7;
+  std::vector<Batch> full;
+  {
+    DataLoader ref(f, s, o);
+    full = run_epoch(ref, 2);
+  }
+  {
+    DataLoader loader(f, s, o);
+    loader.start_epoch(5);
+    Batch b;
+    REQUIRE(loader.next(b));
+    require_same_batches(full, run_epoch(loader, 2));  // restart mid-epoch: a clean epoch 2
+    loader.start_epoch(3);
+    REQUIRE(loader.next(b));
+  }  // destroyed with workers busy
+  {
+    DataLoader idle(f, s, o);  // never started
+    Batch b;
+    REQUIRE_THROWS_WITH(idle.next(b), Contains("start_epoch"));
+  }
+  LoaderOptions bad = o;
+  bad.batch_size = 0;
+  REQUIRE_THROWS_WITH(DataLoader(f, s, bad), Contains("batch_size"));
+  bad = o;
+  bad.batch_size = 100;
+  bad.drop_last = true;
+  REQUIRE_THROWS_WITH(DataLoader(f, s, bad), Contains("drop_last"));
+}
+
+// ---------------------------------------------------------------- subset + sample
+
+TEST_CASE("make_subset: counts, sizes, seeded choice, errors", "[data]") {
+  TempDir t;
+  make_folder(t.dir / "src" / "train", 3, 6, 20, 30);
+  make_folder(t.dir / "src" / "val", 3, 4, 30, 20);
+  const std::string src = (t.dir / "src").string();
+  auto r = make_subset(src, t.file("out"), 2, 1, 10, 9, 2);
+  REQUIRE(r.classes == 3);
+  REQUIRE(r.train_images == 6);
+  REQUIRE(r.val_images == 3);
+  ImageFolder tr(t.file("out/train")), va(t.file("out/val"));
+  REQUIRE(tr.classes() == std::vector<std::string>{"c0", "c1", "c2"});
+  REQUIRE(tr.size() == 6);
+  REQUIRE(va.size() == 3);
+  for (int64_t i = 0; i < tr.size(); ++i) {
+    Image img = *tr.load(i);
+    REQUIRE(std::min(img.height, img.width) == 10);
+  }
+  // same seed, one thread: the same files, the same bytes
+  make_subset(src, t.file("again"), 2, 1, 10, 9, 1);
+  ImageFolder tr2(t.file("again/train"));
+  for (int64_t i = 0; i < tr.size(); ++i) {
+    REQUIRE(fs::path(tr.path(i)).filename() == fs::path(tr2.path(i)).filename());
+    REQUIRE(tr.load(i)->rgb == tr2.load(i)->rgb);
+  }
+  // another seed picks other files somewhere
+  make_subset(src, t.file("other"), 2, 1, 10, 10, 1);
+  ImageFolder tr3(t.file("other/train"));
+  bool differs = false;
+  for (int64_t i = 0; i < tr.size(); ++i) differs |= fs::path(tr.path(i)).filename() != fs::path(tr3.path(i)).filename();
+  REQUIRE(differs);
+
+  REQUIRE_THROWS_WITH(make_subset(src, t.file("out"), 2, 1, 10, 9), Contains("not an empty folder"));
+  REQUIRE_THROWS_WITH(make_subset(src, t.file("x"), 7, 1, 10, 9), Contains("fewer than the 7"));
+  REQUIRE_THROWS_WITH(make_subset(t.file("nosrc"), t.file("y"), 1, 1, 10, 9), Contains("nosrc"));
+}
+
+TEST_CASE("the committed sample data/samples/imagenette-mini loads: 10 classes, 300 train, 100 val", "[data]") {
+  const std::string root = std::string(QAT_SOURCE_DIR) + "/data/samples/imagenette-mini";
+  ImageFolder train(root + "/train"), val(root + "/val");
+  REQUIRE(train.num_classes() == 10);
+  REQUIRE(val.classes() == train.classes());
+  REQUIRE(train.classes().front() == "n01440764");
+  REQUIRE(train.size() == 300);
+  REQUIRE(val.size() == 100);
+  for (int32_t c = 0; c < 10; ++c) {
+    REQUIRE(train.indices_of(c).size() == 30);
+    REQUIRE(val.indices_of(c).size() == 10);
+  }
+  TransformSpec s;
+  s.image_size = 64;
+  s.resize = 72;
+  LoaderOptions o;
+  o.batch_size = 50;
+  o.workers = 2;
+  o.train = false;
+  o.shuffle = false;
+  DataLoader loader(val, s, o);
+  auto batches = run_epoch(loader, 0);
+  REQUIRE(batches.size() == 2);
+  for (const auto& b : batches) {
+    REQUIRE(b.images.sizes() == Shape{50, 3, 64, 64});
+    for (float v : b.images.to_vector()) REQUIRE(std::isfinite(v));
+  }
+  REQUIRE(std::min(train.load(0)->height, train.load(0)->width) == 80);
+}
