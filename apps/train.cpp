@@ -227,6 +227,11 @@ int run_train(const TrainArgs& args) {
                 "%.1f img/s, data wait %.1f%%, %.0f s\n",
                 static_cast<long long>(m.epoch), m.train_loss, 100 * m.train_top1, m.val_loss, 100 * m.val_top1,
                 100 * m.val_top5, m.lr, m.images_per_second, 100 * m.data_wait_share, m.epoch_seconds);
+    const int64_t skipped = train_loader.stats().skipped_images + val_loader.stats().skipped_images;
+    if (skipped > 0)
+      std::printf("  skipped %lld bad images so far (data.on_bad_image: skip); first: %s\n",
+                  static_cast<long long>(skipped),
+                  (train_loader.bad_files().empty() ? val_loader.bad_files() : train_loader.bad_files())[0].c_str());
     state.next_epoch();
     const bool best = v.top1 > state.best_top1;
     if (best) state.best_top1 = v.top1;
