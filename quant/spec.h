@@ -1,0 +1,32 @@
+#pragma once
+// QuantSpec: how one tensor is quantized (REFERENCES.md §1).
+//   signed b-bit:   [-2^(b-1), 2^(b-1)-1]; narrow range drops -2^(b-1)
+//   unsigned b-bit: [0, 2^b - 1]
+// Scale formulas: minmax ("Google"/TFLite) and power_of_two ("Cambricon").
+#include <cstdint>
+#include <string>
+
+namespace qat::quant {
+
+enum class ScaleFormula { minmax, power_of_two };
+enum class SteKind { clipped, plain };  // clipped: zero gradient outside [qmin, qmax] (PyTorch)
+
+struct QuantSpec {
+  int bits = 8;               // 2..8
+  bool is_signed = true;
+  bool symmetric = true;      // z = 0 (signed) / affine with a zero point
+  bool per_channel = false;
+  int64_t axis = 0;           // channel axis for per-channel
+  bool narrow_range = false;  // signed only: qmin = -(2^(b-1) - 1)
+  ScaleFormula formula = ScaleFormula::minmax;
+  float min_scale = 0.f;      // scales are clamped up to this (e.g. 2^-12); 0: only > 0 by construction
+
+  int32_t qmin() const;
+  int32_t qmax() const;
+  // Throws qat::Error naming `where` when the spec is inconsistent
+  // (bits out of 2..8, narrow range on unsigned, power_of_two with affine...).
+  void validate(const std::string& where) const;
+  std::string describe() const;  // e.g. "int8 sym per-channel(0) narrow"
+};
+
+}  // namespace qat::quant
