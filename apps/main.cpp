@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "apps/bench.h"
+#include "apps/compare.h"
 #include "apps/data_cmd.h"
 #include "apps/train.h"
 #include "core/error.h"
@@ -43,6 +44,11 @@ int main(int argc, char** argv) {
   ev->add_option("--checkpoint", eval.checkpoint, "Checkpoint file (.safetensors)")->required()->check(CLI::ExistingFile);
   ev->add_option("--set", eval.overrides, "Override a config key (repeatable)");
 
+  qat::apps::CompareArgs compare;
+  auto* cmp = app.add_subcommand("compare", "Compare runs: Markdown table and val top-1 chart");
+  cmp->add_option("runs", compare.runs, "Run directories")->required()->check(CLI::ExistingDirectory);
+  cmp->add_option("--out", compare.out_dir, "Report folder")->capture_default_str();
+
   qat::apps::add_data_command(app);
 
   try {
@@ -51,6 +57,7 @@ int main(int argc, char** argv) {
     if (b->parsed()) return qat::apps::run_bench(bench);
     if (t->parsed()) return qat::apps::run_train(train);
     if (ev->parsed()) return qat::apps::run_eval(eval);
+    if (cmp->parsed()) return qat::apps::run_compare(compare);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const qat::Error& e) {

@@ -1,0 +1,163 @@
+#include "apps/compare.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "apps/metrics_log.h"
+#include "core/error.h"
+#include "models/models.h"
+
+namespace qat::apps {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Reads an optional scalar of the run's resolved config.yaml.
+template <class T>
+T get(const YAML::Node& root, std::initializer_list<const char*> path, T fallback) {
+  YAML::Node n = YAML::Clone(root);
+  for (const char* p : path) {
+    if (!n.IsMap() || !n[p]) return fallback;
+    n = n[p];
+  }
+  return n.as<T>();
+}
+
+// Weights (tensors with >= 2 dims) at `bits`, every other parameter float32.
+int64_t weight_storage_bytes(const std::string& model, int64_t classes, int bits) {
+  ModulePtr m = make_model(model, classes, 0);
+  int64_t bits_total = 0;
+  for (auto& [name, t] : m->named_parameters()) bits_total += t.numel() * (t.dim() >= 2 ? bits : 32);
+  return (bits_total + 7) / 8;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string bytes_str(int64_t b) {
+  if (b >= 1000000) return fmt("%.1f MB", b / 1e6);
+  if (b >= 1000) return fmt("%.1f kB", b / 1e3);
+  return std::to_string(b) + " B";
+}
+
+}  // namespace
+
+RunSummary summarize_run(const std::string& run_dir) {
+  const std::string cfg_path = run_dir + "/config.yaml";
+  QAT_CHECK(fs::exists(cfg_path), "compare: ", run_dir, " has no config.yaml (not a qat run directory?)");
+  YAML::Node cfg;
+  try {
+    cfg = YAML::LoadFile(cfg_path);
+  } catch (const YAML::Exception& e) {
+    QAT_FAIL("compare: cannot read ", cfg_path, ": ", e.what());
+  }
+  RunSummary s;
+  s.name = fs::path(run_dir).lexically_normal().filename().string();
+  if (s.name.empty()) s.name = fs::path(run_dir).lexically_normal().parent_path().filename().string();
+  s.model = get<std::string>(cfg, {"model", "name"}, "alexnet_bn");
+  s.num_classes = get<int64_t>(cfg, {"model", "num_classes"}, 10);
+  if (get<bool>(cfg, {"quant", "enabled"}, false)) {
+    s.weight_bits = get<int>(cfg, {"quant", "weight", "bits"}, 8);
+    s.activation_bits = get<int>(cfg, {"quant", "activation", "bits"}, 8);
+    s.method = get<std::string>(cfg, {"quant", "method"}, "moving_average");
+  }
+  const auto rows = read_metrics(run_dir);
+  QAT_CHECK(!rows.empty(), "compare: ", run_dir, "/metrics.csv has no finished epoch");
+  for (const auto& r : rows) {
+    s.val_top1.push_back(r.val_top1);
+    s.train_seconds += r.epoch_seconds;
+    if (r.val_top1 > s.best_top1) s.best_top1 = r.val_top1, s.best_top5 = r.val_top5;
+  }
+  s.final_top1 = rows.back().val_top1;
+  s.final_top5 = rows.back().val_top5;
+  s.weight_bytes = weight_storage_bytes(s.model, s.num_classes, s.weight_bits);
+  return s;
+}
+
+std::string markdown_table(const std::vector<RunSummary>& runs) {
+  // The reference for deltas: the first FP32 run given, else the first run.
+  const RunSummary* ref = &runs.front();
+  for (const auto& r : runs)
+    if (r.method == "fp32") {
+      ref = &r;
+      break;
+    }
+  std::string t =
+      "| run | bits W/A | method | best top-1 | best top-5 | final top-1 | final top-5 | Δ best top-1 vs " + ref->name +
+      " | weights | train time |\n|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : runs) {
+    const std::string bits = r.method == "fp32" ? "32/32" : std::to_string(r.weight_bits) + "/" +
+                                                                std::to_string(r.activation_bits);
+    t += "| " + r.name + " | " + bits + " | " + r.method + " | " + fmt("%.2f%%", 100 * r.best_top1) + " | " +
+         fmt("%.2f%%", 100 * r.best_top5) + " | " + fmt("%.2f%%", 100 * r.final_top1) + " | " +
+         fmt("%.2f%%", 100 * r.final_top5) + " | " + fmt("%+.2f", 100 * (r.best_top1 - ref->best_top1)) + " | " +
+         bytes_str(r.weight_bytes) + " | " + fmt("%.1f min", r.train_seconds / 60) + " |\n";
+  }
+  return t;
+}
+
+std::string svg_chart(const std::vector<RunSummary>& runs) {
+  const double W = 720, H = 420, left = 60, right = 200, top = 30, bottom = 50;
+  const double pw = W - left - right, ph = H - top - bottom;
+  size_t max_epochs = 1;
+  double lo = 1, hi = 0;
+  for (const auto& r : runs) {
+    max_epochs = std::max(max_epochs, r.val_top1.size());
+    for (double v : r.val_top1) lo = std::min(lo, v), hi = std::max(hi, v);
+  }
+  lo = std::max(0.0, std::floor(lo * 10) / 10);
+  hi = std::min(1.0, std::ceil(hi * 10) / 10);
+  if (hi <= lo) hi = lo + 0.1;
+  auto X = [&](double e) { return left + (max_epochs == 1 ? pw / 2 : pw * (e - 1) / (max_epochs - 1)); };
+  auto Y = [&](double v) { return top + ph * (1 - (v - lo) / (hi - lo)); };
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
+  std::string s = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\"", W) + fmt(" height=\"%.0f\"", H) +
+                  " font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s += fmt("<text x=\"%.0f\" y=\"18\" font-size=\"14\">val top-1 per epoch</text>\n", left);
+  for (int i = 0; i <= 5; ++i) {
+    const double v = lo + (hi - lo) * i / 5;
+    s += fmt("<line x1=\"%.1f\"", left) + fmt(" x2=\"%.1f\"", left + pw) + fmt(" y1=\"%.1f\"", Y(v)) +
+         fmt(" y2=\"%.1f\" stroke=\"#ddd\"/>\n", Y(v));
+    s += fmt("<text x=\"%.1f\"", left - 8) + fmt(" y=\"%.1f\" text-anchor=\"end\">", Y(v) + 4) +
+         fmt("%.0f%%</text>\n", 100 * v);
+  }
+  for (size_t e = 1; e <= max_epochs; ++e)
+    s += fmt("<text x=\"%.1f\"", X(e)) + fmt(" y=\"%.1f\" text-anchor=\"middle\">", top + ph + 18) +
+         std::to_string(e) + "</text>\n";
+  s += fmt("<text x=\"%.1f\"", left + pw / 2) + fmt(" y=\"%.1f\" text-anchor=\"middle\">epoch</text>\n", H - 10);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const char* c = colors[i % 8];
+    std::string pts;
+    for (size_t e = 0; e < runs[i].val_top1.size(); ++e)
+      pts += fmt("%.1f,", X(e + 1)) + fmt("%.1f ", Y(runs[i].val_top1[e]));
+    s += "<polyline fill=\"none\" stroke=\"" + std::string(c) + "\" stroke-width=\"2\" points=\"" + pts + "\"/>\n";
+    const double ly = top + 16 * i + 10;
+    s += fmt("<line x1=\"%.1f\"", left + pw + 15) + fmt(" x2=\"%.1f\"", left + pw + 35) + fmt(" y1=\"%.1f\"", ly) +
+         fmt(" y2=\"%.1f\" stroke=\"", ly) + c + "\" stroke-width=\"2\"/>\n";
+    s += fmt("<text x=\"%.1f\"", left + pw + 40) + fmt(" y=\"%.1f\">", ly + 4) + runs[i].name + "</text>\n";
+  }
+  return s + "</svg>\n";
+}
+
+int run_compare(const CompareArgs& args) {
+  QAT_CHECK(!args.runs.empty(), "compare: give at least one run directory");
+  std::vector<RunSummary> runs;
+  for (const auto& r : args.runs) runs.push_back(summarize_run(r));
+  const std::string table = markdown_table(runs);
+  fs::create_directories(args.out_dir);
+  std::ofstream(args.out_dir + "/compare.md") << table;
+  std::ofstream(args.out_dir + "/val_top1.svg") << svg_chart(runs);
+  std::printf("%s\nwrote %s/compare.md and %s/val_top1.svg\n", table.c_str(), args.out_dir.c_str(),
+              args.out_dir.c_str());
+  return 0;
+}
+
+}  // namespace qat::apps

@@ -1,0 +1,32 @@
+#pragma once
+// `qat compare RUN_DIR...`: a Markdown table of runs (bits, method, best and
+// final val accuracy, delta vs the FP32 run, weight storage, train time) and
+// an SVG chart of val top-1 per epoch, written to a report folder and printed.
+#include <string>
+#include <vector>
+
+namespace qat::apps {
+
+struct CompareArgs {
+  std::vector<std::string> runs;
+  std::string out_dir = "reports/compare";
+};
+
+struct RunSummary {
+  std::string name;            // run folder name
+  std::string model;
+  int64_t num_classes = 0;
+  int weight_bits = 32, activation_bits = 32;
+  std::string method = "fp32";
+  double best_top1 = 0, best_top5 = 0, final_top1 = 0, final_top5 = 0;
+  double train_seconds = 0;
+  int64_t weight_bytes = 0;    // weights at weight_bits, everything else float32
+  std::vector<double> val_top1;  // per epoch
+};
+
+RunSummary summarize_run(const std::string& run_dir);
+std::string markdown_table(const std::vector<RunSummary>& runs);
+std::string svg_chart(const std::vector<RunSummary>& runs);
+int run_compare(const CompareArgs& args);
+
+}  // namespace qat::apps
