@@ -1,0 +1,51 @@
+// qat compare on hand-made run directories.
+#include <filesystem>
+#include <fstream>
+
+#include "tests/test_util.h"
+
+#include "apps/compare.h"
+#include "apps/metrics_log.h"
+
+using namespace qat::apps;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+fs::path make_run(const std::string& name, const std::string& quant, const std::vector<double>& top1) {
+  fs::path d = fs::temp_directory_path() / ("qat_cmp_" + std::to_string(::getpid())) / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  std::ofstream(d / "config.yaml") << "model: {name: small_cnn, num_classes: 4}\n" << quant;
+  for (size_t e = 0; e < top1.size(); ++e) {
+    EpochMetrics m;
+    m.epoch = static_cast<int64_t>(e + 1);
+    m.val_top1 = top1[e];
+    m.val_top5 = 1.0;
+    m.epoch_seconds = 30;
+    append_metrics(d.string(), m);
+  }
+  return d;
+}
+}  // namespace
+
+TEST_CASE("compare tabulates best/final accuracy, deltas and weight storage", "[compare]") {
+  fs::path fp = make_run("fp32", "", {0.5, 0.7, 0.65});
+  fs::path q4 = make_run("w4a4", "quant: {enabled: true, method: lsq, weight: {bits: 4}, activation: {bits: 4}}\n",
+                         {0.4, 0.6});
+  RunSummary a = summarize_run(fp.string()), b = summarize_run(q4.string());
+  REQUIRE(a.best_top1 == Approx(0.7));
+  REQUIRE(a.final_top1 == Approx(0.65));
+  REQUIRE(a.train_seconds == Approx(90));
+  REQUIRE(b.weight_bits == 4);
+  REQUIRE(b.method == "lsq");
+  // small_cnn: weights 8*3*9 + 16*8*9 + 4*16 = 1432 values; BN 2*8 + 2*16 and fc bias 4 = 52 float32
+  REQUIRE(a.weight_bytes == (1432 + 52) * 4);
+  REQUIRE(b.weight_bytes == 1432 / 2 + 52 * 4);
+  const std::string t = markdown_table({a, b});
+  REQUIRE_THAT(t, Contains("| fp32 | 32/32 | fp32 | 70.00%") && Contains("| w4a4 | 4/4 | lsq | 60.00%") &&
+                      Contains("-10.00"));
+  const std::string svg = svg_chart({a, b});
+  REQUIRE_THAT(svg, Contains("<svg") && Contains("polyline") && Contains("w4a4"));
+  REQUIRE_THROWS_WITH(summarize_run((fp / "nope").string()), Contains("no config.yaml"));
+}
