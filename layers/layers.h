@@ -114,3 +114,13 @@ class Sequential : public Module {
 };
 
 }  // namespace qat
+
+namespace qat {
+// Passes its input through; stands in for modules folded into a neighbour
+// (keeps the Sequential's indices, and so the state-dict names, stable).
+class Identity : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x; }
+  std::string type_name() const override { return "Identity"; }
+};
+}  // namespace qat

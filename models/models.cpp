@@ -20,7 +20,7 @@ AlexNet::AlexNet(int64_t num_classes, bool batch_norm, uint64_t seed)
     : batch_norm_(batch_norm), dropout_gen_(std::make_shared<Generator>(seed ^ 0x5eedd20f0f5eedULL)) {
   QAT_CHECK(num_classes >= 1, "AlexNet: num_classes must be >= 1, got ", num_classes);
   Generator gen(seed);
-  features = register_module("features", std::make_shared<Sequential>());
+  auto features = register_module("features", std::make_shared<Sequential>());
   conv_block(*features, 3, 64, 11, 4, 2, batch_norm, gen);
   features->push_back(std::make_shared<MaxPool2d>(3, 2));
   conv_block(*features, 64, 192, 5, 1, 2, batch_norm, gen);
@@ -29,8 +29,9 @@ AlexNet::AlexNet(int64_t num_classes, bool batch_norm, uint64_t seed)
   conv_block(*features, 384, 256, 3, 1, 1, batch_norm, gen);
   conv_block(*features, 256, 256, 3, 1, 1, batch_norm, gen);
   features->push_back(std::make_shared<MaxPool2d>(3, 2));
-  avgpool = register_module("avgpool", std::make_shared<AdaptiveAvgPool2d>(6, 6));
-  classifier = register_module("classifier", std::make_shared<Sequential>());
+  register_module("avgpool", std::make_shared<AdaptiveAvgPool2d>(6, 6));
+  register_module("flatten", std::make_shared<Flatten>());  // torch.flatten in torchvision's forward
+  auto classifier = register_module("classifier", std::make_shared<Sequential>());
   classifier->push_back(std::make_shared<Dropout>(0.5f, dropout_gen_));
   classifier->push_back(std::make_shared<Linear>(256 * 6 * 6, 4096, gen));
   classifier->push_back(std::make_shared<ReLU>());
@@ -43,21 +44,27 @@ AlexNet::AlexNet(int64_t num_classes, bool batch_norm, uint64_t seed)
 Tensor AlexNet::forward(const Tensor& x) {
   QAT_CHECK(x.dim() == 4 && x.size(1) == 3 && x.size(2) >= 63 && x.size(3) >= 63, type_name(),
             ": expected input (N,3,H,W) with H,W >= 63, got ", x.sizes());
-  return classifier->forward(flatten(avgpool->forward(features->forward(x)), 1));
+  Tensor h = x;
+  for (auto& [name, m] : children()) h = m->forward(h);
+  return h;
 }
 
 SmallCNN::SmallCNN(int64_t in_channels, int64_t num_classes, uint64_t seed) {
   Generator gen(seed);
-  features = register_module("features", std::make_shared<Sequential>());
+  auto features = register_module("features", std::make_shared<Sequential>());
   conv_block(*features, in_channels, 8, 3, 1, 1, true, gen);
   features->push_back(std::make_shared<MaxPool2d>(2, 2));
   conv_block(*features, 8, 16, 3, 1, 1, true, gen);
   features->push_back(std::make_shared<AdaptiveAvgPool2d>(1, 1));
   features->push_back(std::make_shared<Flatten>());
-  fc = register_module("fc", std::make_shared<Linear>(16, num_classes, gen));
+  register_module("fc", std::make_shared<Linear>(16, num_classes, gen));
 }
 
-Tensor SmallCNN::forward(const Tensor& x) { return fc->forward(features->forward(x)); }
+Tensor SmallCNN::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& [name, m] : children()) h = m->forward(h);
+  return h;
+}
 
 std::vector<std::string> model_names() { return {"alexnet", "alexnet_bn", "small_cnn"}; }
 

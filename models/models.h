@@ -22,8 +22,6 @@ class AlexNet : public Module {
   std::string type_name() const override { return batch_norm_ ? "AlexNetBN" : "AlexNet"; }
   // The generator the dropout layers draw from (save/restore it to resume).
   Generator& dropout_generator() { return *dropout_gen_; }
-  std::shared_ptr<Sequential> features, classifier;
-  std::shared_ptr<AdaptiveAvgPool2d> avgpool;
 
  private:
   bool batch_norm_;
@@ -35,9 +33,10 @@ class SmallCNN : public Module {
   SmallCNN(int64_t in_channels, int64_t num_classes, uint64_t seed);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "SmallCNN"; }
-  std::shared_ptr<Sequential> features;
-  std::shared_ptr<Linear> fc;
 };
+
+// Both models apply their children in registration order (so graph rewrites
+// such as quant::prepare() can swap any child).
 
 // Registry: name in model_names(); weights initialised from `seed`.
 ModulePtr make_model(const std::string& name, int64_t num_classes, uint64_t seed = 0);

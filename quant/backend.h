@@ -1,0 +1,58 @@
+#pragma once
+// A backend description is data, not code (REFERENCES §8, PyTorch's
+// BackendConfig idea): which op patterns get quantized, and the dtypes and
+// ranges the target allows. apps/ reads it from configs/backends/*.yaml;
+// prepare() follows it. A pattern the backend does not list stays float.
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "quant/fake_quantizer.h"
+#include "quant/spec.h"
+
+namespace qat::quant {
+
+enum class Pattern { conv, conv_relu, conv_bn, conv_bn_relu, linear, linear_relu };
+const char* pattern_name(Pattern p);
+
+// What one tensor kind (weights or activations) may be on this backend.
+// An unset optional means "either; the qconfig chooses (default in brackets)".
+struct TensorRule {
+  bool is_signed = true;
+  std::optional<bool> symmetric;     // [weights: true, activations: false]
+  std::optional<bool> per_channel;   // [weights: true]; activations are always per-tensor
+  bool narrow_range = false;         // signed only: [-(2^(b-1)-1), 2^(b-1)-1]
+  std::optional<ScaleFormula> formula;  // [minmax]
+  int min_bits = 2, max_bits = 8;
+};
+
+struct Backend {
+  std::string name;
+  std::set<Pattern> patterns;
+  TensorRule weight, activation;
+  float min_scale = 0.f;  // e.g. 2^-12; 0: none
+};
+
+// What the user asks for (the YAML `quant:` section); unset values take the
+// backend's choice. A request the backend does not allow is an error naming
+// the layer and the constraint.
+struct LayerBits {
+  int weight_bits = 0, activation_bits = 0;  // 0: keep the global setting
+};
+
+struct QConfig {
+  QuantMethod method = QuantMethod::moving_average;
+  SteKind ste = SteKind::clipped;
+  float averaging_constant = 0.01f;
+  int weight_bits = 8, activation_bits = 8;
+  std::optional<bool> weight_symmetric, weight_per_channel, activation_symmetric;
+  std::optional<ScaleFormula> formula;
+  std::map<std::string, LayerBits> overrides;  // by module name, e.g. "features.0"
+};
+
+// The specs a layer gets; throws naming `layer` on a violated constraint.
+QuantSpec weight_spec(const Backend& b, const QConfig& q, const std::string& layer);
+QuantSpec activation_spec(const Backend& b, const QConfig& q, const std::string& layer);
+
+}  // namespace qat::quant

@@ -1,0 +1,127 @@
+// prepare(): plain float models become fused QAT models by the backend.
+#include <cmath>
+
+#include "tests/test_util.h"
+
+#include "models/models.h"
+#include "quant/prepare.h"
+#include "quant/qat_modules.h"
+
+using namespace qat;
+using namespace qat::quant;
+using Catch::Matchers::Contains;
+
+namespace {
+
+Backend all_patterns(const std::string& name) {
+  Backend b;
+  b.name = name;
+  b.patterns = {Pattern::conv, Pattern::conv_relu, Pattern::conv_bn, Pattern::conv_bn_relu, Pattern::linear,
+                Pattern::linear_relu};
+  b.weight.is_signed = true;
+  b.activation.is_signed = false;
+  return b;
+}
+
+Backend tensorrt() {
+  Backend b = all_patterns("tensorrt");
+  b.weight.symmetric = true;
+  b.weight.narrow_range = true;
+  b.weight.per_channel = true;
+  b.activation.is_signed = true;
+  b.activation.symmetric = true;
+  return b;
+}
+
+std::string type_at(Module& m, const std::string& name) {
+  for (auto& [n, mod] : m.named_modules())
+    if (n == name) return mod->type_name();
+  return "<none>";
+}
+
+}  // namespace
+
+TEST_CASE("prepare fuses AlexNet-BN into QAT blocks with quantizers in place", "[quant][prepare]") {
+  ModulePtr m = make_model("alexnet_bn", 10, 0);
+  const PrepareReport r = prepare(*m, all_patterns("default"), QConfig{});
+  std::vector<std::string> names, patterns;
+  for (auto& l : r.layers) names.push_back(l.name), patterns.push_back(l.pattern);
+  REQUIRE(names == std::vector<std::string>{"features.0", "features.4", "features.8", "features.11", "features.14",
+                                            "classifier.1", "classifier.4", "classifier.6"});
+  REQUIRE(patterns == std::vector<std::string>{"conv+bn+relu", "conv+bn+relu", "conv+bn+relu", "conv+bn+relu",
+                                               "conv+bn+relu", "linear+relu", "linear+relu", "linear"});
+  REQUIRE(type_at(*m, "features.0") == "QatConvBnReLU2d");
+  REQUIRE(type_at(*m, "features.1") == "Identity");
+  REQUIRE(type_at(*m, "features.2") == "Identity");
+  REQUIRE(type_at(*m, "features.3") == "MaxPool2d");
+  REQUIRE(type_at(*m, "avgpool") == "Sequential");
+  REQUIRE(type_at(*m, "avgpool.1") == "SharedFakeQuantize");
+  REQUIRE(type_at(*m, "classifier.6") == "QatLinear");
+  REQUIRE(r.layers.front().has_input_quant);
+  REQUIRE_FALSE(r.layers.back().has_output_quant);  // logits stay float
+  // The float weights are carried over under the same names.
+  TensorMap sd = m->state_dict();
+  REQUIRE(sd.count("features.0.weight"));
+  REQUIRE(sd.count("features.0.bn.running_var"));
+  REQUIRE(sd.count("features.0.weight_fake_quant.scale"));
+  REQUIRE(sd.at("features.0.weight_fake_quant.scale").sizes() == Shape{64});  // per-channel
+  REQUIRE(sd.count("features.0.input_fake_quant.zero_point"));
+  // It still trains: one step runs forward and backward at the minimum size.
+  Generator g(1);
+  Tensor x = Tensor::randn({2, 3, 63, 63}, g);
+  Tensor loss = cross_entropy(m->forward(x), Tensor::from_vector_i32({1, 2}, {2}));
+  loss.backward();
+  REQUIRE(std::isfinite(loss.item()));
+  for (auto& [n, p] : m->named_parameters()) {
+    INFO(n);
+    REQUIRE(p.grad().defined());
+  }
+}
+
+TEST_CASE("a pattern the backend does not list stays float", "[quant][prepare]") {
+  ModulePtr m = make_model("small_cnn", 4, 0);
+  Backend b = all_patterns("convs-only");
+  b.patterns = {Pattern::conv_bn_relu};
+  const PrepareReport r = prepare(*m, b, QConfig{});
+  REQUIRE(r.layers.size() == 2);
+  REQUIRE(r.float_layers == std::vector<std::string>{"fc"});
+  REQUIRE(type_at(*m, "fc") == "Linear");
+  REQUIRE_THAT(r.to_string(), Contains("fc: left in float"));
+}
+
+TEST_CASE("backend constraints: tensorrt narrow symmetric int8; violations name layer and rule", "[quant][prepare]") {
+  ModulePtr m = make_model("small_cnn", 4, 0);
+  const PrepareReport r = prepare(*m, tensorrt(), QConfig{});
+  REQUIRE(r.layers[0].weight.qmin() == -127);
+  REQUIRE(r.layers[0].weight.qmax() == 127);
+  REQUIRE(r.layers[0].activation.is_signed);
+
+  QConfig affine;
+  affine.weight_symmetric = false;
+  ModulePtr m2 = make_model("small_cnn", 4, 0);
+  REQUIRE_THROWS_WITH(prepare(*m2, tensorrt(), affine), Contains("features.0") && Contains("tensorrt") &&
+                                                            Contains("weights.symmetric"));
+  QConfig nine;
+  nine.weight_bits = 9;
+  REQUIRE_THROWS_WITH(prepare(*make_model("small_cnn", 4, 0), tensorrt(), nine), Contains("9-bit"));
+}
+
+TEST_CASE("per-layer overrides set bits by module name", "[quant][prepare]") {
+  ModulePtr m = make_model("alexnet_bn", 10, 0);
+  QConfig q;
+  q.weight_bits = q.activation_bits = 4;
+  q.method = QuantMethod::lsq;
+  q.overrides["features.0"] = {8, 8};
+  q.overrides["classifier.6"] = {8, 0};
+  const PrepareReport r = prepare(*m, all_patterns("default"), q);
+  REQUIRE(r.layers.front().weight.bits == 8);
+  REQUIRE(r.layers.front().activation.bits == 8);
+  REQUIRE(r.layers[1].weight.bits == 4);
+  REQUIRE(r.layers[1].activation.bits == 4);
+  REQUIRE(r.layers.back().weight.bits == 8);
+  // 4-bit LSQ ranges are exactly [-8, 7] for weights and [0, 15] for activations
+  REQUIRE(r.layers[1].weight.qmin() == -8);
+  REQUIRE(r.layers[1].weight.qmax() == 7);
+  REQUIRE(r.layers[1].activation.qmin() == 0);
+  REQUIRE(r.layers[1].activation.qmax() == 15);
+}
