@@ -286,7 +286,84 @@ const EnumName<ScheduleKind> kSchedules[] = {{ScheduleKind::constant, "constant"
                                              {ScheduleKind::step, "step"},
                                              {ScheduleKind::multistep, "multistep"},
                                              {ScheduleKind::cosine, "cosine"}};
+const EnumName<quant::QuantMethod> kMethods[] = {{quant::QuantMethod::minmax, "minmax"},
+                                                  {quant::QuantMethod::moving_average, "moving_average"},
+                                                  {quant::QuantMethod::lsq, "lsq"},
+                                                  {quant::QuantMethod::lsq_plus, "lsq_plus"}};
+const EnumName<quant::SteKind> kSte[] = {{quant::SteKind::clipped, "clipped"}, {quant::SteKind::plain, "plain"}};
+const EnumName<Choice> kChoice[] = {{Choice::auto_, "auto"}, {Choice::yes, "true"}, {Choice::no, "false"}};
+const EnumName<FormulaChoice> kFormula[] = {{FormulaChoice::auto_, "auto"},
+                                            {FormulaChoice::minmax, "minmax"},
+                                            {FormulaChoice::power_of_two, "power_of_two"}};
 const EnumName<BadImagePolicy> kBadImage[] = {{BadImagePolicy::error, "error"}, {BadImagePolicy::skip, "skip"}};
+
+const std::vector<Field>& schema();
+
+// quant.overrides: {module.name: {weight_bits: N, activation_bits: M}, ...}
+void read_overrides(const Value& v, ExperimentConfig& c) {
+  c.quant.overrides.clear();
+  if (v.node.IsNull()) return;
+  if (!v.node.IsMap()) fail_at(v, "expected a mapping of module names to {weight_bits, activation_bits}, got " + describe(v.node));
+  for (auto it = v.node.begin(); it != v.node.end(); ++it) {
+    const std::string layer = it->first.Scalar();
+    Value lv{v.path + "." + layer, it->second, v.where};
+    if (!it->second.IsMap()) fail_at(lv, "expected {weight_bits: N, activation_bits: M}, got " + describe(it->second));
+    quant::LayerBits bits;
+    for (auto jt = it->second.begin(); jt != it->second.end(); ++jt) {
+      const std::string key = jt->first.Scalar();
+      Value kv{lv.path + "." + key, jt->second, v.where};
+      const int64_t b = read_int(kv);
+      if (b < 2 || b > 8) fail_at(kv, "bits must be in 2..8, got " + std::to_string(b));
+      if (key == "weight_bits") bits.weight_bits = static_cast<int>(b);
+      else if (key == "activation_bits") bits.activation_bits = static_cast<int>(b);
+      else fail_at(kv, "unknown key '" + key + "' (known: weight_bits, activation_bits)");
+    }
+    c.quant.overrides[layer] = bits;
+  }
+}
+
+void write_overrides(YAML::Emitter& e, const ExperimentConfig& c) {
+  e << YAML::BeginMap;
+  for (auto& [layer, b] : c.quant.overrides) {
+    e << YAML::Key << layer << YAML::Value << YAML::Flow << YAML::BeginMap;
+    if (b.weight_bits) e << YAML::Key << "weight_bits" << YAML::Value << b.weight_bits;
+    if (b.activation_bits) e << YAML::Key << "activation_bits" << YAML::Value << b.activation_bits;
+    e << YAML::EndMap;
+  }
+  e << YAML::EndMap;
+}
+
+// sweep: {key.path: [v1, v2, ...], ...}; the keys must be config keys.
+void read_sweep(const Value& v, ExperimentConfig& c) {
+  c.sweep.clear();
+  if (v.node.IsNull()) return;
+  if (!v.node.IsMap()) fail_at(v, "expected a mapping of config keys to lists of values, got " + describe(v.node));
+  for (auto it = v.node.begin(); it != v.node.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    Value kv{"sweep." + key, it->second, v.where};
+    bool known = false;
+    for (auto& f : schema()) known = known || (f.path == key && key != "sweep");
+    if (!known) fail_at(kv, "'" + key + "' is not a config key that can be swept");
+    if (!it->second.IsSequence() || it->second.size() == 0) fail_at(kv, "expected a non-empty list of values");
+    std::vector<std::string> values;
+    for (auto jt = it->second.begin(); jt != it->second.end(); ++jt) {
+      YAML::Emitter e;
+      e << YAML::Flow << *jt;
+      values.push_back(e.c_str());
+    }
+    c.sweep.emplace_back(key, values);
+  }
+}
+
+void write_sweep(YAML::Emitter& e, const ExperimentConfig& c) {
+  e << YAML::BeginMap;
+  for (auto& [key, values] : c.sweep) {
+    e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (auto& v : values) e << YAML::Load(v);
+    e << YAML::EndSeq;
+  }
+  e << YAML::EndMap;
+}
 
 #define QAT_CFG(member) [](auto& c) -> auto& { return c.member; }
 
@@ -373,8 +450,31 @@ const std::vector<Field>& schema() {
     f.push_back(integer("train.threads", QAT_CFG(train.threads), 0));
     f.push_back(integer("train.log_every", QAT_CFG(train.log_every), 1));
     f.push_back(integer("train.max_steps_per_epoch", QAT_CFG(train.max_steps_per_epoch), 0));
+    // quant
+    f.push_back(boolean("quant.enabled", QAT_CFG(quant.enabled)));
+    f.push_back(text("quant.backend", QAT_CFG(quant.backend), false));
+    f.push_back(enumeration("quant.method", QAT_CFG(quant.method), kMethods));
+    f.push_back(enumeration("quant.ste", QAT_CFG(quant.ste), kSte));
+    f.push_back(integer("quant.bits", QAT_CFG(quant.bits), 2));
+    f.push_back(enumeration("quant.formula", QAT_CFG(quant.formula), kFormula));
+    f.push_back(integer("quant.weight.bits", QAT_CFG(quant.weight.bits), 0));
+    f.push_back(enumeration("quant.weight.symmetric", QAT_CFG(quant.weight.symmetric), kChoice));
+    f.push_back(enumeration("quant.weight.per_channel", QAT_CFG(quant.weight.per_channel), kChoice));
+    f.push_back(integer("quant.activation.bits", QAT_CFG(quant.activation.bits), 0));
+    f.push_back(enumeration("quant.activation.symmetric", QAT_CFG(quant.activation.symmetric), kChoice));
+    f.push_back(real("quant.averaging_constant", QAT_CFG(quant.averaging_constant), in_open_closed(0, 1)));
+    f.push_back(integer("quant.freeze_bn_epoch", QAT_CFG(quant.freeze_bn_epoch), 0));
+    f.push_back(integer("quant.observer_off_epoch", QAT_CFG(quant.observer_off_epoch), 0));
+    f.push_back({"quant.overrides", false, read_overrides, write_overrides});
+    f.push_back({"quant.init_from", false,
+                 [](const Value& v, ExperimentConfig& c) {
+                   const bool empty = v.node.IsNull() || (v.node.IsScalar() && v.node.Scalar().empty());
+                   c.quant.init_from = empty ? std::string() : read_string(v);
+                 },
+                 [](YAML::Emitter& e, const ExperimentConfig& c) { e << YAML::DoubleQuoted << c.quant.init_from; }});
     // output
     f.push_back(text("output.dir", QAT_CFG(output.dir), true));
+    f.push_back({"sweep", false, read_sweep, write_sweep});
     return f;
   }();
   return fields;
@@ -700,11 +800,32 @@ std::string config_to_yaml(const ExperimentConfig& cfg) {
   return header + e.c_str() + "\n";
 }
 
+quant::QConfig make_qconfig(const QuantConfig& q) {
+  quant::QConfig c;
+  c.method = q.method;
+  c.ste = q.ste;
+  c.averaging_constant = static_cast<float>(q.averaging_constant);
+  c.weight_bits = static_cast<int>(q.weight.bits > 0 ? q.weight.bits : q.bits);
+  c.activation_bits = static_cast<int>(q.activation.bits > 0 ? q.activation.bits : q.bits);
+  auto opt = [](Choice ch) -> std::optional<bool> {
+    if (ch == Choice::auto_) return std::nullopt;
+    return ch == Choice::yes;
+  };
+  c.weight_symmetric = opt(q.weight.symmetric);
+  c.weight_per_channel = opt(q.weight.per_channel);
+  c.activation_symmetric = opt(q.activation.symmetric);
+  if (q.formula == FormulaChoice::minmax) c.formula = quant::ScaleFormula::minmax;
+  if (q.formula == FormulaChoice::power_of_two) c.formula = quant::ScaleFormula::power_of_two;
+  c.overrides = q.overrides;
+  return c;
+}
+
 std::string config_hash(const ExperimentConfig& cfg) {
   ExperimentConfig c = cfg;
   c.output.dir.clear();
   c.train.threads = 0;
   c.source_path.clear();
+  c.sweep.clear();
   std::string text = config_to_yaml(c);
   // FNV-1a, 64 bits.
   uint64_t h = 0xcbf29ce484222325ull;

@@ -4,8 +4,12 @@
 // path: an error naming the key path and the YAML line, before any work).
 // Only apps/ parses YAML (DESIGN.md).
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "quant/backend.h"
 
 namespace qat::apps {
 
@@ -66,6 +70,31 @@ struct TrainConfig {
   int64_t max_steps_per_epoch = 0;          // 0: whole epoch (tests and smoke runs use a cap)
 };
 
+// A setting that may be left to the backend ("auto").
+enum class Choice { auto_, yes, no };
+enum class FormulaChoice { auto_, minmax, power_of_two };
+
+struct QuantTensorConfig {
+  int64_t bits = 0;  // 0: quant.bits
+  Choice symmetric = Choice::auto_;
+  Choice per_channel = Choice::auto_;  // weights only
+};
+
+struct QuantConfig {
+  bool enabled = false;
+  std::string backend = "default";  // configs/backends/<name>.yaml, or a path to a backend YAML
+  quant::QuantMethod method = quant::QuantMethod::moving_average;
+  quant::SteKind ste = quant::SteKind::clipped;
+  int64_t bits = 8;                 // weights and activations unless weight.bits / activation.bits say otherwise
+  FormulaChoice formula = FormulaChoice::auto_;
+  QuantTensorConfig weight, activation;
+  double averaging_constant = 0.01;  // moving_average observers
+  int64_t freeze_bn_epoch = 0;       // from this (1-based) epoch on BN uses running statistics; 0: never
+  int64_t observer_off_epoch = 0;    // from this epoch on observers are off (qparams frozen); 0: never
+  std::map<std::string, quant::LayerBits> overrides;  // per module name, e.g. features.0: {weight_bits: 8}
+  std::string init_from;             // float checkpoint to start from (relative to the current directory)
+};
+
 struct OutputConfig {
   std::string dir = "runs/default";
 };
@@ -74,9 +103,16 @@ struct ExperimentConfig {
   ModelConfig model;
   DataConfig data;
   TrainConfig train;
+  QuantConfig quant;
   OutputConfig output;
+  // `sweep:` lists of values for chosen keys ("quant.bits" -> ["8", "4"]), in
+  // file order; only `qat sweep` uses it.
+  std::vector<std::pair<std::string, std::vector<std::string>>> sweep;
   std::string source_path;  // the YAML file it came from
 };
+
+// The QConfig prepare() takes, from the `quant:` section.
+quant::QConfig make_qconfig(const QuantConfig& q);
 
 // Loads and validates `path`, applying `overrides` ("train.lr=0.1",
 // "data.workers=4", ...) on the YAML tree first. Relative data paths and

@@ -1,0 +1,173 @@
+#include "quant/fake_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/ops/common.h"
+
+namespace qat::quant {
+
+namespace {
+
+constexpr int64_t kBlock = int64_t{1} << 14;  // elements per parallel work item
+
+// Note [fake-quant arithmetic]: PyTorch computes
+//   qval = static_cast<int64_t>(z + std::nearbyint(x * inv_scale))   (int64 + float -> float)
+//   y    = (fmin(fmax(qval, qmin), qmax) - z) * scale                (in double, stored as float)
+//   mask = qmin <= qval && qval <= qmax
+// Here everything stays in float: nearbyint(x * inv) + z is the same float
+// sum; clamping a float holding an integer equals clamping its int64; (c - z)
+// is an exact small integer, and its product with the float scale is exact in
+// double, so rounding it once to float equals the float32 product.
+template <bool kMask>
+inline void fq_span(const float* __restrict x, float* __restrict y, uint8_t* __restrict m, int64_t n, float s,
+                    float inv, float z, float qmin, float qmax) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float q = std::nearbyint(x[i] * inv) + z;
+    const float c = q < qmin ? qmin : (q > qmax ? qmax : q);  // NaN stays NaN
+    y[i] = (c - z) * s;
+    if constexpr (kMask) m[i] = static_cast<uint8_t>((q >= qmin) & (q <= qmax));
+  }
+}
+
+// Channels innermost: element c uses (s[c], inv[c], z[c]).
+template <bool kMask>
+inline void fq_row(const float* __restrict x, float* __restrict y, uint8_t* __restrict m, int64_t C,
+                   const float* __restrict s, const float* __restrict inv, const float* __restrict z, float qmin,
+                   float qmax) {
+  for (int64_t c = 0; c < C; ++c) {
+    const float q = std::nearbyint(x[c] * inv[c]) + z[c];
+    const float cl = q < qmin ? qmin : (q > qmax ? qmax : q);
+    y[c] = (cl - z[c]) * s[c];
+    if constexpr (kMask) m[c] = static_cast<uint8_t>((q >= qmin) & (q <= qmax));
+  }
+}
+
+struct Layout {
+  int64_t outer = 1, C = 1, inner = 1;
+};
+
+Layout layout_of(const Tensor& x, const QuantSpec& spec) {
+  Layout l;
+  if (!spec.per_channel) {
+    l.inner = x.numel();
+    return l;
+  }
+  for (int64_t d = 0; d < spec.axis; ++d) l.outer *= x.size(d);
+  l.C = x.size(spec.axis);
+  for (int64_t d = spec.axis + 1; d < x.dim(); ++d) l.inner *= x.size(d);
+  return l;
+}
+
+template <bool kMask>
+void fq_forward(const float* px, float* py, uint8_t* pm, const Layout& l, const float* s, const float* inv,
+                const float* z, float qmin, float qmax) {
+  const int64_t n = l.outer * l.C * l.inner;
+  if (l.inner == 1 && l.C > 1) {
+    const int64_t rows_per_item = std::max<int64_t>(1, kBlock / l.C);
+    const int64_t items = (l.outer + rows_per_item - 1) / rows_per_item;
+#pragma omp parallel for if (n > detail::kParallelGrain && items > 1) schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t r1 = std::min(l.outer, (it + 1) * rows_per_item);
+      for (int64_t r = it * rows_per_item; r < r1; ++r) {
+        const int64_t o = r * l.C;
+        fq_row<kMask>(px + o, py + o, kMask ? pm + o : nullptr, l.C, s, inv, z, qmin, qmax);
+      }
+    }
+    return;
+  }
+  const int64_t rows = l.outer * l.C;
+  const int64_t pieces = (l.inner + kBlock - 1) / kBlock;
+  const int64_t items = rows * pieces;
+#pragma omp parallel for if (n > detail::kParallelGrain && items > 1) schedule(static)
+  for (int64_t it = 0; it < items; ++it) {
+    const int64_t r = it / pieces, k = it % pieces;
+    const int64_t c = r % l.C;
+    const int64_t b = k * kBlock, e = std::min(l.inner, b + kBlock);
+    const int64_t o = r * l.inner + b;
+    fq_span<kMask>(px + o, py + o, kMask ? pm + o : nullptr, e - b, s[c], inv[c], z[c], qmin, qmax);
+  }
+}
+
+void check_qparams(const Tensor& x, const Tensor& scale, const Tensor& zero_point, const QuantSpec& spec,
+                   int64_t C) {
+  detail::check_f32(x, "fake_quantize", "input");
+  detail::check_f32(scale, "fake_quantize", "scale");
+  QAT_CHECK(zero_point.defined() && zero_point.dtype() == DType::i32, "fake_quantize: expected zero_point int32, got ",
+            zero_point.defined() ? dtype_name(zero_point.dtype()) : "undefined");
+  if (spec.per_channel) {
+    QAT_CHECK(spec.axis < x.dim(), "fake_quantize: channel axis ", spec.axis, " out of range for input shape ",
+              x.sizes());
+    QAT_CHECK(scale.dim() == 1 && scale.size(0) == C && zero_point.sizes() == scale.sizes(),
+              "fake_quantize: per-channel (axis ", spec.axis, ") input ", x.sizes(), " needs scale and zero_point (",
+              C, "), got ", scale.sizes(), " and ", zero_point.sizes());
+  } else {
+    QAT_CHECK(scale.numel() == 1 && zero_point.numel() == 1 && scale.dim() <= 1 && zero_point.dim() <= 1,
+              "fake_quantize: per-tensor needs scale and zero_point of shape (1), got ", scale.sizes(), " and ",
+              zero_point.sizes());
+  }
+}
+
+}  // namespace
+
+Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point, const QuantSpec& spec,
+                     SteKind ste) {
+  QAT_PROFILE("fake_quantize.forward");
+  const Layout l = x.defined() && (!spec.per_channel || spec.axis < x.dim()) ? layout_of(x, spec) : Layout{};
+  check_qparams(x, scale, zero_point, spec, l.C);
+  const int32_t qmin_i = spec.qmin(), qmax_i = spec.qmax();
+  QAT_CHECK(qmin_i < qmax_i, "fake_quantize: bad range [", qmin_i, ", ", qmax_i, "] from ", spec.describe());
+
+  // Per-channel constants (C is small): scale, 1/scale (float, as PyTorch), zero point as float.
+  const Tensor sc = scale.contiguous(), zc = zero_point.contiguous();
+  const float* ps = sc.data<float>();
+  const int32_t* pz = zc.data<int32_t>();
+  std::vector<float> s(l.C), inv(l.C), z(l.C);
+  for (int64_t c = 0; c < l.C; ++c) {
+    QAT_CHECK(ps[c] > 0.f && std::isfinite(ps[c]), "fake_quantize: scale must be positive and finite, got ", ps[c],
+              " (channel ", c, ")");
+    QAT_CHECK(pz[c] >= qmin_i && pz[c] <= qmax_i, "fake_quantize: zero_point ", pz[c], " (channel ", c,
+              ") outside [", qmin_i, ", ", qmax_i, "]");
+    s[c] = ps[c];
+    inv[c] = 1.0f / ps[c];
+    z[c] = static_cast<float>(pz[c]);
+  }
+  const float qmin = static_cast<float>(qmin_i), qmax = static_cast<float>(qmax_i);
+
+  const Tensor xc = x.contiguous();
+  Tensor out = Tensor::empty(x.sizes());
+  const bool need_mask = ste == SteKind::clipped && any_requires_grad({&x});
+  Tensor mask = need_mask ? Tensor::empty(x.sizes(), DType::u8) : Tensor();
+  if (need_mask)
+    fq_forward<true>(xc.data<float>(), out.data<float>(), mask.data<uint8_t>(), l, s.data(), inv.data(), z.data(),
+                     qmin, qmax);
+  else
+    fq_forward<false>(xc.data<float>(), out.data<float>(), nullptr, l, s.data(), inv.data(), z.data(), qmin, qmax);
+
+  if (ste == SteKind::plain)
+    return record(out, "fake_quantize", {&x}, [](const Tensor& g, const NeedGrad&) { return TensorList{g}; });
+  // dx = dy * mask (a product, as PyTorch's dY * mask: NaN in dy stays NaN).
+  return record(out, "fake_quantize", {&x}, [mask](const Tensor& g, const NeedGrad&) {
+    QAT_PROFILE("fake_quantize.backward");
+    const Tensor gc = g.contiguous();
+    Tensor dx = Tensor::empty(mask.sizes());
+    const float* __restrict pg = gc.data<float>();
+    const uint8_t* __restrict pm = mask.data<uint8_t>();
+    float* __restrict pd = dx.data<float>();
+    const int64_t n = dx.numel();
+#pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
+    for (int64_t i = 0; i < n; ++i) pd[i] = pg[i] * static_cast<float>(pm[i]);
+    return TensorList{dx};
+  });
+}
+
+Tensor observe_and_fake_quantize(Observer& obs, const Tensor& x, SteKind ste, QParams* used) {
+  obs.observe(x);
+  QParams q = obs.qparams();
+  Tensor y = fake_quantize(x, q.scale, q.zero_point, obs.spec(), ste);
+  if (used) *used = std::move(q);
+  return y;
+}
+
+}  // namespace qat::quant
