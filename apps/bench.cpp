@@ -10,6 +10,8 @@
 #include "core/threads.h"
 #include "models/models.h"
 #include "optim/sgd.h"
+#include "apps/config.h"
+#include "apps/train.h"
 
 namespace qat::apps {
 
@@ -38,13 +40,10 @@ void print_profile(double total_seconds, int steps) {
 
 }  // namespace
 
-int run_bench(const BenchOptions& opt) {
-  set_num_threads(opt.threads);
-  std::printf("bench: model %s, %dx%d, batch %d, %d classes, %d threads, %d steps after %d warm-up\n",
-              opt.model.c_str(), opt.res, opt.res, opt.batch, opt.classes, num_threads(), opt.steps, opt.warmup);
-  ModulePtr model = make_model(opt.model, opt.classes, 0);
-  model->train();
-  SGD sgd(make_param_groups(model->named_parameters(), 0.01, 5e-4, false), SGDOptions{0.9});
+// Times training steps of `model`; returns images per second.
+double time_training(Module& model, const BenchOptions& opt, const char* label) {
+  model.train();
+  SGD sgd(make_param_groups(model.named_parameters(), 0.01, 5e-4, false), SGDOptions{0.9});
   Generator gen(1);
   Tensor x = Tensor::randn({opt.batch, 3, opt.res, opt.res}, gen);
   std::vector<int32_t> labels(opt.batch);
@@ -53,7 +52,7 @@ int run_bench(const BenchOptions& opt) {
 
   auto step = [&] {
     sgd.zero_grad();
-    Tensor loss = cross_entropy(model->forward(x), y);
+    Tensor loss = cross_entropy(model.forward(x), y);
     {
       QAT_PROFILE("backward (total)");
       loss.backward();
@@ -79,9 +78,29 @@ int run_bench(const BenchOptions& opt) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Profiler::set_enabled(false);
   const double ips = opt.steps * opt.batch / secs;
-  std::printf("train fp32: %.1f img/s  (%.1f ms/step, last loss %.3f)\n", ips, 1000.0 * secs / opt.steps, last_loss);
-  std::printf("peak memory: %.0f MiB (max RSS)\n", peak_rss_mib());
+  std::printf("train %s: %.1f img/s  (%.1f ms/step, last loss %.3f)\n", label, ips, 1000.0 * secs / opt.steps,
+              last_loss);
   if (opt.profile) print_profile(secs, opt.steps);
+  return ips;
+}
+
+int run_bench(const BenchOptions& opt) {
+  set_num_threads(opt.threads);
+  std::printf("bench: model %s, %dx%d, batch %d, %d classes, %d threads, %d steps after %d warm-up\n",
+              opt.model.c_str(), opt.res, opt.res, opt.batch, opt.classes, num_threads(), opt.steps, opt.warmup);
+  ModulePtr model = make_model(opt.model, opt.classes, 0);
+  const double fp32 = time_training(*model, opt, "fp32");
+  if (!opt.config.empty()) {
+    ExperimentConfig cfg = load_config(opt.config);
+    QAT_CHECK(cfg.quant.enabled, "bench: ", opt.config, " has no enabled quant: section");
+    cfg.model.name = opt.model;
+    cfg.model.num_classes = opt.classes;
+    cfg.train.seed = 0;
+    ModulePtr qmodel = build_model(cfg, /*load_init=*/false, /*print=*/false);
+    const double qat = time_training(*qmodel, opt, "qat");
+    std::printf("qat/fp32 step time: %.3f\n", fp32 / qat);
+  }
+  std::printf("peak memory: %.0f MiB (max RSS)\n", peak_rss_mib());
   return 0;
 }
 

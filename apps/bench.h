@@ -13,7 +13,8 @@ struct BenchOptions {
   int steps = 10;
   int warmup = 3;
   bool profile = true;
-  bool verbose = false;  // print every step's loss
+  bool verbose = false;
+  std::string config;  // with a quant: section: also time the QAT step of the prepared model  // print every step's loss
 };
 
 int run_bench(const BenchOptions& opt);

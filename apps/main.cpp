@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   b->add_option("--steps", bench.steps, "Timed steps")->capture_default_str()->check(CLI::PositiveNumber);
   b->add_option("--warmup", bench.warmup, "Untimed warm-up steps")->capture_default_str()->check(CLI::NonNegativeNumber);
+  b->add_option("--config", bench.config,
+                "Experiment config with a quant: section: also time the prepared QAT model")
+      ->check(CLI::ExistingFile);
   b->add_flag("--verbose", bench.verbose, "Print the loss of every step");
   b->add_flag("!--no-profile", bench.profile, "Skip the per-op time breakdown");
 

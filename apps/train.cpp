@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 
+#include "apps/backend_config.h"
 #include "apps/config.h"
 #include "apps/metrics_log.h"
 #include "apps/progress.h"
@@ -19,6 +20,7 @@
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "optim/sgd.h"
+#include "quant/prepare.h"
 
 namespace qat::apps {
 
@@ -37,8 +39,21 @@ struct SigintScope {
   void (*prev)(int);
 };
 
+// Quantizer parameters (LSQ steps and offsets) train in a group of their own
+// without weight decay; everything else as the config says.
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& t, Module& model) {
-  auto groups = make_param_groups(model.named_parameters(), t.lr, t.weight_decay, t.no_decay_bn_bias);
+  NamedTensors regular, quantizer;
+  for (auto& [name, p] : model.named_parameters()) {
+    const bool q = name.size() > 5 && (name.substr(name.size() - 5) == ".step" ||
+                                        (name.size() > 7 && name.substr(name.size() - 7) == ".offset"));
+    (q ? quantizer : regular).emplace_back(name, p);
+  }
+  auto groups = make_param_groups(regular, t.lr, t.weight_decay, t.no_decay_bn_bias);
+  if (!quantizer.empty()) {
+    ParamGroup g{"quantizer", {}, t.lr, 0.0};
+    for (auto& [name, p] : quantizer) g.params.push_back(p);
+    groups.push_back(std::move(g));
+  }
   if (t.optimizer == OptimizerKind::adamw)
     return std::make_unique<AdamW>(std::move(groups), AdamWOptions{t.betas[0], t.betas[1], t.eps});
   return std::make_unique<SGD>(std::move(groups), SGDOptions{t.momentum, 0.0, t.nesterov});
@@ -115,6 +130,13 @@ data::LoaderOptions loader_options(const ExperimentConfig& cfg, bool train) {
   return o;
 }
 
+// Epoch-dependent QAT switches (1-based epochs in the config).
+void apply_quant_schedule(const QuantConfig& q, Module& model, int64_t epoch0) {
+  if (!q.enabled) return;
+  if (q.freeze_bn_epoch > 0 && epoch0 + 1 >= q.freeze_bn_epoch) quant::freeze_bn_stats(model);
+  if (q.observer_off_epoch > 0 && epoch0 + 1 >= q.observer_off_epoch) quant::disable_observers(model);
+}
+
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path);
   QAT_CHECK(f.good(), "cannot write ", path);
@@ -122,6 +144,23 @@ void write_text(const std::string& path, const std::string& text) {
 }
 
 }  // namespace
+
+// Builds the model of a config: the float model, optionally started from a
+// float checkpoint (quant.init_from), then prepared for QAT when quant is on.
+ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
+  ModulePtr model = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
+  if (!cfg.quant.enabled) return model;
+  if (load_init && !cfg.quant.init_from.empty()) {
+    load_checkpoint(cfg.quant.init_from, *model, nullptr);
+    if (print) std::printf("initialised from %s\n", cfg.quant.init_from.c_str());
+  }
+  const std::string config_dir = std::filesystem::path(cfg.source_path).parent_path().string();
+  const quant::Backend backend = load_backend(cfg.quant.backend, config_dir.empty() ? "." : config_dir);
+  const quant::PrepareReport report = quant::prepare(*model, backend, make_qconfig(cfg.quant));
+  if (print) std::printf("backend %s, method %s\n%s", backend.name.c_str(), quant::method_name(cfg.quant.method),
+                         report.to_string().c_str());
+  return model;
+}
 
 int run_train(const TrainArgs& args) {
   ExperimentConfig cfg = load_config(args.config, args.overrides);
@@ -145,7 +184,7 @@ int run_train(const TrainArgs& args) {
   QAT_CHECK(steps_per_epoch > 0, "train: ", cfg.data.train, " has ", train_set.size(),
             " images, fewer than one batch of ", cfg.train.batch_size);
 
-  ModulePtr model = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
+  ModulePtr model = build_model(cfg, args.resume_dir.empty(), true);
   auto optimizer = make_optimizer(cfg.train, *model);
   const LrSchedule schedule(schedule_options(cfg.train), *optimizer);  // before any resume: base lrs
 
@@ -173,6 +212,7 @@ int run_train(const TrainArgs& args) {
   int64_t steps_this_run = 0;
   for (int64_t epoch = state.epoch; epoch < cfg.train.epochs; ++epoch) {
     model->train();
+    apply_quant_schedule(cfg.quant, *model, epoch);
     train_loader.start_epoch(epoch);
     const double wait0 = train_loader.stats().wait_seconds;
     Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.train.epochs), steps_per_epoch,
@@ -247,7 +287,7 @@ EvalSummary eval_checkpoint(const EvalArgs& args) {
   set_num_threads(static_cast<int>(cfg.train.threads));
   data::ImageFolder val_set(cfg.data.val, cfg.data.on_bad_image == BadImagePolicy::skip);
   data::DataLoader val_loader(val_set, transform_spec(cfg.data), loader_options(cfg, false));
-  ModulePtr model = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
+  ModulePtr model = build_model(cfg, false, false);
   const RunState st = load_run_state(args.checkpoint, *model, nullptr, "");
   EvalSummary s = evaluate(*model, val_loader, cfg.model.num_classes);
   s.epoch = st.epoch;

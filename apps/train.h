@@ -4,7 +4,15 @@
 #include <string>
 #include <vector>
 
+#include "apps/config.h"
+#include "layers/module.h"
+
 namespace qat::apps {
+
+// The model of a config: the float model, optionally started from a float
+// checkpoint (quant.init_from, when load_init), then prepared for QAT when
+// quant.enabled (printing the prepared layers when print).
+ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print);
 
 struct TrainArgs {
   std::string config;
