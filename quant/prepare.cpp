@@ -111,7 +111,12 @@ PrepareReport prepare(Module& model, const Backend& backend, const QConfig& qcon
     PreparedLayer& info = rw.report.layers[k];
     with_qat_layer(layer, [&](auto& l) {
       if (k == 0) {
-        l.set_input_quantizer(activation_quantizer(backend, qconfig, name));
+        // The network input is data (normalised pixels, negative too), not a
+        // learned post-ReLU activation: plain LSQ (no offset) would clip its
+        // negative half on an unsigned grid, so it gets an affine observer.
+        QConfig input_q = qconfig;
+        if (input_q.method == QuantMethod::lsq) input_q.method = QuantMethod::moving_average;
+        l.set_input_quantizer(activation_quantizer(backend, input_q, name));
         info.has_input_quant = true;
         info.activation = l.input_fake_quant->config().spec;
       }

@@ -6,7 +6,7 @@
 //     a QatConv2d / QatLinear that takes over the float tensors; the modules
 //     folded into it become Identity, so indices (and state-dict names) stay;
 //  2. places activation quantizers where the integer model needs them: on the
-//     input of the first quantized layer, on the output of every quantized
+//     input of the first quantized layer (an observer even under LSQ: see prepare.cpp), on the output of every quantized
 //     layer but the last (its logits stay float), and after adaptive average
 //     pooling (sharing the qparams of the layer before: the integer kernel
 //     rounds onto its input's grid). Max-pool, flatten and dropout (identity
