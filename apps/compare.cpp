@@ -28,11 +28,20 @@ T get(const YAML::Node& root, std::initializer_list<const char*> path, T fallbac
   return n.as<T>();
 }
 
-// Weights (tensors with >= 2 dims) at `bits`, every other parameter float32.
-int64_t weight_storage_bytes(const std::string& model, int64_t classes, int bits) {
-  ModulePtr m = make_model(model, classes, 0);
+// Weights (tensors with >= 2 dims) at their layer's bits, every other
+// parameter float32.
+int64_t weight_storage_bytes(const RunSummary& s) {
+  ModulePtr m = make_model(s.model, s.num_classes, 0);
   int64_t bits_total = 0;
-  for (auto& [name, t] : m->named_parameters()) bits_total += t.numel() * (t.dim() >= 2 ? bits : 32);
+  for (auto& [name, t] : m->named_parameters()) {
+    int bits = 32;
+    if (t.dim() >= 2) {
+      bits = s.weight_bits;
+      for (auto& [layer, b] : s.layer_weight_bits)
+        if (name == layer + ".weight") bits = b;
+    }
+    bits_total += t.numel() * bits;
+  }
   return (bits_total + 7) / 8;
 }
 
@@ -65,8 +74,15 @@ RunSummary summarize_run(const std::string& run_dir) {
   s.model = get<std::string>(cfg, {"model", "name"}, "alexnet_bn");
   s.num_classes = get<int64_t>(cfg, {"model", "num_classes"}, 10);
   if (get<bool>(cfg, {"quant", "enabled"}, false)) {
-    s.weight_bits = get<int>(cfg, {"quant", "weight", "bits"}, 8);
-    s.activation_bits = get<int>(cfg, {"quant", "activation", "bits"}, 8);
+    const int bits = get<int>(cfg, {"quant", "bits"}, 8);
+    s.weight_bits = get<int>(cfg, {"quant", "weight", "bits"}, 0);
+    s.activation_bits = get<int>(cfg, {"quant", "activation", "bits"}, 0);
+    if (s.weight_bits <= 0) s.weight_bits = bits;
+    if (s.activation_bits <= 0) s.activation_bits = bits;
+    const YAML::Node over = cfg["quant"]["overrides"];
+    if (over && over.IsMap())
+      for (auto it = over.begin(); it != over.end(); ++it)
+        if (it->second["weight_bits"]) s.layer_weight_bits[it->first.as<std::string>()] = it->second["weight_bits"].as<int>();
     s.method = get<std::string>(cfg, {"quant", "method"}, "moving_average");
   }
   const auto rows = read_metrics(run_dir);
@@ -78,7 +94,7 @@ RunSummary summarize_run(const std::string& run_dir) {
   }
   s.final_top1 = rows.back().val_top1;
   s.final_top5 = rows.back().val_top5;
-  s.weight_bytes = weight_storage_bytes(s.model, s.num_classes, s.weight_bits);
+  s.weight_bytes = weight_storage_bytes(s);
   return s;
 }
 
@@ -94,8 +110,9 @@ std::string markdown_table(const std::vector<RunSummary>& runs) {
       "| run | bits W/A | method | best top-1 | best top-5 | final top-1 | final top-5 | Δ best top-1 vs " + ref->name +
       " | weights | train time |\n|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : runs) {
-    const std::string bits = r.method == "fp32" ? "32/32" : std::to_string(r.weight_bits) + "/" +
-                                                                std::to_string(r.activation_bits);
+    std::string bits = r.method == "fp32" ? "32/32" : std::to_string(r.weight_bits) + "/" +
+                                                          std::to_string(r.activation_bits);
+    for (auto& [layer, b] : r.layer_weight_bits) bits += ", " + layer + " W" + std::to_string(b);
     t += "| " + r.name + " | " + bits + " | " + r.method + " | " + fmt("%.2f%%", 100 * r.best_top1) + " | " +
          fmt("%.2f%%", 100 * r.best_top5) + " | " + fmt("%.2f%%", 100 * r.final_top1) + " | " +
          fmt("%.2f%%", 100 * r.final_top5) + " | " + fmt("%+.2f", 100 * (r.best_top1 - ref->best_top1)) + " | " +

@@ -2,6 +2,7 @@
 // `qat compare RUN_DIR...`: a Markdown table of runs (bits, method, best and
 // final val accuracy, delta vs the FP32 run, weight storage, train time) and
 // an SVG chart of val top-1 per epoch, written to a report folder and printed.
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@ struct RunSummary {
   std::string model;
   int64_t num_classes = 0;
   int weight_bits = 32, activation_bits = 32;
+  std::map<std::string, int> layer_weight_bits;  // per-layer overrides (quant.overrides)
   std::string method = "fp32";
   double best_top1 = 0, best_top5 = 0, final_top1 = 0, final_top5 = 0;
   double train_seconds = 0;
