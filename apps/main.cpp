@@ -7,6 +7,7 @@
 #include "apps/bench.h"
 #include "apps/compare.h"
 #include "apps/data_cmd.h"
+#include "apps/sweep.h"
 #include "apps/train.h"
 #include "core/error.h"
 #include "models/models.h"
@@ -52,6 +53,13 @@ int main(int argc, char** argv) {
   cmp->add_option("runs", compare.runs, "Run directories")->required()->check(CLI::ExistingDirectory);
   cmp->add_option("--out", compare.out_dir, "Report folder")->capture_default_str();
 
+  qat::apps::SweepArgs sweep;
+  auto* sw = app.add_subcommand("sweep", "Train every combination of a config's sweep: lists (resumable)");
+  sw->add_option("config", sweep.config, "Experiment config with a sweep: section")->required()->check(CLI::ExistingFile);
+  sw->add_option("--set", sweep.overrides, "Override a config key for every run (repeatable)");
+  sw->add_option("--baseline", sweep.baselines, "Run directories to add to the final table (e.g. the FP32 run)")
+      ->check(CLI::ExistingDirectory);
+
   qat::apps::add_data_command(app);
 
   try {
@@ -61,6 +69,7 @@ int main(int argc, char** argv) {
     if (t->parsed()) return qat::apps::run_train(train);
     if (ev->parsed()) return qat::apps::run_eval(eval);
     if (cmp->parsed()) return qat::apps::run_compare(compare);
+    if (sw->parsed()) return qat::apps::run_sweep(sweep);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const qat::Error& e) {

@@ -41,9 +41,6 @@ QuantSpec make_spec(const Backend& b, const TensorRule& r, const QConfig& q, con
   s.is_signed = r.is_signed;
   s.narrow_range = r.narrow_range;
   s.min_scale = b.min_scale;
-  const std::string sym = std::string(kind) + ".symmetric";
-  s.symmetric = resolve(weight ? q.weight_symmetric : q.activation_symmetric, r.symmetric, weight, b.name, layer,
-                        sym.c_str());
   if (weight) {
     s.per_channel = resolve(q.weight_per_channel, r.per_channel, true, b.name, layer, "weights.per_channel");
     s.axis = 0;
@@ -52,6 +49,10 @@ QuantSpec make_spec(const Backend& b, const TensorRule& r, const QConfig& q, con
     QAT_FAIL("prepare: layer ", layer, ": backend '", b.name, "' requires ", kind, " scales by ",
              *r.formula == ScaleFormula::power_of_two ? "power_of_two" : "minmax");
   s.formula = q.formula ? *q.formula : (r.formula ? *r.formula : ScaleFormula::minmax);
+  // Power-of-two scales come with a zero point of 0, so "auto" means symmetric then.
+  const std::string sym = std::string(kind) + ".symmetric";
+  s.symmetric = resolve(weight ? q.weight_symmetric : q.activation_symmetric, r.symmetric,
+                        weight || s.formula == ScaleFormula::power_of_two, b.name, layer, sym.c_str());
   s.validate("prepare: layer " + layer + " (" + kind + ")");
   return s;
 }

@@ -1,0 +1,82 @@
+#include "apps/sweep.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "apps/compare.h"
+#include "apps/config.h"
+#include "apps/metrics_log.h"
+#include "apps/train.h"
+#include "core/error.h"
+
+namespace qat::apps {
+
+namespace fs = std::filesystem;
+
+std::vector<std::vector<std::string>> sweep_combinations(
+    const std::vector<std::pair<std::string, std::vector<std::string>>>& sweep) {
+  std::vector<std::vector<std::string>> out{{}};
+  for (const auto& [key, values] : sweep) {
+    std::vector<std::vector<std::string>> next;
+    for (const auto& prefix : out)
+      for (const auto& v : values) {
+        auto c = prefix;
+        c.push_back(key + "=" + v);
+        next.push_back(std::move(c));
+      }
+    out = std::move(next);
+  }
+  return out;
+}
+
+std::string combination_name(const std::vector<std::string>& combo) {
+  std::string name;
+  for (const auto& kv : combo) {
+    const auto eq = kv.find('=');
+    std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+    if (key.rfind("quant.", 0) == 0) key = key.substr(6);
+    std::string part = key + "-" + value;
+    for (char& ch : part)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_') ch = '_';
+    name += (name.empty() ? "" : "_") + part;
+  }
+  return name.empty() ? "base" : name;
+}
+
+int run_sweep(const SweepArgs& args) {
+  const ExperimentConfig base = load_config(args.config, args.overrides);
+  QAT_CHECK(!base.sweep.empty(), "sweep: ", args.config, " has no sweep: section (lists of values for keys)");
+  const auto combos = sweep_combinations(base.sweep);
+  std::printf("sweep: %zu combinations into %s\n", combos.size(), base.output.dir.c_str());
+  std::vector<std::string> finished = args.baselines, rejected;
+  for (size_t i = 0; i < combos.size(); ++i) {
+    const std::string dir = base.output.dir + "/" + combination_name(combos[i]);
+    std::vector<std::string> ov = args.overrides;
+    ov.insert(ov.end(), combos[i].begin(), combos[i].end());
+    ov.push_back("output.dir=" + dir);
+    const bool started = fs::exists(dir + "/last.safetensors");
+    if (started && static_cast<int64_t>(read_metrics(dir).size()) >= load_config(args.config, ov).train.epochs) {
+      std::printf("[%zu/%zu] %s: finished, skipped\n", i + 1, combos.size(), dir.c_str());
+      finished.push_back(dir);
+      continue;
+    }
+    std::printf("[%zu/%zu] %s\n", i + 1, combos.size(), dir.c_str());
+    try {
+      const int rc = run_train({args.config, ov, started ? dir : "", 0});
+      if (rc != 0) return rc;  // interrupted: the sweep resumes from here next time
+      finished.push_back(dir);
+    } catch (const Error& e) {
+      // A combination the rules reject (e.g. power-of-two scales with affine
+      // weights) is reported, not fatal; anything after training started is.
+      if (fs::exists(dir + "/last.safetensors")) throw;
+      std::printf("  rejected: %s\n", e.what());
+      rejected.push_back(combination_name(combos[i]) + ": " + e.what());
+      fs::remove_all(dir);
+    }
+  }
+  if (!finished.empty()) run_compare({finished, base.output.dir + "/report"});
+  for (const auto& r : rejected) std::printf("rejected combination %s\n", r.c_str());
+  return 0;
+}
+
+}  // namespace qat::apps
