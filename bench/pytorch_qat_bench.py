@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""PyTorch side of `qat bench --config ...`: the FP32 AlexNet-BN training step
+and the same network after eager-mode QAT preparation (Conv+BN+ReLU and
+Linear+ReLU fused, fbgemm QAT qconfig: per-channel int8 weights, uint8
+activations, moving-average observers), same data, batch and threads.
+    /usr/bin/python3 bench/pytorch_qat_bench.py --res 128 --batch 32 --threads 2
+"""
+import argparse
+import time
+
+import torch
+import torch.nn as nn
+import torch.ao.quantization as tq
+
+from pytorch_train_bench import alexnet_bn
+
+
+class Wrapped(nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.quant, self.net, self.dequant = tq.QuantStub(), net, tq.DeQuantStub()
+
+    def forward(self, x):
+        return self.dequant(self.net(self.quant(x)))
+
+
+def fuse(net):
+    f, c = net[0], net[3]
+    tq.fuse_modules_qat(f, [["0", "1", "2"], ["4", "5", "6"], ["8", "9", "10"], ["11", "12", "13"], ["14", "15", "16"]],
+                        inplace=True)
+    tq.fuse_modules_qat(c, [["1", "2"], ["4", "5"]], inplace=True)
+    return net
+
+
+def time_steps(model, x, y, steps, warmup):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+
+    for _ in range(warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return steps * x.shape[0] / (time.perf_counter() - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--res", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    x = torch.randn(a.batch, 3, a.res, a.res)
+    y = torch.randint(0, 10, (a.batch,))
+    fp32 = time_steps(alexnet_bn(10).train(), x, y, a.steps, a.warmup)
+    model = Wrapped(fuse(alexnet_bn(10).train()))
+    model.qconfig = tq.get_default_qat_qconfig("fbgemm")
+    tq.prepare_qat(model, inplace=True)
+    qat = time_steps(model.train(), x, y, a.steps, a.warmup)
+    print(f"pytorch {torch.__version__}, {a.threads} threads, {a.res}x{a.res}, batch {a.batch}")
+    print(f"train fp32: {fp32:.1f} img/s")
+    print(f"train qat: {qat:.1f} img/s")
+    print(f"qat/fp32 step time: {fp32 / qat:.3f}")
+
+
+if __name__ == "__main__":
+    main()
