@@ -26,14 +26,18 @@ TensorList FunctionNode::apply(const Tensor& grad_out) {
   return fn(grad_out, need);
 }
 
+bool exclusively_owned(const Tensor& t) {
+  return t.defined() && t.impl_shared().use_count() == 1 && t.impl_ptr()->storage.use_count() == 1 &&
+         t.is_contiguous() && t.offset() == 0;
+}
+
 TensorList AccumulateGrad::apply(const Tensor& g) {
   // The leaf's gradient is a fresh tensor owned by the leaf (never an alias of
   // a buffer some op may still use), accumulated with +=.
   if (!leaf->grad) {
     // Adopt g when nothing else can see its buffer (the common case: a fresh
     // gradient from the op's backward); otherwise copy it.
-    const bool exclusive = g.impl_shared().use_count() == 1 && g.impl_ptr()->storage.use_count() == 1;
-    leaf->grad = (exclusive && g.is_contiguous() && g.offset() == 0 ? g : g.clone()).impl_shared();
+    leaf->grad = (exclusively_owned(g) ? g : g.clone()).impl_shared();
   } else {
     Tensor acc(leaf->grad);
     acc.add_(g);

@@ -81,4 +81,10 @@ class Saved {
 
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
 
+// True when nothing but this handle can see t's buffer (one impl reference,
+// one storage reference, contiguous from offset 0). A backward function may
+// then update the incoming gradient in place and return it instead of
+// writing a new tensor (the engine hands each gradient to one node only).
+bool exclusively_owned(const Tensor& t);
+
 }  // namespace qat

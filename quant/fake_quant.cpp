@@ -150,6 +150,18 @@ Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_po
   // dx = dy * mask (a product, as PyTorch's dY * mask: NaN in dy stays NaN).
   return record(out, "fake_quantize", {&x}, [mask](const Tensor& g, const NeedGrad&) {
     QAT_PROFILE("fake_quantize.backward");
+    const uint8_t* __restrict pm_in = mask.data<uint8_t>();
+    if (exclusively_owned(g) && g.sizes() == mask.sizes()) {
+      // Clipping is rare: touch only the clipped elements of the gradient
+      // (reads 1 byte per element instead of writing a new tensor). The
+      // product keeps PyTorch's semantics (NaN or inf times 0 is NaN).
+      float* __restrict pg = g.data<float>();
+      const int64_t n = g.numel();
+#pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
+      for (int64_t i = 0; i < n; ++i)
+        if (pm_in[i] == 0) pg[i] *= 0.f;
+      return TensorList{g};
+    }
     const Tensor gc = g.contiguous();
     Tensor dx = Tensor::empty(mask.sizes());
     const float* __restrict pg = gc.data<float>();

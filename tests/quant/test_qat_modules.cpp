@@ -118,3 +118,23 @@ TEST_CASE("a BN channel with zero gamma or zero variance gives no NaN", "[quant]
   NoGradGuard ng;
   for (float v : q.forward(x).to_vector()) REQUIRE(std::isfinite(v));
 }
+
+TEST_CASE("fake_quantize backward gives the same gradient in place as into a new tensor", "[quant][qat]") {
+  QuantSpec spec;
+  spec.bits = 4;
+  Generator g(8);
+  Tensor x = mul(Tensor::randn({6, 50}, g), 3.f).set_requires_grad(true);
+  Tensor scale = Tensor::from_vector({0.25f}, {1});
+  Tensor zp = Tensor::zeros({1}, DType::i32);
+  Tensor r = Tensor::randn({6, 50}, g);
+  // 1. upstream gradient held by the caller: a new tensor is written
+  fake_quantize(x, scale, zp, spec).backward(r);
+  const std::vector<float> expected = x.grad().to_vector();
+  x.zero_grad();
+  // 2. upstream gradient fresh from mul's backward: updated in place
+  sum(mul(fake_quantize(x, scale, zp, spec), r)).backward();
+  REQUIRE(x.grad().to_vector() == expected);
+  int clipped = 0;
+  for (float v : expected) clipped += v == 0.f;
+  REQUIRE(clipped > 0);  // the case exercises the clipping
+}
