@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <limits>
 #include <vector>
 
 #include "core/ops/common.h"
@@ -10,6 +12,7 @@ namespace qat::quant {
 
 namespace {
 
+constexpr float kInfinity = std::numeric_limits<float>::infinity();
 constexpr int64_t kBlock = int64_t{1} << 14;  // elements per parallel work item
 
 // Note [fake-quant arithmetic]: PyTorch computes
@@ -109,6 +112,38 @@ void check_qparams(const Tensor& x, const Tensor& scale, const Tensor& zero_poin
   }
 }
 
+// Attaches the STE backward to a fake-quantized output: identity (plain) or
+// the saved in-range mask (clipped).
+Tensor with_ste_backward(Tensor out, const Tensor& x, Tensor mask, SteKind ste) {
+  if (ste == SteKind::plain)
+    return record(out, "fake_quantize", {&x}, [](const Tensor& g, const NeedGrad&) { return TensorList{g}; });
+  // dx = dy * mask (a product, as PyTorch's dY * mask: NaN in dy stays NaN).
+  return record(out, "fake_quantize", {&x}, [mask](const Tensor& g, const NeedGrad&) {
+    QAT_PROFILE("fake_quantize.backward");
+    const uint8_t* __restrict pm_in = mask.data<uint8_t>();
+    if (exclusively_owned(g) && g.sizes() == mask.sizes()) {
+      // Clipping is rare: touch only the clipped elements of the gradient
+      // (reads 1 byte per element instead of writing a new tensor). The
+      // product keeps PyTorch's semantics (NaN or inf times 0 is NaN).
+      float* __restrict pg = g.data<float>();
+      const int64_t n = g.numel();
+#pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
+      for (int64_t i = 0; i < n; ++i)
+        if (pm_in[i] == 0) pg[i] *= 0.f;
+      return TensorList{g};
+    }
+    const Tensor gc = g.contiguous();
+    Tensor dx = Tensor::empty(mask.sizes());
+    const float* __restrict pg = gc.data<float>();
+    const uint8_t* __restrict pm = mask.data<uint8_t>();
+    float* __restrict pd = dx.data<float>();
+    const int64_t n = dx.numel();
+#pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
+    for (int64_t i = 0; i < n; ++i) pd[i] = pg[i] * static_cast<float>(pm[i]);
+    return TensorList{dx};
+  });
+}
+
 }  // namespace
 
 Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point, const QuantSpec& spec,
@@ -145,36 +180,67 @@ Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_po
   else
     fq_forward<false>(xc.data<float>(), out.data<float>(), nullptr, l, s.data(), inv.data(), z.data(), qmin, qmax);
 
-  if (ste == SteKind::plain)
-    return record(out, "fake_quantize", {&x}, [](const Tensor& g, const NeedGrad&) { return TensorList{g}; });
-  // dx = dy * mask (a product, as PyTorch's dY * mask: NaN in dy stays NaN).
-  return record(out, "fake_quantize", {&x}, [mask](const Tensor& g, const NeedGrad&) {
-    QAT_PROFILE("fake_quantize.backward");
-    const uint8_t* __restrict pm_in = mask.data<uint8_t>();
-    if (exclusively_owned(g) && g.sizes() == mask.sizes()) {
-      // Clipping is rare: touch only the clipped elements of the gradient
-      // (reads 1 byte per element instead of writing a new tensor). The
-      // product keeps PyTorch's semantics (NaN or inf times 0 is NaN).
-      float* __restrict pg = g.data<float>();
-      const int64_t n = g.numel();
-#pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
-      for (int64_t i = 0; i < n; ++i)
-        if (pm_in[i] == 0) pg[i] *= 0.f;
-      return TensorList{g};
-    }
-    const Tensor gc = g.contiguous();
-    Tensor dx = Tensor::empty(mask.sizes());
-    const float* __restrict pg = gc.data<float>();
-    const uint8_t* __restrict pm = mask.data<uint8_t>();
-    float* __restrict pd = dx.data<float>();
-    const int64_t n = dx.numel();
-#pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
-    for (int64_t i = 0; i < n; ++i) pd[i] = pg[i] * static_cast<float>(pm[i]);
-    return TensorList{dx};
-  });
+  return with_ste_backward(out, x, mask, ste);
 }
 
+namespace {
+
+// Per-channel (axis 0) weights, observer on: one pass over memory. Each
+// channel's row is reduced to its min/max, folded into the observer, turned
+// into qparams and fake-quantized while it is still in cache. Same results as
+// observe() followed by fake_quantize(): channels are independent in both.
+Tensor fused_rows(Observer& obs, const Tensor& x, SteKind ste, QParams* used) {
+  QAT_PROFILE("fake_quantize.fused_rows");
+  const QuantSpec& spec = obs.spec();
+  const int64_t C = x.size(0), L = x.numel() / C;
+  const bool need_mask = ste == SteKind::clipped && any_requires_grad({&x});
+  Tensor out = Tensor::empty(x.sizes());
+  Tensor mask = need_mask ? Tensor::empty(x.sizes(), DType::u8) : Tensor();
+  QParams q{Tensor::empty({C}), Tensor::empty({C}, DType::i32)};
+  const float* px = x.data<float>();
+  float* py = out.data<float>();
+  uint8_t* pm = need_mask ? mask.data<uint8_t>() : nullptr;
+  const float* mn_state = obs.min_val().data<float>();
+  const float* mx_state = obs.max_val().data<float>();
+  const float qmin = static_cast<float>(spec.qmin()), qmax = static_cast<float>(spec.qmax());
+  std::exception_ptr error;
+#pragma omp parallel for schedule(static) if (x.numel() > detail::kParallelGrain)
+  for (int64_t c = 0; c < C; ++c) {
+    const float* row = px + c * L;
+    float lo = kInfinity, hi = -kInfinity;
+    for (int64_t i = 0; i < L; ++i) {  // NaNs fail both comparisons: ignored, as observe()
+      lo = row[i] < lo ? row[i] : lo;
+      hi = row[i] > hi ? row[i] : hi;
+    }
+    obs.observe_channels(c, c + 1, &lo, &hi);
+    float sc;
+    int32_t zp;
+    try {
+      qparams_from_range(spec, mn_state[c], mx_state[c], sc, zp);
+    } catch (...) {
+#pragma omp critical
+      error = std::current_exception();
+      continue;
+    }
+    q.scale.data<float>()[c] = sc;
+    q.zero_point.data<int32_t>()[c] = zp;
+    const float z = static_cast<float>(zp);
+    if (pm) fq_span<true>(row, py + c * L, pm + c * L, L, sc, 1.0f / sc, z, qmin, qmax);
+    else fq_span<false>(row, py + c * L, nullptr, L, sc, 1.0f / sc, z, qmin, qmax);
+  }
+  if (error) std::rethrow_exception(error);
+  obs.bump_state_version();
+  if (used) *used = q;
+  return with_ste_backward(out, x, mask, ste);
+}
+
+}  // namespace
+
 Tensor observe_and_fake_quantize(Observer& obs, const Tensor& x, SteKind ste, QParams* used) {
+  const QuantSpec& spec = obs.spec();
+  if (obs.enabled && spec.per_channel && spec.axis == 0 && x.defined() && x.dtype() == DType::f32 && x.dim() >= 2 &&
+      x.is_contiguous() && x.size(0) == obs.channels() && x.numel() > 0)
+    return fused_rows(obs, x, ste, used);
   obs.observe(x);
   QParams q = obs.qparams();
   Tensor y = fake_quantize(x, q.scale, q.zero_point, obs.spec(), ste);

@@ -156,17 +156,17 @@ void Observer::observe(const Tensor& x) {
             "observer: state tensors were replaced (shapes ", min_val_.sizes(), ", ", max_val_.sizes(), ")");
   std::vector<float> cur_min(C), cur_max(C);
   reduce_minmax(x, spec_.per_channel, spec_.axis, cur_min.data(), cur_max.data());
-  update(cur_min.data(), cur_max.data());
+  update(0, C, cur_min.data(), cur_max.data());
   min_val_.bump_version();
   max_val_.bump_version();
 }
 
-void MinMaxObserver::update(const float* cur_min, const float* cur_max) {
+void MinMaxObserver::update(int64_t c0, int64_t c1, const float* cur_min, const float* cur_max) {
   float* mn = min_val_.data<float>();
   float* mx = max_val_.data<float>();
-  for (int64_t c = 0; c < channels(); ++c) {
-    mn[c] = cur_min[c] < mn[c] ? cur_min[c] : mn[c];
-    mx[c] = cur_max[c] > mx[c] ? cur_max[c] : mx[c];
+  for (int64_t c = c0; c < c1; ++c) {
+    mn[c] = cur_min[c - c0] < mn[c] ? cur_min[c - c0] : mn[c];
+    mx[c] = cur_max[c - c0] > mx[c] ? cur_max[c - c0] : mx[c];
   }
 }
 
@@ -178,17 +178,18 @@ MovingAverageMinMaxObserver::MovingAverageMinMaxObserver(const QuantSpec& spec, 
   QAT_CHECK(c_ > 0.f && c_ <= 1.f, "MovingAverageMinMaxObserver: averaging constant must be in (0, 1], got ", c_);
 }
 
-void MovingAverageMinMaxObserver::update(const float* cur_min, const float* cur_max) {
+void MovingAverageMinMaxObserver::update(int64_t c0, int64_t c1, const float* cur_min, const float* cur_max) {
   float* mn = min_val_.data<float>();
   float* mx = max_val_.data<float>();
-  for (int64_t c = 0; c < channels(); ++c) {
-    if (!(cur_min[c] <= cur_max[c])) continue;  // channel held only NaNs
-    if (mn[c] == kInf && mx[c] == -kInf) {      // first observation initialises
-      mn[c] = cur_min[c];
-      mx[c] = cur_max[c];
+  for (int64_t c = c0; c < c1; ++c) {
+    const float lo = cur_min[c - c0], hi = cur_max[c - c0];
+    if (!(lo <= hi)) continue;               // channel held only NaNs
+    if (mn[c] == kInf && mx[c] == -kInf) {  // first observation initialises
+      mn[c] = lo;
+      mx[c] = hi;
     } else {
-      mn[c] = moving_average(mn[c], cur_min[c], c_);
-      mx[c] = moving_average(mx[c], cur_max[c], c_);
+      mn[c] = moving_average(mn[c], lo, c_);
+      mx[c] = moving_average(mx[c], hi, c_);
     }
   }
 }

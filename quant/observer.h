@@ -44,6 +44,17 @@ class Observer {
   void observe(const Tensor& x);
   QParams qparams() const { return compute_qparams(spec_, min_val_, max_val_); }
   void reset();  // back to +inf / -inf, in place
+  // Folds the min/max of channels [c0, c1) of one observation into the state
+  // (for fused observe-and-quantize kernels that reduce channel by channel;
+  // channels are independent). The caller bumps the state's version once
+  // after the whole tensor (bump_state_version). No-op while !enabled.
+  void observe_channels(int64_t c0, int64_t c1, const float* cur_min, const float* cur_max) {
+    if (enabled) update(c0, c1, cur_min, cur_max);
+  }
+  void bump_state_version() {
+    min_val_.bump_version();
+    max_val_.bump_version();
+  }
   // {"min_val", ...}, {"max_val", ...}: the live state tensors (register as buffers).
   NamedTensors state() const { return {{"min_val", min_val_}, {"max_val", max_val_}}; }
   const Tensor& min_val() const { return min_val_; }
@@ -58,7 +69,8 @@ class Observer {
 
  protected:
   // Folds one batch's per-channel min/max (cur_min[c] <= cur_max[c]) into the state.
-  virtual void update(const float* cur_min, const float* cur_max) = 0;
+  // Channels [c0, c1); cur_min/cur_max are indexed by c - c0.
+  virtual void update(int64_t c0, int64_t c1, const float* cur_min, const float* cur_max) = 0;
   QuantSpec spec_;
   Tensor min_val_, max_val_;
 };
@@ -70,7 +82,7 @@ class MinMaxObserver final : public Observer {
   std::string describe() const override;
 
  protected:
-  void update(const float* cur_min, const float* cur_max) override;
+  void update(int64_t c0, int64_t c1, const float* cur_min, const float* cur_max) override;
 };
 
 class MovingAverageMinMaxObserver final : public Observer {
@@ -82,7 +94,7 @@ class MovingAverageMinMaxObserver final : public Observer {
   float averaging_constant() const { return c_; }
 
  protected:
-  void update(const float* cur_min, const float* cur_max) override;
+  void update(int64_t c0, int64_t c1, const float* cur_min, const float* cur_max) override;
 
  private:
   float c_;

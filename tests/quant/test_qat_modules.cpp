@@ -138,3 +138,30 @@ TEST_CASE("fake_quantize backward gives the same gradient in place as into a new
   for (float v : expected) clipped += v == 0.f;
   REQUIRE(clipped > 0);  // the case exercises the clipping
 }
+
+TEST_CASE("fused per-channel observe-and-quantize equals observe then fake_quantize", "[quant][qat]") {
+  QuantSpec spec;
+  spec.per_channel = true;
+  spec.axis = 0;
+  spec.bits = 4;
+  MovingAverageMinMaxObserver fused(spec, 8, 0.1f), ref(spec, 8, 0.1f);
+  Generator g(9);
+  for (int step = 0; step < 3; ++step) {
+    Tensor w = Tensor::randn({8, 3, 5, 5}, g).set_requires_grad(true);
+    QParams used;
+    Tensor y = observe_and_fake_quantize(fused, w, SteKind::clipped, &used);
+    ref.observe(w);
+    const QParams q = ref.qparams();
+    Tensor y_ref = fake_quantize(w, q.scale, q.zero_point, spec);
+    REQUIRE(fused.min_val().to_vector() == ref.min_val().to_vector());
+    REQUIRE(fused.max_val().to_vector() == ref.max_val().to_vector());
+    REQUIRE(used.scale.to_vector() == q.scale.to_vector());
+    REQUIRE(y.to_vector() == y_ref.to_vector());
+    Tensor r = Tensor::randn(w.sizes(), g);
+    y.backward(r);
+    const std::vector<float> g1 = w.grad().to_vector();
+    w.zero_grad();
+    y_ref.backward(r);
+    REQUIRE(w.grad().to_vector() == g1);
+  }
+}
