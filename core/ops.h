@@ -10,5 +10,6 @@
 #include "core/ops/metrics.h"
 #include "core/ops/pool.h"
 #include "core/ops/relu.h"
+#include "core/ops/scale_channels.h"
 #include "core/ops/shape_ops.h"
 #include "core/tensor.h"

@@ -73,9 +73,9 @@ Tensor QatConv2d::forward(const Tensor& x_in) {
   } else {
     const int64_t O = weight.size(0);
     Tensor sf = fold_scale(true);
-    Tensor w_fold = mul(weight, reshape(sf, {O, 1, 1, 1}));
+    Tensor w_fold = scale_channels(weight, sf, 0);
     y = conv2d(x, weight_fake_quant->forward(w_fold), Tensor(), params);
-    y = div(y, reshape(sf, {1, O, 1, 1}));
+    y = scale_channels(y, div(Tensor::ones({O}), sf), 1);
     if (bias.defined()) y = add(y, reshape(bias, {1, O, 1, 1}));
     const bool batch_stats = is_training() && !bn_frozen_;
     y = batch_norm(y, bn->weight, bn->bias, bn->running_mean, bn->running_var, batch_stats, bn->momentum, bn->eps);
@@ -87,8 +87,7 @@ Tensor QatConv2d::forward(const Tensor& x_in) {
 Tensor QatConv2d::folded_weight() const {
   NoGradGuard ng;
   if (!bn) return weight.detach().clone();
-  const int64_t O = weight.size(0);
-  return mul(weight.detach(), reshape(fold_scale(false), {O, 1, 1, 1}));
+  return scale_channels(weight.detach(), fold_scale(false), 0);
 }
 
 // b_fold = beta + (b - mean) * gamma / sqrt(var + eps)

@@ -138,3 +138,13 @@ TEST_CASE("gradcheck: log_softmax, nll_loss, cross_entropy", "[gradcheck]") {
   gradcheck([t](const V& v) { return cross_entropy(v[0], t); }, {x});
   gradcheck([t](const V& v) { return cross_entropy(v[0], t, 0.1f); }, {x});
 }
+
+TEST_CASE("gradcheck: scale_channels along each axis", "[gradcheck]") {
+  for (int64_t axis = 0; axis < 3; ++axis) {
+    DYNAMIC_SECTION("axis " << axis) {
+      Tensor x = rand_tensor({3, 4, 5}, 10 + axis);
+      Tensor s = rand_tensor({x.size(axis)}, 20 + axis);
+      gradcheck([axis](const V& v) { return scale_channels(v[0], v[1], axis); }, {x, s});
+    }
+  }
+}
