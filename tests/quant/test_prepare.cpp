@@ -125,3 +125,30 @@ TEST_CASE("per-layer overrides set bits by module name", "[quant][prepare]") {
   REQUIRE(r.layers[1].activation.qmin() == 0);
   REQUIRE(r.layers[1].activation.qmax() == 15);
 }
+
+TEST_CASE("the power_of_two backend yields only power-of-two scales", "[quant][prepare]") {
+  Backend b = all_patterns("power_of_two");
+  b.weight.symmetric = true;
+  b.weight.formula = ScaleFormula::power_of_two;
+  b.activation.is_signed = true;
+  b.activation.symmetric = true;
+  b.activation.formula = ScaleFormula::power_of_two;
+  b.min_scale = 1.f / 4096;
+  ModulePtr m = make_model("small_cnn", 4, 0);
+  prepare(*m, b, QConfig{});
+  m->train();
+  Generator g(4);
+  for (int i = 0; i < 3; ++i) m->forward(Tensor::randn({4, 3, 8, 8}, g));
+  int checked = 0;
+  for (FakeQuantizer* q : fake_quantizers(*m)) {
+    REQUIRE(q->config().spec.formula == ScaleFormula::power_of_two);
+    for (float s : q->qparams().scale.to_vector()) {
+      int e;
+      REQUIRE(std::frexp(s, &e) == 0.5f);  // an exact power of two
+      REQUIRE(s >= 1.f / 4096);
+      ++checked;
+    }
+    for (float z : q->qparams().zero_point.to(DType::f32).to_vector()) REQUIRE(z == 0.f);
+  }
+  REQUIRE(checked > 10);
+}
