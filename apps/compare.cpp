@@ -122,7 +122,11 @@ std::string markdown_table(const std::vector<RunSummary>& runs) {
 }
 
 std::string svg_chart(const std::vector<RunSummary>& runs) {
-  const double W = 720, H = 420, left = 60, right = 200, top = 30, bottom = 50;
+  size_t longest = 0;
+  for (const auto& r : runs) longest = std::max(longest, r.name.size());
+  // The legend sits right of the plot: room for the longest run name (~7 px a character).
+  const double right = 60 + 7.0 * static_cast<double>(longest), W = 520 + right, H = 420, left = 60, top = 30,
+               bottom = 50;
   const double pw = W - left - right, ph = H - top - bottom;
   size_t max_epochs = 1;
   double lo = 1, hi = 0;
