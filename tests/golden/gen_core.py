@@ -14,11 +14,13 @@ are PyTorch's math without float32 accumulation error of their own.
 Integer targets are stored as I32. The file is written by hand (no dependency
 on the `safetensors` package): 8-byte LE header length, JSON header, raw bytes.
 """
-import json
 import os
-import struct
+import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from safetensors_writer import write_safetensors  # noqa: E402
 import torch
 import torch.nn.functional as F
 
@@ -172,24 +174,6 @@ run_case("nll", {"x": F.log_softmax(randn(5, 7), dim=1)}, lambda x, t=t: F.nll_l
 
 
 # ---------------------------------------------------------------- write
-def write_safetensors(path, arrays, metadata):
-    header, blobs, off = {}, [], 0
-    for name, a in arrays.items():
-        raw = a.tobytes(order="C")
-        header[name] = {"dtype": {"f": "F32", "i": "I32"}[a.dtype.kind], "shape": list(a.shape),
-                        "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    header["__metadata__"] = metadata
-    hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hj += b" " * (-len(hj) % 8)  # pad so the data starts 8-byte aligned
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(hj)))
-        f.write(hj)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
 
 
 write_safetensors(OUT, tensors, {"generator": "tests/golden/gen_core.py", "torch": torch.__version__,

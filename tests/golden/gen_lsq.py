@@ -33,12 +33,14 @@ outside it, and random values kept at least 1e-3 away from any rounding
 boundary (so float32 x * (1/s) and float64 x / s round the same way).
 The file is written by hand: 8-byte LE header length, JSON header, raw bytes.
 """
-import json
 import math
 import os
-import struct
+import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from safetensors_writer import write_safetensors  # noqa: E402
 import torch
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsq.safetensors")
@@ -274,24 +276,6 @@ add_case("lsqp_c_b8_s_frac", 8, True, False, x, s, offset=beta, per_channel=True
 
 
 # ---------------------------------------------------------------- write
-def write_safetensors(path, arrays, metadata):
-    header, blobs, off = {}, [], 0
-    for name, a in arrays.items():
-        raw = a.tobytes(order="C")
-        header[name] = {"dtype": {"f": "F32", "i": "I32"}[a.dtype.kind], "shape": list(a.shape),
-                        "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    header["__metadata__"] = metadata
-    hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hj += b" " * (-len(hj) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(hj)))
-        f.write(hj)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
 
 
 write_safetensors(OUT, tensors, {"generator": "tests/golden/gen_lsq.py", "torch": torch.__version__,

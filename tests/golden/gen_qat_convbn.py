@@ -43,12 +43,14 @@ element is near a tie.
 
 The file is written by hand (no dependency on the `safetensors` package), as gen_quant.py.
 """
-import json
 import os
-import struct
+import sys
 import warnings
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from safetensors_writer import write_safetensors  # noqa: E402
 import torch
 import torch.ao.quantization as tq
 import torch.nn.intrinsic.qat as nniqat
@@ -175,24 +177,6 @@ for case, cls, cin, cout, k, stride, pad, bias, N, H, W in CASES:
     put(f"{c}.eval.y_observing", y_obs)
 
 
-def write_safetensors(path, arrays, metadata):
-    header, blobs, off = {}, [], 0
-    for name, a in arrays.items():
-        raw = a.tobytes(order="C")
-        header[name] = {"dtype": {"f": "F32", "i": "I32"}[a.dtype.kind], "shape": list(a.shape),
-                        "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    header["__metadata__"] = metadata
-    hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hj += b" " * (-len(hj) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(hj)))
-        f.write(hj)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
 
 
 write_safetensors(OUT, tensors, {"generator": "tests/golden/gen_qat_convbn.py", "torch": torch.__version__,
