@@ -116,7 +116,15 @@ PrepareReport prepare(Module& model, const Backend& backend, const QConfig& qcon
         // negative half on an unsigned grid, so it gets an affine observer.
         QConfig input_q = qconfig;
         if (input_q.method == QuantMethod::lsq) input_q.method = QuantMethod::moving_average;
-        l.set_input_quantizer(activation_quantizer(backend, input_q, name));
+        auto in = activation_quantizer(backend, input_q, name);
+        QuantizerConfig in_cfg = in->config();
+        if (!in_cfg.spec.is_signed && in_cfg.spec.formula == ScaleFormula::power_of_two) {
+          // Power-of-two scales have zero point 0, so an unsigned grid would
+          // clip every negative input; the input gets the signed grid.
+          in_cfg.spec.is_signed = true;
+          in = std::make_shared<FakeQuantizer>(in_cfg, 1);
+        }
+        l.set_input_quantizer(in);
         info.has_input_quant = true;
         info.activation = l.input_fake_quant->config().spec;
       }

@@ -152,3 +152,16 @@ TEST_CASE("the power_of_two backend yields only power-of-two scales", "[quant][p
   }
   REQUIRE(checked > 10);
 }
+
+TEST_CASE("with power-of-two scales the network input keeps its negative half", "[quant][prepare]") {
+  QConfig q;
+  q.formula = ScaleFormula::power_of_two;
+  ModulePtr m = make_model("small_cnn", 4, 0);
+  const PrepareReport r = prepare(*m, all_patterns("default"), q);  // uint8 activations
+  REQUIRE(r.layers[0].has_input_quant);
+  for (auto& [n, mod] : m->named_modules())
+    if (n == "features.0.input_fake_quant") REQUIRE(dynamic_cast<FakeQuantizer*>(mod)->config().spec.is_signed);
+  for (auto& [n, mod] : m->named_modules())
+    if (n == "features.0.activation_post_process")
+      REQUIRE_FALSE(dynamic_cast<FakeQuantizer*>(mod)->config().spec.is_signed);  // post-ReLU stays unsigned
+}
