@@ -29,6 +29,14 @@ struct Reader {
     if (!n[key]) QAT_FAIL(file, ", line ", n.Mark().line + 1, ": missing key '", path, "'");
     return n[key];
   }
+  template <class T>
+  T number(const YAML::Node& n, const std::string& key) const {
+    try {
+      return n.as<T>();
+    } catch (const YAML::Exception&) {
+      fail(n, key, "expected a number, got '" + (n.IsScalar() ? n.Scalar() : std::string("a non-scalar")) + "'");
+    }
+  }
   std::optional<bool> choice(const YAML::Node& n, const std::string& key) const {
     const std::string v = n.Scalar();
     if (v == "auto") return std::nullopt;
@@ -60,8 +68,8 @@ struct Reader {
     if (n["bits"]) {
       const YAML::Node b = n["bits"];
       if (!b.IsSequence() || b.size() != 2) fail(b, key + ".bits", "expected [min, max]");
-      r.min_bits = b[0].as<int>();
-      r.max_bits = b[1].as<int>();
+      r.min_bits = number<int>(b[0], key + ".bits");
+      r.max_bits = number<int>(b[1], key + ".bits");
       if (r.min_bits < 2 || r.max_bits > 8 || r.min_bits > r.max_bits)
         fail(b, key + ".bits", "expected 2 <= min <= max <= 8");
     }
@@ -121,7 +129,7 @@ quant::Backend load_backend(const std::string& name_or_path, const std::string& 
   b.weight = rd.rule(rd.need(root, "weight", "weight"), "weight", true);
   b.activation = rd.rule(rd.need(root, "activation", "activation"), "activation", false);
   if (root["min_scale"]) {
-    b.min_scale = root["min_scale"].as<float>();
+    b.min_scale = rd.number<float>(root["min_scale"], "min_scale");
     if (b.min_scale < 0) rd.fail(root["min_scale"], "min_scale", "must be >= 0");
   }
   return b;

@@ -174,8 +174,12 @@ int run_compare(const CompareArgs& args) {
   for (const auto& r : args.runs) runs.push_back(summarize_run(r));
   const std::string table = markdown_table(runs);
   fs::create_directories(args.out_dir);
-  std::ofstream(args.out_dir + "/compare.md") << table;
-  std::ofstream(args.out_dir + "/val_top1.svg") << svg_chart(runs);
+  for (const auto& [name, text] : {std::pair<std::string, std::string>{"/compare.md", table},
+                                    {"/val_top1.svg", svg_chart(runs)}}) {
+    std::ofstream f(args.out_dir + name);
+    f << text;
+    QAT_CHECK(f.good(), "compare: cannot write ", args.out_dir, name);
+  }
   std::printf("%s\nwrote %s/compare.md and %s/val_top1.svg\n", table.c_str(), args.out_dir.c_str(),
               args.out_dir.c_str());
   return 0;

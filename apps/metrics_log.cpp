@@ -37,6 +37,14 @@ void append_metrics(const std::string& run_dir, const EpochMetrics& m) {
   j.flush();
 }
 
+void truncate_metrics(const std::string& run_dir, int64_t last_epoch) {
+  const std::vector<EpochMetrics> rows = read_metrics(run_dir);
+  std::filesystem::remove(run_dir + "/metrics.csv");
+  std::filesystem::remove(run_dir + "/metrics.jsonl");
+  for (const auto& m : rows)
+    if (m.epoch <= last_epoch) append_metrics(run_dir, m);
+}
+
 std::vector<EpochMetrics> read_metrics(const std::string& run_dir) {
   std::vector<EpochMetrics> out;
   std::ifstream in(run_dir + "/metrics.csv");

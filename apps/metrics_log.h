@@ -18,6 +18,9 @@ struct EpochMetrics {
 };
 
 void append_metrics(const std::string& run_dir, const EpochMetrics& m);
+// Keeps only the rows of epochs <= last_epoch in both files (resume: rows of
+// an epoch whose checkpoint was never written are dropped; 0 clears them).
+void truncate_metrics(const std::string& run_dir, int64_t last_epoch);
 // Reads RUN/metrics.csv back (for resume and reports); missing file -> empty.
 std::vector<EpochMetrics> read_metrics(const std::string& run_dir);
 

@@ -55,24 +55,26 @@ int run_sweep(const SweepArgs& args) {
     ov.insert(ov.end(), combos[i].begin(), combos[i].end());
     ov.push_back("output.dir=" + dir);
     const bool started = fs::exists(dir + "/last.safetensors");
-    if (started && static_cast<int64_t>(read_metrics(dir).size()) >= load_config(args.config, ov).train.epochs) {
+    const auto rows = started ? read_metrics(dir) : std::vector<EpochMetrics>{};
+    if (!rows.empty() && rows.back().epoch >= load_config(args.config, ov).train.epochs) {
       std::printf("[%zu/%zu] %s: finished, skipped\n", i + 1, combos.size(), dir.c_str());
       finished.push_back(dir);
       continue;
     }
     std::printf("[%zu/%zu] %s\n", i + 1, combos.size(), dir.c_str());
+    // A combination the rules reject (e.g. power-of-two scales with affine
+    // weights) is found by preparing its model first and is reported, not
+    // fatal. Errors once training has started (data, NaN, I/O) stop the sweep.
     try {
-      const int rc = run_train({args.config, ov, started ? dir : "", 0});
-      if (rc != 0) return rc;  // interrupted: the sweep resumes from here next time
-      finished.push_back(dir);
+      build_model(load_config(args.config, ov), /*load_init=*/false, /*print=*/false);
     } catch (const Error& e) {
-      // A combination the rules reject (e.g. power-of-two scales with affine
-      // weights) is reported, not fatal; anything after training started is.
-      if (fs::exists(dir + "/last.safetensors")) throw;
       std::printf("  rejected: %s\n", e.what());
       rejected.push_back(combination_name(combos[i]) + ": " + e.what());
-      fs::remove_all(dir);
+      continue;
     }
+    const int rc = run_train({args.config, ov, started ? dir : "", 0});
+    if (rc != 0) return rc;  // interrupted: the sweep resumes from here next time
+    finished.push_back(dir);
   }
   if (!finished.empty()) run_compare({finished, base.output.dir + "/report"});
   for (const auto& r : rejected) std::printf("rejected combination %s\n", r.c_str());

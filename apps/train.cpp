@@ -200,6 +200,7 @@ int run_train(const TrainArgs& args) {
               " already holds a run (last.safetensors); resume it with --resume ", run_dir,
               " or choose another output.dir");
   }
+  truncate_metrics(run_dir, state.epoch);  // a fresh run starts empty; a resumed one drops unsaved epochs
   write_text(run_dir + "/config.yaml", config_to_yaml(cfg));
   std::printf("model %s: %lld parameters; train %lld images, val %lld images, %lld classes; %d threads\n",
               cfg.model.name.c_str(), static_cast<long long>(model->num_parameters()),
@@ -214,14 +215,16 @@ int run_train(const TrainArgs& args) {
     model->train();
     apply_quant_schedule(cfg.quant, *model, epoch);
     train_loader.start_epoch(epoch);
-    const double wait0 = train_loader.stats().wait_seconds;
     Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.train.epochs), steps_per_epoch,
                       cfg.train.log_every);
-    const auto t0 = std::chrono::steady_clock::now();
     data::Batch batch;
     // Resuming mid-epoch: the order of an epoch is fixed by (seed, epoch), so
     // skipping the batches already trained on continues the same sequence.
     for (int64_t s = 0; s < state.step; ++s) QAT_CHECK(train_loader.next(batch), "resume: epoch shorter than step");
+    // Speed and data-wait figures cover the steps this process trains.
+    const double wait0 = train_loader.stats().wait_seconds;
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t images_this_run = 0;
     for (int64_t step = state.step; step < steps_per_epoch; ++step) {
       QAT_CHECK(train_loader.next(batch), "train: loader ended after ", step, " of ", steps_per_epoch, " batches");
       schedule.apply(*optimizer, static_cast<double>(epoch) + static_cast<double>(step) / steps_per_epoch);
@@ -237,6 +240,7 @@ int run_train(const TrainArgs& args) {
       state.epoch_loss_sum += static_cast<double>(lv) * n;
       state.epoch_correct += topk_correct(logits.detach(), batch.labels, 1);
       state.epoch_images += n;
+      images_this_run += n;
       state.step = step + 1;
       progress.update(step + 1, state.epoch_loss_sum / state.epoch_images,
                       static_cast<double>(state.epoch_correct) / state.epoch_images, state.epoch_images);
@@ -260,7 +264,7 @@ int run_train(const TrainArgs& args) {
     m.val_loss = v.loss, m.val_top1 = v.top1, m.val_top5 = v.top5;
     m.lr = optimizer->param_groups()[0].lr;
     m.epoch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    m.images_per_second = state.epoch_images / train_secs;
+    m.images_per_second = images_this_run / train_secs;
     m.data_wait_share = (train_loader.stats().wait_seconds - wait0) / train_secs;
     append_metrics(run_dir, m);
     std::printf("epoch %lld: train loss %.4f top-1 %.2f%% | val loss %.4f top-1 %.2f%% top-5 %.2f%% | lr %.5f | "

@@ -1,5 +1,6 @@
 #include "quant/fake_quantizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/autograd.h"
@@ -114,8 +115,11 @@ Tensor FakeQuantizer::forward_learned(const Tensor& x) {
     Tensor z = Tensor::zeros(zero_point_.sizes(), DType::i32);
     if (offset_.defined()) {
       // v̂ = v̄ s + β  <=>  q = v̄ - round(β/s) with x̂ = (q - z) s and z = -round(β / s)
-      for (int64_t c = 0; c < z.numel(); ++c)
-        z.data<int32_t>()[c] = -static_cast<int32_t>(std::nearbyint(offset_.data<float>()[c] / s.data<float>()[c]));
+      // The offset is learned freely: clamp the zero point into the grid.
+      for (int64_t c = 0; c < z.numel(); ++c) {
+        const double zc = -std::nearbyint(static_cast<double>(offset_.data<float>()[c]) / s.data<float>()[c]);
+        z.data<int32_t>()[c] = static_cast<int32_t>(std::clamp<double>(zc, cfg_.spec.qmin(), cfg_.spec.qmax()));
+      }
     }
     store_qparams(s, z);
   }

@@ -49,3 +49,17 @@ TEST_CASE("compare tabulates best/final accuracy, deltas and weight storage", "[
   REQUIRE_THAT(svg, Contains("<svg") && Contains("polyline") && Contains("w4a4"));
   REQUIRE_THROWS_WITH(summarize_run((fp / "nope").string()), Contains("no config.yaml"));
 }
+
+TEST_CASE("truncate_metrics keeps the rows of saved epochs only", "[compare]") {
+  fs::path d = make_run("trunc", "", {0.1, 0.2, 0.3});
+  truncate_metrics(d.string(), 2);
+  auto rows = read_metrics(d.string());
+  REQUIRE(rows.size() == 2);
+  REQUIRE(rows.back().epoch == 2);
+  std::ifstream j(d / "metrics.jsonl");
+  int lines = 0;
+  for (std::string l; std::getline(j, l);) ++lines;
+  REQUIRE(lines == 2);
+  truncate_metrics(d.string(), 0);
+  REQUIRE(read_metrics(d.string()).empty());
+}

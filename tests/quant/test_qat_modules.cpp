@@ -1,6 +1,8 @@
 // FakeQuantizer / QAT module behaviour: frozen qparams, checkpoint state,
 // BN folding equivalence and robustness.
 #include <cmath>
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "tests/test_util.h"
@@ -45,7 +47,8 @@ TEST_CASE("with observers off, the stored qparams are exactly those the last for
 }
 
 TEST_CASE("quantizer state (per-channel buffers, flags) round-trips through a checkpoint", "[quant][qat]") {
-  const std::string path = (std::filesystem::temp_directory_path() / "qat_test_qstate.safetensors").string();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("qat_test_qstate_" + std::to_string(::getpid()) + ".safetensors")).string();
   ModulePtr a = make_model("small_cnn", 4, 0);
   prepare(*a, default_backend(), QConfig{});
   Generator g(3);
