@@ -1,0 +1,20 @@
+#pragma once
+// Integer GEMM for the frozen model: C[m][n] = sum_k A[m][k] * B[n][k],
+// A uint8 (M x K, activations), B int8 (N x K, weights: one row per output
+// channel), C int32 (M x N). Zero points are applied by the caller (row and
+// column sums). Kernels: a scalar reference (the specification), AVX2 (widen
+// to int16, exact madd) and AVX-512 VNNI (vpdpbusd), chosen at run time from
+// the CPU's features; every fast path equals the reference bit for bit.
+#include <cstdint>
+
+namespace qat::quant {
+
+enum class GemmKernel { reference, avx2, avx512_vnni };
+const char* gemm_kernel_name(GemmKernel k);
+// The fastest kernel this CPU supports.
+GemmKernel best_gemm_kernel();
+
+void gemm_u8s8s32(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B,
+                  int64_t ldb, int32_t* C, int64_t ldc);
+
+}  // namespace qat::quant
