@@ -1,6 +1,8 @@
 #include "tests/test_util.h"
 
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <sstream>
 
@@ -95,6 +97,28 @@ void require_close(const Tensor& a, const Tensor& b, double atol, double rtol, c
     os << what << ": element " << worst_i << " differs: " << pa[worst_i] << " vs " << pb[worst_i];
     FAIL(os.str());
   }
+}
+
+const SafetensorsFile& golden_file(const std::string& file) {
+  static std::mutex mu;
+  static std::map<std::string, SafetensorsFile> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(file);
+  if (it == cache.end())
+    it = cache.emplace(file, load_safetensors(std::string(QAT_SOURCE_DIR) + "/tests/golden/" + file)).first;
+  return it->second;
+}
+
+const Tensor& golden_tensor(const SafetensorsFile& f, const std::string& name) {
+  auto it = f.tensors.find(name);
+  if (it == f.tensors.end()) FAIL("golden file has no tensor " << name);
+  return it->second;
+}
+
+std::vector<int32_t> int_values(const Tensor& t) {
+  REQUIRE(t.dtype() == DType::i32);
+  Tensor c = t.contiguous();
+  return std::vector<int32_t>(c.data<int32_t>(), c.data<int32_t>() + c.numel());
 }
 
 }  // namespace qat::testing

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "core/ops.h"
+#include "core/safetensors.h"
+#include "core/threads.h"
 
 namespace qat::testing {
 
@@ -35,5 +37,21 @@ Tensor distinct_tensor(const Shape& shape, uint64_t seed, float gap = 0.1f, bool
 // Largest |a-b| with a message naming `what`; REQUIREs shapes equal and every
 // element within atol + rtol*|b|.
 void require_close(const Tensor& a, const Tensor& b, double atol, double rtol, const std::string& what);
+
+// Sets the thread count for one test and restores it.
+struct ThreadsGuard {
+  explicit ThreadsGuard(int n) : prev(num_threads()) { set_num_threads(n); }
+  ~ThreadsGuard() { set_num_threads(prev); }
+  ThreadsGuard(const ThreadsGuard&) = delete;
+  ThreadsGuard& operator=(const ThreadsGuard&) = delete;
+  int prev;
+};
+
+// A committed golden file tests/golden/<file>, loaded once per process.
+const SafetensorsFile& golden_file(const std::string& file);
+// A tensor of it; FAILs the test naming the tensor when it is missing.
+const Tensor& golden_tensor(const SafetensorsFile& f, const std::string& name);
+// The values of an int32 tensor.
+std::vector<int32_t> int_values(const Tensor& t);
 
 }  // namespace qat::testing

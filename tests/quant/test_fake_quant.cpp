@@ -7,6 +7,8 @@
 // everywhere), so the masks are checked against PyTorch's gradients instead.
 #include <catch2/catch.hpp>
 
+#include "tests/test_util.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,34 +26,17 @@
 
 namespace {
 
-// Sets the thread count for one test and restores it.
-struct ThreadsGuard {
-  explicit ThreadsGuard(int n) : prev(qat::num_threads()) { qat::set_num_threads(n); }
-  ~ThreadsGuard() { qat::set_num_threads(prev); }
-  int prev;
-};
+using qat::testing::ThreadsGuard;
 
 using qat::Shape;
 using qat::Tensor;
 using namespace qat::quant;
 
-const qat::SafetensorsFile& golden() {
-  static const qat::SafetensorsFile f =
-      qat::load_safetensors(std::string(QAT_SOURCE_DIR) + "/tests/golden/quant_ops.safetensors");
-  return f;
-}
+const qat::SafetensorsFile& golden() { return qat::testing::golden_file("quant_ops.safetensors"); }
 
-const Tensor& gget(const std::string& name) {
-  auto it = golden().tensors.find(name);
-  if (it == golden().tensors.end()) FAIL("golden file has no tensor " << name);
-  return it->second;
-}
+const Tensor& gget(const std::string& name) { return qat::testing::golden_tensor(golden(), name); }
 
-std::vector<int32_t> gints(const std::string& name) {
-  const Tensor& t = gget(name);
-  REQUIRE(t.dtype() == qat::DType::i32);
-  return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel());
-}
+std::vector<int32_t> gints(const std::string& name) { return qat::testing::int_values(gget(name)); }
 
 // Every case name with the given prefix ("fq_pt_"), from the ".params" keys.
 std::vector<std::string> cases(const std::string& prefix) {

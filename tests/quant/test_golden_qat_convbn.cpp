@@ -26,6 +26,8 @@
 // element near a tie) and the integer levels round(wq / scale) must all match.
 #include <catch2/catch.hpp>
 
+#include "tests/test_util.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -47,25 +49,13 @@ namespace {
 using qat::Tensor;
 using namespace qat::quant;
 
-const qat::SafetensorsFile& golden() {
-  static const qat::SafetensorsFile f =
-      qat::load_safetensors(std::string(QAT_SOURCE_DIR) + "/tests/golden/qat_convbn.safetensors");
-  return f;
-}
+const qat::SafetensorsFile& golden() { return qat::testing::golden_file("qat_convbn.safetensors"); }
 
 bool has(const std::string& name) { return golden().tensors.count(name) != 0; }
 
-const Tensor& gget(const std::string& name) {
-  auto it = golden().tensors.find(name);
-  if (it == golden().tensors.end()) FAIL("golden file has no tensor " << name);
-  return it->second;
-}
+const Tensor& gget(const std::string& name) { return qat::testing::golden_tensor(golden(), name); }
 
-std::vector<int32_t> gints(const std::string& name) {
-  const Tensor& t = gget(name);
-  REQUIRE(t.dtype() == qat::DType::i32);
-  return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel());
-}
+std::vector<int32_t> gints(const std::string& name) { return qat::testing::int_values(gget(name)); }
 
 // max |a - b| <= tol * M (normwise), M = max(max|b|, floor), and each element
 // within tol * M + 4 * tol * |b| (the same, a little looser for large elements).

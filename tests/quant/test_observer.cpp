@@ -6,6 +6,8 @@
 // Power-of-two scales have no PyTorch counterpart: tested by their properties.
 #include <catch2/catch.hpp>
 
+#include "tests/test_util.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -22,28 +24,15 @@
 
 namespace {
 
-// Sets the thread count for one test and restores it.
-struct ThreadsGuard {
-  explicit ThreadsGuard(int n) : prev(qat::num_threads()) { qat::set_num_threads(n); }
-  ~ThreadsGuard() { qat::set_num_threads(prev); }
-  int prev;
-};
+using qat::testing::ThreadsGuard;
 
 using qat::Shape;
 using qat::Tensor;
 using namespace qat::quant;
 
-const qat::SafetensorsFile& golden() {
-  static const qat::SafetensorsFile f =
-      qat::load_safetensors(std::string(QAT_SOURCE_DIR) + "/tests/golden/quant_ops.safetensors");
-  return f;
-}
+const qat::SafetensorsFile& golden() { return qat::testing::golden_file("quant_ops.safetensors"); }
 
-const Tensor& gget(const std::string& name) {
-  auto it = golden().tensors.find(name);
-  if (it == golden().tensors.end()) FAIL("golden file has no tensor " << name);
-  return it->second;
-}
+const Tensor& gget(const std::string& name) { return qat::testing::golden_tensor(golden(), name); }
 
 std::vector<std::string> obs_cases() {
   std::vector<std::string> out;
