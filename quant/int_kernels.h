@@ -1,0 +1,58 @@
+#pragma once
+// Integer kernels of the frozen model (REFERENCES §5). Activations are NHWC
+// uint8: a signed grid is stored shifted by +128 (q_stored = q + 128, with the
+// zero point shifted alike), so one u8 x s8 GEMM serves both and every
+// difference (q - z) is unchanged. No floating point in any of these kernels
+// except quantize_input (the network's float input) and dequantize_rows (its
+// float logits): the two ends of the integer network.
+#include <cstdint>
+
+#include "quant/requant.h"
+
+namespace qat::quant {
+
+// Patches of an NHWC image as rows: row (oh, ow) holds the KH x KW x C window
+// in (kh, kw, c) order, `pad_value` (the input zero point: real 0) outside.
+struct Im2RowShape {
+  int64_t h, w, c, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, out_h, out_w;
+};
+void im2row_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_t* rows);
+
+// Output stage of one row of int32 accumulators (n output channels):
+//   out[c] = clamp(z_out + requant(acc[c] + bias[c], m0[c], shift[c]), lo, hi)
+// requant(x) = round(x * M0 / 2^(31 + shift)) half away from zero, from the
+// exact 64-bit product: the doubling high multiply and the rounding right
+// shift of gemmlowp fused into ONE rounding. (Two roundings, as gemmlowp's
+// SaturatingRoundingDoublingHighMul + RoundingDivideByPOT, are off by one
+// whenever the first lands near a half: with small shifts, i.e. coarse 4-bit
+// output grids, that hit ~6% of the outputs in our tests.) For a power-of-two
+// multiplier (M0 = 2^30) this is a pure rounding shift by shift + 1.
+// The vectorised path equals the scalar one.
+struct RequantParams {
+  const int32_t* bias;
+  const int32_t* m0;
+  const int32_t* shift;
+  int32_t out_zero, lo, hi;  // stored (u8) domain
+};
+void requantize_row(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out);
+void requantize_row_reference(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out);
+// Scalar requant of one value (the specification): exactly round(x * M) for
+// M = M0 2^(-31-shift), half away from zero, saturated to int32.
+int32_t requantize_value(int32_t acc, int32_t m0, int32_t shift);
+
+// Max pooling on NHWC u8 (padding never wins, as -inf in float).
+struct PoolShape {
+  int64_t n, h, w, c, kh, kw, stride_h, stride_w, pad_h, pad_w, out_h, out_w;
+};
+void max_pool_u8(const uint8_t* x, const PoolShape& s, uint8_t* y);
+// Adaptive average pooling on NHWC u8 with PyTorch's bins; each output is the
+// bin sum divided by its size, rounded half up (values are non-negative).
+void adaptive_avg_pool_u8(const uint8_t* x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t out_h, int64_t out_w,
+                          uint8_t* y);
+
+// Float NCHW -> stored u8 NHWC: q = clamp(nearbyint(x * (1/scale)) + z, qmin, qmax) + offset,
+// exactly the fake-quant rounding (PyTorch's).
+void quantize_input(const float* x, int64_t n, int64_t c, int64_t h, int64_t w, float scale, int32_t zero_point,
+                    int32_t qmin, int32_t qmax, int32_t offset, uint8_t* y);
+
+}  // namespace qat::quant

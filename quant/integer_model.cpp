@@ -1,0 +1,269 @@
+#include "quant/integer_model.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "quant/int_kernels.h"
+
+namespace qat::quant {
+
+namespace {
+
+constexpr const char* kOpNames[] = {"quantize_input", "conv", "linear", "max_pool", "adaptive_avg_pool", "flatten",
+                                    "relu"};
+
+void check_u8(const IntLayer& l, const Tensor& x, int64_t dims) {
+  QAT_CHECK(x.dtype() == DType::u8 && x.dim() == dims && x.is_contiguous(), "integer layer '", l.name, "' (",
+            int_op_name(l.op), "): expects a contiguous ", dims, "-d uint8 tensor, got ", dtype_name(x.dtype()), " with ",
+            x.dim(), " dims");
+}
+
+bool any_nonzero(const Tensor& t) {
+  const int32_t* p = t.data<int32_t>();
+  return std::any_of(p, p + t.numel(), [](int32_t v) { return v != 0; });
+}
+
+// The output stage shared by conv and linear: zero-point corrections, then
+// requantization to u8 or (last layer) dequantization to float.
+struct OutputStage {
+  const IntLayer& l;
+  int64_t K;
+  std::vector<int32_t> bias;  // bias - z_x Σw + K z_x z_w
+  bool weight_zero_points;
+  std::vector<float> dequant;  // s_x s_w[c] (dequantize only)
+  RequantParams rq{};
+
+  OutputStage(const IntLayer& layer, int64_t k) : l(layer), K(k) {
+    const int64_t C = l.out_channels;
+    const int32_t zx = l.in.zero_point + l.in.offset();
+    const int32_t* zw = l.weight_zero_point.data<int32_t>();
+    weight_zero_points = any_nonzero(l.weight_zero_point);
+    bias.resize(C);
+    for (int64_t c = 0; c < C; ++c)
+      bias[c] = l.bias.data<int32_t>()[c] - zx * l.weight_row_sums[c] + static_cast<int32_t>(K) * zx * zw[c];
+    if (l.dequantize) {
+      dequant.resize(C);
+      for (int64_t c = 0; c < C; ++c)
+        dequant[c] = static_cast<float>(static_cast<double>(l.in.scale) * l.weight_scale.data<float>()[c]);
+    } else {
+      const int32_t off = l.out.offset();
+      rq = {bias.data(), l.multiplier.data<int32_t>(), l.shift.data<int32_t>(), l.out.zero_point + off,
+            (l.relu ? std::max(l.out.qmin(), l.out.zero_point) : l.out.qmin()) + off, l.out.qmax() + off};
+    }
+  }
+
+  // acc: one row of C accumulators for the input row `x_row` (K values).
+  void apply_zero_points(int32_t* acc, const uint8_t* x_row) const {
+    if (!weight_zero_points) return;
+    int32_t xs = 0;
+    for (int64_t k = 0; k < K; ++k) xs += x_row[k];
+    const int32_t* zw = l.weight_zero_point.data<int32_t>();
+    for (int64_t c = 0; c < l.out_channels; ++c) acc[c] -= zw[c] * xs;
+  }
+  void to_u8(const int32_t* acc, uint8_t* out) const { requantize_row(acc, l.out_channels, rq, out); }
+  void to_float(const int32_t* acc, float* out, int64_t stride) const {
+    for (int64_t c = 0; c < l.out_channels; ++c) out[c * stride] = static_cast<float>(acc[c] + bias[c]) * dequant[c];
+  }
+};
+
+Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
+  check_u8(l, x, 4);
+  const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
+  QAT_CHECK(C == l.in_channels, "integer conv '", l.name, "': input has ", C, " channels, the layer expects ",
+            l.in_channels);
+  const auto& p = l.conv;
+  const int64_t OH = conv_out_size(H, l.kernel_h, p.stride_h, p.pad_h, p.dil_h, "integer conv");
+  const int64_t OW = conv_out_size(W, l.kernel_w, p.stride_w, p.pad_w, p.dil_w, "integer conv");
+  const int64_t K = l.kernel_h * l.kernel_w * C, P = OH * OW, CO = l.out_channels;
+  const Im2RowShape shape{H, W, C, l.kernel_h, l.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
+                          p.dil_h, p.dil_w, OH, OW};
+  const bool direct = l.kernel_h == 1 && l.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 &&
+                      p.pad_w == 0;
+  const OutputStage stage(l, K);
+  const uint8_t pad = static_cast<uint8_t>(l.in.zero_point + l.in.offset());
+  Tensor y = l.dequantize ? Tensor::empty({N, CO, OH, OW}, DType::f32) : Tensor::empty({N, OH, OW, CO}, DType::u8);
+  const uint8_t* xd = x.data<uint8_t>();
+  const int8_t* wd = l.weight.data<int8_t>();
+  // Whole images per thread when the batch can keep every thread busy (the
+  // GEMM inside then runs on one thread); otherwise the GEMM is parallel.
+  const bool per_image_threads = N >= omp_get_max_threads() && N > 1;
+#pragma omp parallel if (per_image_threads)
+  {
+    std::vector<uint8_t> rows(direct ? 0 : static_cast<size_t>(P * K));
+    std::vector<int32_t> acc(static_cast<size_t>(P * CO));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const uint8_t* img = xd + n * H * W * C;
+      if (!direct) im2row_u8(img, shape, pad, rows.data());
+      const uint8_t* A = direct ? img : rows.data();
+      gemm_u8s8s32(kernel, P, CO, K, A, K, wd, K, acc.data(), CO);
+      for (int64_t r = 0; r < P; ++r) {
+        int32_t* a = acc.data() + r * CO;
+        stage.apply_zero_points(a, A + r * K);
+        if (l.dequantize) stage.to_float(a, y.data<float>() + n * CO * P + r, P);
+        else stage.to_u8(a, y.data<uint8_t>() + (n * P + r) * CO);
+      }
+    }
+  }
+  return y;
+}
+
+Tensor run_linear(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
+  check_u8(l, x, 2);
+  const int64_t N = x.size(0), K = x.size(1), CO = l.out_channels;
+  QAT_CHECK(K == l.in_channels, "integer linear '", l.name, "': input has ", K, " features, the layer expects ",
+            l.in_channels);
+  const OutputStage stage(l, K);
+  std::vector<int32_t> acc(static_cast<size_t>(N * CO));
+  gemm_u8s8s32(kernel, N, CO, K, x.data<uint8_t>(), K, l.weight.data<int8_t>(), K, acc.data(), CO);
+  Tensor y = l.dequantize ? Tensor::empty({N, CO}, DType::f32) : Tensor::empty({N, CO}, DType::u8);
+  for (int64_t n = 0; n < N; ++n) {
+    int32_t* a = acc.data() + n * CO;
+    stage.apply_zero_points(a, x.data<uint8_t>() + n * K);
+    if (l.dequantize) stage.to_float(a, y.data<float>() + n * CO, 1);
+    else stage.to_u8(a, y.data<uint8_t>() + n * CO);
+  }
+  return y;
+}
+
+Tensor run_max_pool(const IntLayer& l, const Tensor& x) {
+  check_u8(l, x, 4);
+  const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
+  const auto& p = l.pool;
+  const int64_t OH = conv_out_size(H, p.kernel_h, p.stride_h, p.pad_h, 1, "integer max_pool");
+  const int64_t OW = conv_out_size(W, p.kernel_w, p.stride_w, p.pad_w, 1, "integer max_pool");
+  Tensor y = Tensor::empty({N, OH, OW, C}, DType::u8);
+  max_pool_u8(x.data<uint8_t>(), {N, H, W, C, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w, OH, OW},
+              y.data<uint8_t>());
+  return y;
+}
+
+Tensor run_flatten(const IntLayer& l, const Tensor& x) {
+  check_u8(l, x, 4);
+  const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
+  Tensor y = Tensor::empty({N, C * H * W}, DType::u8);
+  const uint8_t* s = x.data<uint8_t>();
+  uint8_t* d = y.data<uint8_t>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t p = 0; p < H * W; ++p)
+      for (int64_t c = 0; c < C; ++c) d[(n * C + c) * H * W + p] = s[(n * H * W + p) * C + c];
+  return y;
+}
+
+}  // namespace
+
+const char* int_op_name(IntOp op) { return kOpNames[static_cast<int>(op)]; }
+
+IntOp int_op_from_name(const std::string& name) {
+  for (int i = 0; i < static_cast<int>(std::size(kOpNames)); ++i)
+    if (name == kOpNames[i]) return static_cast<IntOp>(i);
+  throw Error("unknown integer layer kind '" + name +
+              "' (known: quantize_input, conv, linear, max_pool, adaptive_avg_pool, flatten, relu)");
+}
+
+void IntLayer::finalize() {
+  if (op != IntOp::conv && op != IntOp::linear) return;
+  const int64_t K = kernel_h * kernel_w * in_channels;
+  const Shape wshape = op == IntOp::conv ? Shape{out_channels, kernel_h, kernel_w, in_channels}
+                                         : Shape{out_channels, in_channels};
+  auto check = [&](const Tensor& t, const char* field, DType dt, const Shape& shape) {
+    QAT_CHECK(t.defined() && t.dtype() == dt && t.sizes() == shape, "layer '", name, "': ", field, " must be ",
+              dtype_name(dt), " of shape ", shape_str(shape), ", got ",
+              t.defined() ? std::string(dtype_name(t.dtype())) + " " + shape_str(t.sizes()) : std::string("nothing"));
+  };
+  check(weight, "weight", DType::i8, wshape);
+  check(weight_scale, "weight_scale", DType::f32, {out_channels});
+  check(weight_zero_point, "weight_zero_point", DType::i32, {out_channels});
+  check(bias, "bias", DType::i32, {out_channels});
+  if (!dequantize) {
+    check(multiplier, "multiplier", DType::i32, {out_channels});
+    check(shift, "shift", DType::i32, {out_channels});
+    for (int64_t c = 0; c < out_channels; ++c) {
+      const int32_t m = multiplier.data<int32_t>()[c], s = shift.data<int32_t>()[c];
+      QAT_CHECK((m == 0 || m >= (1 << 30)) && s >= -31 && s <= 31, "layer '", name, "': channel ", c,
+                " has an invalid fixed-point multiplier (m0 ", m, ", shift ", s, "): m0 must be in [2^30, 2^31)");
+    }
+  }
+  QAT_CHECK(conv.groups == 1, "layer '", name, "': grouped convolution has no integer kernel (groups ", conv.groups, ")");
+  weight_row_sums.assign(static_cast<size_t>(out_channels), 0);
+  const int8_t* w = weight.data<int8_t>();
+  for (int64_t c = 0; c < out_channels; ++c)
+    for (int64_t k = 0; k < K; ++k) weight_row_sums[c] += w[c * K + k];
+}
+
+Tensor IntegerModel::run_layer(const IntLayer& l, const Tensor& x) const {
+  switch (l.op) {
+    case IntOp::quantize_input: {
+      QAT_CHECK(x.dtype() == DType::f32 && x.dim() == 4, "integer model input: expects float images (N, C, H, W), got ",
+                dtype_name(x.dtype()), " with ", x.dim(), " dims");
+      const Tensor xc = x.contiguous();
+      const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+      Tensor y = Tensor::empty({N, H, W, C}, DType::u8);
+      quantize_input(xc.data<float>(), N, C, H, W, l.out.scale, l.out.zero_point, l.out.qmin(), l.out.qmax(),
+                     l.out.offset(), y.data<uint8_t>());
+      return y;
+    }
+    case IntOp::conv: return run_conv(l, x, kernel);
+    case IntOp::linear: return run_linear(l, x, kernel);
+    case IntOp::max_pool: return run_max_pool(l, x);
+    case IntOp::adaptive_avg_pool: {
+      check_u8(l, x, 4);
+      Tensor y = Tensor::empty({x.size(0), l.out_h, l.out_w, x.size(3)}, DType::u8);
+      adaptive_avg_pool_u8(x.data<uint8_t>(), x.size(0), x.size(1), x.size(2), x.size(3), l.out_h, l.out_w,
+                           y.data<uint8_t>());
+      return y;
+    }
+    case IntOp::flatten: return run_flatten(l, x);
+    case IntOp::relu: {
+      QAT_CHECK(x.dtype() == DType::u8, "integer relu '", l.name, "': expects uint8");
+      Tensor y = x.clone();
+      const uint8_t z = static_cast<uint8_t>(l.in.zero_point + l.in.offset());
+      uint8_t* d = y.data<uint8_t>();
+      for (int64_t i = 0; i < y.numel(); ++i) d[i] = std::max(d[i], z);
+      return y;
+    }
+  }
+  throw Error("integer model: unknown layer kind");
+}
+
+Tensor IntegerModel::forward(const Tensor& x) const {
+  QAT_CHECK(!layers.empty() && layers.front().op == IntOp::quantize_input,
+            "integer model: the first layer must be quantize_input");
+  Tensor h = x;
+  for (const auto& l : layers) h = run_layer(l, h);
+  return h;
+}
+
+std::vector<Tensor> IntegerModel::forward_trace(const Tensor& x) const {
+  std::vector<Tensor> out;
+  Tensor h = x;
+  for (const auto& l : layers) out.push_back(h = run_layer(l, h));
+  return out;
+}
+
+int64_t IntegerModel::num_classes() const {
+  QAT_CHECK(!layers.empty(), "integer model: no layers");
+  return layers.back().out_channels;
+}
+
+Tensor activation_values_nchw(const Tensor& s, const ActQuant& q) {
+  QAT_CHECK(s.dtype() == DType::u8, "activation_values_nchw: expects uint8");
+  const uint8_t* d = s.data<uint8_t>();
+  if (s.dim() == 2) {
+    Tensor y = Tensor::empty(s.sizes(), DType::i32);
+    for (int64_t i = 0; i < s.numel(); ++i) y.data<int32_t>()[i] = d[i] - q.offset();
+    return y;
+  }
+  const int64_t N = s.size(0), H = s.size(1), W = s.size(2), C = s.size(3);
+  Tensor y = Tensor::empty({N, C, H, W}, DType::i32);
+  int32_t* o = y.data<int32_t>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t p = 0; p < H * W; ++p)
+      for (int64_t c = 0; c < C; ++c) o[(n * C + c) * H * W + p] = d[(n * H * W + p) * C + c] - q.offset();
+  return y;
+}
+
+}  // namespace qat::quant
