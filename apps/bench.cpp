@@ -2,7 +2,10 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
+#include <vector>
 #include <cstdio>
 
 #include "core/ops.h"
@@ -12,6 +15,9 @@
 #include "optim/sgd.h"
 #include "apps/config.h"
 #include "apps/train.h"
+#include "apps/run_state.h"
+#include "core/autograd.h"
+#include "quant/freeze.h"
 
 namespace qat::apps {
 
@@ -84,8 +90,79 @@ double time_training(Module& model, const BenchOptions& opt, const char* label) 
   return ips;
 }
 
+namespace {
+
+// Images per second of `forward` on one fixed batch (median of the timed passes).
+double time_inference(const std::function<Tensor(const Tensor&)>& forward, const Tensor& x, const BenchOptions& opt,
+                      const char* label) {
+  for (int i = 0; i < opt.warmup; ++i) forward(x);
+  std::vector<double> secs;
+  for (int i = 0; i < opt.steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    forward(x);
+    secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(secs.begin(), secs.end());
+  const double med = secs[secs.size() / 2];
+  const double ips = opt.batch / med;
+  std::printf("infer %s: %.1f img/s  (%.2f ms/batch, median of %d)\n", label, ips, 1000.0 * med, opt.steps);
+  return ips;
+}
+
+// The QAT model the integer model is frozen from: the config's (and its
+// checkpoint) or the default backend at 8 bits, observers set by a few
+// training-mode batches of random images.
+ModulePtr qat_model_for_bench(const BenchOptions& opt) {
+  ExperimentConfig cfg;
+  if (!opt.config.empty()) {
+    cfg = load_config(opt.config);
+    QAT_CHECK(cfg.quant.enabled, "bench: ", opt.config, " has no enabled quant: section");
+  } else {
+    cfg.quant.enabled = true;
+    cfg.source_path = std::string(QAT_SOURCE_DIR) + "/configs/bench.yaml";
+  }
+  cfg.model.name = opt.model;
+  cfg.model.num_classes = opt.classes;
+  ModulePtr m = build_model(cfg, false, false);
+  if (!opt.checkpoint.empty()) {
+    load_run_state(opt.checkpoint, *m, nullptr, "");
+    return m;
+  }
+  m->train();
+  NoGradGuard ng;
+  Generator gen(3);
+  for (int i = 0; i < 3; ++i) m->forward(Tensor::randn({8, 3, opt.res, opt.res}, gen));
+  return m;
+}
+
+int run_bench_infer(const BenchOptions& opt) {
+  ModulePtr model = make_model(opt.model, opt.classes, 0);
+  model->eval();
+  Generator gen(1);
+  const Tensor x = Tensor::randn({opt.batch, 3, opt.res, opt.res}, gen);
+  NoGradGuard ng;
+  const double fp32 = time_inference([&](const Tensor& t) { return model->forward(t); }, x, opt, "fp32");
+  ModulePtr qmodel = qat_model_for_bench(opt);
+  const quant::IntegerModel im = quant::freeze(*qmodel);
+  int bits = 8;
+  for (const auto& l : im.layers)
+    if (l.op == quant::IntOp::conv || l.op == quant::IntOp::linear) bits = std::min(bits, l.weight_bits);
+  const double int8 = time_inference([&](const Tensor& t) { return im.forward(t); }, x, opt, "int8");
+  std::printf("int8/fp32 inference speed: %.2fx  (GEMM kernel %s, narrowest weights %d bits)\n", int8 / fp32,
+              quant::gemm_kernel_name(im.kernel), bits);
+  std::printf("peak memory: %.0f MiB (max RSS)\n", peak_rss_mib());
+  return 0;
+}
+
+}  // namespace
+
 int run_bench(const BenchOptions& opt) {
   set_num_threads(opt.threads);
+  if (opt.infer) {
+    std::printf("bench --infer: model %s, %dx%d, batch %d, %d classes, %d threads, %d timed passes after %d warm-up\n",
+                opt.model.c_str(), opt.res, opt.res, opt.batch, opt.classes, num_threads(), opt.steps, opt.warmup);
+    return run_bench_infer(opt);
+  }
   std::printf("bench: model %s, %dx%d, batch %d, %d classes, %d threads, %d steps after %d warm-up\n",
               opt.model.c_str(), opt.res, opt.res, opt.batch, opt.classes, num_threads(), opt.steps, opt.warmup);
   ModulePtr model = make_model(opt.model, opt.classes, 0);

@@ -1,5 +1,6 @@
 #pragma once
-// `qat bench`: FP32 training-step throughput on synthetic data.
+// `qat bench`: FP32 training-step throughput on synthetic data; with --infer,
+// FP32 vs integer inference throughput.
 #include <string>
 
 namespace qat::apps {
@@ -14,7 +15,9 @@ struct BenchOptions {
   int warmup = 3;
   bool profile = true;
   bool verbose = false;
-  std::string config;  // with a quant: section: also time the QAT step of the prepared model  // print every step's loss
+  std::string config;  // with a quant: section: also time the QAT step of the prepared model
+  bool infer = false;  // time inference instead: FP32 eval forward vs the frozen integer model
+  std::string checkpoint;  // --infer with --config: freeze this checkpoint (else a calibrated random init)
 };
 
 int run_bench(const BenchOptions& opt);

@@ -7,6 +7,7 @@
 #include "apps/bench.h"
 #include "apps/compare.h"
 #include "apps/data_cmd.h"
+#include "apps/integer_cmd.h"
 #include "apps/sweep.h"
 #include "apps/train.h"
 #include "core/error.h"
@@ -17,7 +18,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   qat::apps::BenchOptions bench;
-  auto* b = app.add_subcommand("bench", "Measure FP32 training-step throughput on synthetic data");
+  auto* b = app.add_subcommand("bench", "Measure training-step (or, with --infer, inference) throughput on synthetic data");
   std::string models;
   for (auto& n : qat::model_names()) models += (models.empty() ? "" : ", ") + n;
   b->add_option("--model", bench.model, "Model name (" + models + ")")->capture_default_str();
@@ -33,6 +34,10 @@ int main(int argc, char** argv) {
                 "Experiment config with a quant: section: also time the prepared QAT model")
       ->check(CLI::ExistingFile);
   b->add_flag("--verbose", bench.verbose, "Print the loss of every step");
+  b->add_flag("--infer", bench.infer,
+              "Time inference: FP32 eval forward vs the frozen integer model (--steps passes, median)");
+  b->add_option("--checkpoint", bench.checkpoint, "With --infer and --config: freeze this QAT checkpoint")
+      ->check(CLI::ExistingFile);
   b->add_flag("!--no-profile", bench.profile, "Skip the per-op time breakdown");
 
   qat::apps::TrainArgs train;
@@ -45,7 +50,9 @@ int main(int argc, char** argv) {
   qat::apps::EvalArgs eval;
   auto* ev = app.add_subcommand("eval", "Evaluate a checkpoint on the config's validation set");
   ev->add_option("config", eval.config, "Experiment config (YAML)")->required()->check(CLI::ExistingFile);
-  ev->add_option("--checkpoint", eval.checkpoint, "Checkpoint file (.safetensors)")->required()->check(CLI::ExistingFile);
+  ev->add_option("--checkpoint", eval.checkpoint, "Checkpoint file (.safetensors), or a `qat export` folder")
+      ->required()
+      ->check(CLI::ExistingPath);
   ev->add_option("--set", eval.overrides, "Override a config key (repeatable)");
 
   qat::apps::CompareArgs compare;
@@ -60,6 +67,28 @@ int main(int argc, char** argv) {
   sw->add_option("--baseline", sweep.baselines, "Run directories to add to the final table (e.g. the FP32 run)")
       ->check(CLI::ExistingDirectory);
 
+  qat::apps::ExportArgs exp;
+  auto* ex = app.add_subcommand("export", "Freeze a QAT checkpoint into an integer model and write it to a folder");
+  ex->add_option("config", exp.config, "Experiment config (YAML) with a quant: section")->required()->check(CLI::ExistingFile);
+  ex->add_option("--checkpoint", exp.checkpoint, "QAT checkpoint (.safetensors)")->required()->check(CLI::ExistingFile);
+  ex->add_option("--out", exp.out_dir, "Output folder (manifest.yaml + weights.safetensors)")->required();
+  ex->add_option("--set", exp.overrides, "Override a config key (repeatable)");
+
+  qat::apps::InferArgs inf;
+  auto* in = app.add_subcommand("infer", "Classify images with an exported integer model (top classes)");
+  in->add_option("export_dir", inf.export_dir, "Folder written by qat export")->required()->check(CLI::ExistingDirectory);
+  in->add_option("input", inf.input, "An image file, or a folder searched recursively")->required()->check(CLI::ExistingPath);
+  in->add_option("--top", inf.top, "Classes to print per image")->capture_default_str()->check(CLI::PositiveNumber);
+  in->add_option("--threads", inf.threads, "Threads (0: all cores)")->capture_default_str()->check(CLI::NonNegativeNumber);
+
+  qat::apps::CompareLayersArgs cl;
+  auto* cls = app.add_subcommand("compare-layers",
+                                 "Fake-quant vs integer model, layer by layer: output differences in LSBs");
+  cls->add_option("config", cl.config, "Experiment config (YAML) with a quant: section")->required()->check(CLI::ExistingFile);
+  cls->add_option("--checkpoint", cl.checkpoint, "QAT checkpoint (.safetensors)")->required()->check(CLI::ExistingFile);
+  cls->add_option("--images", cl.images, "Validation images to compare (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cls->add_option("--set", cl.overrides, "Override a config key (repeatable)");
+
   qat::apps::add_data_command(app);
 
   try {
@@ -70,6 +99,9 @@ int main(int argc, char** argv) {
     if (ev->parsed()) return qat::apps::run_eval(eval);
     if (cmp->parsed()) return qat::apps::run_compare(compare);
     if (sw->parsed()) return qat::apps::run_sweep(sweep);
+    if (ex->parsed()) return qat::apps::run_export(exp);
+    if (in->parsed()) return qat::apps::run_infer(inf);
+    if (cls->parsed()) return qat::apps::run_compare_layers(cl);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const qat::Error& e) {

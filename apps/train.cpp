@@ -9,6 +9,7 @@
 
 #include "apps/backend_config.h"
 #include "apps/config.h"
+#include "apps/integer_io.h"
 #include "apps/metrics_log.h"
 #include "apps/progress.h"
 #include "apps/run_state.h"
@@ -77,8 +78,29 @@ LrScheduleOptions schedule_options(const TrainConfig& t) {
   return o;
 }
 
+
+// Epoch-dependent QAT switches (1-based epochs in the config).
+void apply_quant_schedule(const QuantConfig& q, Module& model, int64_t epoch0) {
+  if (!q.enabled) return;
+  if (q.freeze_bn_epoch > 0 && epoch0 + 1 >= q.freeze_bn_epoch) quant::freeze_bn_stats(model);
+  if (q.observer_off_epoch > 0 && epoch0 + 1 >= q.observer_off_epoch) quant::disable_observers(model);
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  QAT_CHECK(f.good(), "cannot write ", path);
+  f << text;
+}
+
+}  // namespace
+
 EvalSummary evaluate(Module& model, data::DataLoader& loader, int64_t num_classes) {
   model.eval();
+  return evaluate([&](const Tensor& x) { return model.forward(x); }, loader, num_classes);
+}
+
+EvalSummary evaluate(const std::function<Tensor(const Tensor&)>& forward, data::DataLoader& loader,
+                     int64_t num_classes) {
   NoGradGuard no_grad;
   EvalSummary r;
   double loss_sum = 0;
@@ -87,7 +109,7 @@ EvalSummary evaluate(Module& model, data::DataLoader& loader, int64_t num_classe
   data::Batch b;
   while (loader.next(b)) {
     const int64_t n = b.labels.size(0);
-    Tensor logits = model.forward(b.images);
+    Tensor logits = forward(b.images);
     loss_sum += cross_entropy(logits, b.labels).item() * static_cast<double>(n);
     c1 += topk_correct(logits, b.labels, 1);
     c5 += topk_correct(logits, b.labels, std::min<int64_t>(5, num_classes));
@@ -129,21 +151,6 @@ data::LoaderOptions loader_options(const ExperimentConfig& cfg, bool train) {
   o.seed = cfg.train.seed + (train ? 0 : 1);
   return o;
 }
-
-// Epoch-dependent QAT switches (1-based epochs in the config).
-void apply_quant_schedule(const QuantConfig& q, Module& model, int64_t epoch0) {
-  if (!q.enabled) return;
-  if (q.freeze_bn_epoch > 0 && epoch0 + 1 >= q.freeze_bn_epoch) quant::freeze_bn_stats(model);
-  if (q.observer_off_epoch > 0 && epoch0 + 1 >= q.observer_off_epoch) quant::disable_observers(model);
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream f(path);
-  QAT_CHECK(f.good(), "cannot write ", path);
-  f << text;
-}
-
-}  // namespace
 
 // Builds the model of a config: the float model, optionally started from a
 // float checkpoint (quant.init_from), then prepared for QAT when quant is on.
@@ -291,6 +298,15 @@ EvalSummary eval_checkpoint(const EvalArgs& args) {
   set_num_threads(static_cast<int>(cfg.train.threads));
   data::ImageFolder val_set(cfg.data.val, cfg.data.on_bad_image == BadImagePolicy::skip);
   data::DataLoader val_loader(val_set, transform_spec(cfg.data), loader_options(cfg, false));
+  if (is_export_dir(args.checkpoint)) {  // the frozen integer model of `qat export`
+    const ExportedModel ex = load_export(args.checkpoint);
+    QAT_CHECK(ex.model.num_classes() == cfg.model.num_classes && ex.image_size == cfg.data.image_size, "eval: export ",
+              args.checkpoint, " has ", ex.model.num_classes(), " classes at ", ex.image_size, " px; config ",
+              cfg.source_path, " has ", cfg.model.num_classes, " at ", cfg.data.image_size, " px");
+    EvalSummary s = evaluate([&](const Tensor& x) { return ex.model.forward(x); }, val_loader, cfg.model.num_classes);
+    s.epoch = -1;
+    return s;
+  }
   ModulePtr model = build_model(cfg, false, false);
   const RunState st = load_run_state(args.checkpoint, *model, nullptr, "");
   EvalSummary s = evaluate(*model, val_loader, cfg.model.num_classes);
@@ -300,6 +316,11 @@ EvalSummary eval_checkpoint(const EvalArgs& args) {
 
 int run_eval(const EvalArgs& args) {
   const EvalSummary r = eval_checkpoint(args);
+  if (r.epoch < 0) {
+    std::printf("eval %s (integer model): %lld images, loss %.4f, top-1 %.2f%%, top-5 %.2f%%\n", args.checkpoint.c_str(),
+                static_cast<long long>(r.images), r.loss, 100 * r.top1, 100 * r.top5);
+    return 0;
+  }
   std::printf("eval %s (epoch %lld): %lld images, loss %.4f, top-1 %.2f%%, top-5 %.2f%%\n", args.checkpoint.c_str(),
               static_cast<long long>(r.epoch), static_cast<long long>(r.images), r.loss, 100 * r.top1, 100 * r.top5);
   return 0;

@@ -1,10 +1,13 @@
 #pragma once
 // `qat train` and `qat eval`.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "apps/config.h"
+#include "data/loader.h"
+#include "data/transforms.h"
 #include "layers/module.h"
 
 namespace qat::apps {
@@ -35,6 +38,13 @@ struct EvalSummary {
   int64_t images = 0;
   int64_t epoch = 0;  // epochs the checkpoint had trained
 };
+
+// Top-1/top-5/loss of a model (or any logits function) over a loader's epoch.
+EvalSummary evaluate(Module& model, data::DataLoader& loader, int64_t num_classes);
+EvalSummary evaluate(const std::function<Tensor(const Tensor&)>& forward, data::DataLoader& loader,
+                     int64_t num_classes);
+data::TransformSpec transform_spec(const DataConfig& d);
+data::LoaderOptions loader_options(const ExperimentConfig& cfg, bool train);
 
 // Loads the checkpoint's model and evaluates it on the config's val set.
 EvalSummary eval_checkpoint(const EvalArgs& args);

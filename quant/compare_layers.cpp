@@ -17,6 +17,8 @@ void LayerDiff::merge(const LayerDiff& o) {
   sum_diff += o.sum_diff;
   rows += o.rows;
   top1_agree += o.top1_agree;
+  correct_reference += o.correct_reference;
+  correct_integer += o.correct_integer;
 }
 
 namespace {
@@ -40,7 +42,7 @@ LayerDiff diff_grid(const IntLayer& l, const Tensor& fq, const Tensor& stored) {
   return d;
 }
 
-LayerDiff diff_logits(const IntLayer& l, const Tensor& fq, const Tensor& logits) {
+LayerDiff diff_logits(const IntLayer& l, const Tensor& fq, const Tensor& logits, const Tensor& labels) {
   LayerDiff d{l.name, int_op_name(l.op), true};
   const std::vector<float> a = fq.contiguous().to_vector(), b = logits.contiguous().to_vector();
   QAT_CHECK(a.size() == b.size() && fq.dim() == 2, "compare-layers: logits shapes differ");
@@ -57,6 +59,10 @@ LayerDiff diff_logits(const IntLayer& l, const Tensor& fq, const Tensor& logits)
       if (b[i] > b[static_cast<size_t>(n * C + ib)]) ib = c;
     }
     d.top1_agree += ia == ib;
+    if (labels.defined()) {
+      d.correct_reference += ia == labels.data<int32_t>()[n];
+      d.correct_integer += ib == labels.data<int32_t>()[n];
+    }
   }
   d.count = N * C;
   d.rows = N;
@@ -65,14 +71,15 @@ LayerDiff diff_logits(const IntLayer& l, const Tensor& fq, const Tensor& logits)
 
 }  // namespace
 
-std::vector<LayerDiff> compare_layers(Module& qat_model, const IntegerModel& im, const Tensor& x) {
+std::vector<LayerDiff> compare_layers(Module& qat_model, const IntegerModel& im, const Tensor& x,
+                                      const Tensor& labels) {
   NoGradGuard ng;
   const std::vector<Tensor> trace = im.forward_trace(x);
   std::vector<LayerDiff> out;
   size_t i = 0;
   auto compare = [&](const Tensor& fq) {
     const IntLayer& l = im.layers[i];
-    out.push_back(l.dequantize ? diff_logits(l, fq, trace[i]) : diff_grid(l, fq, trace[i]));
+    out.push_back(l.dequantize ? diff_logits(l, fq, trace[i], labels) : diff_grid(l, fq, trace[i]));
     ++i;
   };
   const std::vector<ExecStep> order = execution_order(qat_model);

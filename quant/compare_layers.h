@@ -20,11 +20,14 @@ struct LayerDiff {
   double max_diff = 0;       // LSBs (logits: absolute float difference)
   double sum_diff = 0;       // for the mean
   int64_t rows = 0, top1_agree = 0;  // logits only: images and argmax agreements
+  int64_t correct_reference = 0, correct_integer = 0;  // logits with labels: top-1 hits of each model
   void merge(const LayerDiff& o);
   double mean_diff() const { return count ? sum_diff / static_cast<double>(count) : 0.0; }
 };
 
 // x: a batch of normalised images; the model must be in eval mode (freeze did that).
-std::vector<LayerDiff> compare_layers(Module& qat_model, const IntegerModel& int_model, const Tensor& x);
+// labels (optional, i32 (N)): also count each model's top-1 hits.
+std::vector<LayerDiff> compare_layers(Module& qat_model, const IntegerModel& int_model, const Tensor& x,
+                                      const Tensor& labels = Tensor());
 
 }  // namespace qat::quant

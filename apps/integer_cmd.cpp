@@ -1,0 +1,175 @@
+#include "apps/integer_cmd.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "apps/config.h"
+#include "apps/integer_io.h"
+#include "apps/run_state.h"
+#include "apps/train.h"
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "data/image.h"
+#include "data/image_folder.h"
+#include "quant/compare_layers.h"
+#include "quant/freeze.h"
+
+namespace qat::apps {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The config's QAT model with the checkpoint's weights, frozen.
+struct Frozen {
+  ExperimentConfig cfg;
+  ModulePtr model;
+  quant::IntegerModel integer;
+};
+
+Frozen freeze_checkpoint(const std::string& config, const std::vector<std::string>& overrides,
+                         const std::string& checkpoint) {
+  Frozen f{load_config(config, overrides), nullptr, {}};
+  QAT_CHECK(f.cfg.quant.enabled, "config ", config, ": quant.enabled is false; only a QAT model can be frozen");
+  set_num_threads(static_cast<int>(f.cfg.train.threads));
+  f.model = build_model(f.cfg, false, false);
+  load_run_state(checkpoint, *f.model, nullptr, "");
+  f.integer = quant::freeze(*f.model);
+  return f;
+}
+
+std::string size_str(uintmax_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return b;
+}
+
+bool is_image_file(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png" || ext == ".bmp";
+}
+
+std::vector<std::string> image_files(const std::string& input) {
+  QAT_CHECK(fs::exists(input), "infer: ", input, " does not exist");
+  if (!fs::is_directory(input)) return {input};
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(input))
+    if (e.is_regular_file() && is_image_file(e.path())) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  QAT_CHECK(!out.empty(), "infer: no images (.jpg/.jpeg/.png/.bmp) under ", input);
+  return out;
+}
+
+}  // namespace
+
+int run_export(const ExportArgs& args) {
+  Frozen f = freeze_checkpoint(args.config, args.overrides, args.checkpoint);
+  ExportedModel ex;
+  ex.model = std::move(f.integer);
+  ex.model_name = f.cfg.model.name;
+  ex.classes = data::ImageFolder(f.cfg.data.val, true).classes();
+  QAT_CHECK(static_cast<int64_t>(ex.classes.size()) == ex.model.num_classes(), "export: ", f.cfg.data.val, " has ",
+            ex.classes.size(), " class folders, the model ", ex.model.num_classes(), " outputs");
+  ex.image_size = f.cfg.data.image_size;
+  ex.resize = f.cfg.data.resize;
+  for (int c = 0; c < 3; ++c) {
+    ex.mean[c] = static_cast<float>(f.cfg.data.mean[c]);
+    ex.std[c] = static_cast<float>(f.cfg.data.std[c]);
+  }
+  save_export(args.out_dir, ex);
+  std::printf("exported %s (%s) to %s\n", args.checkpoint.c_str(), ex.model_name.c_str(), args.out_dir.c_str());
+  for (const auto& l : ex.model.layers) {
+    std::printf("  %-28s %-18s", l.name.c_str(), quant::int_op_name(l.op));
+    if (l.op == quant::IntOp::conv || l.op == quant::IntOp::linear)
+      std::printf(" int%d weights%s, %s", l.weight_bits, l.weight_bits <= 4 ? " (packed 2/byte)" : "",
+                  l.dequantize ? "float output"
+                               : ((l.out.is_signed ? "int" : "uint") + std::to_string(l.out.bits) + " output").c_str());
+    std::printf("\n");
+  }
+  const fs::path w = fs::path(args.out_dir) / "weights.safetensors", m = fs::path(args.out_dir) / "manifest.yaml";
+  std::printf("  weights.safetensors %s, manifest.yaml %s\n", size_str(fs::file_size(w)).c_str(),
+              size_str(fs::file_size(m)).c_str());
+  return 0;
+}
+
+int run_infer(const InferArgs& args) {
+  set_num_threads(args.threads);
+  const ExportedModel ex = load_export(args.export_dir);
+  data::TransformSpec spec;
+  spec.image_size = ex.image_size;
+  spec.resize = ex.resize;
+  spec.mean = ex.mean;
+  spec.std = ex.std;
+  const int64_t S = ex.image_size, classes = ex.model.num_classes(), top = std::min<int64_t>(args.top, classes);
+  Generator unused(0);
+  for (const std::string& path : image_files(args.input)) {
+    Tensor x = Tensor::empty({1, 3, S, S});
+    data::apply_transform(data::decode_image(path), spec, false, unused, x.data<float>());
+    const std::vector<float> logits = ex.model.forward(x).to_vector();
+    // softmax, then the top classes
+    const float mx = *std::max_element(logits.begin(), logits.end());
+    std::vector<double> p(logits.size());
+    double sum = 0;
+    for (size_t i = 0; i < p.size(); ++i) sum += p[i] = std::exp(static_cast<double>(logits[i] - mx));
+    std::vector<int64_t> order(static_cast<size_t>(classes));
+    for (int64_t i = 0; i < classes; ++i) order[i] = i;
+    std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+    std::printf("%s\n", path.c_str());
+    for (int64_t k = 0; k < top; ++k)
+      std::printf("  %6.2f%%  %s\n", 100.0 * p[order[k]] / sum, ex.classes[order[k]].c_str());
+  }
+  return 0;
+}
+
+int run_compare_layers(const CompareLayersArgs& args) {
+  Frozen f = freeze_checkpoint(args.config, args.overrides, args.checkpoint);
+  data::ImageFolder val(f.cfg.data.val, f.cfg.data.on_bad_image == BadImagePolicy::skip);
+  data::LoaderOptions lo = loader_options(f.cfg, false);
+  lo.cache = false;
+  data::DataLoader loader(val, transform_spec(f.cfg.data), lo);
+  const int64_t want = args.images > 0 ? std::min(args.images, val.size()) : val.size();
+  std::vector<quant::LayerDiff> total;
+  int64_t seen = 0;
+  loader.start_epoch(0);
+  data::Batch b;
+  while (seen < want && loader.next(b)) {
+    const int64_t n = std::min(b.labels.size(0), want - seen);
+    const Tensor x = b.images.narrow(0, 0, n).contiguous();
+    const auto diffs = quant::compare_layers(*f.model, f.integer, x, b.labels.narrow(0, 0, n).contiguous());
+    if (total.empty()) total = diffs;
+    else
+      for (size_t i = 0; i < diffs.size(); ++i) total[i].merge(diffs[i]);
+    seen += n;
+  }
+  std::printf("fake-quant vs integer model, %lld images of %s\n", static_cast<long long>(seen), f.cfg.data.val.c_str());
+  std::printf("%-30s %-18s %10s %10s %10s\n", "layer", "op", "max LSB", "mean LSB", "differ");
+  std::string first_drift;
+  for (const auto& d : total) {
+    const double share = d.count ? 100.0 * static_cast<double>(d.differ) / static_cast<double>(d.count) : 0.0;
+    if (d.logits) {
+      std::printf("%-30s %-18s %10.4g %10.4g %9.2f%%  (float logits: absolute differences)\n", d.name.c_str(),
+                  d.op.c_str(), d.max_diff, d.mean_diff(), share);
+      continue;
+    }
+    // Drift: an output more than one LSB off (rounding alone gives 1), or
+    // more than 10% of outputs off (1-LSB differences piling up).
+    const bool drifts = d.max_diff > 1 || share > 10.0;
+    if (drifts && first_drift.empty()) first_drift = d.name;
+    std::printf("%-30s %-18s %10.0f %10.4f %9.2f%%%s\n", d.name.c_str(), d.op.c_str(), d.max_diff, d.mean_diff(), share,
+                drifts && first_drift == d.name ? "  <- first layer that drifts" : "");
+  }
+  const quant::LayerDiff& out = total.back();
+  std::printf("top-1 agreement: %lld of %lld images (%.2f%%)\n", static_cast<long long>(out.top1_agree),
+              static_cast<long long>(out.rows), 100.0 * static_cast<double>(out.top1_agree) / std::max<int64_t>(1, out.rows));
+  std::printf("top-1 accuracy: fake-quant %.2f%%, integer %.2f%%\n",
+              100.0 * static_cast<double>(out.correct_reference) / std::max<int64_t>(1, out.rows),
+              100.0 * static_cast<double>(out.correct_integer) / std::max<int64_t>(1, out.rows));
+  if (first_drift.empty()) std::printf("no layer drifts (every output within 1 LSB, at most 10%% of any layer off)\n");
+  return 0;
+}
+
+}  // namespace qat::apps

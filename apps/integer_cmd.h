@@ -1,0 +1,30 @@
+#pragma once
+// Commands on the frozen integer model: `qat export`, `qat infer`,
+// `qat compare-layers` (`qat eval` on an export folder lives in train.cpp).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qat::apps {
+
+struct ExportArgs {
+  std::string config, checkpoint, out_dir;
+  std::vector<std::string> overrides;
+};
+int run_export(const ExportArgs& args);
+
+struct InferArgs {
+  std::string export_dir, input;  // an image file or a folder (searched recursively)
+  int top = 5;
+  int threads = 0;
+};
+int run_infer(const InferArgs& args);
+
+struct CompareLayersArgs {
+  std::string config, checkpoint;
+  std::vector<std::string> overrides;
+  int64_t images = 64;  // 0: the whole validation set
+};
+int run_compare_layers(const CompareLayersArgs& args);
+
+}  // namespace qat::apps

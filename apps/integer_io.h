@@ -1,0 +1,40 @@
+#pragma once
+// The export of a frozen integer model (docs/export_format.md):
+//   DIR/manifest.yaml      format version, input preprocessing, class names,
+//                          layers in order with kinds, shapes, bits, scales,
+//                          zero points, multipliers and shifts
+//   DIR/weights.safetensors  per conv/linear layer "<name>.weight" (int8, in
+//                          PyTorch's (out, in, kh, kw) / (out, in) layout; weights
+//                          of <= 4 bits packed two per byte as uint8) and
+//                          "<name>.bias" (int32)
+// load_export() reads only these two files and validates every field: a bad
+// manifest or weights file is an error naming the file and the field.
+#include <array>
+#include <string>
+#include <vector>
+
+#include "quant/integer_model.h"
+
+namespace qat::apps {
+
+constexpr int kExportFormatVersion = 1;
+
+struct ExportedModel {
+  quant::IntegerModel model;
+  std::string model_name;            // e.g. alexnet_bn (informational)
+  std::vector<std::string> classes;  // class names by label index
+  int64_t image_size = 128, resize = 144;
+  std::array<float, 3> mean{}, std{};
+};
+
+void save_export(const std::string& dir, const ExportedModel& m);
+ExportedModel load_export(const std::string& dir);
+// True when `path` is a folder holding a manifest.yaml.
+bool is_export_dir(const std::string& path);
+
+// 4-bit packing: row of K signed values -> ceil(K/2) bytes, value 2j in the
+// low nibble of byte j and 2j+1 in the high nibble (two's complement nibbles).
+std::vector<uint8_t> pack_int4(const int8_t* values, int64_t rows, int64_t k);
+void unpack_int4(const uint8_t* packed, int64_t rows, int64_t k, int8_t* values);
+
+}  // namespace qat::apps

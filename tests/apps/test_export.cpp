@@ -1,0 +1,227 @@
+// `qat export` / load_export / `qat eval` and `qat infer` on an export folder,
+// the numpy reader of docs/export_format.md, and refusal of bad exports.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tests/test_util.h"
+
+#include "apps/integer_cmd.h"
+#include "apps/integer_io.h"
+#include "apps/run_state.h"
+#include "apps/train.h"
+#include "core/autograd.h"
+#include "core/safetensors.h"
+#include "quant/freeze.h"
+
+using namespace qat;
+using namespace qat::apps;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSample = std::string(QAT_SOURCE_DIR) + "/data/samples/imagenette-mini";
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("qat_export_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// A QAT run of a few seconds: small_cnn at 32 px, 2 epochs of 4 steps.
+std::string trained_qat_run(const fs::path& dir, const std::string& quant) {
+  const std::string path = (dir / "cfg.yaml").string();
+  std::ofstream(path) << "model: {name: small_cnn, num_classes: 10}\n"
+                      << "data:\n  train: " << kSample << "/train\n  val: " << kSample << "/val\n"
+                      << "  image_size: 32\n  resize: 36\n  workers: 1\n"
+                      << "train:\n  epochs: 2\n  batch_size: 16\n  lr: 0.05\n  seed: 3\n  threads: 1\n"
+                      << "  max_steps_per_epoch: 4\n"
+                      << quant << "output: {dir: " << (dir / "run").string() << "}\n";
+  REQUIRE(run_train({path, {}, ""}) == 0);
+  return path;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+void write_text(const fs::path& p, const std::string& s) { std::ofstream(p) << s; }
+
+std::string replace_once(std::string s, const std::string& from, const std::string& to) {
+  const size_t at = s.find(from);
+  REQUIRE(at != std::string::npos);
+  return s.substr(0, at) + to + s.substr(at + from.size());
+}
+
+// The python block of docs/export_format.md.
+std::string doc_reader_example() {
+  const std::string md = read_text(fs::path(QAT_SOURCE_DIR) / "docs" / "export_format.md");
+  const size_t start = md.find("```python\n");
+  REQUIRE(start != std::string::npos);
+  const size_t end = md.find("```", start + 10);
+  return md.substr(start + 10, end - start - 10);
+}
+
+std::string run_capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  REQUIRE(::pclose(p) == 0);
+  return out;
+}
+
+std::string python_with_numpy() {
+  for (const char* py : {"/usr/bin/python3", "python3"})
+    if (std::system((std::string(py) + " -c 'import numpy' >/dev/null 2>&1").c_str()) == 0) return py;
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("export round trip: the loaded model gives the frozen model's logits", "[e2e][export]") {
+  const fs::path dir = fresh_dir("roundtrip");
+  const std::string cfg_path = trained_qat_run(dir, "quant: {enabled: true}\n");
+  const std::string ckpt = (dir / "run" / "best.safetensors").string();
+  const std::string out = (dir / "export").string();
+  REQUIRE(run_export({cfg_path, ckpt, out, {}}) == 0);
+  const ExportedModel ex = load_export(out);
+  REQUIRE(ex.classes.size() == 10);
+  REQUIRE(ex.image_size == 32);
+
+  const ExperimentConfig cfg = load_config(cfg_path);
+  ModulePtr m = build_model(cfg, false, false);
+  load_run_state(ckpt, *m, nullptr, "");
+  const quant::IntegerModel frozen = quant::freeze(*m);
+  REQUIRE(ex.model.layers.size() == frozen.layers.size());
+  Generator g(5);
+  const Tensor x = Tensor::randn({4, 3, 32, 32}, g);
+  REQUIRE(ex.model.forward(x).to_vector() == frozen.forward(x).to_vector());
+
+  // qat eval on the folder: the integer model's accuracy on the 100 val images.
+  const EvalSummary s = eval_checkpoint({cfg_path, {}, out});
+  REQUIRE(s.images == 100);
+  REQUIRE(s.epoch == -1);
+  REQUIRE(run_infer({out, kSample + "/val/n01440764", 5, 1}) == 0);
+}
+
+TEST_CASE("4-bit weights are packed two per byte and read back", "[e2e][export]") {
+  REQUIRE(pack_int4(std::vector<int8_t>{-8, 7, -1, 0, 3}.data(), 1, 5) == std::vector<uint8_t>{0x78, 0x0F, 0x03});
+  std::vector<int8_t> back(5);
+  unpack_int4(std::vector<uint8_t>{0x78, 0x0F, 0x03}.data(), 1, 5, back.data());
+  REQUIRE(back == std::vector<int8_t>{-8, 7, -1, 0, 3});
+
+  const fs::path dir = fresh_dir("int4");
+  const std::string cfg = trained_qat_run(dir, "quant: {enabled: true, method: lsq, bits: 4}\n");
+  const std::string out = (dir / "export").string();
+  REQUIRE(run_export({cfg, (dir / "run" / "best.safetensors").string(), out, {}}) == 0);
+  const SafetensorsFile w = load_safetensors(out + "/weights.safetensors");
+  const Tensor& fc = w.tensors.at("fc.weight");
+  REQUIRE(fc.dtype() == DType::u8);
+  REQUIRE(fc.sizes() == Shape{10, 8});  // 16 inputs -> 8 bytes per output channel
+  REQUIRE(read_text(out + "/manifest.yaml").find("weight_packing: int4x2") != std::string::npos);
+  const ExportedModel ex = load_export(out);
+  REQUIRE(ex.model.layers.back().weight_bits == 4);
+}
+
+TEST_CASE("the numpy reader of docs/export_format.md reads the export", "[e2e][export]") {
+  const std::string py = python_with_numpy();
+  if (py.empty()) {
+    WARN("no python3 with numpy: the docs example is not run");
+    return;
+  }
+  const fs::path dir = fresh_dir("numpy");
+  const std::string cfg = trained_qat_run(dir, "quant: {enabled: true, overrides: {fc: {weight_bits: 4}}}\n");
+  const std::string out = (dir / "export").string();
+  REQUIRE(run_export({cfg, (dir / "run" / "best.safetensors").string(), out, {}}) == 0);
+  write_text(dir / "reader.py", doc_reader_example());
+  const std::string printed = run_capture(py + " " + (dir / "reader.py").string() + " " + out);
+  // One line per tensor: name dtype shape sum-of-integer-values, as the C++ loader sees them.
+  const ExportedModel ex = load_export(out);
+  int lines = 0;
+  for (const auto& l : ex.model.layers) {
+    if (l.op != quant::IntOp::conv && l.op != quant::IntOp::linear) continue;
+    int64_t wsum = 0, bsum = 0;
+    for (int64_t i = 0; i < l.weight.numel(); ++i) wsum += l.weight.data<int8_t>()[i];
+    for (int64_t i = 0; i < l.bias.numel(); ++i) bsum += l.bias.data<int32_t>()[i];
+    INFO(printed);
+    std::ostringstream weight_line, weight_sum;
+    weight_line << l.name << ".weight " << (l.weight_bits <= 4 ? "uint8" : "int8");
+    weight_sum << " " << wsum << "\n";
+    REQUIRE(printed.find(weight_line.str()) != std::string::npos);
+    REQUIRE(printed.find(weight_sum.str()) != std::string::npos);
+    std::ostringstream bias_line;  // (a stream: GCC 12 warns falsely on the chained string +)
+    bias_line << l.name << ".bias int32 (" << l.out_channels << ",) " << bsum;
+    REQUIRE(printed.find(bias_line.str()) != std::string::npos);
+    lines += 2;
+  }
+  REQUIRE(lines == 6);
+}
+
+TEST_CASE("bad exports are refused with the file and the field named", "[e2e][export]") {
+  const fs::path dir = fresh_dir("bad");
+  const std::string cfg = trained_qat_run(dir, "quant: {enabled: true}\n");
+  const fs::path good = dir / "export";
+  REQUIRE(run_export({cfg, (dir / "run" / "best.safetensors").string(), good.string(), {}}) == 0);
+  const std::string manifest = read_text(good / "manifest.yaml");
+  auto broken = [&](const std::string& name) {
+    const fs::path d = dir / name;
+    fs::remove_all(d);
+    fs::copy(good, d);
+    return d;
+  };
+  SECTION("unknown format version") {
+    const fs::path d = broken("version");
+    write_text(d / "manifest.yaml", replace_once(manifest, "format_version: 1", "format_version: 7"));
+    REQUIRE_THROWS_WITH(load_export(d.string()),
+                        Contains("manifest.yaml") && Contains("format_version") && Contains("unknown version 7"));
+  }
+  SECTION("missing field") {
+    const fs::path d = broken("missing");
+    write_text(d / "manifest.yaml", replace_once(manifest, "    weight_zero_point:", "    weight_zero_pointx:"));
+    REQUIRE_THROWS_WITH(load_export(d.string()), Contains("manifest.yaml") && Contains("missing field") &&
+                                                     Contains("layers[1].weight_zero_point"));
+  }
+  SECTION("wrong type") {
+    const fs::path d = broken("type");
+    write_text(d / "manifest.yaml", replace_once(manifest, "in_channels: 3", "in_channels: three"));
+    REQUIRE_THROWS_WITH(load_export(d.string()), Contains("layers[1].in_channels") && Contains("three"));
+  }
+  SECTION("tensor with the wrong dtype") {
+    const fs::path d = broken("dtype");
+    SafetensorsFile w = load_safetensors((d / "weights.safetensors").string());
+    w.tensors["features.0.bias"] = w.tensors["features.0.bias"].to(DType::f32);
+    save_safetensors((d / "weights.safetensors").string(), w.tensors);
+    REQUIRE_THROWS_WITH(load_export(d.string()), Contains("weights.safetensors") && Contains("features.0.bias"));
+  }
+  SECTION("tensor with the wrong shape") {
+    const fs::path d = broken("shape");
+    SafetensorsFile w = load_safetensors((d / "weights.safetensors").string());
+    w.tensors["fc.weight"] = Tensor::zeros({10, 15}, DType::i8);
+    save_safetensors((d / "weights.safetensors").string(), w.tensors);
+    REQUIRE_THROWS_WITH(load_export(d.string()), Contains("weights.safetensors") && Contains("fc.weight"));
+  }
+  SECTION("truncated weights file") {
+    const fs::path d = broken("truncated");
+    fs::resize_file(d / "weights.safetensors", fs::file_size(d / "weights.safetensors") - 100);
+    REQUIRE_THROWS_WITH(load_export(d.string()), Contains("weights.safetensors"));
+  }
+  SECTION("per-channel list of the wrong length") {
+    const fs::path d = broken("length");
+    const size_t at = manifest.find("    multiplier: [");
+    REQUIRE(at != std::string::npos);
+    write_text(d / "manifest.yaml", manifest.substr(0, at) + "    multiplier: [1073741824]\n" +
+                                        manifest.substr(manifest.find('\n', at) + 1));
+    REQUIRE_THROWS_WITH(load_export(d.string()), Contains("multiplier") && Contains("expected a list of 8"));
+  }
+  SECTION("a folder without a manifest") {
+    REQUIRE_THROWS_WITH(load_export(dir.string()), Contains("no manifest.yaml"));
+  }
+}
