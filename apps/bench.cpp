@@ -147,9 +147,20 @@ int run_bench_infer(const BenchOptions& opt) {
   int bits = 8;
   for (const auto& l : im.layers)
     if (l.op == quant::IntOp::conv || l.op == quant::IntOp::linear) bits = std::min(bits, l.weight_bits);
+  Profiler::reset();
+  Profiler::set_enabled(opt.profile);
   const double int8 = time_inference([&](const Tensor& t) { return im.forward(t); }, x, opt, "int8");
+  Profiler::set_enabled(false);
   std::printf("int8/fp32 inference speed: %.2fx  (GEMM kernel %s, narrowest weights %d bits)\n", int8 / fp32,
               quant::gemm_kernel_name(im.kernel), bits);
+  if (opt.profile) {
+    std::printf("integer model, time per layer (warm-up and timed passes):\n");
+    double total = 0;
+    for (const auto& r : Profiler::rows()) total += r.seconds;
+    for (const auto& r : Profiler::rows())
+      std::printf("  %-28s %6.1f%%  %8.2f ms per pass\n", r.key.c_str(), 100.0 * r.seconds / total,
+                  1000.0 * r.seconds / static_cast<double>(r.calls));
+  }
   std::printf("peak memory: %.0f MiB (max RSS)\n", peak_rss_mib());
   return 0;
 }

@@ -40,7 +40,6 @@ namespace {
 const char* kManifest = "manifest.yaml";
 const char* kWeights = "weights.safetensors";
 
-bool has_weights(const IntLayer& l) { return l.op == IntOp::conv || l.op == IntOp::linear; }
 bool packed(const IntLayer& l) { return l.weight_bits <= 4; }
 int64_t weight_k(const IntLayer& l) { return l.kernel_h * l.kernel_w * l.in_channels; }
 
@@ -112,6 +111,7 @@ void emit_layer(YAML::Emitter& e, const IntLayer& l, TensorMap& tensors) {
       if (!l.dequantize) {
         emit_list<int32_t>(e, "multiplier", l.multiplier);
         emit_list<int32_t>(e, "shift", l.shift);
+        emit_list<int32_t>(e, "bias_residual", l.bias_residual);
       }
       const Tensor w = weight_oihw(l);
       if (packed(l)) {
@@ -248,6 +248,7 @@ struct ManifestReader {
     if (!l.dequantize) {
       l.multiplier = list<int32_t>(n, "multiplier", path, C);
       l.shift = list<int32_t>(n, "shift", path, C);
+      l.bias_residual = list<int32_t>(n, "bias_residual", path, C);
     }
     const int64_t K = weight_k(l);
     const Shape oihw = l.op == IntOp::conv ? Shape{C, l.in_channels, l.kernel_h, l.kernel_w} : Shape{C, l.in_channels};

@@ -92,11 +92,15 @@ void set_output(IntLayer& l, const Tensor& b_float, FakeQuantizer* out) {
   l.out = activation_of(*out, l.name + ".activation_post_process");
   l.multiplier = Tensor::empty({C}, DType::i32);
   l.shift = Tensor::empty({C}, DType::i32);
+  l.bias_residual = Tensor::empty({C}, DType::i32);
   for (int64_t c = 0; c < C; ++c) {
-    const double m = static_cast<double>(l.in.scale) * l.weight_scale.data<float>()[c] / l.out.scale;
-    const FixedPointMultiplier f = quantize_multiplier(m);
+    const double sxw = static_cast<double>(l.in.scale) * l.weight_scale.data<float>()[c];
+    const FixedPointMultiplier f = quantize_multiplier(sxw / l.out.scale);
     l.multiplier.data<int32_t>()[c] = f.m0;
     l.shift.data<int32_t>()[c] = f.shift;
+    const double b = b_float.defined() ? b_float.data<float>()[c] : 0.0;
+    const double frac = b / sxw - l.bias.data<int32_t>()[c];  // in [-1/2, 1/2]
+    l.bias_residual.data<int32_t>()[c] = static_cast<int32_t>(std::nearbyint(frac * f.m0));
   }
 }
 

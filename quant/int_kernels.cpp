@@ -31,11 +31,11 @@ void im2row_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_
   }
 }
 
-int32_t requantize_value(int32_t acc, int32_t m0, int32_t shift) {
-  // round(acc * m0 / 2^t), t = 31 + shift, half away from zero, from the
-  // exact 64-bit product (|acc * m0| < 2^62).
+int32_t requantize_value(int32_t acc, int32_t m0, int32_t shift, int32_t residual) {
+  // round((acc * m0 + residual) / 2^t), t = 31 + shift, half away from zero,
+  // from the exact 64-bit value (|acc * m0| < 2^62).
   const int t = 31 + shift;
-  const int64_t p = static_cast<int64_t>(acc) * m0;
+  const int64_t p = static_cast<int64_t>(acc) * m0 + residual;
   int64_t r;
   if (t <= 0) r = p * (int64_t{1} << -t);  // cannot occur for valid multipliers (shift >= -31)
   else if (t >= 63) r = 0;
@@ -46,7 +46,7 @@ int32_t requantize_value(int32_t acc, int32_t m0, int32_t shift) {
 
 void requantize_row_reference(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out) {
   for (int64_t c = 0; c < n; ++c) {
-    const int32_t v = p.out_zero + requantize_value(acc[c] + p.bias[c], p.m0[c], p.shift[c]);
+    const int32_t v = p.out_zero + requantize_value(acc[c] + p.bias[c], p.m0[c], p.shift[c], p.residual[c]);
     out[c] = static_cast<uint8_t>(std::clamp(v, p.lo, p.hi));
   }
 }
@@ -63,11 +63,15 @@ __attribute__((target("avx512f,avx512bw"))) __m512i round_shift64(__m512i p, __m
   return _mm512_srav_epi64(_mm512_add_epi64(p, nudge), t);
 }
 
-__attribute__((target("avx512f,avx512bw"))) __m512i requant16(__m512i x, __m512i m0, __m512i shift) {
+__attribute__((target("avx512f,avx512bw"))) __m512i requant16(__m512i x, __m512i m0, __m512i shift, __m512i r) {
   const __m512i t = _mm512_add_epi32(shift, _mm512_set1_epi32(31));
-  const __m512i even = round_shift64(_mm512_mul_epi32(x, m0), _mm512_and_si512(t, _mm512_set1_epi64(0xFFFFFFFF)));
-  const __m512i odd = round_shift64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m0, 32)),
-                                    _mm512_srli_epi64(t, 32));
+  // residuals sign-extended to 64 bits: even lanes from the low halves, odd from the high
+  const __m512i r_even = _mm512_srai_epi64(_mm512_slli_epi64(r, 32), 32), r_odd = _mm512_srai_epi64(r, 32);
+  const __m512i even = round_shift64(_mm512_add_epi64(_mm512_mul_epi32(x, m0), r_even),
+                                     _mm512_and_si512(t, _mm512_set1_epi64(0xFFFFFFFF)));
+  const __m512i odd = round_shift64(
+      _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m0, 32)), r_odd),
+      _mm512_srli_epi64(t, 32));
   return _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
 }
 
@@ -79,7 +83,8 @@ __attribute__((target("avx512f,avx512bw"))) void requantize_row_avx512(const int
     const __m512i x = _mm512_add_epi32(_mm512_maskz_loadu_epi32(m, acc + c), _mm512_maskz_loadu_epi32(m, p.bias + c));
     const __m512i m0 = _mm512_maskz_loadu_epi32(m, p.m0 + c);
     const __m512i sh = _mm512_maskz_loadu_epi32(m, p.shift + c);
-    __m512i v = _mm512_add_epi32(requant16(x, m0, sh), zero);
+    const __m512i r = _mm512_maskz_loadu_epi32(m, p.residual + c);
+    __m512i v = _mm512_add_epi32(requant16(x, m0, sh, r), zero);
     v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
     _mm512_mask_cvtepi32_storeu_epi8(out + c, m, v);
   }

@@ -19,9 +19,13 @@ struct Im2RowShape {
 void im2row_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_t* rows);
 
 // Output stage of one row of int32 accumulators (n output channels):
-//   out[c] = clamp(z_out + requant(acc[c] + bias[c], m0[c], shift[c]), lo, hi)
-// requant(x) = round(x * M0 / 2^(31 + shift)) half away from zero, from the
-// exact 64-bit product: the doubling high multiply and the rounding right
+//   out[c] = clamp(z_out + requant(acc[c] + bias[c], m0[c], shift[c], residual[c]), lo, hi)
+// requant(x) = round((x * M0 + residual) / 2^(31 + shift)) half away from
+// zero, from the exact 64-bit product. residual (|residual| <= M0 / 2) carries
+// the fraction the int32 bias round(b / (s_x s_w)) dropped, so the integer
+// model adds the bias as exactly as the float model does (without it a 4-bit
+// grid's coarse M turned the bias rounding into ~1.5% of outputs one LSB off
+// per layer). The product: the doubling high multiply and the rounding right
 // shift of gemmlowp fused into ONE rounding. (Two roundings, as gemmlowp's
 // SaturatingRoundingDoublingHighMul + RoundingDivideByPOT, are off by one
 // whenever the first lands near a half: with small shifts, i.e. coarse 4-bit
@@ -32,13 +36,15 @@ struct RequantParams {
   const int32_t* bias;
   const int32_t* m0;
   const int32_t* shift;
+  const int32_t* residual;
   int32_t out_zero, lo, hi;  // stored (u8) domain
 };
 void requantize_row(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out);
 void requantize_row_reference(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out);
-// Scalar requant of one value (the specification): exactly round(x * M) for
-// M = M0 2^(-31-shift), half away from zero, saturated to int32.
-int32_t requantize_value(int32_t acc, int32_t m0, int32_t shift);
+// Scalar requant of one value (the specification): exactly round(x * M + r)
+// for M = M0 2^(-31-shift), r = residual 2^(-31-shift), half away from zero,
+// saturated to int32.
+int32_t requantize_value(int32_t acc, int32_t m0, int32_t shift, int32_t residual = 0);
 
 // Max pooling on NHWC u8 (padding never wins, as -inf in float).
 struct PoolShape {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/profiler.h"
 #include "quant/int_kernels.h"
 
 namespace qat::quant {
@@ -50,7 +51,8 @@ struct OutputStage {
         dequant[c] = static_cast<float>(static_cast<double>(l.in.scale) * l.weight_scale.data<float>()[c]);
     } else {
       const int32_t off = l.out.offset();
-      rq = {bias.data(), l.multiplier.data<int32_t>(), l.shift.data<int32_t>(), l.out.zero_point + off,
+      rq = {bias.data(), l.multiplier.data<int32_t>(), l.shift.data<int32_t>(), l.bias_residual.data<int32_t>(),
+            l.out.zero_point + off,
             (l.relu ? std::max(l.out.qmin(), l.out.zero_point) : l.out.qmin()) + off, l.out.qmax() + off};
     }
   }
@@ -181,10 +183,14 @@ void IntLayer::finalize() {
   if (!dequantize) {
     check(multiplier, "multiplier", DType::i32, {out_channels});
     check(shift, "shift", DType::i32, {out_channels});
+    check(bias_residual, "bias_residual", DType::i32, {out_channels});
     for (int64_t c = 0; c < out_channels; ++c) {
       const int32_t m = multiplier.data<int32_t>()[c], s = shift.data<int32_t>()[c];
+      const int32_t r = bias_residual.data<int32_t>()[c];
       QAT_CHECK((m == 0 || m >= (1 << 30)) && s >= -31 && s <= 31, "layer '", name, "': channel ", c,
                 " has an invalid fixed-point multiplier (m0 ", m, ", shift ", s, "): m0 must be in [2^30, 2^31)");
+      QAT_CHECK(std::abs(static_cast<int64_t>(r)) <= m / 2 + 1, "layer '", name, "': channel ", c, ": bias residual ",
+                r, " exceeds half the multiplier ", m);
     }
   }
   QAT_CHECK(conv.groups == 1, "layer '", name, "': grouped convolution has no integer kernel (groups ", conv.groups, ")");
@@ -195,6 +201,7 @@ void IntLayer::finalize() {
 }
 
 Tensor IntegerModel::run_layer(const IntLayer& l, const Tensor& x) const {
+  QAT_PROFILE(l.name.c_str());
   switch (l.op) {
     case IntOp::quantize_input: {
       QAT_CHECK(x.dtype() == DType::f32 && x.dim() == 4, "integer model input: expects float images (N, C, H, W), got ",

@@ -12,8 +12,10 @@
 // Between quantize_input and the final dequantization every tensor is an
 // integer tensor and every kernel integer arithmetic (REFERENCES §5):
 //   acc[c]  = Σ_k (x_k - z_x)(w_ck - z_w[c])        (int32; padding = z_x)
-//   y[c]    = clamp(z_y + requant(acc[c] + bias[c], M0[c], shift[c]), lo, hi)
+//   y[c]    = clamp(z_y + requant(acc[c] + bias[c], M0[c], shift[c], residual[c]), lo, hi)
 //   bias[c] = round(b[c] / (s_x s_w[c])),  M[c] = s_x s_w[c] / s_y = M0 2^(-31-shift)
+//   residual[c] = round((b[c] / (s_x s_w[c]) - bias[c]) M0): the bias fraction
+//             in the 64-bit product's units (int_kernels.h)
 // Signed activation grids are stored as u8 shifted by +128 (see int_kernels.h).
 #include <string>
 #include <vector>
@@ -55,6 +57,7 @@ struct IntLayer {
   Tensor weight_zero_point;  // i32 (Cout)
   Tensor bias;               // i32 (Cout)
   Tensor multiplier, shift;  // i32 (Cout); unused when dequantize
+  Tensor bias_residual;      // i32 (Cout); unused when dequantize
   bool relu = false;         // folded into the lower clamp
   bool dequantize = false;   // last layer: float logits = (acc + bias) * s_x * s_w[c]
   // pools

@@ -75,16 +75,17 @@ TEST_CASE("vectorised requantization equals the scalar reference", "[quant][free
   std::uniform_int_distribution<int32_t> acc_d(-(1 << 28), 1 << 28), m_d(1 << 30, INT32_MAX), s_d(0, 30),
       z_d(0, 255);
   for (int64_t n : {1, 7, 16, 17, 64, 100}) {
-    std::vector<int32_t> acc(n), bias(n), m0(n), shift(n);
+    std::vector<int32_t> acc(n), bias(n), m0(n), shift(n), residual(n);
     for (int64_t c = 0; c < n; ++c) {
       acc[c] = acc_d(rng);
       bias[c] = acc_d(rng) / 8;
       m0[c] = c % 3 == 0 ? (1 << 30) : m_d(rng);  // every third a power of two (pure shift)
       shift[c] = s_d(rng);
+      residual[c] = static_cast<int32_t>(acc_d(rng) % (m0[c] / 2));
     }
     acc[0] = (1 << 20) + (1 << 19);  // an exact tie for shift 20 pot
     const int32_t zero = z_d(rng);
-    const RequantParams p{bias.data(), m0.data(), shift.data(), zero, std::min(zero, 3), 255};
+    const RequantParams p{bias.data(), m0.data(), shift.data(), residual.data(), zero, std::min(zero, 3), 255};
     std::vector<uint8_t> fast(n), ref(n);
     requantize_row(acc.data(), n, p, fast.data());
     requantize_row_reference(acc.data(), n, p, ref.data());
@@ -92,19 +93,20 @@ TEST_CASE("vectorised requantization equals the scalar reference", "[quant][free
   }
 }
 
-TEST_CASE("requantization is exact rounding of x * M, half away from zero", "[quant][freeze]") {
+TEST_CASE("requantization is exact rounding of x * M + residual, half away from zero", "[quant][freeze]") {
   std::mt19937 rng(9);
   std::uniform_int_distribution<int32_t> x_d(INT32_MIN / 2, INT32_MAX / 2), m_d(1 << 30, INT32_MAX), s_d(-3, 31);
   for (int i = 0; i < 200000; ++i) {
     const int32_t x = i % 4 == 0 ? x_d(rng) / 65536 : x_d(rng), m0 = m_d(rng), shift = s_d(rng);
-    // exact rational x * m0 / 2^(31 + shift): |p| = q * 2^t + r
-    const __int128 p = static_cast<__int128>(x) * m0;
+    const int32_t res = i % 2 ? static_cast<int32_t>(x_d(rng) % (m0 / 2)) : 0;
+    // exact rational (x * m0 + res) / 2^(31 + shift): |p| = q * 2^t + r
+    const __int128 p = static_cast<__int128>(x) * m0 + res;
     const int t = 31 + shift;
     const __int128 mag = p < 0 ? -p : p, q = mag >> t, r = mag - (q << t);
     const __int128 rounded = q + (2 * r >= (static_cast<__int128>(1) << t) ? 1 : 0);
     const __int128 want = p < 0 ? -rounded : rounded;
     const int64_t clamped = want > INT32_MAX ? INT32_MAX : want < INT32_MIN ? INT32_MIN : static_cast<int64_t>(want);
-    REQUIRE(requantize_value(x, m0, shift) == clamped);
+    REQUIRE(requantize_value(x, m0, shift, res) == clamped);
   }
 }
 
