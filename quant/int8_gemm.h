@@ -4,7 +4,10 @@
 // channel), C int32 (M x N). Zero points are applied by the caller (row and
 // column sums). Kernels: a scalar reference (the specification), AVX2 (widen
 // to int16, exact madd) and AVX-512 VNNI (vpdpbusd), chosen at run time from
-// the CPU's features; every fast path equals the reference bit for bit.
+// the CPU's features; every fast path equals the reference bit for bit. The
+// fast paths are register-blocked (VNNI 4 x 4, AVX2 3 x 4 blocks of C; one-row
+// kernels for thinner edges and M = 1), cache-blocked over N and K, and run
+// tiles of C on the OpenMP threads when M*N*K >= 2^20; small M splits over N.
 #include <cstdint>
 
 namespace qat::quant {
