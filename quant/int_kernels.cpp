@@ -13,18 +13,58 @@
 
 namespace qat::quant {
 
+namespace {
+
+bool has_avx512() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  }();
+  return yes;
+}
+
+// n <= 64 bytes in one masked load/store (no call, no overrun).
+__attribute__((target("avx512f,avx512bw"))) inline void copy_upto64(uint8_t* dst, const uint8_t* src, int64_t n) {
+  const __mmask64 m = n >= 64 ? ~0ULL : (1ULL << n) - 1;
+  _mm512_mask_storeu_epi8(dst, m, _mm512_maskz_loadu_epi8(m, src));
+}
+
+}  // namespace
+
 void im2row_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_t* rows) {
-  const int64_t K = s.kh * s.kw * s.c;
-  for (int64_t oh = 0; oh < s.out_h; ++oh) {
-    for (int64_t ow = 0; ow < s.out_w; ++ow) {
-      uint8_t* row = rows + (oh * s.out_w + ow) * K;
+  im2row_u8_range(x, s, pad_value, 0, s.out_h * s.out_w, rows);
+}
+
+void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, int64_t first, int64_t count,
+                     uint8_t* rows) {
+  const int64_t K = s.kh * s.kw * s.c, span = s.kw * s.c;
+  const bool small_span = span <= 64 && has_avx512();
+  for (int64_t p = first; p < first + count; ++p) {
+    {
+      const int64_t oh = p / s.out_w, ow = p % s.out_w;
+      uint8_t* row = rows + (p - first) * K;
+      const int64_t iw0 = ow * s.stride_w - s.pad_w;
+      // With dilation 1 a kernel row is kw adjacent pixels: one copy of kw*C
+      // bytes when it lies inside the image (small C would otherwise mean
+      // thousands of tiny copies per output).
+      const bool row_inside = s.dil_w == 1 && iw0 >= 0 && iw0 + s.kw <= s.w;
       for (int64_t i = 0; i < s.kh; ++i) {
         const int64_t ih = oh * s.stride_h - s.pad_h + i * s.dil_h;
+        uint8_t* dst = row + i * span;
+        if (ih < 0 || ih >= s.h) {
+          std::memset(dst, pad_value, static_cast<size_t>(span));
+          continue;
+        }
+        const uint8_t* src = x + ih * s.w * s.c;
+        if (row_inside) {
+          if (small_span) copy_upto64(dst, src + iw0 * s.c, span);
+          else std::memcpy(dst, src + iw0 * s.c, static_cast<size_t>(span));
+          continue;
+        }
         for (int64_t j = 0; j < s.kw; ++j) {
-          const int64_t iw = ow * s.stride_w - s.pad_w + j * s.dil_w;
-          uint8_t* dst = row + (i * s.kw + j) * s.c;
-          if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) std::memset(dst, pad_value, static_cast<size_t>(s.c));
-          else std::memcpy(dst, x + (ih * s.w + iw) * s.c, static_cast<size_t>(s.c));
+          const int64_t iw = iw0 + j * s.dil_w;
+          if (iw < 0 || iw >= s.w) std::memset(dst + j * s.c, pad_value, static_cast<size_t>(s.c));
+          else std::memcpy(dst + j * s.c, src + iw * s.c, static_cast<size_t>(s.c));
         }
       }
     }
@@ -90,15 +130,22 @@ __attribute__((target("avx512f,avx512bw"))) void requantize_row_avx512(const int
   }
 }
 
-bool has_avx512() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  }();
-  return yes;
-}
 
 }  // namespace
+
+bool requant_vector_ok(const RequantParams& p, int64_t n) {
+  bool ok = has_avx512();
+  for (int64_t c = 0; ok && c < n; ++c) ok = p.shift[c] >= 0 && p.shift[c] <= 31;
+  return ok;
+}
+
+void requantize_rows(const int32_t* acc, int64_t rows, int64_t n, const RequantParams& p, uint8_t* out) {
+  if (requant_vector_ok(p, n)) {
+    for (int64_t r = 0; r < rows; ++r) requantize_row_avx512(acc + r * n, n, p, out + r * n);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) requantize_row_reference(acc + r * n, n, p, out + r * n);
+  }
+}
 
 void requantize_row(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out) {
   // The vector path covers shift in [0, 31] (multipliers below 1); any other
@@ -108,6 +155,13 @@ void requantize_row(const int32_t* acc, int64_t n, const RequantParams& p, uint8
   if (vector_ok) requantize_row_avx512(acc, n, p, out);
   else requantize_row_reference(acc, n, p, out);
 }
+
+namespace {
+// dst = max(dst, src) over n bytes; restrict lets the compiler use vector max.
+void max_into(uint8_t* __restrict dst, const uint8_t* __restrict src, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) dst[c] = std::max(dst[c], src[c]);
+}
+}  // namespace
 
 void max_pool_u8(const uint8_t* x, const PoolShape& s, uint8_t* y) {
 #pragma omp parallel for collapse(2) schedule(static) if (s.n * s.out_h * s.out_w * s.c > (1 << 16))
@@ -123,8 +177,7 @@ void max_pool_u8(const uint8_t* x, const PoolShape& s, uint8_t* y) {
           for (int64_t j = 0; j < s.kw; ++j) {
             const int64_t iw = ow * s.stride_w - s.pad_w + j;
             if (iw < 0 || iw >= s.w) continue;
-            const uint8_t* src = img + (ih * s.w + iw) * s.c;
-            for (int64_t c = 0; c < s.c; ++c) dst[c] = std::max(dst[c], src[c]);
+            max_into(dst, img + (ih * s.w + iw) * s.c, s.c);
           }
         }
       }

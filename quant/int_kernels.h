@@ -17,6 +17,9 @@ struct Im2RowShape {
   int64_t h, w, c, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, out_h, out_w;
 };
 void im2row_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_t* rows);
+// Output positions [first, first + count) only (rows[0] is position `first`).
+void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, int64_t first, int64_t count,
+                     uint8_t* rows);
 
 // Output stage of one row of int32 accumulators (n output channels):
 //   out[c] = clamp(z_out + requant(acc[c] + bias[c], m0[c], shift[c], residual[c]), lo, hi)
@@ -40,6 +43,8 @@ struct RequantParams {
   int32_t out_zero, lo, hi;  // stored (u8) domain
 };
 void requantize_row(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out);
+// `rows` consecutive rows of n (acc and out row-major), one dispatch.
+void requantize_rows(const int32_t* acc, int64_t rows, int64_t n, const RequantParams& p, uint8_t* out);
 void requantize_row_reference(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out);
 // Scalar requant of one value (the specification): exactly round(x * M + r)
 // for M = M0 2^(-31-shift), r = residual 2^(-31-shift), half away from zero,

@@ -92,23 +92,41 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   // Whole images per thread when the batch can keep every thread busy (the
   // GEMM inside then runs on one thread); otherwise the GEMM is parallel.
   const bool per_image_threads = N >= omp_get_max_threads() && N > 1;
-#pragma omp parallel if (per_image_threads)
-  {
-    std::vector<uint8_t> rows(direct ? 0 : static_cast<size_t>(P * K));
-    std::vector<int32_t> acc(static_cast<size_t>(P * CO));
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      const uint8_t* img = xd + n * H * W * C;
-      if (!direct) im2row_u8(img, shape, pad, rows.data());
-      const uint8_t* A = direct ? img : rows.data();
-      gemm_u8s8s32(kernel, P, CO, K, A, K, wd, K, acc.data(), CO);
-      for (int64_t r = 0; r < P; ++r) {
-        int32_t* a = acc.data() + r * CO;
-        stage.apply_zero_points(a, A + r * K);
-        if (l.dequantize) stage.to_float(a, y.data<float>() + n * CO * P + r, P);
-        else stage.to_u8(a, y.data<uint8_t>() + (n * P + r) * CO);
+  // Output positions in chunks whose patches and accumulators stay in L2
+  // (a whole 224 px conv1 image is ~2 MB of them).
+  const int64_t chunk = direct ? P : std::clamp<int64_t>((256 * 1024) / (K + 4 * CO), 16, P);
+  auto one_image = [&](int64_t n, std::vector<uint8_t>& rows, std::vector<int32_t>& acc) {
+    const uint8_t* img = xd + n * H * W * C;
+    for (int64_t p0 = 0; p0 < P; p0 += chunk) {
+      const int64_t np = std::min(chunk, P - p0);
+      if (!direct) im2row_u8_range(img, shape, pad, p0, np, rows.data());
+      const uint8_t* A = direct ? img + p0 * K : rows.data();
+      gemm_u8s8s32(kernel, np, CO, K, A, K, wd, K, acc.data(), CO);
+      if (stage.weight_zero_points)
+        for (int64_t r = 0; r < np; ++r) stage.apply_zero_points(acc.data() + r * CO, A + r * K);
+      if (!l.dequantize) {
+        requantize_rows(acc.data(), np, CO, stage.rq, y.data<uint8_t>() + (n * P + p0) * CO);
+        continue;
       }
+      for (int64_t r = 0; r < np; ++r)
+        stage.to_float(acc.data() + r * CO, y.data<float>() + n * CO * P + p0 + r, P);
     }
+  };
+
+  // No enclosing parallel region in the per-GEMM case: the GEMM's own team
+  // must not be nested inside one (that cost 20x at batch 1).
+  if (!per_image_threads) {
+    std::vector<uint8_t> rows(direct ? 0 : static_cast<size_t>(chunk * K));
+    std::vector<int32_t> acc(static_cast<size_t>(chunk * CO));
+    for (int64_t n = 0; n < N; ++n) one_image(n, rows, acc);
+    return y;
+  }
+#pragma omp parallel
+  {
+    std::vector<uint8_t> rows(direct ? 0 : static_cast<size_t>(chunk * K));
+    std::vector<int32_t> acc(static_cast<size_t>(chunk * CO));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) one_image(n, rows, acc);
   }
   return y;
 }

@@ -136,6 +136,30 @@ TEST_CASE("im2row on NHWC bytes pads with the zero point", "[quant][freeze]") {
           std::vector<uint8_t>{9, 10, 11, 12, 15, 16, 17, 18});
 }
 
+TEST_CASE("im2row equals a per-element gather on random shapes", "[quant][freeze]") {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t h = 1 + rng() % 9, w = 1 + rng() % 9, c = 1 + rng() % 5, kh = 1 + rng() % 4, kw = 1 + rng() % 4;
+    const int64_t sh = 1 + rng() % 3, sw = 1 + rng() % 3, ph = rng() % 3, pw = rng() % 3, dh = 1 + rng() % 2,
+                  dw = 1 + rng() % 2;
+    const int64_t oh = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1, ow = (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+    if (h + 2 * ph - dh * (kh - 1) - 1 < 0 || w + 2 * pw - dw * (kw - 1) - 1 < 0) continue;
+    std::vector<uint8_t> x(h * w * c);
+    for (auto& v : x) v = static_cast<uint8_t>(rng());
+    const int64_t K = kh * kw * c;
+    std::vector<uint8_t> rows(oh * ow * K);
+    im2row_u8(x.data(), {h, w, c, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow}, 7, rows.data());
+    for (int64_t p = 0; p < oh * ow; ++p)
+      for (int64_t i = 0; i < kh; ++i)
+        for (int64_t j = 0; j < kw; ++j)
+          for (int64_t ch = 0; ch < c; ++ch) {
+            const int64_t ih = (p / ow) * sh - ph + i * dh, iw = (p % ow) * sw - pw + j * dw;
+            const uint8_t want = ih < 0 || ih >= h || iw < 0 || iw >= w ? 7 : x[(ih * w + iw) * c + ch];
+            REQUIRE(rows[p * K + (i * kw + j) * c + ch] == want);
+          }
+  }
+}
+
 TEST_CASE("the integer layers take and return integer tensors only", "[quant][freeze]") {
   ModulePtr m = trained_qat_model("small_cnn", backend("default"), QConfig{}, 12);
   const IntegerModel im = freeze(*m);
