@@ -72,14 +72,14 @@ void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, 
 }
 
 int32_t requantize_value(int32_t acc, int32_t m0, int32_t shift, int32_t residual) {
-  // round((acc * m0 + residual) / 2^t), t = 31 + shift, half away from zero,
-  // from the exact 64-bit value (|acc * m0| < 2^62).
+  // floor((acc * m0 + residual) / 2^t + 1/2), t = 31 + shift, from the exact
+  // 64-bit value (|acc * m0| < 2^62): a rounding right shift, ties upwards.
   const int t = 31 + shift;
   const int64_t p = static_cast<int64_t>(acc) * m0 + residual;
   int64_t r;
   if (t <= 0) r = p * (int64_t{1} << -t);  // cannot occur for valid multipliers (shift >= -31)
   else if (t >= 63) r = 0;
-  else r = (p + (int64_t{1} << (t - 1)) - (p < 0 ? 1 : 0)) >> t;
+  else r = (p + (int64_t{1} << (t - 1))) >> t;
   return static_cast<int32_t>(
       std::clamp<int64_t>(r, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
 }
@@ -93,67 +93,71 @@ void requantize_row_reference(const int32_t* acc, int64_t n, const RequantParams
 
 namespace {
 
-// 16 lanes of requantize_value for shift in [0, 31] (the caller checks):
-// even and odd lanes as 64-bit products, one rounding shift each.
-__attribute__((target("avx512f,avx512bw"))) __m512i round_shift64(__m512i p, __m512i t) {
-  const __m512i one = _mm512_set1_epi64(1);
-  const __mmask8 negative = _mm512_cmplt_epi64_mask(p, _mm512_setzero_si512());
-  __m512i nudge = _mm512_sllv_epi64(one, _mm512_sub_epi64(t, one));
-  nudge = _mm512_mask_sub_epi64(nudge, negative, nudge, one);
-  return _mm512_srav_epi64(_mm512_add_epi64(p, nudge), t);
-}
-
-__attribute__((target("avx512f,avx512bw"))) __m512i requant16(__m512i x, __m512i m0, __m512i shift, __m512i r) {
-  const __m512i t = _mm512_add_epi32(shift, _mm512_set1_epi32(31));
-  // residuals sign-extended to 64 bits: even lanes from the low halves, odd from the high
-  const __m512i r_even = _mm512_srai_epi64(_mm512_slli_epi64(r, 32), 32), r_odd = _mm512_srai_epi64(r, 32);
-  const __m512i even = round_shift64(_mm512_add_epi64(_mm512_mul_epi32(x, m0), r_even),
-                                     _mm512_and_si512(t, _mm512_set1_epi64(0xFFFFFFFF)));
-  const __m512i odd = round_shift64(
-      _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m0, 32)), r_odd),
-      _mm512_srli_epi64(t, 32));
-  return _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-}
-
-__attribute__((target("avx512f,avx512bw"))) void requantize_row_avx512(const int32_t* acc, int64_t n,
-                                                                       const RequantParams& p, uint8_t* out) {
-  const __m512i zero = _mm512_set1_epi32(p.out_zero), lo = _mm512_set1_epi32(p.lo), hi = _mm512_set1_epi32(p.hi);
-  for (int64_t c = 0; c < n; c += 16) {
-    const __mmask16 m = n - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - c)) - 1);
-    const __m512i x = _mm512_add_epi32(_mm512_maskz_loadu_epi32(m, acc + c), _mm512_maskz_loadu_epi32(m, p.bias + c));
-    const __m512i m0 = _mm512_maskz_loadu_epi32(m, p.m0 + c);
-    const __m512i sh = _mm512_maskz_loadu_epi32(m, p.shift + c);
-    const __m512i r = _mm512_maskz_loadu_epi32(m, p.residual + c);
-    __m512i v = _mm512_add_epi32(requant16(x, m0, sh, r), zero);
-    v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
-    _mm512_mask_cvtepi32_storeu_epi8(out + c, m, v);
+// 16 channels at a time: p = acc * m0 + add (64-bit, even and odd lanes apart),
+// then an arithmetic shift by t; add = bias * m0 + residual + 2^(t-1) was
+// folded per channel by make_requant_plan.
+__attribute__((target("avx512f,avx512bw"))) void requantize_rows_avx512(const int32_t* acc, int64_t rows,
+                                                                        const RequantPlan& q, uint8_t* out) {
+  const __m512i zero = _mm512_set1_epi32(q.out_zero), lo = _mm512_set1_epi32(q.lo), hi = _mm512_set1_epi32(q.hi);
+  const int64_t n = q.n;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* a = acc + r * n;
+    uint8_t* o = out + r * n;
+    for (int64_t c = 0, blk = 0; c < n; c += 16, blk += 8) {
+      const __mmask16 m = n - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - c)) - 1);
+      const __m512i x = _mm512_maskz_loadu_epi32(m, a + c);
+      const __m512i m0 = _mm512_loadu_si512(q.m0.data() + c);
+      const __m512i even = _mm512_srav_epi64(
+          _mm512_add_epi64(_mm512_mul_epi32(x, m0), _mm512_loadu_si512(q.add_even.data() + blk)),
+          _mm512_loadu_si512(q.t_even.data() + blk));
+      const __m512i odd = _mm512_srav_epi64(
+          _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m0, 32)),
+                           _mm512_loadu_si512(q.add_odd.data() + blk)),
+          _mm512_loadu_si512(q.t_odd.data() + blk));
+      __m512i v = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+      v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zero), lo), hi);
+      _mm512_mask_cvtepi32_storeu_epi8(o + c, m, v);
+    }
   }
 }
-
 
 }  // namespace
 
-bool requant_vector_ok(const RequantParams& p, int64_t n) {
-  bool ok = has_avx512();
-  for (int64_t c = 0; ok && c < n; ++c) ok = p.shift[c] >= 0 && p.shift[c] <= 31;
-  return ok;
+RequantPlan make_requant_plan(const RequantParams& p, int64_t n) {
+  RequantPlan q;
+  q.params = p;
+  q.n = n;
+  q.out_zero = p.out_zero;
+  q.lo = p.lo;
+  q.hi = p.hi;
+  // The vector path covers shift in [0, 31] (multipliers below 1); any other
+  // channel sends the layer to the scalar path.
+  q.vector = has_avx512();
+  for (int64_t c = 0; q.vector && c < n; ++c) q.vector = p.shift[c] >= 0 && p.shift[c] <= 31;
+  if (!q.vector) return q;
+  const int64_t padded = (n + 15) / 16 * 16;
+  q.m0.assign(static_cast<size_t>(padded), 0);
+  q.add_even.assign(static_cast<size_t>(padded / 2), 0);
+  q.add_odd.assign(static_cast<size_t>(padded / 2), 0);
+  q.t_even.assign(static_cast<size_t>(padded / 2), 0);
+  q.t_odd.assign(static_cast<size_t>(padded / 2), 0);
+  for (int64_t c = 0; c < n; ++c) {
+    const int t = 31 + p.shift[c];
+    const int64_t add = static_cast<int64_t>(p.bias[c]) * p.m0[c] + p.residual[c] + (int64_t{1} << (t - 1));
+    q.m0[c] = p.m0[c];
+    (c % 2 ? q.add_odd : q.add_even)[c / 2] = add;
+    (c % 2 ? q.t_odd : q.t_even)[c / 2] = t;
+  }
+  return q;
 }
 
-void requantize_rows(const int32_t* acc, int64_t rows, int64_t n, const RequantParams& p, uint8_t* out) {
-  if (requant_vector_ok(p, n)) {
-    for (int64_t r = 0; r < rows; ++r) requantize_row_avx512(acc + r * n, n, p, out + r * n);
-  } else {
-    for (int64_t r = 0; r < rows; ++r) requantize_row_reference(acc + r * n, n, p, out + r * n);
-  }
+void requantize_rows(const int32_t* acc, int64_t rows, const RequantPlan& q, uint8_t* out) {
+  if (q.vector) return requantize_rows_avx512(acc, rows, q, out);
+  for (int64_t r = 0; r < rows; ++r) requantize_row_reference(acc + r * q.n, q.n, q.params, out + r * q.n);
 }
 
 void requantize_row(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out) {
-  // The vector path covers shift in [0, 31] (multipliers below 1); any other
-  // channel sends the row to the scalar path.
-  bool vector_ok = has_avx512();
-  for (int64_t c = 0; vector_ok && c < n; ++c) vector_ok = p.shift[c] >= 0 && p.shift[c] <= 31;
-  if (vector_ok) requantize_row_avx512(acc, n, p, out);
-  else requantize_row_reference(acc, n, p, out);
+  requantize_rows(acc, 1, make_requant_plan(p, n), out);
 }
 
 namespace {
@@ -209,14 +213,17 @@ void quantize_input(const float* x, int64_t n, int64_t c, int64_t h, int64_t w, 
                     int32_t qmin, int32_t qmax, int32_t offset, uint8_t* y) {
   const float inv = 1.0f / scale;
   const float z = static_cast<float>(zero_point), lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
+  // One image row at a time: c planes read, one interleaved NHWC row written.
 #pragma omp parallel for collapse(2) schedule(static) if (n * c * h * w > (1 << 16))
   for (int64_t b = 0; b < n; ++b)
-    for (int64_t ch = 0; ch < c; ++ch) {
-      const float* src = x + (b * c + ch) * h * w;
-      uint8_t* dst = y + b * h * w * c + ch;
-      for (int64_t p = 0; p < h * w; ++p) {
-        const float q = std::clamp(std::nearbyint(src[p] * inv) + z, lo, hi);  // NaN: see below
-        dst[p * c] = static_cast<uint8_t>(static_cast<int32_t>(std::isnan(q) ? z : q) + offset);
+    for (int64_t i = 0; i < h; ++i) {
+      uint8_t* dst = y + (b * h + i) * w * c;
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const float* src = x + ((b * c + ch) * h + i) * w;
+        for (int64_t j = 0; j < w; ++j) {
+          const float q = std::clamp(std::nearbyint(src[j] * inv) + z, lo, hi);
+          dst[j * c + ch] = static_cast<uint8_t>(static_cast<int32_t>(std::isnan(q) ? z : q) + offset);  // NaN: z
+        }
       }
     }
 }

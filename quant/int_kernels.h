@@ -6,6 +6,7 @@
 // except quantize_input (the network's float input) and dequantize_rows (its
 // float logits): the two ends of the integer network.
 #include <cstdint>
+#include <vector>
 
 #include "quant/requant.h"
 
@@ -23,8 +24,9 @@ void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, 
 
 // Output stage of one row of int32 accumulators (n output channels):
 //   out[c] = clamp(z_out + requant(acc[c] + bias[c], m0[c], shift[c], residual[c]), lo, hi)
-// requant(x) = round((x * M0 + residual) / 2^(31 + shift)) half away from
-// zero, from the exact 64-bit product. residual (|residual| <= M0 / 2) carries
+// requant(x) = floor((x * M0 + residual) / 2^(31 + shift) + 1/2) (a rounding
+// right shift, ties upwards, as TFLite's 64-bit requantization), from the
+// exact 64-bit product. residual (|residual| <= M0 / 2) carries
 // the fraction the int32 bias round(b / (s_x s_w)) dropped, so the integer
 // model adds the bias as exactly as the float model does (without it a 4-bit
 // grid's coarse M turned the bias rounding into ~1.5% of outputs one LSB off
@@ -43,12 +45,23 @@ struct RequantParams {
   int32_t out_zero, lo, hi;  // stored (u8) domain
 };
 void requantize_row(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out);
-// `rows` consecutive rows of n (acc and out row-major), one dispatch.
-void requantize_rows(const int32_t* acc, int64_t rows, int64_t n, const RequantParams& p, uint8_t* out);
+// The per-layer constants of the vectorised path, built once: the bias, the
+// residual and the rounding half folded into one 64-bit addend per channel,
+// lanes laid out as the even/odd 64-bit halves of a 16-channel block.
+struct RequantPlan {
+  RequantParams params{};
+  int64_t n = 0;
+  int32_t out_zero = 0, lo = 0, hi = 0;
+  bool vector = false;
+  std::vector<int32_t> m0;
+  std::vector<int64_t> add_even, add_odd, t_even, t_odd;
+};
+RequantPlan make_requant_plan(const RequantParams& p, int64_t n);  // p's arrays must outlive the plan
+// `rows` consecutive rows of n (acc and out row-major).
+void requantize_rows(const int32_t* acc, int64_t rows, const RequantPlan& plan, uint8_t* out);
 void requantize_row_reference(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out);
-// Scalar requant of one value (the specification): exactly round(x * M + r)
-// for M = M0 2^(-31-shift), r = residual 2^(-31-shift), half away from zero,
-// saturated to int32.
+// Scalar requant of one value (the specification): exactly floor(x M + r + 1/2)
+// for M = M0 2^(-31-shift), r = residual 2^(-31-shift), saturated to int32.
 int32_t requantize_value(int32_t acc, int32_t m0, int32_t shift, int32_t residual = 0);
 
 // Max pooling on NHWC u8 (padding never wins, as -inf in float).

@@ -36,6 +36,7 @@ struct OutputStage {
   bool weight_zero_points;
   std::vector<float> dequant;  // s_x s_w[c] (dequantize only)
   RequantParams rq{};
+  RequantPlan plan;
 
   OutputStage(const IntLayer& layer, int64_t k) : l(layer), K(k) {
     const int64_t C = l.out_channels;
@@ -54,6 +55,7 @@ struct OutputStage {
       rq = {bias.data(), l.multiplier.data<int32_t>(), l.shift.data<int32_t>(), l.bias_residual.data<int32_t>(),
             l.out.zero_point + off,
             (l.relu ? std::max(l.out.qmin(), l.out.zero_point) : l.out.qmin()) + off, l.out.qmax() + off};
+      plan = make_requant_plan(rq, C);
     }
   }
 
@@ -65,7 +67,7 @@ struct OutputStage {
     const int32_t* zw = l.weight_zero_point.data<int32_t>();
     for (int64_t c = 0; c < l.out_channels; ++c) acc[c] -= zw[c] * xs;
   }
-  void to_u8(const int32_t* acc, uint8_t* out) const { requantize_row(acc, l.out_channels, rq, out); }
+  void to_u8(const int32_t* acc, uint8_t* out) const { requantize_rows(acc, 1, plan, out); }
   void to_float(const int32_t* acc, float* out, int64_t stride) const {
     for (int64_t c = 0; c < l.out_channels; ++c) out[c * stride] = static_cast<float>(acc[c] + bias[c]) * dequant[c];
   }
@@ -105,7 +107,7 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
       if (stage.weight_zero_points)
         for (int64_t r = 0; r < np; ++r) stage.apply_zero_points(acc.data() + r * CO, A + r * K);
       if (!l.dequantize) {
-        requantize_rows(acc.data(), np, CO, stage.rq, y.data<uint8_t>() + (n * P + p0) * CO);
+        requantize_rows(acc.data(), np, stage.plan, y.data<uint8_t>() + (n * P + p0) * CO);
         continue;
       }
       for (int64_t r = 0; r < np; ++r)

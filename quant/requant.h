@@ -3,10 +3,13 @@
 // multiplier M = s_x s_w / s_y is represented as M0 * 2^-31 * 2^-shift with
 // M0 an int32 in [2^30, 2^31); an int32 accumulator x becomes
 //   RoundingDivideByPOT(SaturatingRoundingDoublingHighMul(x, M0), shift).
-// Rounding rule: both steps round half away from zero, so the result is
+// Rounding rule: the high multiply rounds ties upwards (gemmlowp's nudge:
+// -0.5 -> 0, +0.5 -> 1), the shift rounds half away from zero, so the result is
 // within 1 of round(x * M), and equal to it unless the intermediate lands
 // exactly on a tie of the second rounding (tested).
-// No floating point once the multiplier is built.
+// No floating point once the multiplier is built. The integer model rounds
+// once instead (int_kernels.h: requantize_value); these stay as the reference
+// point of that choice and for tests.
 #include <cstdint>
 
 namespace qat::quant {
@@ -20,7 +23,7 @@ struct FixedPointMultiplier {
 FixedPointMultiplier quantize_multiplier(double m);
 double multiplier_value(const FixedPointMultiplier& f);  // M0 * 2^(-31 - shift), for tests and reports
 
-// (a * b * 2) >> 32 rounded half away from zero, saturating the one overflow
+// (a * b * 2) >> 32 rounded, ties upwards, saturating the one overflow
 // case (INT32_MIN * INT32_MIN).
 inline int32_t saturating_rounding_doubling_high_mul(int32_t a, int32_t b) {
   if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
