@@ -151,8 +151,11 @@ int run_bench_infer(const BenchOptions& opt) {
   Profiler::set_enabled(opt.profile);
   const double int8 = time_inference([&](const Tensor& t) { return im.forward(t); }, x, opt, "int8");
   Profiler::set_enabled(false);
-  std::printf("int8/fp32 inference speed: %.2fx  (GEMM kernel %s, narrowest weights %d bits)\n", int8 / fp32,
-              quant::gemm_kernel_name(im.kernel), bits);
+  int packed = 0;
+  for (const auto& l : im.layers) packed += !l.packed_weight.empty();
+  std::printf("int8/fp32 inference speed: %.2fx  (GEMM kernel %s, %d layers on the packed broadcast kernel, narrowest "
+              "weights %d bits)\n",
+              int8 / fp32, quant::gemm_kernel_name(im.kernel), packed, bits);
   if (opt.profile) {
     std::printf("integer model, time per layer (warm-up and timed passes):\n");
     double total = 0;

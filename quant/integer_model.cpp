@@ -73,6 +73,15 @@ struct OutputStage {
   }
 };
 
+// acc (M x out_channels) = rows (M x K) . weights^T; the packed broadcast
+// kernel where the layer has one (same integers as every other kernel).
+void gemm(const IntLayer& l, GemmKernel kernel, int64_t M, const uint8_t* rows, int32_t* acc) {
+  const int64_t K = l.weight.numel() / l.out_channels;
+  if (kernel == GemmKernel::avx512_vnni && !l.packed_weight.empty())
+    return gemm_u8s8s32_packed(M, rows, K, l.packed_weight, acc, l.out_channels);
+  gemm_u8s8s32(kernel, M, l.out_channels, K, rows, K, l.weight.data<int8_t>(), K, acc, l.out_channels);
+}
+
 Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   check_u8(l, x, 4);
   const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
@@ -90,7 +99,6 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   const uint8_t pad = static_cast<uint8_t>(l.in.zero_point + l.in.offset());
   Tensor y = l.dequantize ? Tensor::empty({N, CO, OH, OW}, DType::f32) : Tensor::empty({N, OH, OW, CO}, DType::u8);
   const uint8_t* xd = x.data<uint8_t>();
-  const int8_t* wd = l.weight.data<int8_t>();
   // Whole images per thread when the batch can keep every thread busy (the
   // GEMM inside then runs on one thread); otherwise the GEMM is parallel.
   const bool per_image_threads = N >= omp_get_max_threads() && N > 1;
@@ -103,7 +111,7 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
       const int64_t np = std::min(chunk, P - p0);
       if (!direct) im2row_u8_range(img, shape, pad, p0, np, rows.data());
       const uint8_t* A = direct ? img + p0 * K : rows.data();
-      gemm_u8s8s32(kernel, np, CO, K, A, K, wd, K, acc.data(), CO);
+      gemm(l, kernel, np, A, acc.data());
       if (stage.weight_zero_points)
         for (int64_t r = 0; r < np; ++r) stage.apply_zero_points(acc.data() + r * CO, A + r * K);
       if (!l.dequantize) {
@@ -140,7 +148,7 @@ Tensor run_linear(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
             l.in_channels);
   const OutputStage stage(l, K);
   std::vector<int32_t> acc(static_cast<size_t>(N * CO));
-  gemm_u8s8s32(kernel, N, CO, K, x.data<uint8_t>(), K, l.weight.data<int8_t>(), K, acc.data(), CO);
+  gemm(l, kernel, N, x.data<uint8_t>(), acc.data());
   Tensor y = l.dequantize ? Tensor::empty({N, CO}, DType::f32) : Tensor::empty({N, CO}, DType::u8);
   for (int64_t n = 0; n < N; ++n) {
     int32_t* a = acc.data() + n * CO;
@@ -214,6 +222,7 @@ void IntLayer::finalize() {
     }
   }
   QAT_CHECK(conv.groups == 1, "layer '", name, "': grouped convolution has no integer kernel (groups ", conv.groups, ")");
+  packed_weight = can_use_packed_vnni(out_channels) ? pack_b_vnni(weight.data<int8_t>(), out_channels, K, K) : PackedB{};
   weight_row_sums.assign(static_cast<size_t>(out_channels), 0);
   const int8_t* w = weight.data<int8_t>();
   for (int64_t c = 0; c < out_channels; ++c)

@@ -24,6 +24,7 @@
 #include "core/ops/pool.h"
 #include "core/tensor.h"
 #include "quant/int8_gemm.h"
+#include "quant/int8_gemm_packed.h"
 
 namespace qat::quant {
 
@@ -64,8 +65,11 @@ struct IntLayer {
   Pool2dParams pool{};
   int64_t out_h = 0, out_w = 0;  // adaptive_avg_pool
 
-  // Derived at load/freeze (not stored): Σ_k w[c][k] per channel.
+  // Derived at load/freeze (not stored): Σ_k w[c][k] per channel, and the
+  // weights repacked for the broadcast VNNI kernel (int8_gemm_packed.h) when
+  // the CPU has it and out_channels is a multiple of 64.
   std::vector<int32_t> weight_row_sums;
+  PackedB packed_weight;
   void finalize();  // validates shapes and fills the derived fields
 };
 

@@ -3,6 +3,7 @@
 #include "tests/test_util.h"
 
 #include "quant/int8_gemm.h"
+#include "quant/int8_gemm_packed.h"
 
 using namespace qat;
 using namespace qat::quant;
@@ -124,4 +125,31 @@ TEST_CASE("int8 GEMM kernels equal the reference on threaded and K-blocked shape
   int32_t c = 0;
   gemm_u8s8s32(GemmKernel::reference, 1, 1, 2, a, 2, b, 2, &c, 1);
   REQUIRE(c == 255 * -128 + 127);
+}
+
+TEST_CASE("the packed VNNI GEMM equals the reference", "[quant][int8gemm]") {
+  if (!qat::quant::can_use_packed_vnni(64)) {
+    WARN("no AVX-512 VNNI: packed GEMM not tested");
+    return;
+  }
+  std::mt19937 rng(17);
+  for (int64_t K : {1, 3, 4, 5, 63, 64, 65, 363, 1600}) {
+    for (int64_t M : {1, 5, 6, 7, 13, 100}) {
+      for (int64_t N : {64, 192}) {
+        const int64_t lda = K + (M % 2 ? 3 : 0), ldc = N + (K % 2 ? 5 : 0);
+        std::vector<uint8_t> A(M * lda);
+        std::vector<int8_t> B(N * K);
+        for (auto& v : A) v = static_cast<uint8_t>(rng());
+        for (auto& v : B) v = static_cast<int8_t>(rng());
+        if (K == 64) std::fill(A.begin(), A.end(), 255), std::fill(B.begin(), B.end(), -128);  // extremes
+        std::vector<int32_t> want(M * ldc, 7), got(M * ldc, 7);
+        qat::quant::gemm_u8s8s32(qat::quant::GemmKernel::reference, M, N, K, A.data(), lda, B.data(), K, want.data(),
+                                 ldc);
+        const auto packed = qat::quant::pack_b_vnni(B.data(), N, K, K);
+        qat::quant::gemm_u8s8s32_packed(M, A.data(), lda, packed, got.data(), ldc);
+        INFO("M=" << M << " N=" << N << " K=" << K);
+        REQUIRE(got == want);  // padding columns of C untouched too
+      }
+    }
+  }
 }

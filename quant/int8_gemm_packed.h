@@ -1,0 +1,27 @@
+#pragma once
+// A second AVX-512 VNNI GEMM for convolutions, on repacked weights: C = A B^T
+// exactly as gemm_u8s8s32 (bit for bit: integer sums), but each vpdpbusd
+// multiplies 4 bytes of one A row (broadcast) by 16 output channels x the same
+// 4 k of B, so the 32-bit lanes are output channels and no horizontal
+// reduction is needed (the dot-product kernels reduce 16 accumulators per
+// 4 x 4 block, which costs most at small K, e.g. conv1's K = 363).
+// Tiles: 6 rows of A x 64 output channels (24 accumulators).
+#include <cstdint>
+#include <vector>
+
+namespace qat::quant {
+
+struct PackedB {
+  int64_t N = 0, K = 0, K4 = 0;  // K4 = ceil(K / 4)
+  std::vector<int8_t> data;      // [N / 16][K4][16][4], zero beyond K
+  bool empty() const { return data.empty(); }
+};
+
+// N a multiple of 64 and a CPU with AVX-512 VNNI.
+bool can_use_packed_vnni(int64_t N);
+PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb);
+// C (M x N, ldc) = A (M x K, lda) B^T. Threads over tiles when the work is
+// large and no enclosing parallel region is active.
+void gemm_u8s8s32_packed(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int32_t* C, int64_t ldc);
+
+}  // namespace qat::quant
