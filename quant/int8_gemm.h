@@ -8,6 +8,7 @@
 // fast paths are register-blocked (VNNI 4 x 4, AVX2 3 x 4 blocks of C; one-row
 // kernels for thinner edges and M = 1), cache-blocked over N and K, and run
 // tiles of C on the OpenMP threads when M*N*K >= 2^20; small M splits over N.
+// The integer model prefers int8_gemm_packed.h (repacked weights) where it applies.
 #include <cstdint>
 
 namespace qat::quant {
