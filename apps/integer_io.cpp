@@ -62,17 +62,7 @@ void emit_pair(YAML::Emitter& e, const char* key, int64_t a, int64_t b) {
 }
 
 // OIHW (export) from (O, KH, KW, I) (kernel layout).
-Tensor weight_oihw(const IntLayer& l) {
-  if (l.op == IntOp::linear) return l.weight;
-  const int64_t O = l.out_channels, I = l.in_channels, KH = l.kernel_h, KW = l.kernel_w;
-  Tensor t = Tensor::empty({O, I, KH, KW}, DType::i8);
-  for (int64_t o = 0; o < O; ++o)
-    for (int64_t i = 0; i < I; ++i)
-      for (int64_t h = 0; h < KH; ++h)
-        for (int64_t w = 0; w < KW; ++w)
-          t.data<int8_t>()[((o * I + i) * KH + h) * KW + w] = l.weight.data<int8_t>()[((o * KH + h) * KW + w) * I + i];
-  return t;
-}
+Tensor weight_oihw(const IntLayer& l) { return l.op == IntOp::linear ? l.weight : quant::weight_oihw_from_ohwi(l.weight); }
 
 void emit_layer(YAML::Emitter& e, const IntLayer& l, TensorMap& tensors) {
   e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << l.name << YAML::Key << "kind" << YAML::Value
@@ -260,17 +250,7 @@ struct ManifestReader {
       w.copy_(expect_tensor(weights, weights_path, l.name + ".weight", DType::i8, oihw));
     }
     l.bias = expect_tensor(weights, weights_path, l.name + ".bias", DType::i32, {C}).clone();
-    if (l.op == IntOp::linear) {
-      l.weight = w;
-      return;
-    }
-    const int64_t I = l.in_channels, KH = l.kernel_h, KW = l.kernel_w;
-    l.weight = Tensor::empty({C, KH, KW, I}, DType::i8);
-    for (int64_t o = 0; o < C; ++o)
-      for (int64_t i = 0; i < I; ++i)
-        for (int64_t h = 0; h < KH; ++h)
-          for (int64_t x = 0; x < KW; ++x)
-            l.weight.data<int8_t>()[((o * KH + h) * KW + x) * I + i] = w.data<int8_t>()[((o * I + i) * KH + h) * KW + x];
+    l.weight = l.op == IntOp::linear ? w : quant::weight_ohwi_from_oihw(w);
   }
 };
 

@@ -66,14 +66,7 @@ void quantize_weights(IntLayer& l, const Tensor& w_float, FakeQuantizer& fq) {
     l.weight = q;
     return;
   }
-  // (Cout, Cin, KH, KW) -> (Cout, KH, KW, Cin): patches are NHWC rows.
-  const int64_t CI = w_float.size(1), KH = w_float.size(2), KW = w_float.size(3);
-  l.weight = Tensor::empty({C, KH, KW, CI}, DType::i8);
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t i = 0; i < CI; ++i)
-      for (int64_t h = 0; h < KH; ++h)
-        for (int64_t w = 0; w < KW; ++w)
-          l.weight.data<int8_t>()[((c * KH + h) * KW + w) * CI + i] = q.data<int8_t>()[((c * CI + i) * KH + h) * KW + w];
+  l.weight = weight_ohwi_from_oihw(q);  // patches are NHWC rows
 }
 
 void set_output(IntLayer& l, const Tensor& b_float, FakeQuantizer* out) {

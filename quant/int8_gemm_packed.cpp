@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "quant/cpu_features.h"
 
 namespace qat::quant {
 
@@ -16,15 +17,6 @@ namespace {
 
 constexpr int kRows = 6;     // rows of A per tile
 constexpr int kBlocks = 4;   // 16-channel blocks per tile (64 channels)
-
-bool cpu_has_vnni() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512f");
-  }();
-  return yes;
-}
 
 // 4 bytes of A as one int32 (k beyond K read as 0: no read past the row).
 inline int32_t a_quad(const uint8_t* a, int64_t k, int64_t K) {
@@ -79,7 +71,7 @@ constexpr TileFn kTiles[kRows + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4
 
 }  // namespace
 
-bool can_use_packed_vnni(int64_t N) { return N > 0 && N % (16 * kBlocks) == 0 && cpu_has_vnni(); }
+bool can_use_packed_vnni(int64_t N) { return N > 0 && N % (16 * kBlocks) == 0 && cpu_has_avx512_vnni(); }
 
 PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb) {
   QAT_CHECK(N % 16 == 0 && K > 0, "pack_b_vnni: N must be a multiple of 16 (got ", N, "), K > 0 (got ", K, ")");

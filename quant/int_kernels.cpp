@@ -11,17 +11,11 @@
 #include <cstring>
 #include <limits>
 
+#include "quant/cpu_features.h"
+
 namespace qat::quant {
 
 namespace {
-
-bool has_avx512() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  }();
-  return yes;
-}
 
 // n <= 64 bytes in one masked load/store (no call, no overrun).
 __attribute__((target("avx512f,avx512bw"))) inline void copy_upto64(uint8_t* dst, const uint8_t* src, int64_t n) {
@@ -38,7 +32,7 @@ void im2row_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_
 void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, int64_t first, int64_t count,
                      uint8_t* rows) {
   const int64_t K = s.kh * s.kw * s.c, span = s.kw * s.c;
-  const bool small_span = span <= 64 && has_avx512();
+  const bool small_span = span <= 64 && cpu_has_avx512bw();
   for (int64_t p = first; p < first + count; ++p) {
     {
       const int64_t oh = p / s.out_w, ow = p % s.out_w;
@@ -132,7 +126,7 @@ RequantPlan make_requant_plan(const RequantParams& p, int64_t n) {
   q.hi = p.hi;
   // The vector path covers shift in [0, 31] (multipliers below 1); any other
   // channel sends the layer to the scalar path.
-  q.vector = has_avx512();
+  q.vector = cpu_has_avx512bw();
   for (int64_t c = 0; q.vector && c < n; ++c) q.vector = p.shift[c] >= 0 && p.shift[c] <= 31;
   if (!q.vector) return q;
   const int64_t padded = (n + 15) / 16 * 16;

@@ -285,6 +285,36 @@ int64_t IntegerModel::num_classes() const {
   return layers.back().out_channels;
 }
 
+namespace {
+// dst[o][b][c][d] = src[o][...] with the three inner axes permuted: `to` maps
+// (i, h, w) of OIHW to the flat inner index of the destination.
+template <class Index>
+Tensor permute_inner(const Tensor& src, const Shape& dst_shape, int64_t I, int64_t KH, int64_t KW, Index to) {
+  QAT_CHECK(src.dtype() == DType::i8 && src.is_contiguous() && src.dim() == 4, "weight layout: expects a contiguous 4-d int8 tensor");
+  Tensor dst = Tensor::empty(dst_shape, DType::i8);
+  const int8_t* s = src.data<int8_t>();
+  int8_t* d = dst.data<int8_t>();
+  const int64_t O = src.size(0), per = I * KH * KW;
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t i = 0; i < I; ++i)
+      for (int64_t h = 0; h < KH; ++h)
+        for (int64_t w = 0; w < KW; ++w) to(d + o * per, s + o * per, i, h, w);
+  return dst;
+}
+}  // namespace
+
+Tensor weight_ohwi_from_oihw(const Tensor& t) {
+  const int64_t I = t.size(1), KH = t.size(2), KW = t.size(3);
+  return permute_inner(t, {t.size(0), KH, KW, I}, I, KH, KW, [&](int8_t* d, const int8_t* s, int64_t i, int64_t h,
+                                                                  int64_t w) { d[(h * KW + w) * I + i] = s[(i * KH + h) * KW + w]; });
+}
+
+Tensor weight_oihw_from_ohwi(const Tensor& t) {
+  const int64_t KH = t.size(1), KW = t.size(2), I = t.size(3);
+  return permute_inner(t, {t.size(0), I, KH, KW}, I, KH, KW, [&](int8_t* d, const int8_t* s, int64_t i, int64_t h,
+                                                                  int64_t w) { d[(i * KH + h) * KW + w] = s[(h * KW + w) * I + i]; });
+}
+
 Tensor activation_values_nchw(const Tensor& s, const ActQuant& q) {
   QAT_CHECK(s.dtype() == DType::u8, "activation_values_nchw: expects uint8");
   const uint8_t* d = s.data<uint8_t>();

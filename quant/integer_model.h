@@ -87,6 +87,11 @@ class IntegerModel {
   int64_t num_classes() const;
 };
 
+// Conv weight layouts: PyTorch's (O, I, KH, KW) and the kernels' (O, KH, KW, I)
+// (patch rows of NHWC images); int8.
+Tensor weight_ohwi_from_oihw(const Tensor& oihw);
+Tensor weight_oihw_from_ohwi(const Tensor& ohwi);
+
 // The grid values (q, not stored) of a u8 activation tensor as NCHW int32,
 // for comparisons with a float model.
 Tensor activation_values_nchw(const Tensor& stored_nhwc, const ActQuant& q);

@@ -6,6 +6,8 @@
 #include <numeric>
 #include <sstream>
 
+#include <unistd.h>
+
 namespace qat::testing {
 
 namespace {
@@ -119,6 +121,39 @@ std::vector<int32_t> int_values(const Tensor& t) {
   REQUIRE(t.dtype() == DType::i32);
   Tensor c = t.contiguous();
   return std::vector<int32_t>(c.data<int32_t>(), c.data<int32_t>() + c.numel());
+}
+
+std::string sample_data_dir() { return std::string(QAT_SOURCE_DIR) + "/data/samples/imagenette-mini"; }
+
+std::filesystem::path fresh_temp_dir(const std::string& prefix, const std::string& name) {
+  std::filesystem::path d = std::filesystem::temp_directory_path() / (prefix + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+quant::Backend test_backend(const std::string& name) {
+  using quant::Pattern;
+  quant::Backend b;
+  b.name = name;
+  b.patterns = {Pattern::conv, Pattern::conv_relu, Pattern::conv_bn, Pattern::conv_bn_relu, Pattern::linear,
+                Pattern::linear_relu};
+  b.weight.is_signed = true;
+  b.activation.is_signed = false;
+  if (name == "tensorrt") {
+    b.weight.symmetric = b.weight.per_channel = true;
+    b.weight.narrow_range = true;
+    b.activation.is_signed = true;
+    b.activation.symmetric = true;
+  } else if (name == "power_of_two") {
+    b.weight.symmetric = true;
+    b.weight.formula = quant::ScaleFormula::power_of_two;
+    b.activation.is_signed = true;
+    b.activation.symmetric = true;
+    b.activation.formula = quant::ScaleFormula::power_of_two;
+    b.min_scale = 1.f / 4096;
+  }
+  return b;
 }
 
 }  // namespace qat::testing

@@ -3,6 +3,7 @@
 // comparisons.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -10,8 +11,19 @@
 #include "core/ops.h"
 #include "core/safetensors.h"
 #include "core/threads.h"
+#include "quant/backend.h"
 
 namespace qat::testing {
+
+// The committed sample data (data/samples/imagenette-mini).
+std::string sample_data_dir();
+// An empty folder under the system temp dir, unique per process and name.
+std::filesystem::path fresh_temp_dir(const std::string& prefix, const std::string& name);
+
+// A backend with every pattern: int8 weights, uint8 activations; "tensorrt"
+// (symmetric int8 everywhere, narrow-range per-channel weights) and
+// "power_of_two" (power-of-two scales, min scale 2^-12) as the YAML ones.
+quant::Backend test_backend(const std::string& name);
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 

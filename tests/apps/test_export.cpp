@@ -22,14 +22,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kSample = std::string(QAT_SOURCE_DIR) + "/data/samples/imagenette-mini";
+const std::string kSample = testing::sample_data_dir();
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("qat_export_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path fresh_dir(const std::string& name) { return testing::fresh_temp_dir("qat_export_", name); }
 
 // A QAT run of a few seconds: small_cnn at 32 px, 2 epochs of 4 steps.
 std::string trained_qat_run(const fs::path& dir, const std::string& quant) {

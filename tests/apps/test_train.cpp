@@ -18,14 +18,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kSample = std::string(QAT_SOURCE_DIR) + "/data/samples/imagenette-mini";
+const std::string kSample = testing::sample_data_dir();
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("qat_e2e_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path fresh_dir(const std::string& name) { return testing::fresh_temp_dir("qat_e2e_", name); }
 
 // A small, fast experiment: small_cnn at 32 px, 4 steps of 16 per epoch.
 std::string write_config(const fs::path& dir, const std::string& extra_train = "") {

@@ -18,29 +18,6 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-Backend backend(const std::string& name) {
-  Backend b;
-  b.name = name;
-  b.patterns = {Pattern::conv, Pattern::conv_relu, Pattern::conv_bn, Pattern::conv_bn_relu, Pattern::linear,
-                Pattern::linear_relu};
-  b.weight.is_signed = true;
-  b.activation.is_signed = false;
-  if (name == "tensorrt") {
-    b.weight.symmetric = b.weight.per_channel = true;
-    b.weight.narrow_range = true;
-    b.activation.is_signed = true;
-    b.activation.symmetric = true;
-  } else if (name == "power_of_two") {
-    b.weight.symmetric = true;
-    b.weight.formula = ScaleFormula::power_of_two;
-    b.activation.is_signed = true;
-    b.activation.symmetric = true;
-    b.activation.formula = ScaleFormula::power_of_two;
-    b.min_scale = 1.f / 4096;
-  }
-  return b;
-}
-
 // A prepared model that has seen a few training batches (observers and BN
 // statistics set), then put in eval mode.
 ModulePtr trained_qat_model(const std::string& arch, const Backend& b, const QConfig& q, int64_t res) {
@@ -161,7 +138,7 @@ TEST_CASE("im2row equals a per-element gather on random shapes", "[quant][freeze
 }
 
 TEST_CASE("the integer layers take and return integer tensors only", "[quant][freeze]") {
-  ModulePtr m = trained_qat_model("small_cnn", backend("default"), QConfig{}, 12);
+  ModulePtr m = trained_qat_model("small_cnn", testing::test_backend("default"), QConfig{}, 12);
   const IntegerModel im = freeze(*m);
   Generator g(1);
   const std::vector<Tensor> trace = im.forward_trace(Tensor::randn({2, 3, 12, 12}, g));
@@ -185,15 +162,15 @@ TEST_CASE("frozen models agree with their fake-quant models on every backend", "
   Generator g(11);
   const Tensor x = Tensor::randn({6, 3, 16, 16}, g);
   SECTION("default: uint8 affine activations, int8 per-channel weights") {
-    ModulePtr m = trained_qat_model("small_cnn", backend("default"), QConfig{}, 16);
+    ModulePtr m = trained_qat_model("small_cnn", testing::test_backend("default"), QConfig{}, 16);
     require_agreement(*m, freeze(*m), x, 1, 0.97);
   }
   SECTION("tensorrt: int8 symmetric activations, narrow-range weights") {
-    ModulePtr m = trained_qat_model("small_cnn", backend("tensorrt"), QConfig{}, 16);
+    ModulePtr m = trained_qat_model("small_cnn", testing::test_backend("tensorrt"), QConfig{}, 16);
     require_agreement(*m, freeze(*m), x, 1, 0.97);
   }
   SECTION("power_of_two: pure shifts") {
-    ModulePtr m = trained_qat_model("small_cnn", backend("power_of_two"), QConfig{}, 16);
+    ModulePtr m = trained_qat_model("small_cnn", testing::test_backend("power_of_two"), QConfig{}, 16);
     const IntegerModel im = freeze(*m);
     for (const IntLayer& l : im.layers)
       if ((l.op == IntOp::conv || l.op == IntOp::linear) && !l.dequantize)
@@ -206,7 +183,7 @@ TEST_CASE("frozen models agree with their fake-quant models on every backend", "
     QConfig q;
     q.weight_symmetric = false;
     q.weight_per_channel = false;
-    ModulePtr m = trained_qat_model("small_cnn", backend("default"), q, 16);
+    ModulePtr m = trained_qat_model("small_cnn", testing::test_backend("default"), q, 16);
     const IntegerModel im = freeze(*m);
     bool nonzero = false;
     for (const IntLayer& l : im.layers)
@@ -218,13 +195,13 @@ TEST_CASE("frozen models agree with their fake-quant models on every backend", "
     QConfig q;
     q.method = QuantMethod::lsq;
     q.weight_bits = q.activation_bits = 4;
-    ModulePtr m = trained_qat_model("small_cnn", backend("default"), q, 16);
+    ModulePtr m = trained_qat_model("small_cnn", testing::test_backend("default"), q, 16);
     require_agreement(*m, freeze(*m), x, 1, 0.97);
   }
 }
 
 TEST_CASE("AlexNet-BN freezes; every GEMM kernel gives the same integers", "[quant][freeze]") {
-  ModulePtr m = trained_qat_model("alexnet_bn", backend("default"), QConfig{}, 64);
+  ModulePtr m = trained_qat_model("alexnet_bn", testing::test_backend("default"), QConfig{}, 64);
   IntegerModel im = freeze(*m);
   Generator g(2);
   const Tensor x = Tensor::randn({2, 3, 64, 64}, g);
@@ -239,7 +216,7 @@ TEST_CASE("AlexNet-BN freezes; every GEMM kernel gives the same integers", "[qua
 }
 
 TEST_CASE("freeze names the layer that has no integer form", "[quant][freeze]") {
-  Backend b = backend("default");
+  Backend b = testing::test_backend("default");
   b.patterns.erase(Pattern::linear);
   b.patterns.erase(Pattern::linear_relu);
   ModulePtr m = make_model("small_cnn", 10, 3);

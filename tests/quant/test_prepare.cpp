@@ -13,26 +13,6 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-Backend all_patterns(const std::string& name) {
-  Backend b;
-  b.name = name;
-  b.patterns = {Pattern::conv, Pattern::conv_relu, Pattern::conv_bn, Pattern::conv_bn_relu, Pattern::linear,
-                Pattern::linear_relu};
-  b.weight.is_signed = true;
-  b.activation.is_signed = false;
-  return b;
-}
-
-Backend tensorrt() {
-  Backend b = all_patterns("tensorrt");
-  b.weight.symmetric = true;
-  b.weight.narrow_range = true;
-  b.weight.per_channel = true;
-  b.activation.is_signed = true;
-  b.activation.symmetric = true;
-  return b;
-}
-
 std::string type_at(Module& m, const std::string& name) {
   for (auto& [n, mod] : m.named_modules())
     if (n == name) return mod->type_name();
@@ -43,7 +23,7 @@ std::string type_at(Module& m, const std::string& name) {
 
 TEST_CASE("prepare fuses AlexNet-BN into QAT blocks with quantizers in place", "[quant][prepare]") {
   ModulePtr m = make_model("alexnet_bn", 10, 0);
-  const PrepareReport r = prepare(*m, all_patterns("default"), QConfig{});
+  const PrepareReport r = prepare(*m, testing::test_backend("default"), QConfig{});
   std::vector<std::string> names, patterns;
   for (auto& l : r.layers) names.push_back(l.name), patterns.push_back(l.pattern);
   REQUIRE(names == std::vector<std::string>{"features.0", "features.4", "features.8", "features.11", "features.14",
@@ -80,7 +60,7 @@ TEST_CASE("prepare fuses AlexNet-BN into QAT blocks with quantizers in place", "
 
 TEST_CASE("a pattern the backend does not list stays float", "[quant][prepare]") {
   ModulePtr m = make_model("small_cnn", 4, 0);
-  Backend b = all_patterns("convs-only");
+  Backend b = testing::test_backend("convs-only");
   b.patterns = {Pattern::conv_bn_relu};
   const PrepareReport r = prepare(*m, b, QConfig{});
   REQUIRE(r.layers.size() == 2);
@@ -91,7 +71,7 @@ TEST_CASE("a pattern the backend does not list stays float", "[quant][prepare]")
 
 TEST_CASE("backend constraints: tensorrt narrow symmetric int8; violations name layer and rule", "[quant][prepare]") {
   ModulePtr m = make_model("small_cnn", 4, 0);
-  const PrepareReport r = prepare(*m, tensorrt(), QConfig{});
+  const PrepareReport r = prepare(*m, testing::test_backend("tensorrt"), QConfig{});
   REQUIRE(r.layers[0].weight.qmin() == -127);
   REQUIRE(r.layers[0].weight.qmax() == 127);
   REQUIRE(r.layers[0].activation.is_signed);
@@ -99,11 +79,11 @@ TEST_CASE("backend constraints: tensorrt narrow symmetric int8; violations name 
   QConfig affine;
   affine.weight_symmetric = false;
   ModulePtr m2 = make_model("small_cnn", 4, 0);
-  REQUIRE_THROWS_WITH(prepare(*m2, tensorrt(), affine), Contains("features.0") && Contains("tensorrt") &&
+  REQUIRE_THROWS_WITH(prepare(*m2, testing::test_backend("tensorrt"), affine), Contains("features.0") && Contains("tensorrt") &&
                                                             Contains("weights.symmetric"));
   QConfig nine;
   nine.weight_bits = 9;
-  REQUIRE_THROWS_WITH(prepare(*make_model("small_cnn", 4, 0), tensorrt(), nine), Contains("9-bit"));
+  REQUIRE_THROWS_WITH(prepare(*make_model("small_cnn", 4, 0), testing::test_backend("tensorrt"), nine), Contains("9-bit"));
 }
 
 TEST_CASE("per-layer overrides set bits by module name", "[quant][prepare]") {
@@ -113,7 +93,7 @@ TEST_CASE("per-layer overrides set bits by module name", "[quant][prepare]") {
   q.method = QuantMethod::lsq;
   q.overrides["features.0"] = {8, 8};
   q.overrides["classifier.6"] = {8, 0};
-  const PrepareReport r = prepare(*m, all_patterns("default"), q);
+  const PrepareReport r = prepare(*m, testing::test_backend("default"), q);
   REQUIRE(r.layers.front().weight.bits == 8);
   REQUIRE(r.layers.front().activation.bits == 8);
   REQUIRE(r.layers[1].weight.bits == 4);
@@ -127,7 +107,7 @@ TEST_CASE("per-layer overrides set bits by module name", "[quant][prepare]") {
 }
 
 TEST_CASE("the power_of_two backend yields only power-of-two scales", "[quant][prepare]") {
-  Backend b = all_patterns("power_of_two");
+  Backend b = testing::test_backend("power_of_two");
   b.weight.symmetric = true;
   b.weight.formula = ScaleFormula::power_of_two;
   b.activation.is_signed = true;
@@ -157,7 +137,7 @@ TEST_CASE("with power-of-two scales the network input keeps its negative half", 
   QConfig q;
   q.formula = ScaleFormula::power_of_two;
   ModulePtr m = make_model("small_cnn", 4, 0);
-  const PrepareReport r = prepare(*m, all_patterns("default"), q);  // uint8 activations
+  const PrepareReport r = prepare(*m, testing::test_backend("default"), q);  // uint8 activations
   REQUIRE(r.layers[0].has_input_quant);
   for (auto& [n, mod] : m->named_modules())
     if (n == "features.0.input_fake_quant") REQUIRE(dynamic_cast<FakeQuantizer*>(mod)->config().spec.is_signed);
