@@ -23,24 +23,12 @@ import torch.nn as nn
 import torch.ao.quantization as tq
 
 from pytorch_train_bench import alexnet_bn
-
-
-class Wrapped(nn.Module):
-    def __init__(self, net):
-        super().__init__()
-        self.quant, self.net, self.dequant = tq.QuantStub(), net, tq.DeQuantStub()
-
-    def forward(self, x):
-        return self.dequant(self.net(self.quant(x)))
+from pytorch_qat_bench import Wrapped, fuse as fuse_groups
 
 
 def fuse(net):
     # eval-mode fusion: BN folded into the conv, ReLU fused (ConvReLU2d / LinearReLU)
-    f, c = net[0], net[3]
-    tq.fuse_modules(f, [["0", "1", "2"], ["4", "5", "6"], ["8", "9", "10"], ["11", "12", "13"], ["14", "15", "16"]],
-                    inplace=True)
-    tq.fuse_modules(c, [["1", "2"], ["4", "5"]], inplace=True)
-    return net
+    return fuse_groups(net, tq.fuse_modules)
 
 
 def pick_engine(requested):

@@ -24,11 +24,15 @@ class Wrapped(nn.Module):
         return self.dequant(self.net(self.quant(x)))
 
 
-def fuse(net):
-    f, c = net[0], net[3]
-    tq.fuse_modules_qat(f, [["0", "1", "2"], ["4", "5", "6"], ["8", "9", "10"], ["11", "12", "13"], ["14", "15", "16"]],
-                        inplace=True)
-    tq.fuse_modules_qat(c, [["1", "2"], ["4", "5"]], inplace=True)
+# Conv+BN+ReLU groups in features, Linear+ReLU in the classifier.
+FEATURE_GROUPS = [["0", "1", "2"], ["4", "5", "6"], ["8", "9", "10"], ["11", "12", "13"], ["14", "15", "16"]]
+CLASSIFIER_GROUPS = [["1", "2"], ["4", "5"]]
+
+
+def fuse(net, fuse_fn=tq.fuse_modules_qat):
+    """Fuses net in place: fuse_modules_qat (training) or fuse_modules (eval: BN folded)."""
+    fuse_fn(net[0], FEATURE_GROUPS, inplace=True)
+    fuse_fn(net[3], CLASSIFIER_GROUPS, inplace=True)
     return net
 
 

@@ -1,10 +1,6 @@
 #include "quant/int_kernels.h"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "quant/simd.h"
 
 #include <algorithm>
 #include <cmath>
