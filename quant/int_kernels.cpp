@@ -86,6 +86,22 @@ namespace {
 // 16 channels at a time: p = acc * m0 + add (64-bit, even and odd lanes apart),
 // then an arithmetic shift by t; add = bias * m0 + residual + 2^(t-1) was
 // folded per channel by make_requant_plan.
+__attribute__((target("avx512f,avx512bw"))) void requantize_rows_shift_avx512(const int32_t* acc, int64_t rows,
+                                                                              const RequantPlan& q, uint8_t* out) {
+  const __m512i zero = _mm512_set1_epi32(q.out_zero), lo = _mm512_set1_epi32(q.lo), hi = _mm512_set1_epi32(q.hi);
+  const int64_t n = q.n;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < n; c += 16) {
+      const __mmask16 m = n - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - c)) - 1);
+      const __m512i x = _mm512_maskz_loadu_epi32(m, acc + r * n + c);
+      __m512i v = _mm512_srav_epi32(_mm512_add_epi32(x, _mm512_loadu_si512(q.add32.data() + c)),
+                                    _mm512_loadu_si512(q.e.data() + c));
+      v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zero), lo), hi);
+      _mm512_mask_cvtepi32_storeu_epi8(out + r * n + c, m, v);
+    }
+  }
+}
+
 __attribute__((target("avx512f,avx512bw"))) void requantize_rows_avx512(const int32_t* acc, int64_t rows,
                                                                         const RequantPlan& q, uint8_t* out) {
   const __m512i zero = _mm512_set1_epi32(q.out_zero), lo = _mm512_set1_epi32(q.lo), hi = _mm512_set1_epi32(q.hi);
@@ -131,17 +147,27 @@ RequantPlan make_requant_plan(const RequantParams& p, int64_t n) {
   q.add_odd.assign(static_cast<size_t>(padded / 2), 0);
   q.t_even.assign(static_cast<size_t>(padded / 2), 0);
   q.t_odd.assign(static_cast<size_t>(padded / 2), 0);
+  q.add32.assign(static_cast<size_t>(padded), 0);
+  q.e.assign(static_cast<size_t>(padded), 0);
+  q.pure_shift = true;
   for (int64_t c = 0; c < n; ++c) {
     const int t = 31 + p.shift[c];
     const int64_t add = static_cast<int64_t>(p.bias[c]) * p.m0[c] + p.residual[c] + (int64_t{1} << (t - 1));
     q.m0[c] = p.m0[c];
     (c % 2 ? q.add_odd : q.add_even)[c / 2] = add;
     (c % 2 ? q.t_odd : q.t_even)[c / 2] = t;
+    // floor(add / 2^30), and whether acc + it stays inside int32 for any acc
+    // a layer can produce (|acc| < 2^30: IntLayer::finalize checks K)
+    const int64_t add32 = add >> 30;
+    q.pure_shift = q.pure_shift && p.m0[c] == (1 << 30) && add32 > -(int64_t{1} << 30) && add32 < (int64_t{1} << 30);
+    q.add32[c] = static_cast<int32_t>(add32);
+    q.e[c] = t - 30;
   }
   return q;
 }
 
 void requantize_rows(const int32_t* acc, int64_t rows, const RequantPlan& q, uint8_t* out) {
+  if (q.vector && q.pure_shift) return requantize_rows_shift_avx512(acc, rows, q, out);
   if (q.vector) return requantize_rows_avx512(acc, rows, q, out);
   for (int64_t r = 0; r < rows; ++r) requantize_row_reference(acc + r * q.n, q.n, q.params, out + r * q.n);
 }

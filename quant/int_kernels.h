@@ -47,12 +47,17 @@ struct RequantParams {
 void requantize_row(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out);
 // The per-layer constants of the vectorised path, built once: the bias, the
 // residual and the rounding half folded into one 64-bit addend per channel,
-// lanes laid out as the even/odd 64-bit halves of a 16-channel block.
+// lanes laid out as the even/odd 64-bit halves of a 16-channel block. When
+// every multiplier is a power of two (M0 = 2^30: power-of-two scales) the
+// plan is a pure shift instead: (acc + floor(addend / 2^30)) >> (shift + 1)
+// in 32 bits, which is the same integer (acc is an integer).
 struct RequantPlan {
   RequantParams params{};
   int64_t n = 0;
   int32_t out_zero = 0, lo = 0, hi = 0;
   bool vector = false;
+  bool pure_shift = false;  // every M a power of two: y = (acc + add32) >> e, 32-bit
+  std::vector<int32_t> add32, e;
   std::vector<int32_t> m0;
   std::vector<int64_t> add_even, add_odd, t_even, t_odd;
 };

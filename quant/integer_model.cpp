@@ -222,6 +222,9 @@ void IntLayer::finalize() {
     }
   }
   QAT_CHECK(conv.groups == 1, "layer '", name, "': grouped convolution has no integer kernel (groups ", conv.groups, ")");
+  // |acc| <= K * 255 * 255 ((x - z_x) and (w - z_w) within 255) must stay
+  // below 2^30 so that adding the bias never overflows int32.
+  QAT_CHECK(K <= 16384, "layer '", name, "': ", K, " products per output could overflow the int32 accumulator (at most 16384)");
   packed_weight = can_use_packed_vnni(out_channels) ? pack_b_vnni(weight.data<int8_t>(), out_channels, K, K) : PackedB{};
   weight_row_sums.assign(static_cast<size_t>(out_channels), 0);
   const int8_t* w = weight.data<int8_t>();

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fresh machine: install packages, build, and run the main job on the embedded
-# Imagenette sample (about 3 minutes on 2 cores): AlexNet-BN in FP32
+# Imagenette sample (about 2 minutes on 2 cores): AlexNet-BN in FP32
 # (configs/quickstart.yaml), then 8-bit and 4-bit QAT fine-tunes from it,
 # a comparison table, and both QAT models frozen into integer models,
 # exported, evaluated and run on one image. Each call writes new folders

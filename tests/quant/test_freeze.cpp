@@ -71,6 +71,27 @@ TEST_CASE("vectorised requantization equals the scalar reference", "[quant][free
   }
 }
 
+TEST_CASE("power-of-two requantization plans are pure shifts equal to the reference", "[quant][freeze]") {
+  std::mt19937 rng(8);
+  std::uniform_int_distribution<int32_t> acc_d(-(1 << 24), 1 << 24), s_d(0, 20);
+  for (int64_t n : {1, 16, 37}) {
+    std::vector<int32_t> acc(n * 3), bias(n), m0(n, 1 << 30), shift(n), residual(n);
+    for (auto& a : acc) a = acc_d(rng);
+    for (int64_t c = 0; c < n; ++c) {
+      bias[c] = acc_d(rng) / 4;
+      shift[c] = s_d(rng);
+      residual[c] = static_cast<int32_t>(acc_d(rng) % (1 << 29));
+    }
+    const RequantParams p{bias.data(), m0.data(), shift.data(), residual.data(), 3, 0, 255};
+    const RequantPlan plan = make_requant_plan(p, n);
+    if (plan.vector) REQUIRE(plan.pure_shift);
+    std::vector<uint8_t> fast(n * 3), ref(n * 3);
+    requantize_rows(acc.data(), 3, plan, fast.data());
+    for (int r = 0; r < 3; ++r) requantize_row_reference(acc.data() + r * n, n, p, ref.data() + r * n);
+    REQUIRE(fast == ref);
+  }
+}
+
 TEST_CASE("requantization is exact rounding of x * M + residual, ties upwards", "[quant][freeze]") {
   std::mt19937 rng(9);
   std::uniform_int_distribution<int32_t> x_d(INT32_MIN / 2, INT32_MAX / 2), m_d(1 << 30, INT32_MAX), s_d(-3, 31);
