@@ -96,21 +96,19 @@ int run_export(const ExportArgs& args) {
   return 0;
 }
 
-int run_infer(const InferArgs& args) {
-  set_num_threads(args.threads);
-  const ExportedModel ex = load_export(args.export_dir);
+std::vector<Prediction> predict_images(const ExportedModel& ex, const std::string& input, int top_n) {
   data::TransformSpec spec;
   spec.image_size = ex.image_size;
   spec.resize = ex.resize;
   spec.mean = ex.mean;
   spec.std = ex.std;
-  const int64_t S = ex.image_size, classes = ex.model.num_classes(), top = std::min<int64_t>(args.top, classes);
-  Generator unused(0);
-  for (const std::string& path : image_files(args.input)) {
+  const int64_t S = ex.image_size, classes = ex.model.num_classes(), top = std::min<int64_t>(top_n, classes);
+  Generator unused(0);  // eval transforms draw nothing
+  std::vector<Prediction> out;
+  for (const std::string& path : image_files(input)) {
     Tensor x = Tensor::empty({1, 3, S, S});
     data::apply_transform(data::decode_image(path), spec, false, unused, x.data<float>());
     const std::vector<float> logits = ex.model.forward(x).to_vector();
-    // softmax, then the top classes
     const float mx = *std::max_element(logits.begin(), logits.end());
     std::vector<double> p(logits.size());
     double sum = 0;
@@ -118,9 +116,19 @@ int run_infer(const InferArgs& args) {
     std::vector<int64_t> order(static_cast<size_t>(classes));
     for (int64_t i = 0; i < classes; ++i) order[i] = i;
     std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
-    std::printf("%s\n", path.c_str());
-    for (int64_t k = 0; k < top; ++k)
-      std::printf("  %6.2f%%  %s\n", 100.0 * p[order[k]] / sum, ex.classes[order[k]].c_str());
+    Prediction pr{path, {}};
+    for (int64_t k = 0; k < top; ++k) pr.top.emplace_back(ex.classes[order[k]], p[order[k]] / sum);
+    out.push_back(std::move(pr));
+  }
+  return out;
+}
+
+int run_infer(const InferArgs& args) {
+  set_num_threads(args.threads);
+  const ExportedModel ex = load_export(args.export_dir);
+  for (const Prediction& pr : predict_images(ex, args.input, args.top)) {
+    std::printf("%s\n", pr.path.c_str());
+    for (const auto& [name, prob] : pr.top) std::printf("  %6.2f%%  %s\n", 100.0 * prob, name.c_str());
   }
   return 0;
 }

@@ -3,6 +3,7 @@
 // `qat compare-layers` (`qat eval` on an export folder lives in train.cpp).
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace qat::apps {
@@ -19,6 +20,14 @@ struct InferArgs {
   int threads = 0;
 };
 int run_infer(const InferArgs& args);
+
+// The top classes of one image, most probable first (softmax of the logits).
+struct Prediction {
+  std::string path;
+  std::vector<std::pair<std::string, double>> top;  // (class name, probability)
+};
+struct ExportedModel;
+std::vector<Prediction> predict_images(const ExportedModel& ex, const std::string& input, int top);
 
 struct CompareLayersArgs {
   std::string config, checkpoint;

@@ -13,6 +13,8 @@
 #include "apps/train.h"
 #include "core/autograd.h"
 #include "core/safetensors.h"
+#include "data/image.h"
+#include "data/transforms.h"
 #include "quant/freeze.h"
 
 using namespace qat;
@@ -104,7 +106,31 @@ TEST_CASE("export round trip: the loaded model gives the frozen model's logits",
   const EvalSummary s = eval_checkpoint({cfg_path, {}, out});
   REQUIRE(s.images == 100);
   REQUIRE(s.epoch == -1);
+  // qat infer: top-5 of each image from the export alone, most probable first,
+  // its top-1 the argmax of the integer logits of the same preprocessed image.
   REQUIRE(run_infer({out, kSample + "/val/n01440764", 5, 1}) == 0);
+  const auto preds = predict_images(ex, kSample + "/val/n01440764", 5);
+  REQUIRE(preds.size() == 10);
+  for (const auto& p : preds) {
+    REQUIRE(p.top.size() == 5);
+    double total = 0;
+    for (size_t k = 0; k < p.top.size(); ++k) {
+      total += p.top[k].second;
+      if (k) REQUIRE(p.top[k].second <= p.top[k - 1].second);
+    }
+    REQUIRE(total <= 1.0 + 1e-9);
+  }
+  data::TransformSpec spec;
+  spec.image_size = ex.image_size;
+  spec.resize = ex.resize;
+  spec.mean = ex.mean;
+  spec.std = ex.std;
+  Generator unused(0);
+  Tensor img = Tensor::empty({1, 3, 32, 32});
+  data::apply_transform(data::decode_image(preds[0].path), spec, false, unused, img.data<float>());
+  const std::vector<float> logits = ex.model.forward(img).to_vector();
+  const size_t best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+  REQUIRE(preds[0].top[0].first == ex.classes[best]);
 }
 
 TEST_CASE("4-bit weights are packed two per byte and read back", "[e2e][export]") {
