@@ -11,9 +11,6 @@ namespace {
 int64_t channels_for(const QuantizerConfig& cfg, int64_t out_channels) {
   return cfg.spec.per_channel ? out_channels : 1;
 }
-std::string quantizer_line(const char* what, const std::shared_ptr<FakeQuantizer>& q) {
-  return q ? std::string(", ") + what + " " + q->describe() : "";
-}
 }  // namespace
 
 QatConv2d::QatConv2d(const Conv2d& conv, std::shared_ptr<BatchNorm2d> bn_, bool relu_,

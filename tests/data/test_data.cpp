@@ -72,7 +72,11 @@ float norm(int v, int c, const TransformSpec& s) { return (static_cast<float>(v)
 void make_folder(const fs::path& root, int classes, int per_class, int h, int w) {
   for (int c = 0; c < classes; ++c)
     for (int i = 0; i < per_class; ++i) {
-      const fs::path p = root / ("c" + std::to_string(c)) / ("img" + std::to_string(i) + ".png");
+      // (appends, not "c" + to_string(c): GCC 12 warns falsely about that one)
+      std::string cls = "c", img = "img";
+      cls += std::to_string(c);
+      img += std::to_string(i) + ".png";
+      const fs::path p = root / cls / img;
       fs::create_directories(p.parent_path());
       write_png(p.string(), pattern(h + i % 3, w + c, 31 * c + 11 * i));
     }
