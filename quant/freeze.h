@@ -5,11 +5,12 @@
 // its integers are read back from the fake-quantized values; activations use
 // the qparams stored in their quantizers. Float arithmetic happens here, once,
 // to derive the integer parameters (REFERENCES §5); none at inference.
-// Limitation: an LSQ+ activation offset beta becomes the integer zero point
-// -round(beta / s); the fake-quant model uses beta itself, so LSQ+ models
-// freeze up to half an LSB off per tensor (measured: up to 4-5 LSB per layer
-// on a small 4-bit CNN). Folding the fractional zero point into the bias
-// would make them exact but for the padded borders; not done yet.
+// Limitation: an LSQ+ offset beta (activations and weights) becomes the
+// integer zero point -round(beta / s); the fake-quant model uses beta itself,
+// so LSQ+ models freeze up to half an LSB off per tensor (measured: up to 4-5
+// LSB per layer on a small 4-bit CNN). Exactness would need fractional zero
+// points: folded into the bias for activations, a fixed-point row-sum term for
+// weights; not done yet.
 #include <string>
 #include <vector>
 
