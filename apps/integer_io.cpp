@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -46,7 +47,8 @@ int64_t weight_k(const IntLayer& l) { return l.kernel_h * l.kernel_w * l.in_chan
 // ---------------------------------------------------------------- writing
 void emit_act(YAML::Emitter& e, const char* key, const ActQuant& a) {
   e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "scale" << YAML::Value
-    << a.scale << YAML::Key << "zero_point" << YAML::Value << a.zero_point << YAML::Key << "bits" << YAML::Value
+    << a.scale << YAML::Key << "zero_point" << YAML::Value << a.zero_point << YAML::Key << "zero_point_frac"
+    << YAML::Value << a.zero_frac << YAML::Key << "bits" << YAML::Value
     << a.bits << YAML::Key << "signed" << YAML::Value << a.is_signed << YAML::EndMap;
 }
 
@@ -166,9 +168,10 @@ struct ManifestReader {
   ActQuant act(const YAML::Node& n, const std::string& key, const std::string& path) const {
     const YAML::Node v = need(n, key, path);
     const std::string p = path + "." + key;
-    ActQuant a{get<float>(v, "scale", p), get<int32_t>(v, "zero_point", p), get<int>(v, "bits", p),
-               get<bool>(v, "signed", p)};
-    if (!(a.scale > 0) || a.bits < 2 || a.bits > 8 || a.zero_point < a.qmin() || a.zero_point > a.qmax())
+    ActQuant a{get<float>(v, "scale", p), get<int32_t>(v, "zero_point", p), get<float>(v, "zero_point_frac", p),
+               get<int>(v, "bits", p), get<bool>(v, "signed", p)};
+    if (!(a.scale > 0) || a.bits < 2 || a.bits > 8 || a.zero_point < a.qmin() || a.zero_point > a.qmax() ||
+        !(std::abs(a.zero_frac) <= 0.5f))
       fail(v, p, "invalid quantization (scale " + std::to_string(a.scale) + ", zero point " +
                      std::to_string(a.zero_point) + ", bits " + std::to_string(a.bits) + ")");
     return a;
@@ -196,7 +199,7 @@ struct ManifestReader {
           fail(n, path, "max_pool kernel and stride must be >= 1");
         l.in = l.out = act(n, "output", path);
         break;
-      case IntOp::adaptive_avg_pool:
+      case IntOp::adaptive_avg_pool:  // its input grid is the previous layer's output (load_export)
         pair(n, "output_size", path, l.out_h, l.out_w);
         if (l.out_h < 1 || l.out_w < 1) fail(n, path + ".output_size", "must be >= 1");
         l.in = l.out = act(n, "output", path);
@@ -328,6 +331,7 @@ ExportedModel load_export(const std::string& dir) {
     if (i > 0) {  // each layer reads the grid the one before wrote
       const IntLayer& prev = m.model.layers.back();
       if (prev.dequantize) r.fail(layers[i], path, "comes after the dequantizing layer '" + prev.name + "'");
+      if (l.op == IntOp::adaptive_avg_pool) l.in = prev.out;  // output: the same grid less the fraction
       if (!(l.in == prev.out))
         r.fail(layers[i], path + (l.op == IntOp::conv || l.op == IntOp::linear ? ".input" : ".output"),
                "quantization differs from the output of '" + prev.name + "'");

@@ -32,7 +32,7 @@ LayerDiff diff_grid(const IntLayer& l, const Tensor& fq, const Tensor& stored) {
   LayerDiff d{l.name, int_op_name(l.op)};
   const int32_t* q = qi.data<int32_t>();
   for (size_t i = 0; i < f.size(); ++i) {
-    const double lsb = std::nearbyint(static_cast<double>(f[i]) / l.out.scale) + l.out.zero_point;
+    const double lsb = std::nearbyint(static_cast<double>(f[i]) / l.out.scale + l.out.zero_frac) + l.out.zero_point;
     const double diff = std::abs(lsb - q[i]);
     d.differ += diff != 0;
     d.max_diff = std::max(d.max_diff, diff);

@@ -47,6 +47,8 @@ class FakeQuantizer : public Module {
   // The qparams of the last forward (exactly those applied).
   QParams qparams() const { return {scale_, zero_point_}; }
   bool is_learned() const { return cfg_.method == QuantMethod::lsq || cfg_.method == QuantMethod::lsq_plus; }
+  // LSQ+'s learned offset beta (C), undefined for other methods.
+  const Tensor& learned_offset() const { return offset_; }
 
  private:
   Tensor forward_observed(const Tensor& x);

@@ -30,9 +30,18 @@ ActQuant activation_of(const FakeQuantizer& f, const std::string& where) {
   QAT_CHECK(!s.per_channel, "freeze: '", where, "': per-channel activation quantization has no integer kernel");
   QAT_CHECK(!s.narrow_range, "freeze: '", where, "': narrow-range activations are not supported");
   const QParams q = f.qparams();
-  ActQuant a{q.scale.data<float>()[0], q.zero_point.data<int32_t>()[0], s.bits, s.is_signed};
+  ActQuant a{q.scale.data<float>()[0], q.zero_point.data<int32_t>()[0], 0.f, s.bits, s.is_signed};
   QAT_CHECK(std::isfinite(a.scale) && a.scale > 0, "freeze: '", where, "': activation scale ", a.scale,
             " is not a positive number (was the model ever run?)");
+  if (f.learned_offset().defined()) {
+    // LSQ+: v = s q + beta = s (q - z) with z = -beta / s, not an integer.
+    const double z = -static_cast<double>(f.learned_offset().data<float>()[0]) / a.scale;
+    const double zi = std::nearbyint(z);
+    QAT_CHECK(zi >= a.qmin() && zi <= a.qmax(), "freeze: '", where, "': the LSQ+ offset puts the zero point (", z,
+              ") outside the grid [", a.qmin(), ", ", a.qmax(), "]");
+    a.zero_point = static_cast<int32_t>(zi);
+    a.zero_frac = static_cast<float>(z - zi);
+  }
   return a;
 }
 
@@ -69,20 +78,39 @@ void quantize_weights(IntLayer& l, const Tensor& w_float, FakeQuantizer& fq) {
   l.weight = weight_ohwi_from_oihw(q);  // patches are NHWC rows
 }
 
+// Σ_k (q_w - z_w) of output channel c: what a fractional input zero point
+// multiplies.
+int64_t centred_weight_sum(const IntLayer& l, int64_t c) {
+  const int64_t K = l.weight.numel() / l.out_channels;
+  int64_t sum = 0;
+  for (int64_t k = 0; k < K; ++k) sum += l.weight.data<int8_t>()[c * K + k];
+  return sum - K * l.weight_zero_point.data<int32_t>()[c];
+}
+
 void set_output(IntLayer& l, const Tensor& b_float, FakeQuantizer* out) {
   const int64_t C = l.out_channels;
+  l.dequantize = out == nullptr;
+  if (!l.dequantize) l.out = activation_of(*out, l.name + ".activation_post_process");
+  // Fractional zero points (LSQ+) are constants per channel: folded into the
+  // float bias. Input: x = s_x (q - z - f) adds -s_x s_w f Σ(q_w - z_w);
+  // output: round(y / s_y + z + f) = z + round((y + f s_y) / s_y).
+  std::vector<double> bias(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) {
+    const double sxw = static_cast<double>(l.in.scale) * l.weight_scale.data<float>()[c];
+    bias[c] = (b_float.defined() ? b_float.data<float>()[c] : 0.0) -
+              sxw * l.in.zero_frac * static_cast<double>(centred_weight_sum(l, c)) +
+              (l.dequantize ? 0.0 : static_cast<double>(l.out.zero_frac) * l.out.scale);
+  }
   l.bias = Tensor::empty({C}, DType::i32);
   for (int64_t c = 0; c < C; ++c) {
     const double sxw = static_cast<double>(l.in.scale) * l.weight_scale.data<float>()[c];
-    const double b = b_float.defined() ? b_float.data<float>()[c] : 0.0;
+    const double b = bias[c];
     const double bq = std::nearbyint(b / sxw);
     QAT_CHECK(std::abs(bq) < 1073741824.0, "freeze: '", l.name, "': bias of channel ", c, " (", b,
               ") is out of int32 range at scale ", sxw);
     l.bias.data<int32_t>()[c] = static_cast<int32_t>(bq);
   }
-  l.dequantize = out == nullptr;
   if (l.dequantize) return;
-  l.out = activation_of(*out, l.name + ".activation_post_process");
   l.multiplier = Tensor::empty({C}, DType::i32);
   l.shift = Tensor::empty({C}, DType::i32);
   l.bias_residual = Tensor::empty({C}, DType::i32);
@@ -91,8 +119,7 @@ void set_output(IntLayer& l, const Tensor& b_float, FakeQuantizer* out) {
     const FixedPointMultiplier f = quantize_multiplier(sxw / l.out.scale);
     l.multiplier.data<int32_t>()[c] = f.m0;
     l.shift.data<int32_t>()[c] = f.shift;
-    const double b = b_float.defined() ? b_float.data<float>()[c] : 0.0;
-    const double frac = b / sxw - l.bias.data<int32_t>()[c];  // in [-1/2, 1/2]
+    const double frac = bias[c] / sxw - l.bias.data<int32_t>()[c];  // in [-1/2, 1/2]
     l.bias_residual.data<int32_t>()[c] = static_cast<int32_t>(std::nearbyint(frac * f.m0));
   }
 }
@@ -188,15 +215,24 @@ struct Freezer {
     }
     if (auto* p = dynamic_cast<AdaptiveAvgPool2d*>(m)) {
       QAT_CHECK(!flat, "freeze: adaptive avg-pool '", s.name, "' after flatten");
-      same_grid(IntOp::adaptive_avg_pool, s.name);
-      model.layers.back().out_h = p->out_h;
-      model.layers.back().out_w = p->out_w;
+      need_input(s.name);
+      IntLayer l;
+      l.op = IntOp::adaptive_avg_pool;
+      l.name = s.name;
+      l.in = l.out = cur;
+      l.out.zero_frac = 0.f;  // the requantization after it snaps to the integer zero point
+      l.out_h = p->out_h;
+      l.out_w = p->out_w;
+      cur = l.out;
+      emit(std::move(l));
       return;
     }
     if (auto* q = dynamic_cast<SharedFakeQuantizer*>(m)) {
       need_input(s.name);
-      QAT_CHECK(activation_of(*q->source(), s.name) == cur, "freeze: '", s.name,
-                "' requantizes onto a grid other than its input's; no integer kernel for that");
+      const QParams sq = q->source()->qparams();
+      QAT_CHECK(sq.scale.data<float>()[0] == cur.scale && sq.zero_point.data<int32_t>()[0] == cur.zero_point &&
+                    cur.zero_frac == 0.f && !model.layers.empty() && model.layers.back().op == IntOp::adaptive_avg_pool,
+                "freeze: '", s.name, "' requantizes onto a grid other than its input's; no integer kernel for that");
       return;
     }
     if (dynamic_cast<Flatten*>(m)) {

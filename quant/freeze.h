@@ -5,12 +5,14 @@
 // its integers are read back from the fake-quantized values; activations use
 // the qparams stored in their quantizers. Float arithmetic happens here, once,
 // to derive the integer parameters (REFERENCES §5); none at inference.
-// Limitation: an LSQ+ offset beta (activations and weights) becomes the
-// integer zero point -round(beta / s); the fake-quant model uses beta itself,
-// so LSQ+ models freeze up to half an LSB off per tensor (measured: up to 4-5
-// LSB per layer on a small 4-bit CNN). Exactness would need fractional zero
-// points: folded into the bias for activations, a fixed-point row-sum term for
-// weights; not done yet.
+// LSQ+: an activation offset beta gives the zero point z = -beta / s, kept
+// as an integer part and a fraction (ActQuant::zero_frac) that is folded into
+// the biases and the average-pool rounding, so interior outputs match fake
+// quant; outputs of a padded conv next to the border can be up to 2 LSB off
+// (the float model pads with a real 0, which is off a fractional grid).
+// Limitation: LSQ+ WEIGHT offsets are rounded to integer zero points (the
+// fraction would need a fixed-point row-sum term); such models freeze several
+// LSB off per layer (measured 4-5 on a small 4-bit CNN).
 #include <string>
 #include <vector>
 

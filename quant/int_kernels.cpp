@@ -206,7 +206,7 @@ void max_pool_u8(const uint8_t* x, const PoolShape& s, uint8_t* y) {
 }
 
 void adaptive_avg_pool_u8(const uint8_t* x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t out_h, int64_t out_w,
-                          uint8_t* y) {
+                          int32_t round_q16, uint8_t* y) {
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t oh = 0; oh < out_h; ++oh) {
       const int64_t h0 = oh * h / out_h, h1 = ((oh + 1) * h + out_h - 1) / out_h;
@@ -218,7 +218,8 @@ void adaptive_avg_pool_u8(const uint8_t* x, int64_t n, int64_t h, int64_t w, int
           int64_t sum = 0;
           for (int64_t i = h0; i < h1; ++i)
             for (int64_t j = w0; j < w1; ++j) sum += x[((b * h + i) * w + j) * c + ch];
-          dst[ch] = static_cast<uint8_t>((2 * sum + count) / (2 * count));  // round half up
+          const int64_t q = ((sum << 16) + count * round_q16) / (count << 16);  // both >= 0: floor
+          dst[ch] = static_cast<uint8_t>(std::clamp<int64_t>(q, 0, 255));
         }
       }
     }
@@ -226,7 +227,7 @@ void adaptive_avg_pool_u8(const uint8_t* x, int64_t n, int64_t h, int64_t w, int
 }
 
 void quantize_input(const float* x, int64_t n, int64_t c, int64_t h, int64_t w, float scale, int32_t zero_point,
-                    int32_t qmin, int32_t qmax, int32_t offset, uint8_t* y) {
+                    float frac, int32_t qmin, int32_t qmax, int32_t offset, uint8_t* y) {
   const float inv = 1.0f / scale;
   const float z = static_cast<float>(zero_point), lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
   // One image row at a time: c planes read, one interleaved NHWC row written.
@@ -237,7 +238,7 @@ void quantize_input(const float* x, int64_t n, int64_t c, int64_t h, int64_t w, 
       for (int64_t ch = 0; ch < c; ++ch) {
         const float* src = x + ((b * c + ch) * h + i) * w;
         for (int64_t j = 0; j < w; ++j) {
-          const float q = std::clamp(std::nearbyint(src[j] * inv) + z, lo, hi);
+          const float q = std::clamp(std::nearbyint(src[j] * inv + frac) + z, lo, hi);
           dst[j * c + ch] = static_cast<uint8_t>(static_cast<int32_t>(std::isnan(q) ? z : q) + offset);  // NaN: z
         }
       }

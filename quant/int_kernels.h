@@ -74,14 +74,16 @@ struct PoolShape {
   int64_t n, h, w, c, kh, kw, stride_h, stride_w, pad_h, pad_w, out_h, out_w;
 };
 void max_pool_u8(const uint8_t* x, const PoolShape& s, uint8_t* y);
-// Adaptive average pooling on NHWC u8 with PyTorch's bins; each output is the
-// bin sum divided by its size, rounded half up (values are non-negative).
+// Adaptive average pooling on NHWC u8 with PyTorch's bins; each output is
+// floor((sum + count * round_q16 / 2^16) / count): round_q16 = 2^15 rounds the
+// mean half up (values are non-negative).
 void adaptive_avg_pool_u8(const uint8_t* x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t out_h, int64_t out_w,
-                          uint8_t* y);
+                          int32_t round_q16, uint8_t* y);
 
-// Float NCHW -> stored u8 NHWC: q = clamp(nearbyint(x * (1/scale)) + z, qmin, qmax) + offset,
-// exactly the fake-quant rounding (PyTorch's).
+// Float NCHW -> stored u8 NHWC: q = clamp(nearbyint(x * (1/scale) + frac) + z, qmin, qmax) + offset,
+// exactly the fake-quant rounding (PyTorch's) when frac = 0 (LSQ+: frac is the
+// zero point's fraction, x/s + z + frac = (x - beta)/s).
 void quantize_input(const float* x, int64_t n, int64_t c, int64_t h, int64_t w, float scale, int32_t zero_point,
-                    int32_t qmin, int32_t qmax, int32_t offset, uint8_t* y);
+                    float frac, int32_t qmin, int32_t qmax, int32_t offset, uint8_t* y);
 
 }  // namespace qat::quant

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -195,6 +196,11 @@ IntOp int_op_from_name(const std::string& name) {
 }
 
 void IntLayer::finalize() {
+  if (op == IntOp::adaptive_avg_pool) {
+    QAT_CHECK(out.scale == in.scale && out.zero_point == in.zero_point && out.zero_frac == 0.f, "layer '", name,
+              "': average pooling keeps its input's grid (less the zero point's fraction)");
+    round_q16 = static_cast<int32_t>(std::lround((0.5 - static_cast<double>(in.zero_frac)) * 65536.0));
+  }
   if (op != IntOp::conv && op != IntOp::linear) return;
   const int64_t K = kernel_h * kernel_w * in_channels;
   const Shape wshape = op == IntOp::conv ? Shape{out_channels, kernel_h, kernel_w, in_channels}
@@ -241,8 +247,8 @@ Tensor IntegerModel::run_layer(const IntLayer& l, const Tensor& x) const {
       const Tensor xc = x.contiguous();
       const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
       Tensor y = Tensor::empty({N, H, W, C}, DType::u8);
-      quantize_input(xc.data<float>(), N, C, H, W, l.out.scale, l.out.zero_point, l.out.qmin(), l.out.qmax(),
-                     l.out.offset(), y.data<uint8_t>());
+      quantize_input(xc.data<float>(), N, C, H, W, l.out.scale, l.out.zero_point, l.out.zero_frac, l.out.qmin(),
+                     l.out.qmax(), l.out.offset(), y.data<uint8_t>());
       return y;
     }
     case IntOp::conv: return run_conv(l, x, kernel);
@@ -252,7 +258,7 @@ Tensor IntegerModel::run_layer(const IntLayer& l, const Tensor& x) const {
       check_u8(l, x, 4);
       Tensor y = Tensor::empty({x.size(0), l.out_h, l.out_w, x.size(3)}, DType::u8);
       adaptive_avg_pool_u8(x.data<uint8_t>(), x.size(0), x.size(1), x.size(2), x.size(3), l.out_h, l.out_w,
-                           y.data<uint8_t>());
+                           l.round_q16, y.data<uint8_t>());
       return y;
     }
     case IntOp::flatten: return run_flatten(l, x);
