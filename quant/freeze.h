@@ -12,7 +12,8 @@
 // (the float model pads with a real 0, which is off a fractional grid).
 // Limitation: LSQ+ WEIGHT offsets are rounded to integer zero points (the
 // fraction would need a fixed-point row-sum term); such models freeze several
-// LSB off per layer (measured 4-5 on a small 4-bit CNN).
+// LSB off per layer (measured: up to 2 LSB at conv1, 4 at conv2 of a 4-bit
+// small CNN).
 #include <string>
 #include <vector>
 
