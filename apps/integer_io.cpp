@@ -100,6 +100,7 @@ void emit_layer(YAML::Emitter& e, const IntLayer& l, TensorMap& tensors) {
       if (!l.dequantize) emit_act(e, "output", l.out);
       emit_list<float>(e, "weight_scale", l.weight_scale);
       emit_list<int32_t>(e, "weight_zero_point", l.weight_zero_point);
+      emit_list<float>(e, "weight_zero_point_frac", l.weight_zero_frac);
       if (!l.dequantize) {
         emit_list<int32_t>(e, "multiplier", l.multiplier);
         emit_list<int32_t>(e, "shift", l.shift);
@@ -238,6 +239,7 @@ struct ManifestReader {
     const int64_t C = l.out_channels;
     l.weight_scale = list<float>(n, "weight_scale", path, C);
     l.weight_zero_point = list<int32_t>(n, "weight_zero_point", path, C);
+    l.weight_zero_frac = list<float>(n, "weight_zero_point_frac", path, C);
     if (!l.dequantize) {
       l.multiplier = list<int32_t>(n, "multiplier", path, C);
       l.shift = list<int32_t>(n, "shift", path, C);

@@ -56,10 +56,18 @@ void quantize_weights(IntLayer& l, const Tensor& w_float, FakeQuantizer& fq) {
   l.weight_bits = spec.bits;
   l.weight_scale = Tensor::empty({C});
   l.weight_zero_point = Tensor::empty({C}, DType::i32);
+  l.weight_zero_frac = Tensor::zeros({C});
   const bool pc = qp.scale.numel() > 1;
+  const Tensor& beta = fq.learned_offset();
   for (int64_t c = 0; c < C; ++c) {
     l.weight_scale.data<float>()[c] = qp.scale.data<float>()[pc ? c : 0];
     l.weight_zero_point.data<int32_t>()[c] = qp.zero_point.data<int32_t>()[pc ? c : 0];
+    if (!beta.defined()) continue;
+    // LSQ+: w = s q + beta, zero point -beta / s split into integer + fraction
+    const double z = -static_cast<double>(beta.data<float>()[pc ? c : 0]) / l.weight_scale.data<float>()[c];
+    QAT_CHECK(std::nearbyint(z) == l.weight_zero_point.data<int32_t>()[c], "freeze: '", l.name, "': the LSQ+ weight offset of channel ", c,
+              " puts the zero point (", z, ") outside the grid [", spec.qmin(), ", ", spec.qmax(), "]");
+    l.weight_zero_frac.data<float>()[c] = static_cast<float>(z - std::nearbyint(z));
   }
   // wq = (q - z) s exactly as fake quant computed it; dividing by s recovers q.
   Tensor q = Tensor::empty(w_float.sizes(), DType::i8);
@@ -78,13 +86,14 @@ void quantize_weights(IntLayer& l, const Tensor& w_float, FakeQuantizer& fq) {
   l.weight = weight_ohwi_from_oihw(q);  // patches are NHWC rows
 }
 
-// Σ_k (q_w - z_w) of output channel c: what a fractional input zero point
-// multiplies.
-int64_t centred_weight_sum(const IntLayer& l, int64_t c) {
+// Σ_k (q_w - z_w - f_w) of output channel c: what a fractional input zero
+// point multiplies.
+double centred_weight_sum(const IntLayer& l, int64_t c) {
   const int64_t K = l.weight.numel() / l.out_channels;
   int64_t sum = 0;
   for (int64_t k = 0; k < K; ++k) sum += l.weight.data<int8_t>()[c * K + k];
-  return sum - K * l.weight_zero_point.data<int32_t>()[c];
+  return static_cast<double>(sum - K * l.weight_zero_point.data<int32_t>()[c]) -
+         static_cast<double>(K) * l.weight_zero_frac.data<float>()[c];
 }
 
 void set_output(IntLayer& l, const Tensor& b_float, FakeQuantizer* out) {
@@ -98,7 +107,7 @@ void set_output(IntLayer& l, const Tensor& b_float, FakeQuantizer* out) {
   for (int64_t c = 0; c < C; ++c) {
     const double sxw = static_cast<double>(l.in.scale) * l.weight_scale.data<float>()[c];
     bias[c] = (b_float.defined() ? b_float.data<float>()[c] : 0.0) -
-              sxw * l.in.zero_frac * static_cast<double>(centred_weight_sum(l, c)) +
+              sxw * l.in.zero_frac * centred_weight_sum(l, c) +
               (l.dequantize ? 0.0 : static_cast<double>(l.out.zero_frac) * l.out.scale);
   }
   l.bias = Tensor::empty({C}, DType::i32);

@@ -5,15 +5,13 @@
 // its integers are read back from the fake-quantized values; activations use
 // the qparams stored in their quantizers. Float arithmetic happens here, once,
 // to derive the integer parameters (REFERENCES §5); none at inference.
-// LSQ+: an activation offset beta gives the zero point z = -beta / s, kept
-// as an integer part and a fraction (ActQuant::zero_frac) that is folded into
-// the biases and the average-pool rounding, so interior outputs match fake
-// quant; outputs of a padded conv next to the border can be up to 2 LSB off
-// (the float model pads with a real 0, which is off a fractional grid).
-// Limitation: LSQ+ WEIGHT offsets are rounded to integer zero points (the
-// fraction would need a fixed-point row-sum term); such models freeze several
-// LSB off per layer (measured: up to 2 LSB at conv1, 4 at conv2 of a 4-bit
-// small CNN).
+// LSQ+: an offset beta gives the zero point z = -beta / s, kept as an
+// integer part and a fraction: for activations (ActQuant::zero_frac) folded
+// into the biases and the average-pool rounding, for weights
+// (IntLayer::weight_zero_frac) a per-row term of the output stage. Interior
+// outputs match fake quant; outputs of a padded conv next to the border can
+// be up to 2 LSB off (the float model pads with a real 0, which is off a
+// fractional grid).
 #include <string>
 #include <vector>
 

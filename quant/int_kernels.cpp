@@ -62,10 +62,14 @@ void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, 
 }
 
 int32_t requantize_value(int32_t acc, int32_t m0, int32_t shift, int32_t residual) {
-  // floor((acc * m0 + residual) / 2^t + 1/2), t = 31 + shift, from the exact
+  return requantize_value64(acc, m0, shift, residual);
+}
+
+int32_t requantize_value64(int32_t acc, int32_t m0, int32_t shift, int64_t extra) {
+  // floor((acc * m0 + extra) / 2^t + 1/2), t = 31 + shift, from the exact
   // 64-bit value (|acc * m0| < 2^62): a rounding right shift, ties upwards.
   const int t = 31 + shift;
-  const int64_t p = static_cast<int64_t>(acc) * m0 + residual;
+  const int64_t p = static_cast<int64_t>(acc) * m0 + extra;
   int64_t r;
   if (t <= 0) r = p * (int64_t{1} << -t);  // cannot occur for valid multipliers (shift >= -31)
   else if (t >= 63) r = 0;

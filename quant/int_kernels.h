@@ -68,6 +68,9 @@ void requantize_row_reference(const int32_t* acc, int64_t n, const RequantParams
 // Scalar requant of one value (the specification): exactly floor(x M + r + 1/2)
 // for M = M0 2^(-31-shift), r = residual 2^(-31-shift), saturated to int32.
 int32_t requantize_value(int32_t acc, int32_t m0, int32_t shift, int32_t residual = 0);
+// The same with a 64-bit addend (|extra| < 2^61): rows whose correction
+// depends on the input (fractional weight zero points).
+int32_t requantize_value64(int32_t acc, int32_t m0, int32_t shift, int64_t extra);
 
 // Max pooling on NHWC u8 (padding never wins, as -inf in float).
 struct PoolShape {

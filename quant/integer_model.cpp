@@ -34,7 +34,8 @@ struct OutputStage {
   const IntLayer& l;
   int64_t K;
   std::vector<int32_t> bias;  // bias - z_x Σw + K z_x z_w
-  bool weight_zero_points;
+  bool weight_zero_points, weight_frac = false;
+  std::vector<int64_t> frac_m0;  // round(f_w[c] M0[c]) (fractional weight zero points)
   std::vector<float> dequant;  // s_x s_w[c] (dequantize only)
   RequantParams rq{};
   RequantPlan plan;
@@ -58,19 +59,48 @@ struct OutputStage {
             (l.relu ? std::max(l.out.qmin(), l.out.zero_point) : l.out.qmin()) + off, l.out.qmax() + off};
       plan = make_requant_plan(rq, C);
     }
+    const float* fw = l.weight_zero_frac.data<float>();
+    weight_frac = std::any_of(fw, fw + C, [](float f) { return f != 0.f; });
+    if (weight_frac && !l.dequantize) {
+      frac_m0.resize(C);
+      for (int64_t c = 0; c < C; ++c) frac_m0[c] = std::llround(static_cast<double>(fw[c]) * rq.m0[c]);
+    }
   }
 
-  // acc: one row of C accumulators for the input row `x_row` (K values).
-  void apply_zero_points(int32_t* acc, const uint8_t* x_row) const {
-    if (!weight_zero_points) return;
-    int32_t xs = 0;
-    for (int64_t k = 0; k < K; ++k) xs += x_row[k];
+  // Rows of accumulators (C each) for the input rows A (K each): zero-point
+  // corrections, then the output: u8 rows to `out` (C per row), or float
+  // logits to fout[r * fstep + c * fstride].
+  void finish(int32_t* acc, const uint8_t* A, int64_t rows, uint8_t* out, float* fout, int64_t fstep,
+              int64_t fstride) const {
+    if (!weight_zero_points && !weight_frac && !l.dequantize) return requantize_rows(acc, rows, plan, out);
+    const int64_t C = l.out_channels;
     const int32_t* zw = l.weight_zero_point.data<int32_t>();
-    for (int64_t c = 0; c < l.out_channels; ++c) acc[c] -= zw[c] * xs;
-  }
-  void to_u8(const int32_t* acc, uint8_t* out) const { requantize_rows(acc, 1, plan, out); }
-  void to_float(const int32_t* acc, float* out, int64_t stride) const {
-    for (int64_t c = 0; c < l.out_channels; ++c) out[c * stride] = static_cast<float>(acc[c] + bias[c]) * dequant[c];
+    const int32_t zx = l.in.zero_point + l.in.offset();
+    for (int64_t r = 0; r < rows; ++r) {
+      int32_t* a = acc + r * C;
+      int64_t centred = 0;  // Σ_k (x_k - z_x)
+      if (weight_zero_points || weight_frac) {
+        int64_t xs = 0;
+        for (int64_t k = 0; k < K; ++k) xs += A[r * K + k];
+        if (weight_zero_points)
+          for (int64_t c = 0; c < C; ++c) a[c] -= zw[c] * static_cast<int32_t>(xs);
+        centred = xs - K * zx;
+      }
+      if (l.dequantize) {
+        const float* fw = l.weight_zero_frac.data<float>();
+        for (int64_t c = 0; c < C; ++c)
+          fout[r * fstep + c * fstride] =
+              (static_cast<float>(a[c] + bias[c]) - fw[c] * static_cast<float>(centred)) * dequant[c];
+      } else if (weight_frac) {
+        for (int64_t c = 0; c < C; ++c) {
+          const int64_t extra = rq.residual[c] - frac_m0[c] * centred;
+          const int32_t v = rq.out_zero + requantize_value64(a[c] + bias[c], rq.m0[c], rq.shift[c], extra);
+          out[r * C + c] = static_cast<uint8_t>(std::clamp(v, rq.lo, rq.hi));
+        }
+      } else {
+        requantize_rows(a, 1, plan, out + r * C);
+      }
+    }
   }
 };
 
@@ -113,14 +143,8 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
       if (!direct) im2row_u8_range(img, shape, pad, p0, np, rows.data());
       const uint8_t* A = direct ? img + p0 * K : rows.data();
       gemm(l, kernel, np, A, acc.data());
-      if (stage.weight_zero_points)
-        for (int64_t r = 0; r < np; ++r) stage.apply_zero_points(acc.data() + r * CO, A + r * K);
-      if (!l.dequantize) {
-        requantize_rows(acc.data(), np, stage.plan, y.data<uint8_t>() + (n * P + p0) * CO);
-        continue;
-      }
-      for (int64_t r = 0; r < np; ++r)
-        stage.to_float(acc.data() + r * CO, y.data<float>() + n * CO * P + p0 + r, P);
+      if (l.dequantize) stage.finish(acc.data(), A, np, nullptr, y.data<float>() + n * CO * P + p0, 1, P);
+      else stage.finish(acc.data(), A, np, y.data<uint8_t>() + (n * P + p0) * CO, nullptr, 0, 0);
     }
   };
 
@@ -151,12 +175,8 @@ Tensor run_linear(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   std::vector<int32_t> acc(static_cast<size_t>(N * CO));
   gemm(l, kernel, N, x.data<uint8_t>(), acc.data());
   Tensor y = l.dequantize ? Tensor::empty({N, CO}, DType::f32) : Tensor::empty({N, CO}, DType::u8);
-  for (int64_t n = 0; n < N; ++n) {
-    int32_t* a = acc.data() + n * CO;
-    stage.apply_zero_points(a, x.data<uint8_t>() + n * K);
-    if (l.dequantize) stage.to_float(a, y.data<float>() + n * CO, 1);
-    else stage.to_u8(a, y.data<uint8_t>() + n * CO);
-  }
+  if (l.dequantize) stage.finish(acc.data(), x.data<uint8_t>(), N, nullptr, y.data<float>(), CO, 1);
+  else stage.finish(acc.data(), x.data<uint8_t>(), N, y.data<uint8_t>(), nullptr, 0, 0);
   return y;
 }
 
@@ -213,6 +233,11 @@ void IntLayer::finalize() {
   check(weight, "weight", DType::i8, wshape);
   check(weight_scale, "weight_scale", DType::f32, {out_channels});
   check(weight_zero_point, "weight_zero_point", DType::i32, {out_channels});
+  if (!weight_zero_frac.defined()) weight_zero_frac = Tensor::zeros({out_channels});
+  check(weight_zero_frac, "weight_zero_frac", DType::f32, {out_channels});
+  for (int64_t c = 0; c < out_channels; ++c)
+    QAT_CHECK(std::abs(weight_zero_frac.data<float>()[c]) <= 0.5f, "layer '", name, "': weight_zero_frac of channel ",
+              c, " is ", weight_zero_frac.data<float>()[c], ", outside [-1/2, 1/2]");
   check(bias, "bias", DType::i32, {out_channels});
   if (!dequantize) {
     check(multiplier, "multiplier", DType::i32, {out_channels});

@@ -16,6 +16,9 @@
 //   bias[c] = round(b[c] / (s_x s_w[c])),  M[c] = s_x s_w[c] / s_y = M0 2^(-31-shift)
 //   residual[c] = round((b[c] / (s_x s_w[c]) - bias[c]) M0): the bias fraction
 //             in the 64-bit product's units (int_kernels.h)
+// A fractional weight zero point f_w (LSQ+) adds -f_w[c] Σ_k (x_k - z_x) per
+// output, a term that depends on the input row: those layers take a per-row
+// scalar output path (round(f_w M0) times the row sum, in 64 bits).
 // Signed activation grids are stored as u8 shifted by +128 (see int_kernels.h).
 #include <string>
 #include <vector>
@@ -61,6 +64,7 @@ struct IntLayer {
   Tensor weight;             // i8: conv (Cout, KH, KW, Cin), linear (Cout, Cin)
   Tensor weight_scale;       // f32 (Cout)
   Tensor weight_zero_point;  // i32 (Cout)
+  Tensor weight_zero_frac;   // f32 (Cout): fractional part of the weight zero points (LSQ+ offsets), else 0
   Tensor bias;               // i32 (Cout)
   Tensor multiplier, shift;  // i32 (Cout); unused when dequantize
   Tensor bias_residual;      // i32 (Cout); unused when dequantize

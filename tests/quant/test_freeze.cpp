@@ -212,23 +212,20 @@ TEST_CASE("frozen models agree with their fake-quant models on every backend", "
     REQUIRE(nonzero);
     require_agreement(*m, im, x, 1, 0.97);
   }
-  SECTION("4-bit LSQ+ activations (fractional zero points)") {
+  SECTION("4-bit LSQ+ (fractional zero points of activations and weights)") {
     QConfig q;
     q.method = QuantMethod::lsq_plus;
     q.weight_bits = q.activation_bits = 4;
     ModulePtr m = trained_qat_model("small_cnn", testing::test_backend("default"), q, 16);
-    // Weight offsets are not supported exactly (freeze.h): zero them, so the
-    // weights are plain LSQ and the activations' fractions are what is tested.
-    for (auto& [name, mod] : m->named_modules())
-      if (name.size() > 18 && name.substr(name.size() - 18) == ".weight_fake_quant") {
-        NoGradGuard ng;
-        Tensor beta = dynamic_cast<FakeQuantizer*>(mod)->learned_offset();
-        beta.fill_(0.f);
-      }
     const IntegerModel im = freeze(*m);
-    bool fractional = false;
-    for (const IntLayer& l : im.layers) fractional |= std::abs(l.out.zero_frac) > 0.01f;
-    REQUIRE(fractional);
+    bool act_frac = false, weight_frac = false;
+    for (const IntLayer& l : im.layers) {
+      act_frac |= std::abs(l.out.zero_frac) > 0.01f;
+      if (l.weight_zero_frac.defined())
+        for (int64_t c = 0; c < l.out_channels; ++c) weight_frac |= std::abs(l.weight_zero_frac.data<float>()[c]) > 0.01f;
+    }
+    REQUIRE(act_frac);
+    REQUIRE(weight_frac);
     // The network input is quantized exactly; conv outputs next to a padded
     // border stay up to 2 LSB off: the float model pads with a real 0, which
     // is not on a grid whose zero point is fractional.
