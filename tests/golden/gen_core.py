@@ -21,25 +21,16 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_writer import write_safetensors  # noqa: E402
+from golden_common import GoldenTensors  # noqa: E402
 import torch
 import torch.nn.functional as F
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "core_ops.safetensors")
 
 torch.manual_seed(20240611)
-tensors = {}  # name -> np.ndarray (float32 or int32), insertion ordered
+tensors = GoldenTensors()
+put = tensors.put
 
-
-def put(name, t):
-    assert name not in tensors, name
-    a = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
-    if a.dtype.kind == "f":
-        a = a.astype("<f4")
-    elif a.dtype.kind in "iu":
-        a = a.astype("<i4")
-    else:
-        raise TypeError(f"{name}: unsupported dtype {a.dtype}")
-    tensors[name] = a.copy(order="C")  # (ascontiguousarray would turn 0-d into 1-d)
 
 
 def randn(*shape):

@@ -41,31 +41,17 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_writer import write_safetensors  # noqa: E402
+from golden_common import GoldenTensors, qrange  # noqa: E402
 import torch
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsq.safetensors")
 
 torch.manual_seed(20240612)
 rng = np.random.default_rng(20240612)
-tensors = {}
+tensors = GoldenTensors()
+put = tensors.put
 
 
-def put(name, t):
-    assert name not in tensors, name
-    a = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
-    if a.dtype.kind == "f":
-        a = a.astype("<f4")
-    elif a.dtype.kind in "iub":
-        a = a.astype("<i4")
-    else:
-        raise TypeError(f"{name}: unsupported dtype {a.dtype}")
-    tensors[name] = a.copy(order="C")
-
-
-def qrange(bits, signed, narrow):
-    if not signed:
-        return 0, 2**bits - 1
-    return (-(2 ** (bits - 1)) + (1 if narrow else 0)), 2 ** (bits - 1) - 1
 
 
 def bshape(shape, axis, per_channel):

@@ -51,6 +51,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_writer import write_safetensors  # noqa: E402
+from golden_common import GoldenTensors  # noqa: E402
 import torch
 import torch.ao.quantization as tq
 import torch.nn.intrinsic.qat as nniqat
@@ -59,19 +60,9 @@ warnings.filterwarnings("ignore")
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "qat_convbn.safetensors")
 
 torch.manual_seed(20240613)
-tensors = {}
+tensors = GoldenTensors()
+put = tensors.put
 
-
-def put(name, t):
-    assert name not in tensors, name
-    a = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
-    if a.dtype.kind == "f":
-        a = a.astype("<f4")
-    elif a.dtype.kind in "iub":
-        a = a.astype("<i4")
-    else:
-        raise TypeError(f"{name}: unsupported dtype {a.dtype}")
-    tensors[name] = a.copy(order="C")
 
 
 WEIGHT_FQ = tq.FakeQuantize.with_args(observer=tq.MovingAveragePerChannelMinMaxObserver, quant_min=-128,

@@ -32,6 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_writer import write_safetensors  # noqa: E402
+from golden_common import GoldenTensors, qrange  # noqa: E402
 import torch
 import torch.ao.quantization as tq
 
@@ -40,25 +41,10 @@ OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "quant_ops.safete
 
 torch.manual_seed(20240612)
 rng = np.random.default_rng(20240612)
-tensors = {}  # name -> np.ndarray (float32 or int32), insertion ordered
+tensors = GoldenTensors()
+put = tensors.put
 
 
-def put(name, t):
-    assert name not in tensors, name
-    a = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
-    if a.dtype.kind == "f":
-        a = a.astype("<f4")
-    elif a.dtype.kind in "iub":
-        a = a.astype("<i4")
-    else:
-        raise TypeError(f"{name}: unsupported dtype {a.dtype}")
-    tensors[name] = a.copy(order="C")
-
-
-def qrange(bits, signed, narrow):
-    if signed:
-        return (-(1 << (bits - 1)) + (1 if narrow else 0), (1 << (bits - 1)) - 1)
-    return (0, (1 << bits) - 1)
 
 
 def levels(n, qmin, qmax, z):

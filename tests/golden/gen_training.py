@@ -36,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_writer import write_safetensors  # noqa: E402
+from golden_common import GoldenTensors  # noqa: E402
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -50,20 +51,9 @@ LABEL_SMOOTHING = 0.1
 
 torch.manual_seed(20240612)
 torch.set_num_threads(1)  # deterministic reduction order from run to run
-tensors = {}  # name -> np.ndarray (float32 or int32), insertion ordered
+tensors = GoldenTensors(strict_float32=True)
+put = tensors.put
 
-
-def put(name, t):
-    assert name not in tensors, name
-    a = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
-    if a.dtype.kind == "f":
-        assert a.dtype == np.float32, f"{name}: expected float32, got {a.dtype}"
-        a = a.astype("<f4")
-    elif a.dtype.kind in "iu":
-        a = a.astype("<i4")
-    else:
-        raise TypeError(f"{name}: unsupported dtype {a.dtype}")
-    tensors[name] = a.copy(order="C")
 
 
 class SmallCNN(nn.Module):
