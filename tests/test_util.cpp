@@ -123,6 +123,16 @@ std::vector<int32_t> int_values(const Tensor& t) {
   return std::vector<int32_t>(c.data<int32_t>(), c.data<int32_t>() + c.numel());
 }
 
+std::vector<std::string> golden_case_names(const SafetensorsFile& f, const std::string& prefix,
+                                           const std::string& suffix) {
+  std::vector<std::string> out;
+  for (const auto& [k, t] : f.tensors)
+    if (k.rfind(prefix, 0) == 0 && k.size() > suffix.size() &&
+        k.compare(k.size() - suffix.size(), suffix.size(), suffix) == 0)
+      out.push_back(k.substr(0, k.size() - suffix.size()));
+  return out;
+}
+
 std::string sample_data_dir() { return std::string(QAT_SOURCE_DIR) + "/data/samples/imagenette-mini"; }
 
 std::filesystem::path fresh_temp_dir(const std::string& prefix, const std::string& name) {

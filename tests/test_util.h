@@ -65,5 +65,25 @@ const SafetensorsFile& golden_file(const std::string& file);
 const Tensor& golden_tensor(const SafetensorsFile& f, const std::string& name);
 // The values of an int32 tensor.
 std::vector<int32_t> int_values(const Tensor& t);
+// Golden case names: keys starting with `prefix` and ending in `suffix`
+// (e.g. ".spec"), less the suffix, in key order.
+std::vector<std::string> golden_case_names(const SafetensorsFile& f, const std::string& prefix,
+                                           const std::string& suffix);
+
+// One case's tensors ("<name>.<key>") in a golden file.
+struct GoldenCase {
+  GoldenCase(const SafetensorsFile& f, std::string case_name) : file(&f), name(std::move(case_name)) {}
+  const SafetensorsFile* file;
+  std::string name;
+  bool has(const std::string& k) const { return file->tensors.count(name + "." + k) != 0; }
+  // FAILs the test naming the tensor when it is missing.
+  Tensor get(const std::string& k) const { return golden_tensor(*file, name + "." + k); }
+  // A fresh leaf that requires grad (a clone, so the loaded tensor stays clean).
+  Tensor leaf(const std::string& k) const {
+    Tensor t = get(k).clone();
+    t.set_requires_grad(true);
+    return t;
+  }
+};
 
 }  // namespace qat::testing

@@ -5,6 +5,8 @@
 // the upstream gradient gy, the output y and the gradients d<name>.
 // Each case runs our op on requires_grad leaves, calls y.backward(gy) and
 // compares y and every gradient elementwise.
+#include "tests/test_util.h"
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -19,11 +21,7 @@ namespace {
 
 using qat::Tensor;
 
-const qat::SafetensorsFile& golden() {
-  static const qat::SafetensorsFile f =
-      qat::load_safetensors(std::string(QAT_SOURCE_DIR) + "/tests/golden/core_ops.safetensors");
-  return f;
-}
+const qat::SafetensorsFile& golden() { return qat::testing::golden_file("core_ops.safetensors"); }
 
 // Default float32 tolerance: |ours - torch| <= kAbs + kRel * |torch|.
 constexpr double kAbs = 1e-4;
@@ -82,21 +80,8 @@ void expect_close(const std::string& case_name, const std::string& what, const T
 }
 
 // One case's tensors in the golden file.
-struct Case {
-  std::string name;
-
-  bool has(const std::string& k) const { return golden().tensors.count(name + "." + k) != 0; }
-  Tensor get(const std::string& k) const {
-    auto it = golden().tensors.find(name + "." + k);
-    if (it == golden().tensors.end()) FAIL("golden file has no tensor " << name << "." << k);
-    return it->second;
-  }
-  // A fresh leaf that requires grad (a clone, so the loaded tensor stays clean).
-  Tensor leaf(const std::string& k) const {
-    Tensor t = get(k).clone();
-    t.set_requires_grad(true);
-    return t;
-  }
+struct Case : qat::testing::GoldenCase {
+  explicit Case(std::string n) : GoldenCase(golden(), std::move(n)) {}
   Tensor leaf_if(const std::string& k) const { return has(k) ? leaf(k) : Tensor(); }
   std::vector<int64_t> ints(const std::string& k) const {
     Tensor t = get(k);

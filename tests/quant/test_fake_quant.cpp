@@ -40,13 +40,7 @@ std::vector<int32_t> gints(const std::string& name) { return qat::testing::int_v
 
 // Every case name with the given prefix ("fq_pt_"), from the ".params" keys.
 std::vector<std::string> cases(const std::string& prefix) {
-  std::vector<std::string> out;
-  for (const auto& [k, v] : golden().tensors) {
-    const std::string suffix = ".params";
-    if (k.rfind(prefix, 0) == 0 && k.size() > suffix.size() && k.compare(k.size() - suffix.size(), suffix.size(), suffix) == 0)
-      out.push_back(k.substr(0, k.size() - suffix.size()));
-  }
-  return out;
+  return qat::testing::golden_case_names(golden(), prefix, ".params");
 }
 
 // Bitwise equality of two f32 tensors (NaN patterns and the sign of zero included).

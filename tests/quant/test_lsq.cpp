@@ -31,34 +31,13 @@ using namespace qat::quant;
 namespace {
 
 // ---------------------------------------------------------------- golden file
-const SafetensorsFile& golden() {
-  static const SafetensorsFile f = load_safetensors(std::string(QAT_SOURCE_DIR) + "/tests/golden/lsq.safetensors");
-  return f;
-}
+const SafetensorsFile& golden() { return qat::testing::golden_file("lsq.safetensors"); }
 
-std::vector<std::string> golden_cases() {
-  std::vector<std::string> names;
-  const std::string suffix = ".spec";
-  for (const auto& [k, t] : golden().tensors)
-    if (k.size() > suffix.size() && k.compare(k.size() - suffix.size(), suffix.size(), suffix) == 0)
-      names.push_back(k.substr(0, k.size() - suffix.size()));
-  return names;
-}
+std::vector<std::string> golden_cases() { return qat::testing::golden_case_names(golden(), "", ".spec"); }
 
-struct GCase {
-  std::string name;
-  bool has(const std::string& k) const { return golden().tensors.count(name + "." + k) != 0; }
-  Tensor get(const std::string& k) const {
-    auto it = golden().tensors.find(name + "." + k);
-    if (it == golden().tensors.end()) FAIL("golden file has no tensor " << name << "." << k);
-    return it->second;
-  }
+struct GCase : qat::testing::GoldenCase {
+  explicit GCase(std::string n) : GoldenCase(golden(), std::move(n)) {}
   std::vector<float> vec(const std::string& k) const { return get(k).to_vector(); }
-  Tensor leaf(const std::string& k) const {
-    Tensor t = get(k).clone();
-    t.set_requires_grad(true);
-    return t;
-  }
   QuantSpec spec() const {
     const Tensor t = get("spec");
     const int32_t* p = t.data<int32_t>();
