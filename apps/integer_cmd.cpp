@@ -47,20 +47,15 @@ std::string size_str(uintmax_t bytes) {
   return b;
 }
 
-bool is_image_file(const fs::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext == ".jpg" || ext == ".jpeg" || ext == ".png" || ext == ".bmp";
-}
 
 std::vector<std::string> image_files(const std::string& input) {
   QAT_CHECK(fs::exists(input), "infer: ", input, " does not exist");
   if (!fs::is_directory(input)) return {input};
   std::vector<std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(input))
-    if (e.is_regular_file() && is_image_file(e.path())) out.push_back(e.path().string());
+    if (e.is_regular_file() && data::has_image_extension(e.path().string())) out.push_back(e.path().string());
   std::sort(out.begin(), out.end());
-  QAT_CHECK(!out.empty(), "infer: no images (.jpg/.jpeg/.png/.bmp) under ", input);
+  QAT_CHECK(!out.empty(), "infer: no images (.jpg/.jpeg/.png) under ", input);
   return out;
 }
 
@@ -97,11 +92,7 @@ int run_export(const ExportArgs& args) {
 }
 
 std::vector<Prediction> predict_images(const ExportedModel& ex, const std::string& input, int top_n) {
-  data::TransformSpec spec;
-  spec.image_size = ex.image_size;
-  spec.resize = ex.resize;
-  spec.mean = ex.mean;
-  spec.std = ex.std;
+  const data::TransformSpec spec = eval_transform(ex);
   const int64_t S = ex.image_size, classes = ex.model.num_classes(), top = std::min<int64_t>(top_n, classes);
   Generator unused(0);  // eval transforms draw nothing
   std::vector<Prediction> out;

@@ -261,6 +261,15 @@ struct ManifestReader {
 
 }  // namespace
 
+data::TransformSpec eval_transform(const ExportedModel& m) {
+  data::TransformSpec spec;
+  spec.image_size = m.image_size;
+  spec.resize = m.resize;
+  spec.mean = m.mean;
+  spec.std = m.std;
+  return spec;
+}
+
 bool is_export_dir(const std::string& path) { return fs::is_directory(path) && fs::exists(fs::path(path) / kManifest); }
 
 void save_export(const std::string& dir, const ExportedModel& m) {

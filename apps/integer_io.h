@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "data/transforms.h"
 #include "quant/integer_model.h"
 
 namespace qat::apps {
@@ -26,6 +27,9 @@ struct ExportedModel {
   int64_t image_size = 128, resize = 144;
   std::array<float, 3> mean{}, std{};
 };
+
+// The evaluation preprocessing the export records (resize, centre crop, normalise).
+data::TransformSpec eval_transform(const ExportedModel& m);
 
 void save_export(const std::string& dir, const ExportedModel& m);
 ExportedModel load_export(const std::string& dir);

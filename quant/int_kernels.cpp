@@ -92,7 +92,8 @@ namespace {
 // folded per channel by make_requant_plan.
 __attribute__((target("avx512f,avx512bw"))) void requantize_rows_shift_avx512(const int32_t* acc, int64_t rows,
                                                                               const RequantPlan& q, uint8_t* out) {
-  const __m512i zero = _mm512_set1_epi32(q.out_zero), lo = _mm512_set1_epi32(q.lo), hi = _mm512_set1_epi32(q.hi);
+  const __m512i zero = _mm512_set1_epi32(q.params.out_zero), lo = _mm512_set1_epi32(q.params.lo),
+                hi = _mm512_set1_epi32(q.params.hi);
   const int64_t n = q.n;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < n; c += 16) {
@@ -108,7 +109,8 @@ __attribute__((target("avx512f,avx512bw"))) void requantize_rows_shift_avx512(co
 
 __attribute__((target("avx512f,avx512bw"))) void requantize_rows_avx512(const int32_t* acc, int64_t rows,
                                                                         const RequantPlan& q, uint8_t* out) {
-  const __m512i zero = _mm512_set1_epi32(q.out_zero), lo = _mm512_set1_epi32(q.lo), hi = _mm512_set1_epi32(q.hi);
+  const __m512i zero = _mm512_set1_epi32(q.params.out_zero), lo = _mm512_set1_epi32(q.params.lo),
+                hi = _mm512_set1_epi32(q.params.hi);
   const int64_t n = q.n;
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t* a = acc + r * n;
@@ -137,9 +139,6 @@ RequantPlan make_requant_plan(const RequantParams& p, int64_t n) {
   RequantPlan q;
   q.params = p;
   q.n = n;
-  q.out_zero = p.out_zero;
-  q.lo = p.lo;
-  q.hi = p.hi;
   // The vector path covers shift in [0, 31] (multipliers below 1); any other
   // channel sends the layer to the scalar path.
   q.vector = cpu_has_avx512bw();
@@ -176,9 +175,6 @@ void requantize_rows(const int32_t* acc, int64_t rows, const RequantPlan& q, uin
   for (int64_t r = 0; r < rows; ++r) requantize_row_reference(acc + r * q.n, q.n, q.params, out + r * q.n);
 }
 
-void requantize_row(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out) {
-  requantize_rows(acc, 1, make_requant_plan(p, n), out);
-}
 
 namespace {
 // dst = max(dst, src) over n bytes; restrict lets the compiler use vector max.

@@ -44,7 +44,6 @@ struct RequantParams {
   const int32_t* residual;
   int32_t out_zero, lo, hi;  // stored (u8) domain
 };
-void requantize_row(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out);
 // The per-layer constants of the vectorised path, built once: the bias, the
 // residual and the rounding half folded into one 64-bit addend per channel,
 // lanes laid out as the even/odd 64-bit halves of a 16-channel block. When
@@ -54,7 +53,6 @@ void requantize_row(const int32_t* acc, int64_t n, const RequantParams& p, uint8
 struct RequantPlan {
   RequantParams params{};
   int64_t n = 0;
-  int32_t out_zero = 0, lo = 0, hi = 0;
   bool vector = false;
   bool pure_shift = false;  // every M a power of two: y = (acc + add32) >> e, 32-bit
   std::vector<int32_t> add32, e;

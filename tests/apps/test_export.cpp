@@ -120,11 +120,7 @@ TEST_CASE("export round trip: the loaded model gives the frozen model's logits",
     }
     REQUIRE(total <= 1.0 + 1e-9);
   }
-  data::TransformSpec spec;
-  spec.image_size = ex.image_size;
-  spec.resize = ex.resize;
-  spec.mean = ex.mean;
-  spec.std = ex.std;
+  const data::TransformSpec spec = eval_transform(ex);
   Generator unused(0);
   Tensor img = Tensor::empty({1, 3, 32, 32});
   data::apply_transform(data::decode_image(preds[0].path), spec, false, unused, img.data<float>());

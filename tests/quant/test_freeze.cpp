@@ -65,7 +65,7 @@ TEST_CASE("vectorised requantization equals the scalar reference", "[quant][free
     const int32_t zero = z_d(rng);
     const RequantParams p{bias.data(), m0.data(), shift.data(), residual.data(), zero, std::min(zero, 3), 255};
     std::vector<uint8_t> fast(n), ref(n);
-    requantize_row(acc.data(), n, p, fast.data());
+    requantize_rows(acc.data(), 1, make_requant_plan(p, n), fast.data());
     requantize_row_reference(acc.data(), n, p, ref.data());
     REQUIRE(fast == ref);
   }
