@@ -19,7 +19,6 @@ import sys
 import time
 
 import torch
-import torch.nn as nn
 import torch.ao.quantization as tq
 
 from pytorch_train_bench import alexnet_bn

@@ -6,13 +6,12 @@ activations, moving-average observers), same data, batch and threads.
     /usr/bin/python3 bench/pytorch_qat_bench.py --res 128 --batch 32 --threads 2
 """
 import argparse
-import time
 
 import torch
 import torch.nn as nn
 import torch.ao.quantization as tq
 
-from pytorch_train_bench import alexnet_bn
+from pytorch_train_bench import add_common_args, alexnet_bn, time_steps
 
 
 class Wrapped(nn.Module):
@@ -36,30 +35,9 @@ def fuse(net, fuse_fn=tq.fuse_modules_qat):
     return net
 
 
-def time_steps(model, x, y, steps, warmup):
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
-    loss_fn = nn.CrossEntropyLoss()
-
-    def step():
-        opt.zero_grad()
-        loss_fn(model(x), y).backward()
-        opt.step()
-
-    for _ in range(warmup):
-        step()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return steps * x.shape[0] / (time.perf_counter() - t0)
-
-
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--res", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=3)
+    add_common_args(ap)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
