@@ -1,5 +1,6 @@
 #include "tests/test_util.h"
 
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -140,6 +141,16 @@ std::filesystem::path fresh_temp_dir(const std::string& prefix, const std::strin
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;
+}
+
+TempDir::TempDir(const std::string& prefix) {
+  static std::atomic<int> counter{0};
+  dir = fresh_temp_dir(prefix, std::to_string(counter++));
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 quant::Backend test_backend(const std::string& name) {

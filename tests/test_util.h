@@ -20,6 +20,16 @@ std::string sample_data_dir();
 // An empty folder under the system temp dir, unique per process and name.
 std::filesystem::path fresh_temp_dir(const std::string& prefix, const std::string& name);
 
+// A fresh temporary folder (unique per process and object), removed with the object.
+struct TempDir {
+  explicit TempDir(const std::string& prefix = "qat_test_");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (dir / name).string(); }
+  std::filesystem::path dir;
+};
+
 // A backend with every pattern: int8 weights, uint8 activations; "tensorrt"
 // (symmetric int8 everywhere, narrow-range per-channel weights) and
 // "power_of_two" (power-of-two scales, min scale 2^-12) as the YAML ones.

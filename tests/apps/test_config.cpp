@@ -1,13 +1,12 @@
 // apps/config: loading, strict validation (key path + line in every error),
 // --set overrides, config_to_yaml round trip, config hash.
+#include "tests/test_util.h"
+
 #include <catch2/catch.hpp>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <string>
-#include <unistd.h>
 
 #include "apps/config.h"
 #include "core/error.h"
@@ -19,19 +18,10 @@ using namespace qat::apps;
 namespace {
 
 // A fresh temporary folder with train/ and val/ subfolders, removed at the end.
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    std::random_device rd;
-    dir = fs::temp_directory_path() /
-          ("qat_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" + std::to_string(rd()));
+struct TempDir : qat::testing::TempDir {
+  TempDir() : qat::testing::TempDir("qat_config_test_") {
     fs::create_directories(dir / "train");
     fs::create_directories(dir / "val");
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
   }
   // Writes `text` to dir/name and returns the path.
   std::string write(const std::string& name, const std::string& text) const {

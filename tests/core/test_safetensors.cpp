@@ -1,4 +1,5 @@
-#include <unistd.h>
+
+#include "tests/test_util.h"
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -21,20 +22,8 @@ namespace {
 
 // A fresh folder per test, removed afterwards (pid + counter: ctest may run
 // several test processes at once).
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    static int counter = 0;
-    dir = fs::temp_directory_path() /
-          ("qat_st_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
+struct TempDir : qat::testing::TempDir {
+  TempDir() : qat::testing::TempDir("qat_st_test_") {}
 };
 
 std::string read_bytes(const std::string& path) {

@@ -2,7 +2,8 @@
 // pixels and torchvision's rules), DataLoader determinism and failure modes,
 // the subset tool and the committed sample dataset.
 #include <stb_image_write.h>
-#include <unistd.h>
+
+#include "tests/test_util.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -28,19 +29,8 @@ using namespace qat::data;
 
 namespace {
 
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    static int counter = 0;
-    dir = fs::temp_directory_path() / ("qat_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
+struct TempDir : qat::testing::TempDir {
+  TempDir() : qat::testing::TempDir("qat_data_test_") {}
 };
 
 void write_raw_png(const std::string& path, int w, int h, int comp, const std::vector<uint8_t>& px) {
