@@ -5,13 +5,12 @@ Linear+ReLU fused, fbgemm QAT qconfig: per-channel int8 weights, uint8
 activations, moving-average observers), same data, batch and threads.
     /usr/bin/python3 bench/pytorch_qat_bench.py --res 128 --batch 32 --threads 2
 """
-import argparse
 
 import torch
 import torch.nn as nn
 import torch.ao.quantization as tq
 
-from pytorch_train_bench import add_common_args, alexnet_bn, time_steps
+from pytorch_train_bench import alexnet_bn, parse_and_setup, time_steps
 
 
 class Wrapped(nn.Module):
@@ -36,13 +35,7 @@ def fuse(net, fuse_fn=tq.fuse_modules_qat):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    add_common_args(ap)
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
-    x = torch.randn(a.batch, 3, a.res, a.res)
-    y = torch.randint(0, 10, (a.batch,))
+    a, x, y = parse_and_setup()
     fp32 = time_steps(alexnet_bn(10).train(), x, y, a.steps, a.warmup)
     model = Wrapped(fuse(alexnet_bn(10).train()))
     model.qconfig = tq.get_default_qat_qconfig("fbgemm")

@@ -52,16 +52,21 @@ def time_steps(model, x, y, steps, warmup):
     return steps * x.shape[0] / (time.perf_counter() - t0)
 
 
-def main():
+def parse_and_setup():
+    """Parses the common options, sets the threads and seed; returns (args, x, y)."""
     ap = argparse.ArgumentParser()
     add_common_args(ap)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = alexnet_bn(10).train()
     x = torch.randn(a.batch, 3, a.res, a.res)
     y = torch.randint(0, 10, (a.batch,))
-    ips = time_steps(model, x, y, a.steps, a.warmup)
+    return a, x, y
+
+
+def main():
+    a, x, y = parse_and_setup()
+    ips = time_steps(alexnet_bn(10).train(), x, y, a.steps, a.warmup)
     print(f"pytorch {torch.__version__}, {a.threads} threads, {a.res}x{a.res}, batch {a.batch}")
     print(f"train fp32: {ips:.1f} img/s  ({1000 * a.batch / ips:.1f} ms/step)")
 

@@ -43,16 +43,22 @@ void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
-// An image whose every pixel/channel is distinct-ish: v = (seed + 7y + 3x + 50c) mod 256.
-Image pattern(int64_t h, int64_t w, int seed = 0) {
+// An h x w RGB image with value(y, x, c) at every pixel/channel.
+template <class F>
+Image image_of(int64_t h, int64_t w, F value) {
   Image img;
   img.height = h;
   img.width = w;
   img.rgb.resize(static_cast<size_t>(h * w * 3));
   for (int64_t y = 0; y < h; ++y)
     for (int64_t x = 0; x < w; ++x)
-      for (int c = 0; c < 3; ++c) img.rgb[(y * w + x) * 3 + c] = static_cast<uint8_t>((seed + 7 * y + 3 * x + 50 * c) % 256);
+      for (int c = 0; c < 3; ++c) img.rgb[(y * w + x) * 3 + c] = static_cast<uint8_t>(value(y, x, c) % 256);
   return img;
+}
+
+// An image whose every pixel/channel is distinct-ish: v = (seed + 7y + 3x + 50c) mod 256.
+Image pattern(int64_t h, int64_t w, int seed = 0) {
+  return image_of(h, w, [&](int64_t y, int64_t x, int c) { return seed + 7 * y + 3 * x + 50 * c; });
 }
 
 // Plain-spelled normalisation of one pixel value (float32, as torchvision).
@@ -95,15 +101,7 @@ void require_same_batches(const std::vector<Batch>& a, const std::vector<Batch>&
 // Pillow's BILINEAR resize of pattern_image(), recorded by
 // tests/data/gen_resize_golden.py: bit-exact equality (FNV-1a of the bytes).
 Image pattern_image(int64_t h, int64_t w) {
-  Image img;
-  img.height = h;
-  img.width = w;
-  img.rgb.resize(static_cast<size_t>(h * w * 3));
-  for (int64_t y = 0; y < h; ++y)
-    for (int64_t x = 0; x < w; ++x)
-      for (int c = 0; c < 3; ++c)
-        img.rgb[(y * w + x) * 3 + c] = static_cast<uint8_t>((y * 131 + x * 71 + c * 29 + ((x * y) % 17) * 13) % 256);
-  return img;
+  return image_of(h, w, [](int64_t y, int64_t x, int c) { return y * 131 + x * 71 + c * 29 + ((x * y) % 17) * 13; });
 }
 
 uint64_t fnv1a(const std::vector<uint8_t>& bytes) {
