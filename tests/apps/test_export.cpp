@@ -7,6 +7,7 @@
 
 #include "tests/test_util.h"
 
+#include "apps/bench.h"
 #include "apps/integer_cmd.h"
 #include "apps/integer_io.h"
 #include "apps/run_state.h"
@@ -101,6 +102,9 @@ TEST_CASE("export round trip: the loaded model gives the frozen model's logits",
   Generator g(5);
   const Tensor x = Tensor::randn({4, 3, 32, 32}, g);
   REQUIRE(ex.model.forward(x).to_vector() == frozen.forward(x).to_vector());
+
+  // qat compare-layers on the same run (all 100 val images) runs to the end.
+  REQUIRE(run_compare_layers({cfg_path, ckpt, {}, 0}) == 0);
 
   // qat eval on the folder: the integer model's accuracy on the 100 val images.
   const EvalSummary s = eval_checkpoint({cfg_path, {}, out});
@@ -241,4 +245,17 @@ TEST_CASE("bad exports are refused with the file and the field named", "[e2e][ex
   SECTION("a folder without a manifest") {
     REQUIRE_THROWS_WITH(load_export(dir.string()), Contains("no manifest.yaml"));
   }
+}
+
+TEST_CASE("qat bench --infer times FP32 and the frozen integer model", "[e2e][export]") {
+  BenchOptions opt;
+  opt.model = "small_cnn";
+  opt.res = 32;
+  opt.batch = 2;
+  opt.steps = 2;
+  opt.warmup = 1;
+  opt.threads = 1;
+  opt.infer = true;
+  opt.profile = false;
+  REQUIRE(run_bench(opt) == 0);
 }
