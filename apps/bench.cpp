@@ -17,7 +17,7 @@
 #include "apps/train.h"
 #include "apps/run_state.h"
 #include "core/autograd.h"
-#include "quant/freeze.h"
+#include "quant/convert/freeze.h"
 
 namespace qat::apps {
 

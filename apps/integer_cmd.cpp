@@ -14,8 +14,8 @@
 #include "core/threads.h"
 #include "data/image.h"
 #include "data/image_folder.h"
-#include "quant/compare_layers.h"
-#include "quant/freeze.h"
+#include "quant/convert/compare_layers.h"
+#include "quant/convert/freeze.h"
 
 namespace qat::apps {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "data/transforms.h"
-#include "quant/integer_model.h"
+#include "quant/integer/integer_model.h"
 
 namespace qat::apps {
 

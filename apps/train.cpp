@@ -21,7 +21,7 @@
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "optim/sgd.h"
-#include "quant/prepare.h"
+#include "quant/sim/prepare.h"
 
 namespace qat::apps {
 

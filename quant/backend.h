@@ -8,7 +8,6 @@
 #include <set>
 #include <string>
 
-#include "quant/fake_quantizer.h"
 #include "quant/spec.h"
 
 namespace qat::quant {

@@ -10,6 +10,10 @@ namespace qat::quant {
 
 enum class ScaleFormula { minmax, power_of_two };
 enum class SteKind { clipped, plain };  // clipped: zero gradient outside [qmin, qmax] (PyTorch)
+// How a quantizer gets its qparams: observed ranges (minmax, moving_average)
+// or learned steps (lsq, lsq_plus).
+enum class QuantMethod { minmax, moving_average, lsq, lsq_plus };
+const char* method_name(QuantMethod m);
 
 struct QuantSpec {
   int bits = 8;               // 2..8

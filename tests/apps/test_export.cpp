@@ -16,7 +16,7 @@
 #include "core/safetensors.h"
 #include "data/image.h"
 #include "data/transforms.h"
-#include "quant/freeze.h"
+#include "quant/convert/freeze.h"
 
 using namespace qat;
 using namespace qat::apps;

@@ -1,0 +1,106 @@
+#include "quant/convert/compare_layers.h"
+
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "quant/sim/fake_quantizer.h"
+#include "quant/convert/freeze.h"
+#include "quant/sim/qat_modules.h"
+
+namespace qat::quant {
+
+void LayerDiff::merge(const LayerDiff& o) {
+  count += o.count;
+  differ += o.differ;
+  max_diff = std::max(max_diff, o.max_diff);
+  sum_diff += o.sum_diff;
+  rows += o.rows;
+  top1_agree += o.top1_agree;
+  correct_reference += o.correct_reference;
+  correct_integer += o.correct_integer;
+}
+
+namespace {
+
+// Fake-quant values (float, on the layer's grid) against the integer layer's output.
+LayerDiff diff_grid(const IntLayer& l, const Tensor& fq, const Tensor& stored) {
+  const Tensor qi = activation_values_nchw(stored, l.out);
+  const std::vector<float> f = fq.contiguous().to_vector();
+  QAT_CHECK(static_cast<int64_t>(f.size()) == qi.numel(), "compare-layers: '", l.name, "': fake-quant output has ",
+            f.size(), " values, the integer layer ", qi.numel());
+  LayerDiff d{l.name, int_op_name(l.op)};
+  const int32_t* q = qi.data<int32_t>();
+  for (size_t i = 0; i < f.size(); ++i) {
+    const double lsb = std::nearbyint(static_cast<double>(f[i]) / l.out.scale + l.out.zero_frac) + l.out.zero_point;
+    const double diff = std::abs(lsb - q[i]);
+    d.differ += diff != 0;
+    d.max_diff = std::max(d.max_diff, diff);
+    d.sum_diff += diff;
+  }
+  d.count = static_cast<int64_t>(f.size());
+  return d;
+}
+
+LayerDiff diff_logits(const IntLayer& l, const Tensor& fq, const Tensor& logits, const Tensor& labels) {
+  LayerDiff d{l.name, int_op_name(l.op), true};
+  const std::vector<float> a = fq.contiguous().to_vector(), b = logits.contiguous().to_vector();
+  QAT_CHECK(a.size() == b.size() && fq.dim() == 2, "compare-layers: logits shapes differ");
+  const int64_t N = fq.size(0), C = fq.size(1);
+  for (int64_t n = 0; n < N; ++n) {
+    int64_t ia = 0, ib = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const size_t i = static_cast<size_t>(n * C + c);
+      const double diff = std::abs(static_cast<double>(a[i]) - b[i]);
+      d.differ += diff != 0;
+      d.max_diff = std::max(d.max_diff, diff);
+      d.sum_diff += diff;
+      if (a[i] > a[static_cast<size_t>(n * C + ia)]) ia = c;
+      if (b[i] > b[static_cast<size_t>(n * C + ib)]) ib = c;
+    }
+    d.top1_agree += ia == ib;
+    if (labels.defined()) {
+      d.correct_reference += ia == labels.data<int32_t>()[n];
+      d.correct_integer += ib == labels.data<int32_t>()[n];
+    }
+  }
+  d.count = N * C;
+  d.rows = N;
+  return d;
+}
+
+}  // namespace
+
+std::vector<LayerDiff> compare_layers(Module& qat_model, const IntegerModel& im, const Tensor& x,
+                                      const Tensor& labels) {
+  NoGradGuard ng;
+  const std::vector<Tensor> trace = im.forward_trace(x);
+  std::vector<LayerDiff> out;
+  size_t i = 0;
+  auto compare = [&](const Tensor& fq) {
+    const IntLayer& l = im.layers[i];
+    out.push_back(l.dequantize ? diff_logits(l, fq, trace[i], labels) : diff_grid(l, fq, trace[i]));
+    ++i;
+  };
+  const std::vector<ExecStep> order = execution_order(qat_model);
+  Tensor h = x;
+  for (size_t s = 0; s < order.size(); ++s) {
+    Module* m = order[s].module;
+    FakeQuantizer* in = nullptr;
+    if (auto* c = dynamic_cast<QatConv2d*>(m)) in = c->input_fake_quant.get();
+    if (auto* c = dynamic_cast<QatLinear*>(m)) in = c->input_fake_quant.get();
+    if (in && i < im.layers.size() && im.layers[i].op == IntOp::quantize_input) compare(in->forward(h));
+    h = m->forward(h);
+    if (i >= im.layers.size() || im.layers[i].name != order[s].name) continue;
+    // Average pooling is requantized by the SharedFakeQuantizer that follows it.
+    const bool requant_next = im.layers[i].op == IntOp::adaptive_avg_pool && s + 1 < order.size() &&
+                              dynamic_cast<SharedFakeQuantizer*>(order[s + 1].module);
+    if (requant_next) h = order[++s].module->forward(h);
+    compare(h);
+  }
+  QAT_CHECK(i == im.layers.size(), "compare-layers: matched ", i, " of ", im.layers.size(),
+            " integer layers to the model's modules (is the integer model frozen from this model?)");
+  return out;
+}
+
+}  // namespace qat::quant

@@ -1,0 +1,281 @@
+#include "quant/convert/freeze.h"
+
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "layers/layers.h"
+#include "quant/sim/qat_modules.h"
+#include "quant/integer/requant.h"
+
+namespace qat::quant {
+
+namespace {
+
+bool is_leaf(Module* m) {
+  return dynamic_cast<QatConv2d*>(m) || dynamic_cast<QatLinear*>(m) || dynamic_cast<FakeQuantizer*>(m) ||
+         dynamic_cast<SharedFakeQuantizer*>(m) || m->children().empty();
+}
+
+void collect(Module& m, const std::string& name, std::vector<ExecStep>& out) {
+  if (is_leaf(&m)) {
+    out.push_back({name, &m});
+    return;
+  }
+  for (auto& [child, c] : m.children()) collect(*c, name.empty() ? child : name + "." + child, out);
+}
+
+ActQuant activation_of(const FakeQuantizer& f, const std::string& where) {
+  const QuantSpec& s = f.config().spec;
+  QAT_CHECK(!s.per_channel, "freeze: '", where, "': per-channel activation quantization has no integer kernel");
+  QAT_CHECK(!s.narrow_range, "freeze: '", where, "': narrow-range activations are not supported");
+  const QParams q = f.qparams();
+  ActQuant a{q.scale.data<float>()[0], q.zero_point.data<int32_t>()[0], 0.f, s.bits, s.is_signed};
+  QAT_CHECK(std::isfinite(a.scale) && a.scale > 0, "freeze: '", where, "': activation scale ", a.scale,
+            " is not a positive number (was the model ever run?)");
+  if (f.learned_offset().defined()) {
+    // LSQ+: v = s q + beta = s (q - z) with z = -beta / s, not an integer.
+    const double z = -static_cast<double>(f.learned_offset().data<float>()[0]) / a.scale;
+    const double zi = std::nearbyint(z);
+    QAT_CHECK(zi >= a.qmin() && zi <= a.qmax(), "freeze: '", where, "': the LSQ+ offset puts the zero point (", z,
+              ") outside the grid [", a.qmin(), ", ", a.qmax(), "]");
+    a.zero_point = static_cast<int32_t>(zi);
+    a.zero_frac = static_cast<float>(z - zi);
+  }
+  return a;
+}
+
+// Integer weights (Cout, ...) from the fake-quantized weight and its qparams.
+void quantize_weights(IntLayer& l, const Tensor& w_float, FakeQuantizer& fq) {
+  const QuantSpec& spec = fq.config().spec;
+  QAT_CHECK(spec.qmin() >= -128 && spec.qmax() <= 127, "freeze: '", l.name, "': weights ", spec.describe(),
+            " do not fit int8");
+  const Tensor wq = fq.forward(w_float).contiguous();  // eval: the qparams of inference
+  const QParams qp = fq.qparams();
+  const int64_t C = w_float.size(0), per = w_float.numel() / C;
+  l.weight_bits = spec.bits;
+  l.weight_scale = Tensor::empty({C});
+  l.weight_zero_point = Tensor::empty({C}, DType::i32);
+  l.weight_zero_frac = Tensor::zeros({C});
+  const bool pc = qp.scale.numel() > 1;
+  const Tensor& beta = fq.learned_offset();
+  for (int64_t c = 0; c < C; ++c) {
+    l.weight_scale.data<float>()[c] = qp.scale.data<float>()[pc ? c : 0];
+    l.weight_zero_point.data<int32_t>()[c] = qp.zero_point.data<int32_t>()[pc ? c : 0];
+    if (!beta.defined()) continue;
+    // LSQ+: w = s q + beta, zero point -beta / s split into integer + fraction
+    const double z = -static_cast<double>(beta.data<float>()[pc ? c : 0]) / l.weight_scale.data<float>()[c];
+    QAT_CHECK(std::nearbyint(z) == l.weight_zero_point.data<int32_t>()[c], "freeze: '", l.name, "': the LSQ+ weight offset of channel ", c,
+              " puts the zero point (", z, ") outside the grid [", spec.qmin(), ", ", spec.qmax(), "]");
+    l.weight_zero_frac.data<float>()[c] = static_cast<float>(z - std::nearbyint(z));
+  }
+  // wq = (q - z) s exactly as fake quant computed it; dividing by s recovers q.
+  Tensor q = Tensor::empty(w_float.sizes(), DType::i8);
+  for (int64_t c = 0; c < C; ++c) {
+    const float s = l.weight_scale.data<float>()[c];
+    const int32_t z = l.weight_zero_point.data<int32_t>()[c];
+    for (int64_t k = 0; k < per; ++k) {
+      const float v = std::nearbyint(wq.data<float>()[c * per + k] / s) + static_cast<float>(z);
+      q.data<int8_t>()[c * per + k] = static_cast<int8_t>(std::clamp<float>(v, spec.qmin(), spec.qmax()));
+    }
+  }
+  if (l.op == IntOp::linear) {
+    l.weight = q;
+    return;
+  }
+  l.weight = weight_ohwi_from_oihw(q);  // patches are NHWC rows
+}
+
+// Σ_k (q_w - z_w - f_w) of output channel c: what a fractional input zero
+// point multiplies.
+double centred_weight_sum(const IntLayer& l, int64_t c) {
+  const int64_t K = l.weight.numel() / l.out_channels;
+  int64_t sum = 0;
+  for (int64_t k = 0; k < K; ++k) sum += l.weight.data<int8_t>()[c * K + k];
+  return static_cast<double>(sum - K * l.weight_zero_point.data<int32_t>()[c]) -
+         static_cast<double>(K) * l.weight_zero_frac.data<float>()[c];
+}
+
+void set_output(IntLayer& l, const Tensor& b_float, FakeQuantizer* out) {
+  const int64_t C = l.out_channels;
+  l.dequantize = out == nullptr;
+  if (!l.dequantize) l.out = activation_of(*out, l.name + ".activation_post_process");
+  // Fractional zero points (LSQ+) are constants per channel: folded into the
+  // float bias. Input: x = s_x (q - z - f) adds -s_x s_w f Σ(q_w - z_w);
+  // output: round(y / s_y + z + f) = z + round((y + f s_y) / s_y).
+  std::vector<double> bias(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) {
+    const double sxw = static_cast<double>(l.in.scale) * l.weight_scale.data<float>()[c];
+    bias[c] = (b_float.defined() ? b_float.data<float>()[c] : 0.0) -
+              sxw * l.in.zero_frac * centred_weight_sum(l, c) +
+              (l.dequantize ? 0.0 : static_cast<double>(l.out.zero_frac) * l.out.scale);
+  }
+  l.bias = Tensor::empty({C}, DType::i32);
+  for (int64_t c = 0; c < C; ++c) {
+    const double sxw = static_cast<double>(l.in.scale) * l.weight_scale.data<float>()[c];
+    const double b = bias[c];
+    const double bq = std::nearbyint(b / sxw);
+    QAT_CHECK(std::abs(bq) < 1073741824.0, "freeze: '", l.name, "': bias of channel ", c, " (", b,
+              ") is out of int32 range at scale ", sxw);
+    l.bias.data<int32_t>()[c] = static_cast<int32_t>(bq);
+  }
+  if (l.dequantize) return;
+  l.multiplier = Tensor::empty({C}, DType::i32);
+  l.shift = Tensor::empty({C}, DType::i32);
+  l.bias_residual = Tensor::empty({C}, DType::i32);
+  for (int64_t c = 0; c < C; ++c) {
+    const double sxw = static_cast<double>(l.in.scale) * l.weight_scale.data<float>()[c];
+    const FixedPointMultiplier f = quantize_multiplier(sxw / l.out.scale);
+    l.multiplier.data<int32_t>()[c] = f.m0;
+    l.shift.data<int32_t>()[c] = f.shift;
+    const double frac = bias[c] / sxw - l.bias.data<int32_t>()[c];  // in [-1/2, 1/2]
+    l.bias_residual.data<int32_t>()[c] = static_cast<int32_t>(std::nearbyint(frac * f.m0));
+  }
+}
+
+struct Freezer {
+  IntegerModel model;
+  bool have_input = false, flat = false, done = false;
+  ActQuant cur;
+
+  void emit(IntLayer l) {
+    l.finalize();
+    model.layers.push_back(std::move(l));
+  }
+  void need_input(const std::string& name) {
+    QAT_CHECK(have_input, "freeze: '", name,
+              "' runs before any quantized layer; the integer model starts at the first quantized conv/linear");
+  }
+  void quantize_input(const std::string& name, FakeQuantizer* in) {
+    if (!in) return;
+    QAT_CHECK(!have_input, "freeze: '", name, "' quantizes its input again");
+    IntLayer q;
+    q.op = IntOp::quantize_input;
+    q.name = name + ".input_fake_quant";
+    q.out = cur = activation_of(*in, q.name);
+    have_input = true;
+    emit(std::move(q));
+  }
+
+  void conv(const std::string& name, QatConv2d& c) {
+    quantize_input(name, c.input_fake_quant.get());
+    need_input(name);
+    QAT_CHECK(!flat, "freeze: conv '", name, "' after flatten");
+    IntLayer l;
+    l.op = IntOp::conv;
+    l.name = name;
+    l.in = cur;
+    l.conv = c.params;
+    l.out_channels = c.weight.size(0);
+    l.in_channels = c.weight.size(1);
+    l.kernel_h = c.weight.size(2);
+    l.kernel_w = c.weight.size(3);
+    l.relu = c.relu;
+    QAT_CHECK(c.params.groups == 1, "freeze: conv '", name, "' has groups ", c.params.groups,
+              "; only groups = 1 has an integer kernel");
+    quantize_weights(l, c.folded_weight(), *c.weight_fake_quant);
+    set_output(l, c.folded_bias(), c.activation_post_process.get());
+    finish(std::move(l));
+  }
+
+  void linear(const std::string& name, QatLinear& c) {
+    quantize_input(name, c.input_fake_quant.get());
+    need_input(name);
+    QAT_CHECK(flat, "freeze: linear '", name, "' needs a flattened input (add a Flatten before it)");
+    IntLayer l;
+    l.op = IntOp::linear;
+    l.name = name;
+    l.in = cur;
+    l.out_channels = c.weight.size(0);
+    l.in_channels = c.weight.size(1);
+    l.relu = c.relu;
+    quantize_weights(l, c.weight.detach(), *c.weight_fake_quant);
+    set_output(l, c.bias.defined() ? c.bias.detach() : Tensor(), c.activation_post_process.get());
+    finish(std::move(l));
+  }
+
+  void finish(IntLayer l) {
+    done = l.dequantize;
+    if (!done) cur = l.out;
+    emit(std::move(l));
+  }
+
+  void same_grid(IntOp op, const std::string& name) {
+    need_input(name);
+    IntLayer l;
+    l.op = op;
+    l.name = name;
+    l.in = l.out = cur;
+    emit(std::move(l));
+  }
+
+  void step(const ExecStep& s) {
+    Module* m = s.module;
+    if (dynamic_cast<Identity*>(m) || dynamic_cast<Dropout*>(m)) return;  // identity at inference
+    QAT_CHECK(!done, "freeze: '", s.name, "' (", m->type_name(),
+              ") runs after the layer with the float output; the integer model ends there");
+    if (auto* c = dynamic_cast<QatConv2d*>(m)) return conv(s.name, *c);
+    if (auto* c = dynamic_cast<QatLinear*>(m)) return linear(s.name, *c);
+    if (auto* p = dynamic_cast<MaxPool2d*>(m)) {
+      QAT_CHECK(!flat, "freeze: max-pool '", s.name, "' after flatten");
+      same_grid(IntOp::max_pool, s.name);
+      model.layers.back().pool = p->params;
+      return;
+    }
+    if (auto* p = dynamic_cast<AdaptiveAvgPool2d*>(m)) {
+      QAT_CHECK(!flat, "freeze: adaptive avg-pool '", s.name, "' after flatten");
+      need_input(s.name);
+      IntLayer l;
+      l.op = IntOp::adaptive_avg_pool;
+      l.name = s.name;
+      l.in = l.out = cur;
+      l.out.zero_frac = 0.f;  // the requantization after it snaps to the integer zero point
+      l.out_h = p->out_h;
+      l.out_w = p->out_w;
+      cur = l.out;
+      emit(std::move(l));
+      return;
+    }
+    if (auto* q = dynamic_cast<SharedFakeQuantizer*>(m)) {
+      need_input(s.name);
+      const QParams sq = q->source()->qparams();
+      QAT_CHECK(sq.scale.data<float>()[0] == cur.scale && sq.zero_point.data<int32_t>()[0] == cur.zero_point &&
+                    cur.zero_frac == 0.f && !model.layers.empty() && model.layers.back().op == IntOp::adaptive_avg_pool,
+                "freeze: '", s.name, "' requantizes onto a grid other than its input's; no integer kernel for that");
+      return;
+    }
+    if (dynamic_cast<Flatten*>(m)) {
+      QAT_CHECK(!flat, "freeze: second flatten '", s.name, "'");
+      same_grid(IntOp::flatten, s.name);
+      flat = true;
+      return;
+    }
+    if (dynamic_cast<ReLU*>(m)) return same_grid(IntOp::relu, s.name);
+    throw Error("freeze: '" + s.name + "' (" + m->type_name() + ") has no integer kernel");
+  }
+};
+
+}  // namespace
+
+std::vector<ExecStep> execution_order(Module& model) {
+  std::vector<ExecStep> out;
+  collect(model, "", out);
+  return out;
+}
+
+IntegerModel freeze(Module& qat_model) {
+  qat_model.eval();
+  NoGradGuard ng;
+  const std::vector<ExecStep> order = execution_order(qat_model);
+  for (const ExecStep& s : order)  // name the float layer, not a symptom further down
+    if (dynamic_cast<Conv2d*>(s.module) || dynamic_cast<Linear*>(s.module) || dynamic_cast<BatchNorm2d*>(s.module))
+      throw Error("freeze: '" + s.name + "' (" + s.module->type_name() +
+                  ") was left in float (its pattern is not in the backend); the integer model needs every layer "
+                  "quantized");
+  Freezer f;
+  for (const ExecStep& s : order) f.step(s);
+  QAT_CHECK(f.done, "freeze: the model does not end in a quantized conv/linear with float output (is it prepared?)");
+  return std::move(f.model);
+}
+
+}  // namespace qat::quant

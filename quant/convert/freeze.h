@@ -1,0 +1,36 @@
+#pragma once
+// freeze(): a prepared QAT model (quant/prepare.h) -> IntegerModel. Uses
+// exactly the qparams the fake-quant model applies in eval mode: each weight
+// quantizer is run once on the folded weight (eval: no observer update) and
+// its integers are read back from the fake-quantized values; activations use
+// the qparams stored in their quantizers. Float arithmetic happens here, once,
+// to derive the integer parameters (REFERENCES §5); none at inference.
+// LSQ+: an offset beta gives the zero point z = -beta / s, kept as an
+// integer part and a fraction: for activations (ActQuant::zero_frac) folded
+// into the biases and the average-pool rounding, for weights
+// (IntLayer::weight_zero_frac) a per-row term of the output stage. Interior
+// outputs match fake quant; outputs of a padded conv next to the border can
+// be up to 2 LSB off (the float model pads with a real 0, which is off a
+// fractional grid).
+#include <string>
+#include <vector>
+
+#include "layers/module.h"
+#include "quant/integer/integer_model.h"
+
+namespace qat::quant {
+
+// A model's leaf modules in the order they run: containers (Sequential, the
+// model zoo's networks) apply their children in registration order.
+struct ExecStep {
+  std::string name;
+  Module* module;
+};
+std::vector<ExecStep> execution_order(Module& model);
+
+// Puts the model in eval mode. Throws naming the module when a layer has no
+// integer form (a conv/linear left in float, grouped conv, per-channel
+// activations, weights wider than int8, ...).
+IntegerModel freeze(Module& qat_model);
+
+}  // namespace qat::quant

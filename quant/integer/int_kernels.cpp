@@ -1,0 +1,248 @@
+#include "quant/integer/int_kernels.h"
+
+#include "quant/integer/simd.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "quant/integer/cpu_features.h"
+
+namespace qat::quant {
+
+namespace {
+
+// n <= 64 bytes in one masked load/store (no call, no overrun).
+__attribute__((target("avx512f,avx512bw"))) inline void copy_upto64(uint8_t* dst, const uint8_t* src, int64_t n) {
+  const __mmask64 m = n >= 64 ? ~0ULL : (1ULL << n) - 1;
+  _mm512_mask_storeu_epi8(dst, m, _mm512_maskz_loadu_epi8(m, src));
+}
+
+}  // namespace
+
+void im2row_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_t* rows) {
+  im2row_u8_range(x, s, pad_value, 0, s.out_h * s.out_w, rows);
+}
+
+void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, int64_t first, int64_t count,
+                     uint8_t* rows) {
+  const int64_t K = s.kh * s.kw * s.c, span = s.kw * s.c;
+  const bool small_span = span <= 64 && cpu_has_avx512bw();
+  for (int64_t p = first; p < first + count; ++p) {
+    {
+      const int64_t oh = p / s.out_w, ow = p % s.out_w;
+      uint8_t* row = rows + (p - first) * K;
+      const int64_t iw0 = ow * s.stride_w - s.pad_w;
+      // With dilation 1 a kernel row is kw adjacent pixels: one copy of kw*C
+      // bytes when it lies inside the image (small C would otherwise mean
+      // thousands of tiny copies per output).
+      const bool row_inside = s.dil_w == 1 && iw0 >= 0 && iw0 + s.kw <= s.w;
+      for (int64_t i = 0; i < s.kh; ++i) {
+        const int64_t ih = oh * s.stride_h - s.pad_h + i * s.dil_h;
+        uint8_t* dst = row + i * span;
+        if (ih < 0 || ih >= s.h) {
+          std::memset(dst, pad_value, static_cast<size_t>(span));
+          continue;
+        }
+        const uint8_t* src = x + ih * s.w * s.c;
+        if (row_inside) {
+          if (small_span) copy_upto64(dst, src + iw0 * s.c, span);
+          else std::memcpy(dst, src + iw0 * s.c, static_cast<size_t>(span));
+          continue;
+        }
+        for (int64_t j = 0; j < s.kw; ++j) {
+          const int64_t iw = iw0 + j * s.dil_w;
+          if (iw < 0 || iw >= s.w) std::memset(dst + j * s.c, pad_value, static_cast<size_t>(s.c));
+          else std::memcpy(dst + j * s.c, src + iw * s.c, static_cast<size_t>(s.c));
+        }
+      }
+    }
+  }
+}
+
+int32_t requantize_value(int32_t acc, int32_t m0, int32_t shift, int32_t residual) {
+  return requantize_value64(acc, m0, shift, residual);
+}
+
+int32_t requantize_value64(int32_t acc, int32_t m0, int32_t shift, int64_t extra) {
+  // floor((acc * m0 + extra) / 2^t + 1/2), t = 31 + shift, from the exact
+  // 64-bit value (|acc * m0| < 2^62): a rounding right shift, ties upwards.
+  const int t = 31 + shift;
+  const int64_t p = static_cast<int64_t>(acc) * m0 + extra;
+  int64_t r;
+  if (t <= 0) r = p * (int64_t{1} << -t);  // cannot occur for valid multipliers (shift >= -31)
+  else if (t >= 63) r = 0;
+  else r = (p + (int64_t{1} << (t - 1))) >> t;
+  return static_cast<int32_t>(
+      std::clamp<int64_t>(r, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
+}
+
+void requantize_row_reference(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out) {
+  for (int64_t c = 0; c < n; ++c) {
+    const int32_t v = p.out_zero + requantize_value(acc[c] + p.bias[c], p.m0[c], p.shift[c], p.residual[c]);
+    out[c] = static_cast<uint8_t>(std::clamp(v, p.lo, p.hi));
+  }
+}
+
+namespace {
+
+// 16 channels at a time: p = acc * m0 + add (64-bit, even and odd lanes apart),
+// then an arithmetic shift by t; add = bias * m0 + residual + 2^(t-1) was
+// folded per channel by make_requant_plan.
+__attribute__((target("avx512f,avx512bw"))) void requantize_rows_shift_avx512(const int32_t* acc, int64_t rows,
+                                                                              const RequantPlan& q, uint8_t* out) {
+  const __m512i zero = _mm512_set1_epi32(q.params.out_zero), lo = _mm512_set1_epi32(q.params.lo),
+                hi = _mm512_set1_epi32(q.params.hi);
+  const int64_t n = q.n;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < n; c += 16) {
+      const __mmask16 m = n - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - c)) - 1);
+      const __m512i x = _mm512_maskz_loadu_epi32(m, acc + r * n + c);
+      __m512i v = _mm512_srav_epi32(_mm512_add_epi32(x, _mm512_loadu_si512(q.add32.data() + c)),
+                                    _mm512_loadu_si512(q.e.data() + c));
+      v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zero), lo), hi);
+      _mm512_mask_cvtepi32_storeu_epi8(out + r * n + c, m, v);
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512bw"))) void requantize_rows_avx512(const int32_t* acc, int64_t rows,
+                                                                        const RequantPlan& q, uint8_t* out) {
+  const __m512i zero = _mm512_set1_epi32(q.params.out_zero), lo = _mm512_set1_epi32(q.params.lo),
+                hi = _mm512_set1_epi32(q.params.hi);
+  const int64_t n = q.n;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* a = acc + r * n;
+    uint8_t* o = out + r * n;
+    for (int64_t c = 0, blk = 0; c < n; c += 16, blk += 8) {
+      const __mmask16 m = n - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - c)) - 1);
+      const __m512i x = _mm512_maskz_loadu_epi32(m, a + c);
+      const __m512i m0 = _mm512_loadu_si512(q.m0.data() + c);
+      const __m512i even = _mm512_srav_epi64(
+          _mm512_add_epi64(_mm512_mul_epi32(x, m0), _mm512_loadu_si512(q.add_even.data() + blk)),
+          _mm512_loadu_si512(q.t_even.data() + blk));
+      const __m512i odd = _mm512_srav_epi64(
+          _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m0, 32)),
+                           _mm512_loadu_si512(q.add_odd.data() + blk)),
+          _mm512_loadu_si512(q.t_odd.data() + blk));
+      __m512i v = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+      v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zero), lo), hi);
+      _mm512_mask_cvtepi32_storeu_epi8(o + c, m, v);
+    }
+  }
+}
+
+}  // namespace
+
+RequantPlan make_requant_plan(const RequantParams& p, int64_t n) {
+  RequantPlan q;
+  q.params = p;
+  q.n = n;
+  // The vector path covers shift in [0, 31] (multipliers below 1); any other
+  // channel sends the layer to the scalar path.
+  q.vector = cpu_has_avx512bw();
+  for (int64_t c = 0; q.vector && c < n; ++c) q.vector = p.shift[c] >= 0 && p.shift[c] <= 31;
+  if (!q.vector) return q;
+  const int64_t padded = (n + 15) / 16 * 16;
+  q.m0.assign(static_cast<size_t>(padded), 0);
+  q.add_even.assign(static_cast<size_t>(padded / 2), 0);
+  q.add_odd.assign(static_cast<size_t>(padded / 2), 0);
+  q.t_even.assign(static_cast<size_t>(padded / 2), 0);
+  q.t_odd.assign(static_cast<size_t>(padded / 2), 0);
+  q.add32.assign(static_cast<size_t>(padded), 0);
+  q.e.assign(static_cast<size_t>(padded), 0);
+  q.pure_shift = true;
+  for (int64_t c = 0; c < n; ++c) {
+    const int t = 31 + p.shift[c];
+    const int64_t add = static_cast<int64_t>(p.bias[c]) * p.m0[c] + p.residual[c] + (int64_t{1} << (t - 1));
+    q.m0[c] = p.m0[c];
+    (c % 2 ? q.add_odd : q.add_even)[c / 2] = add;
+    (c % 2 ? q.t_odd : q.t_even)[c / 2] = t;
+    // floor(add / 2^30), and whether acc + it stays inside int32 for any acc
+    // a layer can produce (|acc| < 2^30: IntLayer::finalize checks K)
+    const int64_t add32 = add >> 30;
+    q.pure_shift = q.pure_shift && p.m0[c] == (1 << 30) && add32 > -(int64_t{1} << 30) && add32 < (int64_t{1} << 30);
+    q.add32[c] = static_cast<int32_t>(add32);
+    q.e[c] = t - 30;
+  }
+  return q;
+}
+
+void requantize_rows(const int32_t* acc, int64_t rows, const RequantPlan& q, uint8_t* out) {
+  if (q.vector && q.pure_shift) return requantize_rows_shift_avx512(acc, rows, q, out);
+  if (q.vector) return requantize_rows_avx512(acc, rows, q, out);
+  for (int64_t r = 0; r < rows; ++r) requantize_row_reference(acc + r * q.n, q.n, q.params, out + r * q.n);
+}
+
+
+namespace {
+// dst = max(dst, src) over n bytes; restrict lets the compiler use vector max.
+void max_into(uint8_t* __restrict dst, const uint8_t* __restrict src, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) dst[c] = std::max(dst[c], src[c]);
+}
+}  // namespace
+
+void max_pool_u8(const uint8_t* x, const PoolShape& s, uint8_t* y) {
+#pragma omp parallel for collapse(2) schedule(static) if (s.n * s.out_h * s.out_w * s.c > (1 << 16))
+  for (int64_t b = 0; b < s.n; ++b) {
+    for (int64_t oh = 0; oh < s.out_h; ++oh) {
+      const uint8_t* img = x + b * s.h * s.w * s.c;
+      for (int64_t ow = 0; ow < s.out_w; ++ow) {
+        uint8_t* dst = y + ((b * s.out_h + oh) * s.out_w + ow) * s.c;
+        std::memset(dst, 0, static_cast<size_t>(s.c));
+        for (int64_t i = 0; i < s.kh; ++i) {
+          const int64_t ih = oh * s.stride_h - s.pad_h + i;
+          if (ih < 0 || ih >= s.h) continue;
+          for (int64_t j = 0; j < s.kw; ++j) {
+            const int64_t iw = ow * s.stride_w - s.pad_w + j;
+            if (iw < 0 || iw >= s.w) continue;
+            max_into(dst, img + (ih * s.w + iw) * s.c, s.c);
+          }
+        }
+      }
+    }
+  }
+}
+
+void adaptive_avg_pool_u8(const uint8_t* x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t out_h, int64_t out_w,
+                          int32_t round_q16, uint8_t* y) {
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t oh = 0; oh < out_h; ++oh) {
+      const int64_t h0 = oh * h / out_h, h1 = ((oh + 1) * h + out_h - 1) / out_h;
+      for (int64_t ow = 0; ow < out_w; ++ow) {
+        const int64_t w0 = ow * w / out_w, w1 = ((ow + 1) * w + out_w - 1) / out_w;
+        const int64_t count = (h1 - h0) * (w1 - w0);
+        uint8_t* dst = y + ((b * out_h + oh) * out_w + ow) * c;
+        for (int64_t ch = 0; ch < c; ++ch) {
+          int64_t sum = 0;
+          for (int64_t i = h0; i < h1; ++i)
+            for (int64_t j = w0; j < w1; ++j) sum += x[((b * h + i) * w + j) * c + ch];
+          const int64_t q = ((sum << 16) + count * round_q16) / (count << 16);  // both >= 0: floor
+          dst[ch] = static_cast<uint8_t>(std::clamp<int64_t>(q, 0, 255));
+        }
+      }
+    }
+  }
+}
+
+void quantize_input(const float* x, int64_t n, int64_t c, int64_t h, int64_t w, float scale, int32_t zero_point,
+                    float frac, int32_t qmin, int32_t qmax, int32_t offset, uint8_t* y) {
+  const float inv = 1.0f / scale;
+  const float z = static_cast<float>(zero_point), lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
+  // One image row at a time: c planes read, one interleaved NHWC row written.
+#pragma omp parallel for collapse(2) schedule(static) if (n * c * h * w > (1 << 16))
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t i = 0; i < h; ++i) {
+      uint8_t* dst = y + (b * h + i) * w * c;
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const float* src = x + ((b * c + ch) * h + i) * w;
+        for (int64_t j = 0; j < w; ++j) {
+          const float q = std::clamp(std::nearbyint(src[j] * inv + frac) + z, lo, hi);
+          dst[j * c + ch] = static_cast<uint8_t>(static_cast<int32_t>(std::isnan(q) ? z : q) + offset);  // NaN: z
+        }
+      }
+    }
+}
+
+}  // namespace qat::quant

@@ -1,0 +1,90 @@
+#pragma once
+// Integer kernels of the frozen model (REFERENCES §5). Activations are NHWC
+// uint8: a signed grid is stored shifted by +128 (q_stored = q + 128, with the
+// zero point shifted alike), so one u8 x s8 GEMM serves both and every
+// difference (q - z) is unchanged. No floating point in any of these kernels
+// except quantize_input (the network's float input) and dequantize_rows (its
+// float logits): the two ends of the integer network.
+#include <cstdint>
+#include <vector>
+
+#include "quant/integer/requant.h"
+
+namespace qat::quant {
+
+// Patches of an NHWC image as rows: row (oh, ow) holds the KH x KW x C window
+// in (kh, kw, c) order, `pad_value` (the input zero point: real 0) outside.
+struct Im2RowShape {
+  int64_t h, w, c, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, out_h, out_w;
+};
+void im2row_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_t* rows);
+// Output positions [first, first + count) only (rows[0] is position `first`).
+void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, int64_t first, int64_t count,
+                     uint8_t* rows);
+
+// Output stage of one row of int32 accumulators (n output channels):
+//   out[c] = clamp(z_out + requant(acc[c] + bias[c], m0[c], shift[c], residual[c]), lo, hi)
+// requant(x) = floor((x * M0 + residual) / 2^(31 + shift) + 1/2) (a rounding
+// right shift, ties upwards, as TFLite's 64-bit requantization), from the
+// exact 64-bit product. residual (|residual| <= M0 / 2) carries
+// the fraction the int32 bias round(b / (s_x s_w)) dropped, so the integer
+// model adds the bias as exactly as the float model does (without it a 4-bit
+// grid's coarse M turned the bias rounding into ~1.5% of outputs one LSB off
+// per layer). The product: the doubling high multiply and the rounding right
+// shift of gemmlowp fused into ONE rounding. (Two roundings, as gemmlowp's
+// SaturatingRoundingDoublingHighMul + RoundingDivideByPOT, are off by one
+// whenever the first lands near a half: with small shifts, i.e. coarse 4-bit
+// output grids, that hit ~6% of the outputs in our tests.) For a power-of-two
+// multiplier (M0 = 2^30) this is a pure rounding shift by shift + 1.
+// The vectorised path equals the scalar one.
+struct RequantParams {
+  const int32_t* bias;
+  const int32_t* m0;
+  const int32_t* shift;
+  const int32_t* residual;
+  int32_t out_zero, lo, hi;  // stored (u8) domain
+};
+// The per-layer constants of the vectorised path, built once: the bias, the
+// residual and the rounding half folded into one 64-bit addend per channel,
+// lanes laid out as the even/odd 64-bit halves of a 16-channel block. When
+// every multiplier is a power of two (M0 = 2^30: power-of-two scales) the
+// plan is a pure shift instead: (acc + floor(addend / 2^30)) >> (shift + 1)
+// in 32 bits, which is the same integer (acc is an integer).
+struct RequantPlan {
+  RequantParams params{};
+  int64_t n = 0;
+  bool vector = false;
+  bool pure_shift = false;  // every M a power of two: y = (acc + add32) >> e, 32-bit
+  std::vector<int32_t> add32, e;
+  std::vector<int32_t> m0;
+  std::vector<int64_t> add_even, add_odd, t_even, t_odd;
+};
+RequantPlan make_requant_plan(const RequantParams& p, int64_t n);  // p's arrays must outlive the plan
+// `rows` consecutive rows of n (acc and out row-major).
+void requantize_rows(const int32_t* acc, int64_t rows, const RequantPlan& plan, uint8_t* out);
+void requantize_row_reference(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out);
+// Scalar requant of one value (the specification): exactly floor(x M + r + 1/2)
+// for M = M0 2^(-31-shift), r = residual 2^(-31-shift), saturated to int32.
+int32_t requantize_value(int32_t acc, int32_t m0, int32_t shift, int32_t residual = 0);
+// The same with a 64-bit addend (|extra| < 2^61): rows whose correction
+// depends on the input (fractional weight zero points).
+int32_t requantize_value64(int32_t acc, int32_t m0, int32_t shift, int64_t extra);
+
+// Max pooling on NHWC u8 (padding never wins, as -inf in float).
+struct PoolShape {
+  int64_t n, h, w, c, kh, kw, stride_h, stride_w, pad_h, pad_w, out_h, out_w;
+};
+void max_pool_u8(const uint8_t* x, const PoolShape& s, uint8_t* y);
+// Adaptive average pooling on NHWC u8 with PyTorch's bins; each output is
+// floor((sum + count * round_q16 / 2^16) / count): round_q16 = 2^15 rounds the
+// mean half up (values are non-negative).
+void adaptive_avg_pool_u8(const uint8_t* x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t out_h, int64_t out_w,
+                          int32_t round_q16, uint8_t* y);
+
+// Float NCHW -> stored u8 NHWC: q = clamp(nearbyint(x * (1/scale) + frac) + z, qmin, qmax) + offset,
+// exactly the fake-quant rounding (PyTorch's) when frac = 0 (LSQ+: frac is the
+// zero point's fraction, x/s + z + frac = (x - beta)/s).
+void quantize_input(const float* x, int64_t n, int64_t c, int64_t h, int64_t w, float scale, int32_t zero_point,
+                    float frac, int32_t qmin, int32_t qmax, int32_t offset, uint8_t* y);
+
+}  // namespace qat::quant

@@ -1,0 +1,112 @@
+#pragma once
+// IntegerModel: the frozen network (what freeze() builds and `qat export`
+// writes). A flat list of integer layers run in order:
+//   quantize_input  float NCHW -> u8 NHWC (the only float input)
+//   conv            u8 NHWC -> u8 NHWC   int8 weights (any 2..8 bits), int32 bias,
+//                                        per-channel fixed-point requantization,
+//                                        ReLU as the lower clamp
+//   linear          u8 (N, K) -> u8 (N, C), or float logits when it is the
+//                                        last layer (dequantize: the only float output)
+//   max_pool / adaptive_avg_pool / relu  u8 -> u8 on the same grid
+//   flatten         u8 NHWC -> u8 (N, C*H*W) in PyTorch's (c, h, w) order
+// Between quantize_input and the final dequantization every tensor is an
+// integer tensor and every kernel integer arithmetic (REFERENCES §5):
+//   acc[c]  = Σ_k (x_k - z_x)(w_ck - z_w[c])        (int32; padding = z_x)
+//   y[c]    = clamp(z_y + requant(acc[c] + bias[c], M0[c], shift[c], residual[c]), lo, hi)
+//   bias[c] = round(b[c] / (s_x s_w[c])),  M[c] = s_x s_w[c] / s_y = M0 2^(-31-shift)
+//   residual[c] = round((b[c] / (s_x s_w[c]) - bias[c]) M0): the bias fraction
+//             in the 64-bit product's units (int_kernels.h)
+// A fractional weight zero point f_w (LSQ+) adds -f_w[c] Σ_k (x_k - z_x) per
+// output, a term that depends on the input row: those layers take a per-row
+// scalar output path (round(f_w M0) times the row sum, in 64 bits).
+// Signed activation grids are stored as u8 shifted by +128 (see int_kernels.h).
+#include <string>
+#include <vector>
+
+#include "core/ops/conv2d.h"
+#include "core/ops/pool.h"
+#include "core/tensor.h"
+#include "quant/integer/int8_gemm.h"
+#include "quant/integer/int8_gemm_packed.h"
+
+namespace qat::quant {
+
+// Quantization of one activation tensor (zero point and range in the grid's
+// own domain: signed grids are negative at the bottom).
+struct ActQuant {
+  float scale = 1.f;
+  int32_t zero_point = 0;
+  // The real zero point is zero_point + zero_frac (|zero_frac| <= 1/2): LSQ+
+  // learns a continuous offset beta, z = -beta / s. Folded into the biases at
+  // freeze (conv/linear) and into the rounding of average pooling; 0 for every
+  // other method.
+  float zero_frac = 0.f;
+  int bits = 8;
+  bool is_signed = false;
+  int32_t qmin() const { return is_signed ? -(1 << (bits - 1)) : 0; }
+  int32_t qmax() const { return is_signed ? (1 << (bits - 1)) - 1 : (1 << bits) - 1; }
+  int32_t offset() const { return is_signed ? 128 : 0; }  // stored = q + offset
+  bool operator==(const ActQuant&) const = default;
+};
+
+enum class IntOp { quantize_input, conv, linear, max_pool, adaptive_avg_pool, flatten, relu };
+const char* int_op_name(IntOp op);
+IntOp int_op_from_name(const std::string& name);  // throws on an unknown name
+
+struct IntLayer {
+  IntOp op = IntOp::relu;
+  std::string name;  // module name in the float/QAT model, e.g. "features.0"
+  ActQuant in, out;  // out unused when dequantize
+  // conv / linear
+  int64_t in_channels = 0, out_channels = 0, kernel_h = 1, kernel_w = 1;
+  Conv2dParams conv;  // groups == 1
+  int weight_bits = 8;
+  Tensor weight;             // i8: conv (Cout, KH, KW, Cin), linear (Cout, Cin)
+  Tensor weight_scale;       // f32 (Cout)
+  Tensor weight_zero_point;  // i32 (Cout)
+  Tensor weight_zero_frac;   // f32 (Cout): fractional part of the weight zero points (LSQ+ offsets), else 0
+  Tensor bias;               // i32 (Cout)
+  Tensor multiplier, shift;  // i32 (Cout); unused when dequantize
+  Tensor bias_residual;      // i32 (Cout); unused when dequantize
+  bool relu = false;         // folded into the lower clamp
+  bool dequantize = false;   // last layer: float logits = (acc + bias) * s_x * s_w[c]
+  // pools
+  Pool2dParams pool{};
+  int64_t out_h = 0, out_w = 0;  // adaptive_avg_pool
+  // adaptive_avg_pool (derived from in.zero_frac): out = floor((sum + count *
+  // round_q16 / 2^16) / count), i.e. round(mean - zero_frac) onto the grid
+  // without the fraction, as the fake-quant model's requantization after it.
+  int32_t round_q16 = 1 << 15;
+
+  // Derived at load/freeze (not stored): Σ_k w[c][k] per channel, and the
+  // weights repacked for the broadcast VNNI kernel (int8_gemm_packed.h) when
+  // the CPU has it and out_channels is a multiple of 64.
+  std::vector<int32_t> weight_row_sums;
+  PackedB packed_weight;
+  void finalize();  // validates shapes and fills the derived fields
+};
+
+class IntegerModel {
+ public:
+  std::vector<IntLayer> layers;
+  GemmKernel kernel = best_gemm_kernel();
+
+  // x: normalised float images (N, 3, H, W) -> float logits (N, classes).
+  Tensor forward(const Tensor& x) const;
+  // Output of every layer (u8 tensors, the last f32 logits), for compare-layers.
+  std::vector<Tensor> forward_trace(const Tensor& x) const;
+  // One layer: integer tensor in, integer tensor out (f32 only at the ends).
+  Tensor run_layer(const IntLayer& l, const Tensor& x) const;
+  int64_t num_classes() const;
+};
+
+// Conv weight layouts: PyTorch's (O, I, KH, KW) and the kernels' (O, KH, KW, I)
+// (patch rows of NHWC images); int8.
+Tensor weight_ohwi_from_oihw(const Tensor& oihw);
+Tensor weight_oihw_from_ohwi(const Tensor& ohwi);
+
+// The grid values (q, not stored) of a u8 activation tensor as NCHW int32,
+// for comparisons with a float model.
+Tensor activation_values_nchw(const Tensor& stored_nhwc, const ActQuant& q);
+
+}  // namespace qat::quant

@@ -1,0 +1,251 @@
+#include "quant/sim/fake_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <vector>
+
+#include "core/ops/common.h"
+
+namespace qat::quant {
+
+namespace {
+
+constexpr float kInfinity = std::numeric_limits<float>::infinity();
+constexpr int64_t kBlock = int64_t{1} << 14;  // elements per parallel work item
+
+// Note [fake-quant arithmetic]: PyTorch computes
+//   qval = static_cast<int64_t>(z + std::nearbyint(x * inv_scale))   (int64 + float -> float)
+//   y    = (fmin(fmax(qval, qmin), qmax) - z) * scale                (in double, stored as float)
+//   mask = qmin <= qval && qval <= qmax
+// Here everything stays in float: nearbyint(x * inv) + z is the same float
+// sum; clamping a float holding an integer equals clamping its int64; (c - z)
+// is an exact small integer, and its product with the float scale is exact in
+// double, so rounding it once to float equals the float32 product.
+template <bool kMask>
+inline void fq_span(const float* __restrict x, float* __restrict y, uint8_t* __restrict m, int64_t n, float s,
+                    float inv, float z, float qmin, float qmax) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float q = std::nearbyint(x[i] * inv) + z;
+    const float c = q < qmin ? qmin : (q > qmax ? qmax : q);  // NaN stays NaN
+    y[i] = (c - z) * s;
+    if constexpr (kMask) m[i] = static_cast<uint8_t>((q >= qmin) & (q <= qmax));
+  }
+}
+
+// Channels innermost: element c uses (s[c], inv[c], z[c]).
+template <bool kMask>
+inline void fq_row(const float* __restrict x, float* __restrict y, uint8_t* __restrict m, int64_t C,
+                   const float* __restrict s, const float* __restrict inv, const float* __restrict z, float qmin,
+                   float qmax) {
+  for (int64_t c = 0; c < C; ++c) {
+    const float q = std::nearbyint(x[c] * inv[c]) + z[c];
+    const float cl = q < qmin ? qmin : (q > qmax ? qmax : q);
+    y[c] = (cl - z[c]) * s[c];
+    if constexpr (kMask) m[c] = static_cast<uint8_t>((q >= qmin) & (q <= qmax));
+  }
+}
+
+struct Layout {
+  int64_t outer = 1, C = 1, inner = 1;
+};
+
+Layout layout_of(const Tensor& x, const QuantSpec& spec) {
+  Layout l;
+  if (!spec.per_channel) {
+    l.inner = x.numel();
+    return l;
+  }
+  for (int64_t d = 0; d < spec.axis; ++d) l.outer *= x.size(d);
+  l.C = x.size(spec.axis);
+  for (int64_t d = spec.axis + 1; d < x.dim(); ++d) l.inner *= x.size(d);
+  return l;
+}
+
+template <bool kMask>
+void fq_forward(const float* px, float* py, uint8_t* pm, const Layout& l, const float* s, const float* inv,
+                const float* z, float qmin, float qmax) {
+  const int64_t n = l.outer * l.C * l.inner;
+  if (l.inner == 1 && l.C > 1) {
+    const int64_t rows_per_item = std::max<int64_t>(1, kBlock / l.C);
+    const int64_t items = (l.outer + rows_per_item - 1) / rows_per_item;
+#pragma omp parallel for if (n > detail::kParallelGrain && items > 1) schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t r1 = std::min(l.outer, (it + 1) * rows_per_item);
+      for (int64_t r = it * rows_per_item; r < r1; ++r) {
+        const int64_t o = r * l.C;
+        fq_row<kMask>(px + o, py + o, kMask ? pm + o : nullptr, l.C, s, inv, z, qmin, qmax);
+      }
+    }
+    return;
+  }
+  const int64_t rows = l.outer * l.C;
+  const int64_t pieces = (l.inner + kBlock - 1) / kBlock;
+  const int64_t items = rows * pieces;
+#pragma omp parallel for if (n > detail::kParallelGrain && items > 1) schedule(static)
+  for (int64_t it = 0; it < items; ++it) {
+    const int64_t r = it / pieces, k = it % pieces;
+    const int64_t c = r % l.C;
+    const int64_t b = k * kBlock, e = std::min(l.inner, b + kBlock);
+    const int64_t o = r * l.inner + b;
+    fq_span<kMask>(px + o, py + o, kMask ? pm + o : nullptr, e - b, s[c], inv[c], z[c], qmin, qmax);
+  }
+}
+
+void check_qparams(const Tensor& x, const Tensor& scale, const Tensor& zero_point, const QuantSpec& spec,
+                   int64_t C) {
+  detail::check_f32(x, "fake_quantize", "input");
+  detail::check_f32(scale, "fake_quantize", "scale");
+  QAT_CHECK(zero_point.defined() && zero_point.dtype() == DType::i32, "fake_quantize: expected zero_point int32, got ",
+            zero_point.defined() ? dtype_name(zero_point.dtype()) : "undefined");
+  if (spec.per_channel) {
+    QAT_CHECK(spec.axis < x.dim(), "fake_quantize: channel axis ", spec.axis, " out of range for input shape ",
+              x.sizes());
+    QAT_CHECK(scale.dim() == 1 && scale.size(0) == C && zero_point.sizes() == scale.sizes(),
+              "fake_quantize: per-channel (axis ", spec.axis, ") input ", x.sizes(), " needs scale and zero_point (",
+              C, "), got ", scale.sizes(), " and ", zero_point.sizes());
+  } else {
+    QAT_CHECK(scale.numel() == 1 && zero_point.numel() == 1 && scale.dim() <= 1 && zero_point.dim() <= 1,
+              "fake_quantize: per-tensor needs scale and zero_point of shape (1), got ", scale.sizes(), " and ",
+              zero_point.sizes());
+  }
+}
+
+// Attaches the STE backward to a fake-quantized output: identity (plain) or
+// the saved in-range mask (clipped).
+Tensor with_ste_backward(Tensor out, const Tensor& x, Tensor mask, SteKind ste) {
+  if (ste == SteKind::plain)
+    return record(out, "fake_quantize", {&x}, [](const Tensor& g, const NeedGrad&) { return TensorList{g}; });
+  // dx = dy * mask (a product, as PyTorch's dY * mask: NaN in dy stays NaN).
+  return record(out, "fake_quantize", {&x}, [mask](const Tensor& g, const NeedGrad&) {
+    QAT_PROFILE("fake_quantize.backward");
+    const uint8_t* __restrict pm_in = mask.data<uint8_t>();
+    if (exclusively_owned(g) && g.sizes() == mask.sizes()) {
+      // Clipping is rare: touch only the clipped elements of the gradient
+      // (reads 1 byte per element instead of writing a new tensor). The
+      // product keeps PyTorch's semantics (NaN or inf times 0 is NaN).
+      float* __restrict pg = g.data<float>();
+      const int64_t n = g.numel();
+#pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
+      for (int64_t i = 0; i < n; ++i)
+        if (pm_in[i] == 0) pg[i] *= 0.f;
+      return TensorList{g};
+    }
+    const Tensor gc = g.contiguous();
+    Tensor dx = Tensor::empty(mask.sizes());
+    const float* __restrict pg = gc.data<float>();
+    const uint8_t* __restrict pm = mask.data<uint8_t>();
+    float* __restrict pd = dx.data<float>();
+    const int64_t n = dx.numel();
+#pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
+    for (int64_t i = 0; i < n; ++i) pd[i] = pg[i] * static_cast<float>(pm[i]);
+    return TensorList{dx};
+  });
+}
+
+}  // namespace
+
+Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point, const QuantSpec& spec,
+                     SteKind ste) {
+  QAT_PROFILE("fake_quantize.forward");
+  const Layout l = x.defined() && (!spec.per_channel || spec.axis < x.dim()) ? layout_of(x, spec) : Layout{};
+  check_qparams(x, scale, zero_point, spec, l.C);
+  const int32_t qmin_i = spec.qmin(), qmax_i = spec.qmax();
+  QAT_CHECK(qmin_i < qmax_i, "fake_quantize: bad range [", qmin_i, ", ", qmax_i, "] from ", spec.describe());
+
+  // Per-channel constants (C is small): scale, 1/scale (float, as PyTorch), zero point as float.
+  const Tensor sc = scale.contiguous(), zc = zero_point.contiguous();
+  const float* ps = sc.data<float>();
+  const int32_t* pz = zc.data<int32_t>();
+  std::vector<float> s(l.C), inv(l.C), z(l.C);
+  for (int64_t c = 0; c < l.C; ++c) {
+    QAT_CHECK(ps[c] > 0.f && std::isfinite(ps[c]), "fake_quantize: scale must be positive and finite, got ", ps[c],
+              " (channel ", c, ")");
+    QAT_CHECK(pz[c] >= qmin_i && pz[c] <= qmax_i, "fake_quantize: zero_point ", pz[c], " (channel ", c,
+              ") outside [", qmin_i, ", ", qmax_i, "]");
+    s[c] = ps[c];
+    inv[c] = 1.0f / ps[c];
+    z[c] = static_cast<float>(pz[c]);
+  }
+  const float qmin = static_cast<float>(qmin_i), qmax = static_cast<float>(qmax_i);
+
+  const Tensor xc = x.contiguous();
+  Tensor out = Tensor::empty(x.sizes());
+  const bool need_mask = ste == SteKind::clipped && any_requires_grad({&x});
+  Tensor mask = need_mask ? Tensor::empty(x.sizes(), DType::u8) : Tensor();
+  if (need_mask)
+    fq_forward<true>(xc.data<float>(), out.data<float>(), mask.data<uint8_t>(), l, s.data(), inv.data(), z.data(),
+                     qmin, qmax);
+  else
+    fq_forward<false>(xc.data<float>(), out.data<float>(), nullptr, l, s.data(), inv.data(), z.data(), qmin, qmax);
+
+  return with_ste_backward(out, x, mask, ste);
+}
+
+namespace {
+
+// Per-channel (axis 0) weights, observer on: one pass over memory. Each
+// channel's row is reduced to its min/max, folded into the observer, turned
+// into qparams and fake-quantized while it is still in cache. Same results as
+// observe() followed by fake_quantize(): channels are independent in both.
+Tensor fused_rows(Observer& obs, const Tensor& x, SteKind ste, QParams* used) {
+  QAT_PROFILE("fake_quantize.fused_rows");
+  const QuantSpec& spec = obs.spec();
+  const int64_t C = x.size(0), L = x.numel() / C;
+  const bool need_mask = ste == SteKind::clipped && any_requires_grad({&x});
+  Tensor out = Tensor::empty(x.sizes());
+  Tensor mask = need_mask ? Tensor::empty(x.sizes(), DType::u8) : Tensor();
+  QParams q{Tensor::empty({C}), Tensor::empty({C}, DType::i32)};
+  const float* px = x.data<float>();
+  float* py = out.data<float>();
+  uint8_t* pm = need_mask ? mask.data<uint8_t>() : nullptr;
+  const float* mn_state = obs.min_val().data<float>();
+  const float* mx_state = obs.max_val().data<float>();
+  const float qmin = static_cast<float>(spec.qmin()), qmax = static_cast<float>(spec.qmax());
+  std::exception_ptr error;
+#pragma omp parallel for schedule(static) if (x.numel() > detail::kParallelGrain)
+  for (int64_t c = 0; c < C; ++c) {
+    const float* row = px + c * L;
+    float lo = kInfinity, hi = -kInfinity;
+    for (int64_t i = 0; i < L; ++i) {  // NaNs fail both comparisons: ignored, as observe()
+      lo = row[i] < lo ? row[i] : lo;
+      hi = row[i] > hi ? row[i] : hi;
+    }
+    obs.observe_channels(c, c + 1, &lo, &hi);
+    float sc;
+    int32_t zp;
+    try {
+      qparams_from_range(spec, mn_state[c], mx_state[c], sc, zp);
+    } catch (...) {
+#pragma omp critical
+      error = std::current_exception();
+      continue;
+    }
+    q.scale.data<float>()[c] = sc;
+    q.zero_point.data<int32_t>()[c] = zp;
+    const float z = static_cast<float>(zp);
+    if (pm) fq_span<true>(row, py + c * L, pm + c * L, L, sc, 1.0f / sc, z, qmin, qmax);
+    else fq_span<false>(row, py + c * L, nullptr, L, sc, 1.0f / sc, z, qmin, qmax);
+  }
+  if (error) std::rethrow_exception(error);
+  obs.bump_state_version();
+  if (used) *used = q;
+  return with_ste_backward(out, x, mask, ste);
+}
+
+}  // namespace
+
+Tensor observe_and_fake_quantize(Observer& obs, const Tensor& x, SteKind ste, QParams* used) {
+  const QuantSpec& spec = obs.spec();
+  if (obs.enabled && spec.per_channel && spec.axis == 0 && x.defined() && x.dtype() == DType::f32 && x.dim() >= 2 &&
+      x.is_contiguous() && x.size(0) == obs.channels() && x.numel() > 0)
+    return fused_rows(obs, x, ste, used);
+  obs.observe(x);
+  QParams q = obs.qparams();
+  Tensor y = fake_quantize(x, q.scale, q.zero_point, obs.spec(), ste);
+  if (used) *used = std::move(q);
+  return y;
+}
+
+}  // namespace qat::quant

@@ -1,0 +1,127 @@
+#include "quant/sim/fake_quantizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/profiler.h"
+#include "quant/sim/lsq.h"
+
+namespace qat::quant {
+
+namespace {
+Tensor flag(bool on) {
+  Tensor t = Tensor::zeros({1}, DType::u8);
+  t.data<uint8_t>()[0] = on ? 1 : 0;
+  return t;
+}
+bool read_flag(const Tensor& t) { return t.data<uint8_t>()[0] != 0; }
+void write_flag(Tensor& t, bool on) {
+  t.data<uint8_t>()[0] = on ? 1 : 0;
+  t.bump_version();
+}
+}  // namespace
+
+FakeQuantizer::FakeQuantizer(const QuantizerConfig& cfg, int64_t channels) : cfg_(cfg) {
+  cfg_.spec.validate("FakeQuantizer");
+  QAT_CHECK(channels >= 1, "FakeQuantizer: channels must be >= 1, got ", channels);
+  QAT_CHECK(cfg_.spec.per_channel || channels == 1, "FakeQuantizer: per-tensor spec with ", channels, " channels");
+  scale_ = register_buffer("scale", Tensor::ones({channels}));
+  zero_point_ = register_buffer("zero_point", Tensor::zeros({channels}, DType::i32));
+  observer_on_ = register_buffer("observer_enabled", flag(true));
+  fake_quant_on_ = register_buffer("fake_quant_enabled", flag(true));
+  initialized_ = register_buffer("initialized", flag(false));
+  if (is_learned()) {
+    step_ = register_parameter("step", Tensor::ones({channels}));
+    if (cfg_.method == QuantMethod::lsq_plus) offset_ = register_parameter("offset", Tensor::zeros({channels}));
+  } else {
+    observer_ = make_observer(cfg_.method == QuantMethod::minmax ? ObserverKind::minmax : ObserverKind::moving_average,
+                              cfg_.spec, channels, cfg_.averaging_constant);
+    for (auto& [name, t] : observer_->state()) register_buffer(name, t);
+  }
+}
+
+std::string FakeQuantizer::describe() const {
+  return cfg_.spec.describe() + ", " + method_name(cfg_.method) + (cfg_.ste == SteKind::plain ? ", plain STE" : "");
+}
+
+void FakeQuantizer::set_observer_enabled(bool on) { write_flag(observer_on_, on); }
+void FakeQuantizer::set_fake_quant_enabled(bool on) { write_flag(fake_quant_on_, on); }
+bool FakeQuantizer::observer_enabled() const { return read_flag(observer_on_); }
+bool FakeQuantizer::fake_quant_enabled() const { return read_flag(fake_quant_on_); }
+
+void FakeQuantizer::store_qparams(const Tensor& scale, const Tensor& zero_point) {
+  NoGradGuard ng;
+  scale_.copy_(scale.view(scale_.sizes()));
+  zero_point_.copy_(zero_point.view(zero_point_.sizes()));
+}
+
+Tensor FakeQuantizer::forward(const Tensor& x) {
+  QAT_PROFILE("fake_quantizer");
+  return is_learned() ? forward_learned(x) : forward_observed(x);
+}
+
+Tensor FakeQuantizer::forward_observed(const Tensor& x) {
+  observer_->enabled = observer_enabled() && is_training();
+  if (!fake_quant_enabled()) {
+    if (observer_->enabled) observer_->observe(x);
+    if (observer_->initialized()) {
+      const QParams q = observer_->qparams();
+      store_qparams(q.scale, q.zero_point);
+    }
+    return x;
+  }
+  // Before anything was observed (an eval pass of a fresh model) the stored
+  // qparams are all there is; otherwise the observer's current ones.
+  if (!observer_->enabled && !observer_->initialized()) return fake_quantize(x, scale_, zero_point_, cfg_.spec, cfg_.ste);
+  QParams used;
+  Tensor y = observe_and_fake_quantize(*observer_, x, cfg_.ste, &used);
+  store_qparams(used.scale, used.zero_point);
+  write_flag(initialized_, true);
+  return y;
+}
+
+Tensor FakeQuantizer::forward_learned(const Tensor& x) {
+  if (!read_flag(initialized_)) {
+    // LSQ/LSQ+ initialisation from the first tensor seen (weights: the
+    // pretrained weights; activations: the first batch).
+    NoGradGuard ng;
+    if (cfg_.method == QuantMethod::lsq) {
+      step_.copy_(lsq_init_steps(x.detach(), cfg_.spec).view(step_.sizes()));
+    } else {
+      const LsqPlusParams p = lsq_plus_init(x.detach(), cfg_.spec);
+      step_.copy_(p.step.view(step_.sizes()));
+      offset_.copy_(p.offset.view(offset_.sizes()));
+    }
+    write_flag(initialized_, true);
+  }
+  // N for the gradient scale: weights per step, or features per example.
+  const int64_t per_step = cfg_.is_weight ? x.numel() / step_.numel() : x.numel() / std::max<int64_t>(1, x.size(0));
+  const float g = lsq_grad_scale(per_step, cfg_.spec);
+  {
+    // Export the qparams this forward applies (freeze uses them).
+    NoGradGuard ng;
+    Tensor s = lsq_step_value(step_, cfg_.spec);
+    Tensor z = Tensor::zeros(zero_point_.sizes(), DType::i32);
+    if (offset_.defined()) {
+      // v̂ = v̄ s + β  <=>  q = v̄ - round(β/s) with x̂ = (q - z) s and z = -round(β / s)
+      // The offset is learned freely: clamp the zero point into the grid.
+      for (int64_t c = 0; c < z.numel(); ++c) {
+        const double zc = -std::nearbyint(static_cast<double>(offset_.data<float>()[c]) / s.data<float>()[c]);
+        z.data<int32_t>()[c] = static_cast<int32_t>(std::clamp<double>(zc, cfg_.spec.qmin(), cfg_.spec.qmax()));
+      }
+    }
+    store_qparams(s, z);
+  }
+  if (!fake_quant_enabled()) return x;
+  if (cfg_.method == QuantMethod::lsq) return lsq_quantize(x, step_, cfg_.spec, g);
+  return lsq_plus_quantize(x, step_, offset_, cfg_.spec, g);
+}
+
+Tensor SharedFakeQuantizer::forward(const Tensor& x) {
+  if (!source_->fake_quant_enabled()) return x;
+  const FakeQuantizer& s = *source_;
+  return fake_quantize(x, s.qparams().scale, s.qparams().zero_point, s.config().spec, s.config().ste);
+}
+
+}  // namespace qat::quant

@@ -1,0 +1,127 @@
+#include "quant/sim/qat_modules.h"
+
+#include <cmath>
+
+#include "core/ops.h"
+#include "core/profiler.h"
+
+namespace qat::quant {
+
+namespace {
+int64_t channels_for(const QuantizerConfig& cfg, int64_t out_channels) {
+  return cfg.spec.per_channel ? out_channels : 1;
+}
+}  // namespace
+
+QatConv2d::QatConv2d(const Conv2d& conv, std::shared_ptr<BatchNorm2d> bn_, bool relu_,
+                     const QuantizerConfig& weight_cfg)
+    : bn(std::move(bn_)), params(conv.params()), relu(relu_) {
+  weight = register_parameter("weight", conv.weight);
+  if (conv.bias.defined()) bias = register_parameter("bias", conv.bias);
+  if (bn) {
+    QAT_CHECK(bn->channels == conv.weight.size(0), "QatConv2d: BatchNorm2d has ", bn->channels,
+              " channels, the conv has ", conv.weight.size(0), " outputs");
+    register_module("bn", bn);
+  }
+  QuantizerConfig w = weight_cfg;
+  w.is_weight = true;
+  weight_fake_quant = register_module("weight_fake_quant",
+                                      std::make_shared<FakeQuantizer>(w, channels_for(w, weight.size(0))));
+}
+
+std::string QatConv2d::type_name() const {
+  return std::string("QatConv") + (bn ? "Bn" : "") + (relu ? "ReLU" : "") + "2d";
+}
+
+std::string QatConv2d::describe() const {
+  return detail::cat(weight.size(1) * params.groups, "->", weight.size(0), ", k=", weight.size(2), ", s=",
+                     params.stride_h, ", p=", params.pad_h);
+}
+
+void QatConv2d::set_input_quantizer(std::shared_ptr<FakeQuantizer> q) {
+  input_fake_quant = register_module("input_fake_quant", std::move(q));
+}
+
+void QatConv2d::set_output_quantizer(std::shared_ptr<FakeQuantizer> q) {
+  activation_post_process = register_module("activation_post_process", std::move(q));
+}
+
+// sf = gamma' / sqrt(running_var + eps), (O). gamma' is gamma nudged away from 0.
+Tensor QatConv2d::fold_scale(bool differentiable) const {
+  const int64_t O = bn->channels;
+  Tensor inv_std = Tensor::empty({O});
+  Tensor nudge = Tensor::zeros({O});
+  const float* rv = bn->running_var.data<float>();
+  const float* g = bn->weight.data<float>();
+  for (int64_t c = 0; c < O; ++c) {
+    inv_std.data<float>()[c] = 1.f / std::sqrt(rv[c] + bn->eps);
+    if (std::abs(g[c]) < 1e-6f) nudge.data<float>()[c] = (g[c] < 0 ? -1e-6f : 1e-6f) - g[c];
+  }
+  Tensor gamma = differentiable ? bn->weight : bn->weight.detach();
+  return mul(add(gamma, nudge), inv_std);
+}
+
+Tensor QatConv2d::forward(const Tensor& x_in) {
+  QAT_PROFILE("qat_conv2d");
+  Tensor x = input_fake_quant ? input_fake_quant->forward(x_in) : x_in;
+  Tensor y;
+  if (!bn) {
+    y = conv2d(x, weight_fake_quant->forward(weight), bias, params);
+  } else {
+    const int64_t O = weight.size(0);
+    Tensor sf = fold_scale(true);
+    Tensor w_fold = scale_channels(weight, sf, 0);
+    y = conv2d(x, weight_fake_quant->forward(w_fold), Tensor(), params);
+    y = scale_channels(y, div(Tensor::ones({O}), sf), 1);
+    if (bias.defined()) y = add(y, reshape(bias, {1, O, 1, 1}));
+    const bool batch_stats = is_training() && !bn_frozen_;
+    y = batch_norm(y, bn->weight, bn->bias, bn->running_mean, bn->running_var, batch_stats, bn->momentum, bn->eps);
+  }
+  if (relu) y = qat::relu(y);
+  return activation_post_process ? activation_post_process->forward(y) : y;
+}
+
+Tensor QatConv2d::folded_weight() const {
+  NoGradGuard ng;
+  if (!bn) return weight.detach().clone();
+  return scale_channels(weight.detach(), fold_scale(false), 0);
+}
+
+// b_fold = beta + (b - mean) * gamma / sqrt(var + eps)
+Tensor QatConv2d::folded_bias() const {
+  NoGradGuard ng;
+  const int64_t O = weight.size(0);
+  Tensor b = bias.defined() ? bias.detach().clone() : Tensor::zeros({O});
+  if (!bn) return b;
+  Tensor sf = fold_scale(false);
+  return add(bn->bias.detach(), mul(sub(b, bn->running_mean), sf));
+}
+
+QatLinear::QatLinear(const Linear& linear, bool relu_, const QuantizerConfig& weight_cfg) : relu(relu_) {
+  weight = register_parameter("weight", linear.weight);
+  if (linear.bias.defined()) bias = register_parameter("bias", linear.bias);
+  QuantizerConfig w = weight_cfg;
+  w.is_weight = true;
+  weight_fake_quant = register_module("weight_fake_quant",
+                                      std::make_shared<FakeQuantizer>(w, channels_for(w, weight.size(0))));
+}
+
+std::string QatLinear::describe() const { return detail::cat(weight.size(1), "->", weight.size(0)); }
+
+void QatLinear::set_input_quantizer(std::shared_ptr<FakeQuantizer> q) {
+  input_fake_quant = register_module("input_fake_quant", std::move(q));
+}
+
+void QatLinear::set_output_quantizer(std::shared_ptr<FakeQuantizer> q) {
+  activation_post_process = register_module("activation_post_process", std::move(q));
+}
+
+Tensor QatLinear::forward(const Tensor& x_in) {
+  QAT_PROFILE("qat_linear");
+  Tensor x = input_fake_quant ? input_fake_quant->forward(x_in) : x_in;
+  Tensor y = linear(x, weight_fake_quant->forward(weight), bias);
+  if (relu) y = qat::relu(y);
+  return activation_post_process ? activation_post_process->forward(y) : y;
+}
+
+}  // namespace qat::quant

@@ -1,0 +1,67 @@
+#pragma once
+// QAT modules: what prepare() swaps in for conv / conv+bn / linear patterns.
+// Each holds the float weights (trained as usual), a weight FakeQuantizer,
+// optionally an input quantizer (the network's first quantized layer) and an
+// output quantizer (activation_post_process) unless its output stays float
+// (the last layer: logits are dequantized).
+//
+// Note [BN folding in QAT] (REFERENCES §4, as PyTorch's ConvBn2d):
+//   sf = gamma / sqrt(running_var + eps)          (per output channel)
+//   y  = conv(x, FQ(w * sf)) / sf (+ conv bias)   the weight quantizer sees the
+//                                                 folded weight the integer kernel will use
+//   y  = batch_norm(y)  with batch statistics while training (running stats
+//        update as usual), with the running statistics once BN is frozen
+//        (freeze_bn_stats) or in eval — then it equals conv(x, FQ(w_fold)) + b_fold.
+//   A channel with gamma ~ 0 would divide by zero; gamma is nudged to
+//   +-1e-6 for the folding only (its gradient passes unchanged).
+#include <memory>
+
+#include "layers/layers.h"
+#include "quant/sim/fake_quantizer.h"
+
+namespace qat::quant {
+
+class QatConv2d : public Module {
+ public:
+  // bn may be null; relu fuses a ReLU after (conv or BN).
+  QatConv2d(const Conv2d& conv, std::shared_ptr<BatchNorm2d> bn, bool relu, const QuantizerConfig& weight_cfg);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override;
+  std::string describe() const override;
+
+  void set_input_quantizer(std::shared_ptr<FakeQuantizer> q);
+  void set_output_quantizer(std::shared_ptr<FakeQuantizer> q);
+  // Use the running statistics from now on (no more BN updates).
+  void freeze_bn_stats() { bn_frozen_ = true; }
+  bool bn_frozen() const { return bn_frozen_; }
+
+  // Folded float weight and bias as the integer model will see them.
+  Tensor folded_weight() const;
+  Tensor folded_bias() const;
+
+  Tensor weight, bias;
+  std::shared_ptr<BatchNorm2d> bn;
+  std::shared_ptr<FakeQuantizer> weight_fake_quant, input_fake_quant, activation_post_process;
+  Conv2dParams params;
+  bool relu;
+
+ private:
+  Tensor fold_scale(bool differentiable) const;
+  bool bn_frozen_ = false;
+};
+
+class QatLinear : public Module {
+ public:
+  QatLinear(const Linear& linear, bool relu, const QuantizerConfig& weight_cfg);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return relu ? "QatLinearReLU" : "QatLinear"; }
+  std::string describe() const override;
+  void set_input_quantizer(std::shared_ptr<FakeQuantizer> q);
+  void set_output_quantizer(std::shared_ptr<FakeQuantizer> q);
+
+  Tensor weight, bias;
+  std::shared_ptr<FakeQuantizer> weight_fake_quant, input_fake_quant, activation_post_process;
+  bool relu;
+};
+
+}  // namespace qat::quant

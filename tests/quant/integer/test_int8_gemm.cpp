@@ -1,0 +1,155 @@
+// The fast integer GEMM kernels equal the scalar reference bit for bit, and
+// the reference equals a plain 64-bit dot product computed here.
+#include "tests/test_util.h"
+
+#include "quant/integer/int8_gemm.h"
+#include "quant/integer/int8_gemm_packed.h"
+
+using namespace qat;
+using namespace qat::quant;
+
+namespace {
+
+// Every kernel this CPU runs, the reference included.
+std::vector<GemmKernel> kernels_here() {
+  std::vector<GemmKernel> kernels = {GemmKernel::reference};
+  const GemmKernel best = best_gemm_kernel();
+  if (best == GemmKernel::avx512_vnni) kernels.insert(kernels.end(), {GemmKernel::avx2, GemmKernel::avx512_vnni});
+  else if (best == GemmKernel::avx2) kernels.push_back(GemmKernel::avx2);
+  else WARN("no AVX2 on this CPU: only the reference kernel runs");
+  return kernels;
+}
+
+enum class Fill { random, max_positive, max_negative };
+
+// Runs every kernel on one shape with leading dimensions lda/ldb/ldc (>= K,
+// K, N); the padding of A and B holds values that would change the result if
+// read, and the padding of C must come back untouched.
+void check_shape(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, Generator& g,
+                 Fill fill = Fill::random) {
+  std::vector<uint8_t> A(static_cast<size_t>(std::max<int64_t>(M * lda, 1)), 255);
+  std::vector<int8_t> B(static_cast<size_t>(std::max<int64_t>(N * ldb, 1)), 127);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      uint8_t& v = A[m * lda + k];
+      // include the extreme 255 (where int16 pair sums would saturate)
+      v = fill != Fill::random ? 255 : g.bernoulli(0.2f) ? 255 : static_cast<uint8_t>(g.below(256));
+    }
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      int8_t& v = B[n * ldb + k];
+      if (fill == Fill::max_positive) v = 127;
+      else if (fill == Fill::max_negative) v = -128;
+      else if (g.bernoulli(0.1f)) v = -128;
+      else if (g.bernoulli(0.1f)) v = 127;
+      else v = static_cast<int8_t>(static_cast<int>(g.below(256)) - 128);
+    }
+  std::vector<int32_t> expect(static_cast<size_t>(M * N));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      int64_t s = 0;
+      for (int64_t k = 0; k < K; ++k) s += int64_t{A[m * lda + k]} * int64_t{B[n * ldb + k]};
+      expect[m * N + n] = static_cast<int32_t>(s);
+    }
+  const int32_t canary = 0x5a5a5a5a;
+  std::vector<int32_t> C(static_cast<size_t>(std::max<int64_t>(M * ldc, 1)));
+  for (GemmKernel kern : kernels_here()) {
+    INFO(gemm_kernel_name(kern) << " M=" << M << " N=" << N << " K=" << K << " lda=" << lda << " ldb=" << ldb
+                                << " ldc=" << ldc);
+    std::fill(C.begin(), C.end(), canary);
+    gemm_u8s8s32(kern, M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc);
+    bool same = true, padding_kept = true;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < ldc; ++n) {
+        if (n < N) same = same && C[m * ldc + n] == expect[m * N + n];
+        else padding_kept = padding_kept && C[m * ldc + n] == canary;
+      }
+    REQUIRE(same);
+    REQUIRE(padding_kept);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("int8 GEMM kernels equal the reference on edge shapes", "[quant][int8gemm]") {
+  Generator g(3);
+  // K around the 16- and 64-byte steps (full steps, tails, K < one step)
+  const int64_t Ks[] = {1, 3, 4, 15, 16, 17, 31, 33, 63, 64, 65, 127, 128, 129, 200, 363};
+  // M, N around the register blocks (4 x 4, 3 x 4) and the one-row kernels
+  // (16 and 8 columns a call): single rows and columns, partial blocks on
+  // either side
+  const int64_t MNs[][2] = {{1, 1},  {1, 7},  {5, 1},  {3, 13}, {17, 9}, {1, 33}, {2, 17},
+                            {4, 4},  {6, 20}, {7, 5},  {8, 16}, {13, 37}};
+  for (int64_t K : Ks)
+    for (auto& mn : MNs) check_shape(mn[0], mn[1], K, K, K, mn[1], g);
+}
+
+TEST_CASE("int8 GEMM kernels equal the reference at the extremes of the ranges", "[quant][int8gemm]") {
+  Generator g(5);
+  // all 255 times all -128 or all 127: every int16 pair sum would saturate
+  for (Fill fill : {Fill::max_negative, Fill::max_positive})
+    for (int64_t K : {1, 2, 63, 64, 65, 363, 1600})
+      for (auto mn : {std::pair<int64_t, int64_t>{1, 1}, {1, 19}, {5, 6}, {9, 13}})
+        check_shape(mn.first, mn.second, K, K, K, mn.second, g, fill);
+}
+
+TEST_CASE("int8 GEMM kernels honour lda, ldb and ldc", "[quant][int8gemm]") {
+  Generator g(7);
+  for (int64_t K : {1, 3, 64, 65, 127})
+    for (auto mn : {std::pair<int64_t, int64_t>{1, 1}, {1, 18}, {5, 7}, {11, 9}}) {
+      check_shape(mn.first, mn.second, K, K + 5, K + 64, mn.second + 3, g);
+      check_shape(mn.first, mn.second, K, K + 64, K + 1, mn.second + 16, g);
+    }
+  // empty products: C is all zeros; no rows or columns: nothing is written
+  check_shape(3, 5, 0, 0, 0, 5, g);
+  check_shape(3, 5, 0, 4, 4, 8, g);
+  check_shape(0, 5, 7, 7, 7, 5, g);
+  check_shape(3, 0, 7, 7, 7, 2, g);
+}
+
+TEST_CASE("int8 GEMM kernels equal the reference on threaded and K-blocked shapes", "[quant][int8gemm]") {
+  Generator g(11);
+  for (int threads : {1, 2, 3}) {
+    testing::ThreadsGuard guard(threads);
+    INFO("threads=" << threads);
+    check_shape(67, 45, 363, 363, 363, 45, g);      // tiles over M, edges on both sides
+    check_shape(130, 70, 130, 131, 130, 72, g);     // partial tiles of rows
+    check_shape(1, 300, 4000, 4000, 4000, 300, g);  // one row: split over N
+    check_shape(2, 257, 2100, 2100, 2101, 257, g);  // two rows, one-row kernel
+    check_shape(9, 30, 5000, 5000, 5000, 30, g);    // K over 4096: K blocks accumulate
+    check_shape(5, 21, 8300, 8301, 8300, 21, g);    // three K blocks, tail in the last
+  }
+  // the reference itself against a hand-computed value: 255*(-128) + 1*127
+  const uint8_t a[] = {255, 1};
+  const int8_t b[] = {-128, 127};
+  int32_t c = 0;
+  gemm_u8s8s32(GemmKernel::reference, 1, 1, 2, a, 2, b, 2, &c, 1);
+  REQUIRE(c == 255 * -128 + 127);
+}
+
+TEST_CASE("the packed VNNI GEMM equals the reference", "[quant][int8gemm]") {
+  if (!qat::quant::can_use_packed_vnni(64)) {
+    WARN("no AVX-512 VNNI: packed GEMM not tested");
+    return;
+  }
+  std::mt19937 rng(17);
+  for (int64_t K : {1, 3, 4, 5, 63, 64, 65, 363, 1600}) {
+    for (int64_t M : {1, 5, 6, 7, 13, 100}) {
+      for (int64_t N : {64, 192}) {
+        const int64_t lda = K + (M % 2 ? 3 : 0), ldc = N + (K % 2 ? 5 : 0);
+        std::vector<uint8_t> A(M * lda);
+        std::vector<int8_t> B(N * K);
+        for (auto& v : A) v = static_cast<uint8_t>(rng());
+        for (auto& v : B) v = static_cast<int8_t>(rng());
+        if (K == 64) std::fill(A.begin(), A.end(), 255), std::fill(B.begin(), B.end(), -128);  // extremes
+        std::vector<int32_t> want(M * ldc, 7), got(M * ldc, 7);
+        qat::quant::gemm_u8s8s32(qat::quant::GemmKernel::reference, M, N, K, A.data(), lda, B.data(), K, want.data(),
+                                 ldc);
+        const auto packed = qat::quant::pack_b_vnni(B.data(), N, K, K);
+        qat::quant::gemm_u8s8s32_packed(M, A.data(), lda, packed, got.data(), ldc);
+        INFO("M=" << M << " N=" << N << " K=" << K);
+        REQUIRE(got == want);  // padding columns of C untouched too
+      }
+    }
+  }
+}

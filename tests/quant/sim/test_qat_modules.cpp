@@ -1,0 +1,170 @@
+// FakeQuantizer / QAT module behaviour: frozen qparams, checkpoint state,
+// BN folding equivalence and robustness.
+#include <cmath>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "tests/test_util.h"
+
+#include "models/checkpoint.h"
+#include "models/models.h"
+#include "quant/sim/prepare.h"
+#include "quant/sim/qat_modules.h"
+
+using namespace qat;
+using namespace qat::quant;
+
+namespace {
+
+Backend default_backend() {
+  Backend b;
+  b.name = "default";
+  b.patterns = {Pattern::conv, Pattern::conv_relu, Pattern::conv_bn, Pattern::conv_bn_relu, Pattern::linear,
+                Pattern::linear_relu};
+  b.activation.is_signed = false;
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("with observers off, the stored qparams are exactly those the last forward used", "[quant][qat]") {
+  QuantizerConfig cfg;
+  cfg.spec.is_signed = false;
+  cfg.spec.symmetric = false;
+  FakeQuantizer fq(cfg, 1);
+  fq.train();
+  Generator g(2);
+  fq.forward(Tensor::randn({4, 8}, g));
+  const float s1 = fq.qparams().scale.item();
+  fq.set_observer_enabled(false);
+  Tensor x = mul(Tensor::randn({4, 8}, g), 10.f);  // a much wider range: must not move the qparams
+  Tensor y = fq.forward(x);
+  REQUIRE(fq.qparams().scale.item() == s1);
+  // and the output is exactly fake_quantize with those stored qparams
+  Tensor ref = fake_quantize(x, fq.qparams().scale, fq.qparams().zero_point, cfg.spec);
+  REQUIRE(y.to_vector() == ref.to_vector());
+}
+
+TEST_CASE("quantizer state (per-channel buffers, flags) round-trips through a checkpoint", "[quant][qat]") {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("qat_test_qstate_" + std::to_string(::getpid()) + ".safetensors")).string();
+  ModulePtr a = make_model("small_cnn", 4, 0);
+  prepare(*a, default_backend(), QConfig{});
+  Generator g(3);
+  a->train();
+  a->forward(Tensor::randn({4, 3, 8, 8}, g));
+  disable_observers(*a);
+  save_checkpoint(path, *a, nullptr);
+
+  ModulePtr b = make_model("small_cnn", 4, 9);
+  prepare(*b, default_backend(), QConfig{});
+  load_checkpoint(path, *b, nullptr);
+  auto qa = fake_quantizers(*a), qb = fake_quantizers(*b);
+  REQUIRE(qa.size() == qb.size());
+  for (size_t i = 0; i < qa.size(); ++i) {
+    REQUIRE(qb[i]->qparams().scale.sizes() == qa[i]->qparams().scale.sizes());
+    REQUIRE(qb[i]->qparams().scale.to_vector() == qa[i]->qparams().scale.to_vector());
+    REQUIRE_FALSE(qb[i]->observer_enabled());
+  }
+  // Same outputs in eval.
+  a->eval();
+  b->eval();
+  NoGradGuard ng;
+  Tensor x = Tensor::randn({2, 3, 8, 8}, g);
+  REQUIRE(a->forward(x).to_vector() == b->forward(x).to_vector());
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("QAT Conv+BN in eval equals conv with the folded, quantized weight plus folded bias", "[quant][qat]") {
+  Generator g(5);
+  Conv2d conv({3, 4, 3, 1, 1, 1, 1, false}, g);
+  auto bn = std::make_shared<BatchNorm2d>(4);
+  {
+    NoGradGuard ng;
+    bn->running_mean.copy_(Tensor::randn({4}, g));
+    bn->running_var.copy_(add(mul(Tensor::uniform({4}, g, 0.f, 1.f), 2.f), 0.1f));
+    bn->weight.copy_(Tensor::randn({4}, g));
+    bn->bias.copy_(Tensor::randn({4}, g));
+  }
+  QuantizerConfig wcfg;
+  QatConv2d q(conv, bn, false, wcfg);
+  q.train();
+  Tensor x = Tensor::randn({2, 3, 6, 6}, g);
+  q.forward(x);  // observe the folded weight once
+  q.eval();
+  NoGradGuard ng;
+  Tensor y = q.forward(x);
+  const QParams wq = q.weight_fake_quant->qparams();
+  Tensor w_q = fake_quantize(q.folded_weight(), wq.scale, wq.zero_point, q.weight_fake_quant->config().spec);
+  Tensor ref = conv2d(x, w_q, q.folded_bias(), q.params);
+  qat::testing::require_close(y, ref, 1e-5, 1e-4, "eval ConvBn vs folded conv");
+}
+
+TEST_CASE("a BN channel with zero gamma or zero variance gives no NaN", "[quant][qat]") {
+  Generator g(6);
+  Conv2d conv({2, 3, 3, 1, 1, 1, 1, false}, g);
+  auto bn = std::make_shared<BatchNorm2d>(3);
+  {
+    NoGradGuard ng;
+    bn->weight.copy_(Tensor::from_vector({0.f, 1.f, -0.f}, {3}));
+    bn->running_var.copy_(Tensor::from_vector({0.f, 1e-30f, 1.f}, {3}));
+  }
+  QatConv2d q(conv, bn, true, QuantizerConfig{});
+  q.train();
+  Tensor x = Tensor::randn({2, 2, 5, 5}, g).set_requires_grad(true);
+  Tensor loss = sum(q.forward(x));
+  loss.backward();
+  for (float v : x.grad().to_vector()) REQUIRE(std::isfinite(v));
+  for (float v : q.weight.grad().to_vector()) REQUIRE(std::isfinite(v));
+  q.eval();
+  NoGradGuard ng;
+  for (float v : q.forward(x).to_vector()) REQUIRE(std::isfinite(v));
+}
+
+TEST_CASE("fake_quantize backward gives the same gradient in place as into a new tensor", "[quant][qat]") {
+  QuantSpec spec;
+  spec.bits = 4;
+  Generator g(8);
+  Tensor x = mul(Tensor::randn({6, 50}, g), 3.f).set_requires_grad(true);
+  Tensor scale = Tensor::from_vector({0.25f}, {1});
+  Tensor zp = Tensor::zeros({1}, DType::i32);
+  Tensor r = Tensor::randn({6, 50}, g);
+  // 1. upstream gradient held by the caller: a new tensor is written
+  fake_quantize(x, scale, zp, spec).backward(r);
+  const std::vector<float> expected = x.grad().to_vector();
+  x.zero_grad();
+  // 2. upstream gradient fresh from mul's backward: updated in place
+  sum(mul(fake_quantize(x, scale, zp, spec), r)).backward();
+  REQUIRE(x.grad().to_vector() == expected);
+  int clipped = 0;
+  for (float v : expected) clipped += v == 0.f;
+  REQUIRE(clipped > 0);  // the case exercises the clipping
+}
+
+TEST_CASE("fused per-channel observe-and-quantize equals observe then fake_quantize", "[quant][qat]") {
+  QuantSpec spec;
+  spec.per_channel = true;
+  spec.axis = 0;
+  spec.bits = 4;
+  MovingAverageMinMaxObserver fused(spec, 8, 0.1f), ref(spec, 8, 0.1f);
+  Generator g(9);
+  for (int step = 0; step < 3; ++step) {
+    Tensor w = Tensor::randn({8, 3, 5, 5}, g).set_requires_grad(true);
+    QParams used;
+    Tensor y = observe_and_fake_quantize(fused, w, SteKind::clipped, &used);
+    ref.observe(w);
+    const QParams q = ref.qparams();
+    Tensor y_ref = fake_quantize(w, q.scale, q.zero_point, spec);
+    REQUIRE(fused.min_val().to_vector() == ref.min_val().to_vector());
+    REQUIRE(fused.max_val().to_vector() == ref.max_val().to_vector());
+    REQUIRE(used.scale.to_vector() == q.scale.to_vector());
+    REQUIRE(y.to_vector() == y_ref.to_vector());
+    Tensor r = Tensor::randn(w.sizes(), g);
+    y.backward(r);
+    const std::vector<float> g1 = w.grad().to_vector();
+    w.zero_grad();
+    y_ref.backward(r);
+    REQUIRE(w.grad().to_vector() == g1);
+  }
+}
