@@ -3,7 +3,9 @@
 // BackendConfig idea): which op patterns get quantized, and the dtypes and
 // ranges the target allows. apps/ reads it from configs/backends/*.yaml;
 // prepare() follows it. A pattern the backend does not list stays float.
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -40,6 +42,10 @@ struct LayerBits {
   int weight_bits = 0, activation_bits = 0;  // 0: keep the global setting
 };
 
+class Observer;  // quant/observe/observer.h
+// Makes one observer for a spec and a channel count.
+using ObserverFactory = std::function<std::unique_ptr<Observer>(const QuantSpec& spec, int64_t channels)>;
+
 struct QConfig {
   QuantMethod method = QuantMethod::moving_average;
   SteKind ste = SteKind::clipped;
@@ -48,6 +54,10 @@ struct QConfig {
   std::optional<bool> weight_symmetric, weight_per_channel, activation_symmetric;
   std::optional<ScaleFormula> formula;
   std::map<std::string, LayerBits> overrides;  // by module name, e.g. "features.0"
+  // When set, every observed quantizer (methods minmax / moving_average, and
+  // the input quantizer of LSQ models) uses this observer instead of the
+  // method's own: how a new Observer subclass plugs in.
+  ObserverFactory observer;
 };
 
 // The specs a layer gets; throws naming `layer` on a violated constraint.

@@ -1,22 +1,18 @@
 #pragma once
-// Observers: running statistics of a tensor from which qparams() derives the
-// scale and zero point by the QuantSpec (REFERENCES.md §1). Small classes, not
-// Modules: a QAT module owns one and registers its state() tensors as buffers,
-// so checkpoints carry them (and load_state_dict writes into them in place:
-// the handles never change).
+// Observer: estimates the range of the values one tensor takes, from which
+// qparams() derives scale and zero point by the QuantSpec (REFERENCES.md §1).
+// The base of every range estimator: the QAT observers (minmax.h) and the
+// post-training calibrators. Not a Module: the owner (a FakeQuantizer, a
+// calibration pass) registers state() as its buffers, so checkpoints carry it
+// and load_state_dict writes into those tensors in place (the handles never
+// change).
 //
-//   MinMaxObserver:               min = min(min, min(x)), max likewise (PyTorch's
-//                                 MinMaxObserver / PerChannelMinMaxObserver).
-//   MovingAverageMinMaxObserver:  the first observation sets min/max; later ones
-//                                 m <- m + c (m_batch - m), float32, c = 0.01 by
-//                                 default (PyTorch's MovingAverage[PerChannel]MinMaxObserver).
-// State: min_val, max_val, f32, shape (1) per-tensor or (C) per-channel (C fixed
-// at construction so a checkpoint reloads with the right shapes); +inf / -inf
-// until something is observed. Per-channel reduces over every dim except
-// spec.axis. One pass over x, vectorised, OpenMP over chunks; no temporaries
-// the size of x. NaNs in x are ignored by the reduction (PyTorch propagates
-// them); an observation with no finite-or-inf value leaves a channel as it was.
-// observe() does nothing while `enabled` is false (frozen qparams) or x is empty.
+// Writing one: derive, implement update() (fold one tensor into the
+// statistics), range() (the current per-channel [min, max]), reset() and
+// describe(); return the statistics from state() if a checkpoint must carry
+// them; override qparams() when the scale is not the range's (a calibrator
+// choosing a threshold). Hand it to prepare() through QConfig::observer
+// (quant/backend.h): every observed quantizer of the model then uses it.
 #include <memory>
 #include <string>
 #include <utility>
@@ -30,7 +26,12 @@ namespace qat::quant {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;  // same as qat::NamedTensors (layers/module.h)
 
-enum class ObserverKind { minmax, moving_average };
+// Per-channel range: f32, shape (C); +inf / -inf where nothing was seen.
+struct Range {
+  Tensor min_val, max_val;
+};
+
+class ChannelMinMaxFold;
 
 class Observer {
  public:
@@ -40,72 +41,50 @@ class Observer {
   Observer(const Observer&) = delete;
   Observer& operator=(const Observer&) = delete;
 
-  // x: f32, any shape; per-channel: x.size(spec.axis) == channels(). Not differentiable.
+  // x: f32, any shape; per-channel: x.size(spec.axis) == channels(). Not
+  // differentiable. Does nothing while `enabled` is false (frozen qparams) or
+  // x is empty; otherwise checks x and hands it to update().
   void observe(const Tensor& x);
-  QParams qparams() const { return compute_qparams(spec_, min_val_, max_val_); }
-  void reset();  // back to +inf / -inf, in place
-  // Folds the min/max of channels [c0, c1) of one observation into the state
-  // (for fused observe-and-quantize kernels that reduce channel by channel;
-  // channels are independent). The caller bumps the state's version once
-  // after the whole tensor (bump_state_version). No-op while !enabled.
-  void observe_channels(int64_t c0, int64_t c1, const float* cur_min, const float* cur_max) {
-    if (enabled) update(c0, c1, cur_min, cur_max);
-  }
-  void bump_state_version() {
-    min_val_.bump_version();
-    max_val_.bump_version();
-  }
-  // {"min_val", ...}, {"max_val", ...}: the live state tensors (register as buffers).
-  NamedTensors state() const { return {{"min_val", min_val_}, {"max_val", max_val_}}; }
-  const Tensor& min_val() const { return min_val_; }
-  const Tensor& max_val() const { return max_val_; }
-  const QuantSpec& spec() const { return spec_; }
-  int64_t channels() const { return min_val_.numel(); }
-  bool initialized() const;  // something has been observed since construction/reset
-  virtual ObserverKind kind() const = 0;
+  virtual Range range() const = 0;
+  // From range() by compute_qparams (qparams.h).
+  virtual QParams qparams() const;
+  virtual void reset() = 0;
+  // The tensors a checkpoint must carry, by name (registered as buffers).
+  virtual NamedTensors state() const { return {}; }
   virtual std::string describe() const = 0;
+  // Something was observed since construction / reset (channel 0's range is set).
+  virtual bool initialized() const;
+  // Observers whose state is a per-channel fold of each observation's min/max
+  // return it (fused kernels then observe while they quantize); nullptr: none.
+  virtual ChannelMinMaxFold* channel_fold() { return nullptr; }
+
+  const QuantSpec& spec() const { return spec_; }
+  int64_t channels() const { return channels_; }
 
   bool enabled = true;  // false: observe() is a no-op (frozen qparams)
 
  protected:
-  // Folds one batch's per-channel min/max (cur_min[c] <= cur_max[c]) into the state.
-  // Channels [c0, c1); cur_min/cur_max are indexed by c - c0.
-  virtual void update(int64_t c0, int64_t c1, const float* cur_min, const float* cur_max) = 0;
+  // x: checked, non-empty.
+  virtual void update(const Tensor& x) = 0;
   QuantSpec spec_;
-  Tensor min_val_, max_val_;
+  int64_t channels_;
 };
 
-class MinMaxObserver final : public Observer {
+// The fast path of observers whose state is one [min, max] per channel that
+// each observation updates from its own per-channel min/max, channel by
+// channel (MinMax, MovingAverage). A fused kernel (sim/fake_quant.h) reduces
+// one channel of a tensor, folds it and quantizes it while it is in cache;
+// the result equals observe() followed by qparams().
+class ChannelMinMaxFold {
  public:
-  explicit MinMaxObserver(const QuantSpec& spec, int64_t channels = 1) : Observer(spec, channels) {}
-  ObserverKind kind() const override { return ObserverKind::minmax; }
-  std::string describe() const override;
-
- protected:
-  void update(int64_t c0, int64_t c1, const float* cur_min, const float* cur_max) override;
+  virtual ~ChannelMinMaxFold() = default;
+  // Folds one observation's [cur_min, cur_max] of channel c (+inf / -inf when
+  // the channel held only NaNs). Distinct channels may be folded concurrently.
+  virtual void fold_channel(int64_t c, float cur_min, float cur_max) = 0;
+  // The state's range of channel c after the fold.
+  virtual void channel_range(int64_t c, float& lo, float& hi) const = 0;
+  // Once after the last channel of an observation.
+  virtual void end_fold() = 0;
 };
-
-class MovingAverageMinMaxObserver final : public Observer {
- public:
-  explicit MovingAverageMinMaxObserver(const QuantSpec& spec, int64_t channels = 1,
-                                       float averaging_constant = 0.01f);
-  ObserverKind kind() const override { return ObserverKind::moving_average; }
-  std::string describe() const override;
-  float averaging_constant() const { return c_; }
-
- protected:
-  void update(int64_t c0, int64_t c1, const float* cur_min, const float* cur_max) override;
-
- private:
-  float c_;
-};
-
-std::unique_ptr<Observer> make_observer(ObserverKind kind, const QuantSpec& spec, int64_t channels = 1,
-                                        float averaging_constant = 0.01f);
-
-// Per-channel min/max of x over every dim except `axis` (per_channel false:
-// over everything, C = 1), written to cur_min/cur_max (C floats each, +inf /
-// -inf where a channel held only NaNs). Exposed for calibration code and tests.
-void reduce_minmax(const Tensor& x, bool per_channel, int64_t axis, float* cur_min, float* cur_max);
 
 }  // namespace qat::quant

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "core/ops/common.h"
+#include "quant/observe/channel_layout.h"
+#include "quant/sim/math.h"
 
 namespace qat::quant {
 
@@ -15,22 +17,14 @@ namespace {
 constexpr float kInfinity = std::numeric_limits<float>::infinity();
 constexpr int64_t kBlock = int64_t{1} << 14;  // elements per parallel work item
 
-// Note [fake-quant arithmetic]: PyTorch computes
-//   qval = static_cast<int64_t>(z + std::nearbyint(x * inv_scale))   (int64 + float -> float)
-//   y    = (fmin(fmax(qval, qmin), qmax) - z) * scale                (in double, stored as float)
-//   mask = qmin <= qval && qval <= qmax
-// Here everything stays in float: nearbyint(x * inv) + z is the same float
-// sum; clamping a float holding an integer equals clamping its int64; (c - z)
-// is an exact small integer, and its product with the float scale is exact in
-// double, so rounding it once to float equals the float32 product.
+// Note [fake-quant arithmetic] (math.h) for the per-element rule.
 template <bool kMask>
 inline void fq_span(const float* __restrict x, float* __restrict y, uint8_t* __restrict m, int64_t n, float s,
                     float inv, float z, float qmin, float qmax) {
   for (int64_t i = 0; i < n; ++i) {
-    const float q = std::nearbyint(x[i] * inv) + z;
-    const float c = q < qmin ? qmin : (q > qmax ? qmax : q);  // NaN stays NaN
-    y[i] = (c - z) * s;
-    if constexpr (kMask) m[i] = static_cast<uint8_t>((q >= qmin) & (q <= qmax));
+    const float q = math::fake_quant_grid(x[i], inv, z);
+    y[i] = math::fake_quant_dequant(q, s, z, qmin, qmax);
+    if constexpr (kMask) m[i] = static_cast<uint8_t>(math::ste_passes(q, qmin, qmax));
   }
 }
 
@@ -40,56 +34,36 @@ inline void fq_row(const float* __restrict x, float* __restrict y, uint8_t* __re
                    const float* __restrict s, const float* __restrict inv, const float* __restrict z, float qmin,
                    float qmax) {
   for (int64_t c = 0; c < C; ++c) {
-    const float q = std::nearbyint(x[c] * inv[c]) + z[c];
-    const float cl = q < qmin ? qmin : (q > qmax ? qmax : q);
-    y[c] = (cl - z[c]) * s[c];
-    if constexpr (kMask) m[c] = static_cast<uint8_t>((q >= qmin) & (q <= qmax));
+    const float q = math::fake_quant_grid(x[c], inv[c], z[c]);
+    y[c] = math::fake_quant_dequant(q, s[c], z[c], qmin, qmax);
+    if constexpr (kMask) m[c] = static_cast<uint8_t>(math::ste_passes(q, qmin, qmax));
   }
 }
 
-struct Layout {
-  int64_t outer = 1, C = 1, inner = 1;
-};
-
-Layout layout_of(const Tensor& x, const QuantSpec& spec) {
-  Layout l;
-  if (!spec.per_channel) {
-    l.inner = x.numel();
-    return l;
-  }
-  for (int64_t d = 0; d < spec.axis; ++d) l.outer *= x.size(d);
-  l.C = x.size(spec.axis);
-  for (int64_t d = spec.axis + 1; d < x.dim(); ++d) l.inner *= x.size(d);
-  return l;
-}
-
+// Note [channel layout] for the two work splits.
 template <bool kMask>
-void fq_forward(const float* px, float* py, uint8_t* pm, const Layout& l, const float* s, const float* inv,
+void fq_forward(const float* px, float* py, uint8_t* pm, const ChannelLayout& l, const float* s, const float* inv,
                 const float* z, float qmin, float qmax) {
-  const int64_t n = l.outer * l.C * l.inner;
-  if (l.inner == 1 && l.C > 1) {
-    const int64_t rows_per_item = std::max<int64_t>(1, kBlock / l.C);
-    const int64_t items = (l.outer + rows_per_item - 1) / rows_per_item;
+  const int64_t n = l.numel();
+  if (l.channels_innermost()) {
+    const int64_t items = l.block_count(kBlock);
 #pragma omp parallel for if (n > detail::kParallelGrain && items > 1) schedule(static)
     for (int64_t it = 0; it < items; ++it) {
-      const int64_t r1 = std::min(l.outer, (it + 1) * rows_per_item);
-      for (int64_t r = it * rows_per_item; r < r1; ++r) {
-        const int64_t o = r * l.C;
-        fq_row<kMask>(px + o, py + o, kMask ? pm + o : nullptr, l.C, s, inv, z, qmin, qmax);
+      const auto [r0, r1] = l.block(it, kBlock);
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t o = r * l.channels;
+        fq_row<kMask>(px + o, py + o, kMask ? pm + o : nullptr, l.channels, s, inv, z, qmin, qmax);
       }
     }
     return;
   }
-  const int64_t rows = l.outer * l.C;
-  const int64_t pieces = (l.inner + kBlock - 1) / kBlock;
-  const int64_t items = rows * pieces;
+  const int64_t items = l.run_count(kBlock);
 #pragma omp parallel for if (n > detail::kParallelGrain && items > 1) schedule(static)
   for (int64_t it = 0; it < items; ++it) {
-    const int64_t r = it / pieces, k = it % pieces;
-    const int64_t c = r % l.C;
-    const int64_t b = k * kBlock, e = std::min(l.inner, b + kBlock);
-    const int64_t o = r * l.inner + b;
-    fq_span<kMask>(px + o, py + o, kMask ? pm + o : nullptr, e - b, s[c], inv[c], z[c], qmin, qmax);
+    const ChannelLayout::Run r = l.run(it, kBlock);
+    const int64_t c = r.channel;
+    fq_span<kMask>(px + r.offset, py + r.offset, kMask ? pm + r.offset : nullptr, r.length, s[c], inv[c], z[c], qmin,
+                   qmax);
   }
 }
 
@@ -149,8 +123,10 @@ Tensor with_ste_backward(Tensor out, const Tensor& x, Tensor mask, SteKind ste) 
 Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point, const QuantSpec& spec,
                      SteKind ste) {
   QAT_PROFILE("fake_quantize.forward");
-  const Layout l = x.defined() && (!spec.per_channel || spec.axis < x.dim()) ? layout_of(x, spec) : Layout{};
-  check_qparams(x, scale, zero_point, spec, l.C);
+  const ChannelLayout l = x.defined() && (!spec.per_channel || spec.axis < x.dim())
+                              ? ChannelLayout::of(x, spec.per_channel, spec.axis)
+                              : ChannelLayout{};
+  check_qparams(x, scale, zero_point, spec, l.channels);
   const int32_t qmin_i = spec.qmin(), qmax_i = spec.qmax();
   QAT_CHECK(qmin_i < qmax_i, "fake_quantize: bad range [", qmin_i, ", ", qmax_i, "] from ", spec.describe());
 
@@ -158,8 +134,8 @@ Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_po
   const Tensor sc = scale.contiguous(), zc = zero_point.contiguous();
   const float* ps = sc.data<float>();
   const int32_t* pz = zc.data<int32_t>();
-  std::vector<float> s(l.C), inv(l.C), z(l.C);
-  for (int64_t c = 0; c < l.C; ++c) {
+  std::vector<float> s(l.channels), inv(l.channels), z(l.channels);
+  for (int64_t c = 0; c < l.channels; ++c) {
     QAT_CHECK(ps[c] > 0.f && std::isfinite(ps[c]), "fake_quantize: scale must be positive and finite, got ", ps[c],
               " (channel ", c, ")");
     QAT_CHECK(pz[c] >= qmin_i && pz[c] <= qmax_i, "fake_quantize: zero_point ", pz[c], " (channel ", c,
@@ -185,11 +161,12 @@ Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_po
 
 namespace {
 
-// Per-channel (axis 0) weights, observer on: one pass over memory. Each
-// channel's row is reduced to its min/max, folded into the observer, turned
-// into qparams and fake-quantized while it is still in cache. Same results as
-// observe() followed by fake_quantize(): channels are independent in both.
-Tensor fused_rows(Observer& obs, const Tensor& x, SteKind ste, QParams* used) {
+// Per-channel (axis 0) weights, observer on, an observer with a channel fold
+// (observer.h: ChannelMinMaxFold): one pass over memory. Each channel's row is
+// reduced to its min/max, folded into the observer, turned into qparams and
+// fake-quantized while it is still in cache. Same results as observe()
+// followed by fake_quantize(): channels are independent in both.
+Tensor fused_rows(Observer& obs, ChannelMinMaxFold& fold, const Tensor& x, SteKind ste, QParams* used) {
   QAT_PROFILE("fake_quantize.fused_rows");
   const QuantSpec& spec = obs.spec();
   const int64_t C = x.size(0), L = x.numel() / C;
@@ -200,8 +177,6 @@ Tensor fused_rows(Observer& obs, const Tensor& x, SteKind ste, QParams* used) {
   const float* px = x.data<float>();
   float* py = out.data<float>();
   uint8_t* pm = need_mask ? mask.data<uint8_t>() : nullptr;
-  const float* mn_state = obs.min_val().data<float>();
-  const float* mx_state = obs.max_val().data<float>();
   const float qmin = static_cast<float>(spec.qmin()), qmax = static_cast<float>(spec.qmax());
   std::exception_ptr error;
 #pragma omp parallel for schedule(static) if (x.numel() > detail::kParallelGrain)
@@ -212,11 +187,12 @@ Tensor fused_rows(Observer& obs, const Tensor& x, SteKind ste, QParams* used) {
       lo = row[i] < lo ? row[i] : lo;
       hi = row[i] > hi ? row[i] : hi;
     }
-    obs.observe_channels(c, c + 1, &lo, &hi);
+    fold.fold_channel(c, lo, hi);
+    fold.channel_range(c, lo, hi);
     float sc;
     int32_t zp;
     try {
-      qparams_from_range(spec, mn_state[c], mx_state[c], sc, zp);
+      qparams_from_range(spec, lo, hi, sc, zp);
     } catch (...) {
 #pragma omp critical
       error = std::current_exception();
@@ -229,7 +205,7 @@ Tensor fused_rows(Observer& obs, const Tensor& x, SteKind ste, QParams* used) {
     else fq_span<false>(row, py + c * L, nullptr, L, sc, 1.0f / sc, z, qmin, qmax);
   }
   if (error) std::rethrow_exception(error);
-  obs.bump_state_version();
+  fold.end_fold();
   if (used) *used = q;
   return with_ste_backward(out, x, mask, ste);
 }
@@ -238,9 +214,10 @@ Tensor fused_rows(Observer& obs, const Tensor& x, SteKind ste, QParams* used) {
 
 Tensor observe_and_fake_quantize(Observer& obs, const Tensor& x, SteKind ste, QParams* used) {
   const QuantSpec& spec = obs.spec();
-  if (obs.enabled && spec.per_channel && spec.axis == 0 && x.defined() && x.dtype() == DType::f32 && x.dim() >= 2 &&
+  ChannelMinMaxFold* fold = obs.enabled ? obs.channel_fold() : nullptr;
+  if (fold && spec.per_channel && spec.axis == 0 && x.defined() && x.dtype() == DType::f32 && x.dim() >= 2 &&
       x.is_contiguous() && x.size(0) == obs.channels() && x.numel() > 0)
-    return fused_rows(obs, x, ste, used);
+    return fused_rows(obs, *fold, x, ste, used);
   obs.observe(x);
   QParams q = obs.qparams();
   Tensor y = fake_quantize(x, q.scale, q.zero_point, obs.spec(), ste);

@@ -5,6 +5,7 @@
 
 #include "core/autograd.h"
 #include "core/profiler.h"
+#include "quant/observe/minmax.h"
 #include "quant/sim/lsq.h"
 
 namespace qat::quant {
@@ -20,8 +21,15 @@ void write_flag(Tensor& t, bool on) {
   t.data<uint8_t>()[0] = on ? 1 : 0;
   t.bump_version();
 }
+bool learns_qparams(QuantMethod m) { return m == QuantMethod::lsq || m == QuantMethod::lsq_plus; }
 }  // namespace
 
+std::shared_ptr<FakeQuantizer> make_fake_quantizer(const QuantizerConfig& cfg, int64_t channels) {
+  if (learns_qparams(cfg.method)) return std::make_shared<LearnedFakeQuantizer>(cfg, channels);
+  return std::make_shared<ObserverFakeQuantizer>(cfg, channels);
+}
+
+// ---------------------------------------------------------------- base
 FakeQuantizer::FakeQuantizer(const QuantizerConfig& cfg, int64_t channels) : cfg_(cfg) {
   cfg_.spec.validate("FakeQuantizer");
   QAT_CHECK(channels >= 1, "FakeQuantizer: channels must be >= 1, got ", channels);
@@ -31,14 +39,6 @@ FakeQuantizer::FakeQuantizer(const QuantizerConfig& cfg, int64_t channels) : cfg
   observer_on_ = register_buffer("observer_enabled", flag(true));
   fake_quant_on_ = register_buffer("fake_quant_enabled", flag(true));
   initialized_ = register_buffer("initialized", flag(false));
-  if (is_learned()) {
-    step_ = register_parameter("step", Tensor::ones({channels}));
-    if (cfg_.method == QuantMethod::lsq_plus) offset_ = register_parameter("offset", Tensor::zeros({channels}));
-  } else {
-    observer_ = make_observer(cfg_.method == QuantMethod::minmax ? ObserverKind::minmax : ObserverKind::moving_average,
-                              cfg_.spec, channels, cfg_.averaging_constant);
-    for (auto& [name, t] : observer_->state()) register_buffer(name, t);
-  }
 }
 
 std::string FakeQuantizer::describe() const {
@@ -49,6 +49,8 @@ void FakeQuantizer::set_observer_enabled(bool on) { write_flag(observer_on_, on)
 void FakeQuantizer::set_fake_quant_enabled(bool on) { write_flag(fake_quant_on_, on); }
 bool FakeQuantizer::observer_enabled() const { return read_flag(observer_on_); }
 bool FakeQuantizer::fake_quant_enabled() const { return read_flag(fake_quant_on_); }
+bool FakeQuantizer::initialized() const { return read_flag(initialized_); }
+void FakeQuantizer::set_initialized() { write_flag(initialized_, true); }
 
 void FakeQuantizer::store_qparams(const Tensor& scale, const Tensor& zero_point) {
   NoGradGuard ng;
@@ -56,12 +58,24 @@ void FakeQuantizer::store_qparams(const Tensor& scale, const Tensor& zero_point)
   zero_point_.copy_(zero_point.view(zero_point_.sizes()));
 }
 
-Tensor FakeQuantizer::forward(const Tensor& x) {
-  QAT_PROFILE("fake_quantizer");
-  return is_learned() ? forward_learned(x) : forward_observed(x);
+// ---------------------------------------------------------------- observed
+ObserverFakeQuantizer::ObserverFakeQuantizer(const QuantizerConfig& cfg, int64_t channels)
+    : FakeQuantizer(cfg, channels),
+      observer_(cfg.observer ? cfg.observer(cfg_.spec, channels)
+                             : make_observer(cfg.method, cfg_.spec, channels, cfg.averaging_constant)) {
+  QAT_CHECK(observer_ && observer_->channels() == channels, "FakeQuantizer: the observer factory made ",
+            observer_ ? "an observer of " + std::to_string(observer_->channels()) + " channels" : std::string("none"),
+            " for ", channels, " channels");
+  for (auto& [name, t] : observer_->state()) register_buffer(name, t);
 }
 
-Tensor FakeQuantizer::forward_observed(const Tensor& x) {
+std::string ObserverFakeQuantizer::describe() const {
+  if (!cfg_.observer) return FakeQuantizer::describe();
+  return cfg_.spec.describe() + ", " + observer_->describe() + (cfg_.ste == SteKind::plain ? ", plain STE" : "");
+}
+
+Tensor ObserverFakeQuantizer::forward(const Tensor& x) {
+  QAT_PROFILE("fake_quantizer");
   observer_->enabled = observer_enabled() && is_training();
   if (!fake_quant_enabled()) {
     if (observer_->enabled) observer_->observe(x);
@@ -77,47 +91,62 @@ Tensor FakeQuantizer::forward_observed(const Tensor& x) {
   QParams used;
   Tensor y = observe_and_fake_quantize(*observer_, x, cfg_.ste, &used);
   store_qparams(used.scale, used.zero_point);
-  write_flag(initialized_, true);
+  set_initialized();
   return y;
 }
 
-Tensor FakeQuantizer::forward_learned(const Tensor& x) {
-  if (!read_flag(initialized_)) {
-    // LSQ/LSQ+ initialisation from the first tensor seen (weights: the
-    // pretrained weights; activations: the first batch).
-    NoGradGuard ng;
-    if (cfg_.method == QuantMethod::lsq) {
-      step_.copy_(lsq_init_steps(x.detach(), cfg_.spec).view(step_.sizes()));
-    } else {
-      const LsqPlusParams p = lsq_plus_init(x.detach(), cfg_.spec);
-      step_.copy_(p.step.view(step_.sizes()));
-      offset_.copy_(p.offset.view(offset_.sizes()));
-    }
-    write_flag(initialized_, true);
+// ---------------------------------------------------------------- learned
+LearnedFakeQuantizer::LearnedFakeQuantizer(const QuantizerConfig& cfg, int64_t channels)
+    : FakeQuantizer(cfg, channels) {
+  QAT_CHECK(learns_qparams(cfg_.method), "LearnedFakeQuantizer: method '", method_name(cfg_.method),
+            "' does not learn its qparams");
+  step_ = register_parameter("step", Tensor::ones({channels}));
+  if (cfg_.method == QuantMethod::lsq_plus) offset_ = register_parameter("offset", Tensor::zeros({channels}));
+}
+
+// LSQ/LSQ+ initialisation from the first tensor seen (weights: the
+// pretrained weights; activations: the first batch).
+void LearnedFakeQuantizer::initialize_from(const Tensor& x) {
+  NoGradGuard ng;
+  if (!offset_.defined()) {
+    step_.copy_(lsq_init_steps(x.detach(), cfg_.spec).view(step_.sizes()));
+  } else {
+    const LsqPlusParams p = lsq_plus_init(x.detach(), cfg_.spec);
+    step_.copy_(p.step.view(step_.sizes()));
+    offset_.copy_(p.offset.view(offset_.sizes()));
   }
+  set_initialized();
+}
+
+// Stores the qparams this forward applies (freeze uses them):
+// v̂ = v̄ s + β  <=>  q = v̄ - round(β/s) with x̂ = (q - z) s and z = -round(β / s).
+// The offset is learned freely: the zero point is clamped into the grid.
+void LearnedFakeQuantizer::store_learned_qparams() {
+  NoGradGuard ng;
+  Tensor s = lsq_step_value(step_, cfg_.spec);
+  Tensor z = Tensor::zeros(zero_point_.sizes(), DType::i32);
+  if (offset_.defined()) {
+    for (int64_t c = 0; c < z.numel(); ++c) {
+      const double zc = -std::nearbyint(static_cast<double>(offset_.data<float>()[c]) / s.data<float>()[c]);
+      z.data<int32_t>()[c] = static_cast<int32_t>(std::clamp<double>(zc, cfg_.spec.qmin(), cfg_.spec.qmax()));
+    }
+  }
+  store_qparams(s, z);
+}
+
+Tensor LearnedFakeQuantizer::forward(const Tensor& x) {
+  QAT_PROFILE("fake_quantizer");
+  if (!initialized()) initialize_from(x);
   // N for the gradient scale: weights per step, or features per example.
   const int64_t per_step = cfg_.is_weight ? x.numel() / step_.numel() : x.numel() / std::max<int64_t>(1, x.size(0));
   const float g = lsq_grad_scale(per_step, cfg_.spec);
-  {
-    // Export the qparams this forward applies (freeze uses them).
-    NoGradGuard ng;
-    Tensor s = lsq_step_value(step_, cfg_.spec);
-    Tensor z = Tensor::zeros(zero_point_.sizes(), DType::i32);
-    if (offset_.defined()) {
-      // v̂ = v̄ s + β  <=>  q = v̄ - round(β/s) with x̂ = (q - z) s and z = -round(β / s)
-      // The offset is learned freely: clamp the zero point into the grid.
-      for (int64_t c = 0; c < z.numel(); ++c) {
-        const double zc = -std::nearbyint(static_cast<double>(offset_.data<float>()[c]) / s.data<float>()[c]);
-        z.data<int32_t>()[c] = static_cast<int32_t>(std::clamp<double>(zc, cfg_.spec.qmin(), cfg_.spec.qmax()));
-      }
-    }
-    store_qparams(s, z);
-  }
+  store_learned_qparams();
   if (!fake_quant_enabled()) return x;
-  if (cfg_.method == QuantMethod::lsq) return lsq_quantize(x, step_, cfg_.spec, g);
+  if (!offset_.defined()) return lsq_quantize(x, step_, cfg_.spec, g);
   return lsq_plus_quantize(x, step_, offset_, cfg_.spec, g);
 }
 
+// ---------------------------------------------------------------- shared
 Tensor SharedFakeQuantizer::forward(const Tensor& x) {
   if (!source_->fake_quant_enabled()) return x;
   const FakeQuantizer& s = *source_;

@@ -1,21 +1,25 @@
 #pragma once
 // FakeQuantizer: the module that simulates quantization of one tensor in a
-// QAT model (PyTorch's FakeQuantize / LSQ quantizer). Methods:
-//   minmax, moving_average: an observer tracks the range; qparams follow it
-//     while the observer is on and freeze when it is switched off.
-//   lsq, lsq_plus: the step (and offset) are parameters the optimizer trains
-//     (initialised from the first tensor seen; REFERENCES §2-3).
+// QAT model (PyTorch's FakeQuantize / LSQ quantizer). Two kinds, chosen once
+// by make_fake_quantizer() from the config's method:
+//   ObserverFakeQuantizer (minmax, moving_average, or any Observer from
+//     QuantizerConfig::observer): the observer tracks the range; qparams
+//     follow it while the observer is on and freeze when it is switched off.
+//   LearnedFakeQuantizer (lsq, lsq_plus): the step (and offset) are
+//     parameters the optimizer trains (initialised from the first tensor
+//     seen; REFERENCES §2-3).
 // Buffers (all in the state dict, so checkpoints carry them):
 //   scale (C) f32, zero_point (C) i32  the qparams the LAST forward used: what
-//                                      freeze() must use (Note [frozen qparams])
-//   min_val, max_val                   observer state (observer methods)
+//                                      freeze() must use
 //   observer_enabled, fake_quant_enabled, initialized   u8 flags
-// Parameters (lsq methods): step (C) [, offset (C)].
+//   the observer's state() (e.g. min_val, max_val)      observed kind
+// Parameters (learned kind): step (C) [, offset (C)].
 #include <memory>
 
 #include "layers/module.h"
-#include "quant/sim/fake_quant.h"
+#include "quant/backend.h"
 #include "quant/observe/observer.h"
+#include "quant/sim/fake_quant.h"
 #include "quant/spec.h"
 
 namespace qat::quant {
@@ -26,13 +30,12 @@ struct QuantizerConfig {
   SteKind ste = SteKind::clipped;
   float averaging_constant = 0.01f;
   bool is_weight = false;  // LSQ grad scale: N = weights per step; activations: features per example
+  // Observed methods: makes the observer; unset: the method's own (observe/minmax.h).
+  ObserverFactory observer;
 };
 
 class FakeQuantizer : public Module {
  public:
-  // channels: size along spec.axis for per-channel specs, else 1.
-  FakeQuantizer(const QuantizerConfig& cfg, int64_t channels);
-  Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "FakeQuantize"; }
   std::string describe() const override;
 
@@ -43,17 +46,44 @@ class FakeQuantizer : public Module {
   const QuantizerConfig& config() const { return cfg_; }
   // The qparams of the last forward (exactly those applied).
   QParams qparams() const { return {scale_, zero_point_}; }
-  bool is_learned() const { return cfg_.method == QuantMethod::lsq || cfg_.method == QuantMethod::lsq_plus; }
-  // LSQ+'s learned offset beta (C), undefined for other methods.
-  const Tensor& learned_offset() const { return offset_; }
+  // LSQ+'s learned offset beta (C); undefined for every other kind.
+  virtual const Tensor& learned_offset() const { return undefined_; }
+
+ protected:
+  // channels: size along spec.axis for per-channel specs, else 1.
+  FakeQuantizer(const QuantizerConfig& cfg, int64_t channels);
+  void store_qparams(const Tensor& scale, const Tensor& zero_point);
+  bool initialized() const;
+  void set_initialized();
+  QuantizerConfig cfg_;
+  Tensor scale_, zero_point_, observer_on_, fake_quant_on_, initialized_;
 
  private:
-  Tensor forward_observed(const Tensor& x);
-  Tensor forward_learned(const Tensor& x);
-  void store_qparams(const Tensor& scale, const Tensor& zero_point);
-  QuantizerConfig cfg_;
+  Tensor undefined_;
+};
+
+std::shared_ptr<FakeQuantizer> make_fake_quantizer(const QuantizerConfig& cfg, int64_t channels);
+
+class ObserverFakeQuantizer final : public FakeQuantizer {
+ public:
+  ObserverFakeQuantizer(const QuantizerConfig& cfg, int64_t channels);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+  const Observer& observer() const { return *observer_; }
+
+ private:
   std::unique_ptr<Observer> observer_;
-  Tensor scale_, zero_point_, observer_on_, fake_quant_on_, initialized_;
+};
+
+class LearnedFakeQuantizer final : public FakeQuantizer {
+ public:
+  LearnedFakeQuantizer(const QuantizerConfig& cfg, int64_t channels);
+  Tensor forward(const Tensor& x) override;
+  const Tensor& learned_offset() const override { return offset_; }
+
+ private:
+  void initialize_from(const Tensor& x);
+  void store_learned_qparams();
   Tensor step_, offset_;
 };
 

@@ -8,37 +8,16 @@
 
 #include "core/autograd.h"
 #include "core/ops/common.h"
+#include "quant/observe/channel_layout.h"
+#include "quant/sim/math.h"
 
 namespace qat::quant {
 
 namespace {
 
-// ---------------------------------------------------------------- layout
-// v (contiguous) seen as (outer, C, inner) around the channel axis; per-tensor
-// is outer = 1, C = 1, inner = numel. Work items are (row, chunk) pairs, a row
-// being one (outer, channel) run of `inner` contiguous elements and a chunk at
-// most kChunk of them: chunks bound the float partial sums (which are then
-// added in double) and give a per-tensor quantizer of a big tensor its
-// parallelism.
+// Work split: Note [channel layout]. kChunk bounds the float partial sums of
+// the backward (then added in double), so it decides the result bits.
 constexpr int64_t kChunk = 4096;
-
-struct Layout {
-  int64_t outer = 1, channels = 1, inner = 1;
-  int64_t numel() const { return outer * channels * inner; }
-};
-
-Layout layout_of(const Tensor& v, const QuantSpec& spec) {
-  Layout l;
-  if (!spec.per_channel) {
-    l.inner = v.numel();
-    return l;
-  }
-  const int64_t axis = spec.axis;
-  for (int64_t d = 0; d < axis; ++d) l.outer *= v.size(d);
-  l.channels = v.size(axis);
-  for (int64_t d = axis + 1; d < v.dim(); ++d) l.inner *= v.size(d);
-  return l;
-}
 
 // Per-channel constants: s = max(|p|, floor), 1/s, β, sign(p).
 struct Channels {
@@ -87,17 +66,12 @@ template <bool kPlus>
 void forward_run(const float* __restrict v, float* __restrict o, int64_t n, float s, float inv, float beta, float lo,
                  float hi) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float t = (kPlus ? v[i] - beta : v[i]) * inv;
-    const float q = std::nearbyint(std::min(std::max(t, lo), hi));
-    o[i] = kPlus ? q * s + beta : q * s;
-  }
+  for (int64_t i = 0; i < n; ++i) o[i] = math::lsq_value<kPlus>(v[i], s, inv, beta, lo, hi);
 }
 
 template <bool kPlus>
-void forward_kernel(const float* v, float* o, const Layout& l, const Channels& k, float lo, float hi) {
-  const int64_t rows = l.outer * l.channels;
-  if (l.inner == 1 && l.channels > 1) {  // channel axis last: vectorise across channels
+void forward_kernel(const float* v, float* o, const ChannelLayout& l, const Channels& k, float lo, float hi) {
+  if (l.channels_innermost()) {  // vectorise across channels
     const float *s = k.s.data(), *inv = k.inv.data(), *beta = k.beta.data();
     const int64_t c = l.channels;
 #pragma omp parallel for if (l.numel() > detail::kParallelGrain) schedule(static)
@@ -105,43 +79,24 @@ void forward_kernel(const float* v, float* o, const Layout& l, const Channels& k
       const float* vr = v + r * c;
       float* orow = o + r * c;
 #pragma omp simd
-      for (int64_t j = 0; j < c; ++j) {
-        const float t = (kPlus ? vr[j] - beta[j] : vr[j]) * inv[j];
-        const float q = std::nearbyint(std::min(std::max(t, lo), hi));
-        orow[j] = kPlus ? q * s[j] + beta[j] : q * s[j];
-      }
+      for (int64_t j = 0; j < c; ++j) orow[j] = math::lsq_value<kPlus>(vr[j], s[j], inv[j], beta[j], lo, hi);
     }
     return;
   }
-  const int64_t chunks = (l.inner + kChunk - 1) / kChunk;
+  const int64_t items = l.run_count(kChunk);
 #pragma omp parallel for if (l.numel() > detail::kParallelGrain) schedule(static)
-  for (int64_t item = 0; item < rows * chunks; ++item) {
-    const int64_t row = item / chunks, start = (item % chunks) * kChunk;
-    const int64_t ch = row % l.channels;
-    const int64_t off = row * l.inner + start;
-    forward_run<kPlus>(v + off, o + off, std::min(kChunk, l.inner - start), k.s[ch], k.inv[ch], k.beta[ch], lo, hi);
+  for (int64_t item = 0; item < items; ++item) {
+    const ChannelLayout::Run r = l.run(item, kChunk);
+    forward_run<kPlus>(v + r.offset, o + r.offset, r.length, k.s[r.channel], k.inv[r.channel], k.beta[r.channel], lo,
+                       hi);
   }
 }
 
 // ---------------------------------------------------------------- backward
-// One element's contributions (see lsq.h): dv, the step term and the offset term.
 template <bool kPlus, LsqClip kClip>
-struct Elem {
-  float dv, ds, db;
-  static inline Elem of(float v, float g, float inv, float beta, float lo, float hi) {
-    const float t = (kPlus ? v - beta : v) * inv;
-    const float r = std::nearbyint(t);
-    bool below, above;
-    if constexpr (kClip == LsqClip::paper) {
-      below = t <= lo, above = t >= hi;
-    } else {
-      below = r < lo, above = r > hi;
-    }
-    const bool clipped = below || above;
-    // Selects, never mask products: t may be ±inf far out of range.
-    return {clipped ? 0.f : g, (below ? lo : above ? hi : r - t) * g, clipped ? g : 0.f};
-  }
-};
+inline math::LsqGrad elem(float v, float g, float inv, float beta, float lo, float hi) {
+  return math::lsq_grad<kPlus, kClip == LsqClip::paper>(v, g, inv, beta, lo, hi);
+}
 
 // Sums of the step and offset terms of one run; writes dv when dv != nullptr.
 template <bool kPlus, LsqClip kClip, bool kDv>
@@ -150,7 +105,7 @@ void backward_run(const float* __restrict v, const float* __restrict g, float* _
   float ds = 0.f, db = 0.f;
 #pragma omp simd reduction(+ : ds, db)
   for (int64_t i = 0; i < n; ++i) {
-    const auto e = Elem<kPlus, kClip>::of(v[i], g[i], inv, beta, lo, hi);
+    const auto e = elem<kPlus, kClip>(v[i], g[i], inv, beta, lo, hi);
     if constexpr (kDv) dv[i] = e.dv;
     ds += e.ds;
     if constexpr (kPlus) db += e.db;
@@ -163,13 +118,13 @@ void backward_run(const float* __restrict v, const float* __restrict g, float* _
 // Each thread accumulates into its own slice; slices are added in thread
 // order, so the result does not depend on scheduling.
 template <bool kPlus, LsqClip kClip, bool kDv>
-std::vector<double> backward_kernel(const float* v, const float* g, float* dv, const Layout& l, const Channels& k,
+std::vector<double> backward_kernel(const float* v, const float* g, float* dv, const ChannelLayout& l, const Channels& k,
                                     float lo, float hi) {
   const int64_t c = l.channels;
   const bool parallel = l.numel() > detail::kParallelGrain;
   const int nt = parallel ? omp_get_max_threads() : 1;
   std::vector<double> acc(static_cast<size_t>(nt) * 2 * c, 0.0);
-  if (l.inner == 1 && c > 1) {  // channel axis last: vectorise across channels
+  if (l.channels_innermost()) {  // vectorise across channels
     const float *inv = k.inv.data(), *beta = k.beta.data();
 #pragma omp parallel if (parallel)
     {
@@ -182,7 +137,7 @@ std::vector<double> backward_kernel(const float* v, const float* g, float* dv, c
         float* dr = kDv ? dv + r * c : nullptr;
 #pragma omp simd
         for (int64_t j = 0; j < c; ++j) {
-          const auto e = Elem<kPlus, kClip>::of(vr[j], gr[j], inv[j], beta[j], lo, hi);
+          const auto e = elem<kPlus, kClip>(vr[j], gr[j], inv[j], beta[j], lo, hi);
           if constexpr (kDv) dr[j] = e.dv;
           ds[j] += e.ds;
           if constexpr (kPlus) db[j] += e.db;
@@ -190,18 +145,16 @@ std::vector<double> backward_kernel(const float* v, const float* g, float* dv, c
       }
     }
   } else {
-    const int64_t rows = l.outer * c;
-    const int64_t chunks = (l.inner + kChunk - 1) / kChunk;
+    const int64_t items = l.run_count(kChunk);
 #pragma omp parallel if (parallel)
     {
       double* ds = acc.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * c;
       double* db = ds + c;
 #pragma omp for schedule(static)
-      for (int64_t item = 0; item < rows * chunks; ++item) {
-        const int64_t row = item / chunks, start = (item % chunks) * kChunk;
-        const int64_t ch = row % c;
-        const int64_t off = row * l.inner + start;
-        backward_run<kPlus, kClip, kDv>(v + off, g + off, kDv ? dv + off : nullptr, std::min(kChunk, l.inner - start),
+      for (int64_t item = 0; item < items; ++item) {
+        const ChannelLayout::Run r = l.run(item, kChunk);
+        const int64_t ch = r.channel;
+        backward_run<kPlus, kClip, kDv>(v + r.offset, g + r.offset, kDv ? dv + r.offset : nullptr, r.length,
                                         k.inv[ch], k.beta[ch], lo, hi, ds[ch], db[ch]);
       }
     }
@@ -214,7 +167,7 @@ std::vector<double> backward_kernel(const float* v, const float* g, float* dv, c
 
 template <bool kPlus>
 std::vector<double> backward_dispatch(LsqClip clip, bool need_dv, const float* v, const float* g, float* dv,
-                                      const Layout& l, const Channels& k, float lo, float hi) {
+                                      const ChannelLayout& l, const Channels& k, float lo, float hi) {
   if (clip == LsqClip::paper)
     return need_dv ? backward_kernel<kPlus, LsqClip::paper, true>(v, g, dv, l, k, lo, hi)
                    : backward_kernel<kPlus, LsqClip::paper, false>(v, g, dv, l, k, lo, hi);
@@ -231,7 +184,7 @@ Tensor lsq_impl(const char* op, const Tensor& v, const Tensor& step, const Tenso
   const bool plus = offset != nullptr;
   const float floor = lsq_min_step(spec);
   const float lo = static_cast<float>(spec.qmin()), hi = static_cast<float>(spec.qmax());
-  const Layout l = layout_of(v, spec);
+  const ChannelLayout l = ChannelLayout::of(v, spec.per_channel, spec.axis);
   const Channels k = channel_constants(step, plus ? *offset : Tensor(), floor);
 
   Tensor vc = v.contiguous();
@@ -247,7 +200,7 @@ Tensor lsq_impl(const char* op, const Tensor& v, const Tensor& step, const Tenso
     const Tensor& v = sv.get(op);
     const Tensor& p = sp.get(op);
     const Tensor off = plus ? so.get(op) : Tensor();
-    const Layout l = layout_of(v, spec);
+    const ChannelLayout l = ChannelLayout::of(v, spec.per_channel, spec.axis);
     const Channels k = channel_constants(p, off, floor);
     Tensor gc = grad.contiguous();
     Tensor dv;
@@ -289,11 +242,9 @@ struct Stats {
 Stats channel_stats(const Tensor& v, const QuantSpec& spec, bool per_channel, const char* op) {
   detail::check_f32(v, op, "input");
   QAT_CHECK(v.numel() > 0, op, ": empty input ", v.sizes());
-  QuantSpec s = spec;
-  s.per_channel = per_channel;
   if (per_channel)
     QAT_CHECK(spec.axis < v.dim(), op, ": channel axis ", spec.axis, " out of range for input ", v.sizes());
-  const Layout l = layout_of(v, s);
+  const ChannelLayout l = ChannelLayout::of(v, per_channel, spec.axis);
   const int64_t c = l.channels;
   Tensor vc = v.contiguous();
   const float* pv = vc.data<float>();

@@ -22,7 +22,7 @@ struct Rewriter {
   bool allowed(Pattern p) const { return backend.patterns.count(p) > 0; }
 
   QuantizerConfig weight_cfg(const std::string& layer) const {
-    return {weight_spec(backend, q, layer), q.method, q.ste, q.averaging_constant, true};
+    return {weight_spec(backend, q, layer), q.method, q.ste, q.averaging_constant, true, q.observer};
   }
 
   // Rewrites the children of `m` (named `prefix`), then recurses into them.
@@ -87,9 +87,8 @@ struct Rewriter {
 };
 
 std::shared_ptr<FakeQuantizer> activation_quantizer(const Backend& b, const QConfig& q, const std::string& layer) {
-  return std::make_shared<FakeQuantizer>(QuantizerConfig{activation_spec(b, q, layer), q.method, q.ste,
-                                                         q.averaging_constant, false},
-                                         1);
+  return make_fake_quantizer(
+      QuantizerConfig{activation_spec(b, q, layer), q.method, q.ste, q.averaging_constant, false, q.observer}, 1);
 }
 
 template <class F>
@@ -122,7 +121,7 @@ PrepareReport prepare(Module& model, const Backend& backend, const QConfig& qcon
           // Power-of-two scales have zero point 0, so an unsigned grid would
           // clip every negative input; the input gets the signed grid.
           in_cfg.spec.is_signed = true;
-          in = std::make_shared<FakeQuantizer>(in_cfg, 1);
+          in = make_fake_quantizer(in_cfg, 1);
         }
         l.set_input_quantizer(in);
         info.has_input_quant = true;

@@ -26,7 +26,7 @@ QatConv2d::QatConv2d(const Conv2d& conv, std::shared_ptr<BatchNorm2d> bn_, bool 
   QuantizerConfig w = weight_cfg;
   w.is_weight = true;
   weight_fake_quant = register_module("weight_fake_quant",
-                                      std::make_shared<FakeQuantizer>(w, channels_for(w, weight.size(0))));
+                                      make_fake_quantizer(w, channels_for(w, weight.size(0))));
 }
 
 std::string QatConv2d::type_name() const {
@@ -103,7 +103,7 @@ QatLinear::QatLinear(const Linear& linear, bool relu_, const QuantizerConfig& we
   QuantizerConfig w = weight_cfg;
   w.is_weight = true;
   weight_fake_quant = register_module("weight_fake_quant",
-                                      std::make_shared<FakeQuantizer>(w, channels_for(w, weight.size(0))));
+                                      make_fake_quantizer(w, channels_for(w, weight.size(0))));
 }
 
 std::string QatLinear::describe() const { return detail::cat(weight.size(1), "->", weight.size(0)); }

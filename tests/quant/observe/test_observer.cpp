@@ -20,7 +20,7 @@
 #include "core/ops.h"
 #include "core/safetensors.h"
 #include "core/threads.h"
-#include "quant/observe/observer.h"
+#include "quant/observe/minmax.h"
 
 namespace {
 
@@ -89,14 +89,14 @@ TEST_CASE("observers match PyTorch's min/max state and qparams after each batch"
     REQUIRE(spec.qmax() == p[7]);
     const Tensor& b0 = gget(c + ".b0");
     const int64_t C = spec.per_channel ? b0.size(spec.axis) : 1;
-    const auto obs = make_observer(p[8] ? ObserverKind::moving_average : ObserverKind::minmax, spec, C,
+    const auto obs = make_observer(p[8] ? QuantMethod::moving_average : QuantMethod::minmax, spec, C,
                                    gget(c + ".c").item());
     CHECK(!obs->initialized());
     for (int i = 0; i < 4; ++i) {
       const std::string k = std::to_string(i);
       obs->observe(gget(c + ".b" + k));
-      require_equal_f32(obs->min_val(), gget(c + ".min_" + k), c + ".min_" + k);
-      require_equal_f32(obs->max_val(), gget(c + ".max_" + k), c + ".max_" + k);
+      require_equal_f32(obs->range().min_val, gget(c + ".min_" + k), c + ".min_" + k);
+      require_equal_f32(obs->range().max_val, gget(c + ".max_" + k), c + ".max_" + k);
       const QParams q = obs->qparams();
       require_equal_f32(q.scale, gget(c + ".scale_" + k), c + ".scale_" + k);
       require_equal_i32(q.zero_point, gget(c + ".zp_" + k), c + ".zp_" + k);

@@ -22,6 +22,7 @@
 #include "core/ops.h"
 #include "core/safetensors.h"
 #include "core/threads.h"
+#include "quant/observe/minmax.h"
 #include "quant/sim/fake_quant.h"
 
 namespace {

@@ -9,6 +9,7 @@
 
 #include "models/checkpoint.h"
 #include "models/models.h"
+#include "quant/observe/minmax.h"
 #include "quant/sim/prepare.h"
 #include "quant/sim/qat_modules.h"
 
@@ -32,7 +33,8 @@ TEST_CASE("with observers off, the stored qparams are exactly those the last for
   QuantizerConfig cfg;
   cfg.spec.is_signed = false;
   cfg.spec.symmetric = false;
-  FakeQuantizer fq(cfg, 1);
+  const auto fq_ptr = make_fake_quantizer(cfg, 1);
+  FakeQuantizer& fq = *fq_ptr;
   fq.train();
   Generator g(2);
   fq.forward(Tensor::randn({4, 8}, g));

@@ -1,0 +1,71 @@
+#pragma once
+// Per-element rules of the training-time quantization ops, shared by the CPU
+// kernels (fake_quant.cpp, lsq.cpp) and their CUDA twins, so that the CPU
+// tests cover the arithmetic both run. Pure functions of floats; no state.
+#include <cmath>
+
+#include "core/host_device.h"
+
+namespace qat::quant::math {
+
+// Round half to even, as std::nearbyint under the default rounding mode.
+QAT_HOST_DEVICE inline float round_half_even(float x) {
+#if defined(__CUDA_ARCH__)
+  return nearbyintf(x);
+#else
+  return std::nearbyint(x);
+#endif
+}
+
+// `q < lo ? lo : (q > hi ? hi : q)`: NaN stays NaN.
+QAT_HOST_DEVICE inline float clamp_grid(float q, float lo, float hi) { return q < lo ? lo : (q > hi ? hi : q); }
+
+// Note [fake-quant arithmetic]: PyTorch computes
+//   qval = static_cast<int64_t>(z + std::nearbyint(x * inv_scale))   (int64 + float -> float)
+//   y    = (fmin(fmax(qval, qmin), qmax) - z) * scale                (in double, stored as float)
+//   mask = qmin <= qval && qval <= qmax
+// Here everything stays in float: nearbyint(x * inv) + z is the same float
+// sum; clamping a float holding an integer equals clamping its int64; (c - z)
+// is an exact small integer, and its product with the float scale is exact in
+// double, so rounding it once to float equals the float32 product.
+
+// The grid value before the clamp: nearbyint(x * inv) + z (inv = 1.0f / s).
+QAT_HOST_DEVICE inline float fake_quant_grid(float x, float inv, float z) { return round_half_even(x * inv) + z; }
+
+// The fake-quantized value of a grid value q (before the clamp).
+QAT_HOST_DEVICE inline float fake_quant_dequant(float q, float s, float z, float qmin, float qmax) {
+  return (clamp_grid(q, qmin, qmax) - z) * s;
+}
+
+// Clipped STE: the gradient passes where the unclamped grid value is in range.
+QAT_HOST_DEVICE inline bool ste_passes(float q, float qmin, float qmax) { return (q >= qmin) & (q <= qmax); }
+
+// LSQ / LSQ+ forward of one element (lsq.h): t = (v - beta) / s,
+// round(clamp(t, lo, hi)) s (+ beta).
+template <bool kPlus>
+QAT_HOST_DEVICE inline float lsq_value(float v, float s, float inv, float beta, float lo, float hi) {
+  const float t = (kPlus ? v - beta : v) * inv;
+  const float above_lo = t < lo ? lo : t;  // std::max(t, lo): NaN stays NaN
+  const float q = round_half_even(hi < above_lo ? hi : above_lo);
+  return kPlus ? q * s + beta : q * s;
+}
+
+// One element's LSQ / LSQ+ gradient terms (lsq.h): dv, its step term and its
+// offset term (before the sums and the gradient scale). kPaperClip: clipped
+// where t <= lo or t >= hi (Esser et al.); else where round(t) leaves [lo, hi]
+// (PyTorch's learnable fake quant).
+struct LsqGrad {
+  float dv, ds, db;
+};
+template <bool kPlus, bool kPaperClip>
+QAT_HOST_DEVICE inline LsqGrad lsq_grad(float v, float g, float inv, float beta, float lo, float hi) {
+  const float t = (kPlus ? v - beta : v) * inv;
+  const float r = round_half_even(t);
+  const bool below = kPaperClip ? t <= lo : r < lo;
+  const bool above = kPaperClip ? t >= hi : r > hi;
+  const bool clipped = below || above;
+  // Selects, never mask products: t may be ±inf far out of range.
+  return {clipped ? 0.f : g, (below ? lo : above ? hi : r - t) * g, clipped ? g : 0.f};
+}
+
+}  // namespace qat::quant::math
