@@ -146,7 +146,7 @@ int run_bench_infer(const BenchOptions& opt) {
   const quant::IntegerModel im = quant::freeze(*qmodel);
   int bits = 8;
   for (const auto& l : im.layers)
-    if (l.op == quant::IntOp::conv || l.op == quant::IntOp::linear) bits = std::min(bits, l.weight_bits);
+    if (quant::int_op_def(l.op).has(quant::kMatmul)) bits = std::min(bits, l.weight_bits);
   Profiler::reset();
   Profiler::set_enabled(opt.profile);
   const double int8 = time_inference([&](const Tensor& t) { return im.forward(t); }, x, opt, "int8");

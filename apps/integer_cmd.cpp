@@ -79,7 +79,7 @@ int run_export(const ExportArgs& args) {
   std::printf("exported %s (%s) to %s\n", args.checkpoint.c_str(), ex.model_name.c_str(), args.out_dir.c_str());
   for (const auto& l : ex.model.layers) {
     std::printf("  %-28s %-18s", l.name.c_str(), quant::int_op_name(l.op));
-    if (l.op == quant::IntOp::conv || l.op == quant::IntOp::linear)
+    if (quant::int_op_def(l.op).has(quant::kMatmul))
       std::printf(" int%d weights%s, %s", l.weight_bits, l.weight_bits <= 4 ? " (packed 2/byte)" : "",
                   l.dequantize ? "float output"
                                : ((l.out.is_signed ? "int" : "uint") + std::to_string(l.out.bits) + " output").c_str());

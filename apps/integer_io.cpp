@@ -14,7 +14,6 @@ namespace qat::apps {
 namespace fs = std::filesystem;
 using quant::ActQuant;
 using quant::IntLayer;
-using quant::IntOp;
 
 std::vector<uint8_t> pack_int4(const int8_t* v, int64_t rows, int64_t k) {
   const int64_t per = (k + 1) / 2;
@@ -64,61 +63,55 @@ void emit_pair(YAML::Emitter& e, const char* key, int64_t a, int64_t b) {
 }
 
 // OIHW (export) from (O, KH, KW, I) (kernel layout).
-Tensor weight_oihw(const IntLayer& l) { return l.op == IntOp::linear ? l.weight : quant::weight_oihw_from_ohwi(l.weight); }
+bool is_conv(const IntLayer& l) { return quant::int_op_def(l.op).has(quant::kConvGeometry); }
+Tensor weight_oihw(const IntLayer& l) { return is_conv(l) ? quant::weight_oihw_from_ohwi(l.weight) : l.weight; }
 
+// The fields of the layer's op (int_op.h: IntFields), in the format's order.
 void emit_layer(YAML::Emitter& e, const IntLayer& l, TensorMap& tensors) {
-  e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << l.name << YAML::Key << "kind" << YAML::Value
-    << quant::int_op_name(l.op);
-  switch (l.op) {
-    case IntOp::quantize_input:
-    case IntOp::flatten:
-    case IntOp::relu: emit_act(e, "output", l.out); break;
-    case IntOp::max_pool:
-      emit_pair(e, "kernel", l.pool.kernel_h, l.pool.kernel_w);
-      emit_pair(e, "stride", l.pool.stride_h, l.pool.stride_w);
-      emit_pair(e, "padding", l.pool.pad_h, l.pool.pad_w);
-      emit_act(e, "output", l.out);
-      break;
-    case IntOp::adaptive_avg_pool:
-      emit_pair(e, "output_size", l.out_h, l.out_w);
-      emit_act(e, "output", l.out);
-      break;
-    case IntOp::conv:
-    case IntOp::linear: {
-      e << YAML::Key << "in_channels" << YAML::Value << l.in_channels << YAML::Key << "out_channels" << YAML::Value
-        << l.out_channels;
-      if (l.op == IntOp::conv) {
-        emit_pair(e, "kernel", l.kernel_h, l.kernel_w);
-        emit_pair(e, "stride", l.conv.stride_h, l.conv.stride_w);
-        emit_pair(e, "padding", l.conv.pad_h, l.conv.pad_w);
-        emit_pair(e, "dilation", l.conv.dil_h, l.conv.dil_w);
-      }
-      e << YAML::Key << "relu" << YAML::Value << l.relu << YAML::Key << "dequantize" << YAML::Value << l.dequantize;
-      e << YAML::Key << "weight_bits" << YAML::Value << l.weight_bits << YAML::Key << "weight_packing" << YAML::Value
-        << (packed(l) ? "int4x2" : "int8");
-      emit_act(e, "input", l.in);
-      if (!l.dequantize) emit_act(e, "output", l.out);
-      emit_list<float>(e, "weight_scale", l.weight_scale);
-      emit_list<int32_t>(e, "weight_zero_point", l.weight_zero_point);
-      emit_list<float>(e, "weight_zero_point_frac", l.weight_zero_frac);
-      if (!l.dequantize) {
-        emit_list<int32_t>(e, "multiplier", l.multiplier);
-        emit_list<int32_t>(e, "shift", l.shift);
-        emit_list<int32_t>(e, "bias_residual", l.bias_residual);
-      }
-      const Tensor w = weight_oihw(l);
-      if (packed(l)) {
-        const std::vector<uint8_t> p = pack_int4(w.data<int8_t>(), l.out_channels, weight_k(l));
-        Tensor t = Tensor::empty({l.out_channels, (weight_k(l) + 1) / 2}, DType::u8);
-        std::copy(p.begin(), p.end(), t.data<uint8_t>());
-        tensors[l.name + ".weight"] = t;
-      } else {
-        tensors[l.name + ".weight"] = w;
-      }
-      tensors[l.name + ".bias"] = l.bias;
-      break;
-    }
+  const quant::IntOpDef& op = quant::int_op_def(l.op);
+  e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << l.name << YAML::Key << "kind" << YAML::Value << op.name;
+  if (op.has(quant::kPoolGeometry)) {
+    emit_pair(e, "kernel", l.pool.kernel_h, l.pool.kernel_w);
+    emit_pair(e, "stride", l.pool.stride_h, l.pool.stride_w);
+    emit_pair(e, "padding", l.pool.pad_h, l.pool.pad_w);
   }
+  if (op.has(quant::kOutputSize)) emit_pair(e, "output_size", l.out_h, l.out_w);
+  if (!op.has(quant::kMatmul)) {
+    emit_act(e, "output", l.out);
+    e << YAML::EndMap;
+    return;
+  }
+  e << YAML::Key << "in_channels" << YAML::Value << l.in_channels << YAML::Key << "out_channels" << YAML::Value
+    << l.out_channels;
+  if (op.has(quant::kConvGeometry)) {
+    emit_pair(e, "kernel", l.kernel_h, l.kernel_w);
+    emit_pair(e, "stride", l.conv.stride_h, l.conv.stride_w);
+    emit_pair(e, "padding", l.conv.pad_h, l.conv.pad_w);
+    emit_pair(e, "dilation", l.conv.dil_h, l.conv.dil_w);
+  }
+  e << YAML::Key << "relu" << YAML::Value << l.relu << YAML::Key << "dequantize" << YAML::Value << l.dequantize;
+  e << YAML::Key << "weight_bits" << YAML::Value << l.weight_bits << YAML::Key << "weight_packing" << YAML::Value
+    << (packed(l) ? "int4x2" : "int8");
+  emit_act(e, "input", l.in);
+  if (!l.dequantize) emit_act(e, "output", l.out);
+  emit_list<float>(e, "weight_scale", l.weight_scale);
+  emit_list<int32_t>(e, "weight_zero_point", l.weight_zero_point);
+  emit_list<float>(e, "weight_zero_point_frac", l.weight_zero_frac);
+  if (!l.dequantize) {
+    emit_list<int32_t>(e, "multiplier", l.multiplier);
+    emit_list<int32_t>(e, "shift", l.shift);
+    emit_list<int32_t>(e, "bias_residual", l.bias_residual);
+  }
+  const Tensor w = weight_oihw(l);
+  if (packed(l)) {
+    const std::vector<uint8_t> p = pack_int4(w.data<int8_t>(), l.out_channels, weight_k(l));
+    Tensor t = Tensor::empty({l.out_channels, (weight_k(l) + 1) / 2}, DType::u8);
+    std::copy(p.begin(), p.end(), t.data<uint8_t>());
+    tensors[l.name + ".weight"] = t;
+  } else {
+    tensors[l.name + ".weight"] = w;
+  }
+  tensors[l.name + ".bias"] = l.bias;
   e << YAML::EndMap;
 }
 
@@ -188,26 +181,20 @@ struct ManifestReader {
     } catch (const Error& e) {
       fail(kind, path + ".kind", e.what());
     }
-    switch (l.op) {
-      case IntOp::quantize_input:
-      case IntOp::flatten:
-      case IntOp::relu: l.in = l.out = act(n, "output", path); break;
-      case IntOp::max_pool:
-        pair(n, "kernel", path, l.pool.kernel_h, l.pool.kernel_w);
-        pair(n, "stride", path, l.pool.stride_h, l.pool.stride_w);
-        pair(n, "padding", path, l.pool.pad_h, l.pool.pad_w);
-        if (l.pool.kernel_h < 1 || l.pool.kernel_w < 1 || l.pool.stride_h < 1 || l.pool.stride_w < 1)
-          fail(n, path, "max_pool kernel and stride must be >= 1");
-        l.in = l.out = act(n, "output", path);
-        break;
-      case IntOp::adaptive_avg_pool:  // its input grid is the previous layer's output (load_export)
-        pair(n, "output_size", path, l.out_h, l.out_w);
-        if (l.out_h < 1 || l.out_w < 1) fail(n, path + ".output_size", "must be >= 1");
-        l.in = l.out = act(n, "output", path);
-        break;
-      case IntOp::conv:
-      case IntOp::linear: conv_or_linear(n, path, l, weights, weights_path); break;
+    const quant::IntOpDef& op = quant::int_op_def(l.op);
+    if (op.has(quant::kPoolGeometry)) {
+      pair(n, "kernel", path, l.pool.kernel_h, l.pool.kernel_w);
+      pair(n, "stride", path, l.pool.stride_h, l.pool.stride_w);
+      pair(n, "padding", path, l.pool.pad_h, l.pool.pad_w);
+      if (l.pool.kernel_h < 1 || l.pool.kernel_w < 1 || l.pool.stride_h < 1 || l.pool.stride_w < 1)
+        fail(n, path, std::string(op.name) + " kernel and stride must be >= 1");
     }
+    if (op.has(quant::kOutputSize)) {
+      pair(n, "output_size", path, l.out_h, l.out_w);
+      if (l.out_h < 1 || l.out_w < 1) fail(n, path + ".output_size", "must be >= 1");
+    }
+    if (op.has(quant::kMatmul)) conv_or_linear(n, path, l, weights, weights_path);
+    else l.in = l.out = act(n, "output", path);  // kRoundsOntoInputGrid: the input is set in load_export
     return l;
   }
 
@@ -216,7 +203,7 @@ struct ManifestReader {
     l.in_channels = get<int64_t>(n, "in_channels", path);
     l.out_channels = get<int64_t>(n, "out_channels", path);
     if (l.in_channels < 1 || l.out_channels < 1) fail(n, path, "in_channels and out_channels must be >= 1");
-    if (l.op == IntOp::conv) {
+    if (is_conv(l)) {
       pair(n, "kernel", path, l.kernel_h, l.kernel_w);
       pair(n, "stride", path, l.conv.stride_h, l.conv.stride_w);
       pair(n, "padding", path, l.conv.pad_h, l.conv.pad_w);
@@ -246,7 +233,7 @@ struct ManifestReader {
       l.bias_residual = list<int32_t>(n, "bias_residual", path, C);
     }
     const int64_t K = weight_k(l);
-    const Shape oihw = l.op == IntOp::conv ? Shape{C, l.in_channels, l.kernel_h, l.kernel_w} : Shape{C, l.in_channels};
+    const Shape oihw = is_conv(l) ? Shape{C, l.in_channels, l.kernel_h, l.kernel_w} : Shape{C, l.in_channels};
     Tensor w = Tensor::empty(oihw, DType::i8);
     if (packed(l)) {
       const Tensor& p = expect_tensor(weights, weights_path, l.name + ".weight", DType::u8, {C, (K + 1) / 2});
@@ -255,7 +242,7 @@ struct ManifestReader {
       w.copy_(expect_tensor(weights, weights_path, l.name + ".weight", DType::i8, oihw));
     }
     l.bias = expect_tensor(weights, weights_path, l.name + ".bias", DType::i32, {C}).clone();
-    l.weight = l.op == IntOp::linear ? w : quant::weight_ohwi_from_oihw(w);
+    l.weight = is_conv(l) ? quant::weight_ohwi_from_oihw(w) : w;
   }
 };
 
@@ -342,9 +329,10 @@ ExportedModel load_export(const std::string& dir) {
     if (i > 0) {  // each layer reads the grid the one before wrote
       const IntLayer& prev = m.model.layers.back();
       if (prev.dequantize) r.fail(layers[i], path, "comes after the dequantizing layer '" + prev.name + "'");
-      if (l.op == IntOp::adaptive_avg_pool) l.in = prev.out;  // output: the same grid less the fraction
+      const quant::IntOpDef& op = quant::int_op_def(l.op);
+      if (op.has(quant::kRoundsOntoInputGrid)) l.in = prev.out;  // output: the same grid less the fraction
       if (!(l.in == prev.out))
-        r.fail(layers[i], path + (l.op == IntOp::conv || l.op == IntOp::linear ? ".input" : ".output"),
+        r.fail(layers[i], path + (op.has(quant::kMatmul) ? ".input" : ".output"),
                "quantization differs from the output of '" + prev.name + "'");
     }
     try {
@@ -355,7 +343,7 @@ ExportedModel load_export(const std::string& dir) {
     m.model.layers.push_back(std::move(l));
   }
   const IntLayer& last = m.model.layers.back();
-  if (m.model.layers.front().op != IntOp::quantize_input)
+  if (!quant::int_op_def(m.model.layers.front().op).has(quant::kFloatInput))
     r.fail(layers[0], "layers[0].kind", "the first layer must be quantize_input");
   if (!last.dequantize) r.fail(layers[layers.size() - 1], "layers[-1]", "the last layer must be a dequantizing conv/linear");
   if (static_cast<int64_t>(m.classes.size()) != last.out_channels)

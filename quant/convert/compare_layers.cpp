@@ -89,11 +89,11 @@ std::vector<LayerDiff> compare_layers(Module& qat_model, const IntegerModel& im,
     FakeQuantizer* in = nullptr;
     if (auto* c = dynamic_cast<QatConv2d*>(m)) in = c->input_fake_quant.get();
     if (auto* c = dynamic_cast<QatLinear*>(m)) in = c->input_fake_quant.get();
-    if (in && i < im.layers.size() && im.layers[i].op == IntOp::quantize_input) compare(in->forward(h));
+    if (in && i < im.layers.size() && int_op_def(im.layers[i].op).has(kFloatInput)) compare(in->forward(h));
     h = m->forward(h);
     if (i >= im.layers.size() || im.layers[i].name != order[s].name) continue;
-    // Average pooling is requantized by the SharedFakeQuantizer that follows it.
-    const bool requant_next = im.layers[i].op == IntOp::adaptive_avg_pool && s + 1 < order.size() &&
+    // Average pooling is rounded onto its grid by the SharedFakeQuantizer that follows it.
+    const bool requant_next = int_op_def(im.layers[i].op).has(kRoundsOntoInputGrid) && s + 1 < order.size() &&
                               dynamic_cast<SharedFakeQuantizer*>(order[s + 1].module);
     if (requant_next) h = order[++s].module->forward(h);
     compare(h);

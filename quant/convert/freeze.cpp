@@ -79,11 +79,8 @@ void quantize_weights(IntLayer& l, const Tensor& w_float, FakeQuantizer& fq) {
       q.data<int8_t>()[c * per + k] = static_cast<int8_t>(std::clamp<float>(v, spec.qmin(), spec.qmax()));
     }
   }
-  if (l.op == IntOp::linear) {
-    l.weight = q;
-    return;
-  }
-  l.weight = weight_ohwi_from_oihw(q);  // patches are NHWC rows
+  // conv: patches are NHWC rows
+  l.weight = int_op_def(l.op).has(kConvGeometry) ? weight_ohwi_from_oihw(q) : q;
 }
 
 // Σ_k (q_w - z_w - f_w) of output channel c: what a fractional input zero
@@ -240,7 +237,7 @@ struct Freezer {
       need_input(s.name);
       const QParams sq = q->source()->qparams();
       QAT_CHECK(sq.scale.data<float>()[0] == cur.scale && sq.zero_point.data<int32_t>()[0] == cur.zero_point &&
-                    cur.zero_frac == 0.f && !model.layers.empty() && model.layers.back().op == IntOp::adaptive_avg_pool,
+                    cur.zero_frac == 0.f && !model.layers.empty() && int_op_def(model.layers.back().op).has(kRoundsOntoInputGrid),
                 "freeze: '", s.name, "' requantizes onto a grid other than its input's; no integer kernel for that");
       return;
     }

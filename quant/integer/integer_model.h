@@ -27,6 +27,7 @@
 #include "core/ops/pool.h"
 #include "core/tensor.h"
 #include "quant/integer/int8_gemm.h"
+#include "quant/integer/int_op.h"
 #include "quant/integer/int8_gemm_packed.h"
 
 namespace qat::quant {
@@ -48,10 +49,6 @@ struct ActQuant {
   int32_t offset() const { return is_signed ? 128 : 0; }  // stored = q + offset
   bool operator==(const ActQuant&) const = default;
 };
-
-enum class IntOp { quantize_input, conv, linear, max_pool, adaptive_avg_pool, flatten, relu };
-const char* int_op_name(IntOp op);
-IntOp int_op_from_name(const std::string& name);  // throws on an unknown name
 
 struct IntLayer {
   IntOp op = IntOp::relu;
@@ -83,7 +80,7 @@ struct IntLayer {
   // the CPU has it and out_channels is a multiple of 64.
   std::vector<int32_t> weight_row_sums;
   PackedB packed_weight;
-  void finalize();  // validates shapes and fills the derived fields
+  void finalize();  // its op's finalize (int_op.h): validates the fields, fills the derived ones
 };
 
 class IntegerModel {

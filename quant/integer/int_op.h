@@ -1,0 +1,52 @@
+#pragma once
+// The integer ops and what the code around an op needs to know of it: freeze
+// (quant/convert) fills the fields an op lists, the export (apps/integer_io)
+// writes and reads exactly those, the integer model runs and validates a
+// layer through its op's entry, and compare-layers asks where the float model
+// produces the op's output.
+//
+// A new integer op: its kernel and IntOpDef in a file of ops/, then one
+// registration here: a value of IntOp and its entry in kIntOps (int_op.cpp).
+#include <string>
+
+#include "core/tensor.h"
+#include "quant/integer/int8_gemm.h"
+
+namespace qat::quant {
+
+enum class IntOp { quantize_input, conv, linear, max_pool, adaptive_avg_pool, flatten, relu };
+
+struct IntLayer;
+
+// The field groups of an IntLayer an op uses, besides name, op and its grids.
+enum IntFields : unsigned {
+  kMatmul = 1u << 0,        // int8 weights, int32 bias, weight qparams, in/out channels, relu,
+                            // dequantize, requantization (multiplier, shift, bias residual)
+  kConvGeometry = 1u << 1,  // kernel_h/w, conv (stride, padding, dilation); weights (O, KH, KW, I)
+  kPoolGeometry = 1u << 2,  // pool (kernel, stride, padding)
+  kOutputSize = 1u << 3,    // out_h, out_w
+  kFloatInput = 1u << 4,    // reads the float images: the network's first layer
+  // Output on the input's grid, less the zero point's fraction; the float
+  // model rounds it onto that grid in the module after it (average pooling).
+  kRoundsOntoInputGrid = 1u << 5,
+};
+
+struct IntOpDef {
+  IntOp op;
+  const char* name;
+  unsigned fields;  // IntFields
+  // Integer tensor in, integer tensor out (f32 only at the two ends).
+  Tensor (*run)(const IntLayer& layer, const Tensor& x, GemmKernel kernel);
+  // Checks the layer's fields and fills its derived ones; throws naming the layer.
+  void (*finalize)(IntLayer& layer);
+  bool has(unsigned f) const { return (fields & f) == f; }
+};
+
+const IntOpDef& int_op_def(IntOp op);
+// nullptr for an unknown name.
+const IntOpDef* find_int_op(const std::string& name);
+inline const char* int_op_name(IntOp op) { return int_op_def(op).name; }
+// Throws naming the known ops on an unknown name.
+IntOp int_op_from_name(const std::string& name);
+
+}  // namespace qat::quant

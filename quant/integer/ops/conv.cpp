@@ -1,0 +1,73 @@
+// Integer convolution: u8 NHWC in, u8 NHWC out (or float logits NCHW when
+// it dequantizes); u8 im2row in L2-sized chunks + int8 GEMM + output stage.
+#include <omp.h>
+
+#include <algorithm>
+
+#include "quant/integer/int_op.h"
+#include "quant/integer/ops/matmul.h"
+
+namespace qat::quant::ops {
+
+namespace {
+
+Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
+  check_u8(l, x, 4);
+  const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
+  QAT_CHECK(C == l.in_channels, "integer conv '", l.name, "': input has ", C, " channels, the layer expects ",
+            l.in_channels);
+  const auto& p = l.conv;
+  const int64_t OH = conv_out_size(H, l.kernel_h, p.stride_h, p.pad_h, p.dil_h, "integer conv");
+  const int64_t OW = conv_out_size(W, l.kernel_w, p.stride_w, p.pad_w, p.dil_w, "integer conv");
+  const int64_t K = l.kernel_h * l.kernel_w * C, P = OH * OW, CO = l.out_channels;
+  const Im2RowShape shape{H, W, C, l.kernel_h, l.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
+                          p.dil_h, p.dil_w, OH, OW};
+  const bool direct = l.kernel_h == 1 && l.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 &&
+                      p.pad_w == 0;
+  const OutputStage stage(l, K);
+  const uint8_t pad = static_cast<uint8_t>(l.in.zero_point + l.in.offset());
+  Tensor y = l.dequantize ? Tensor::empty({N, CO, OH, OW}, DType::f32) : Tensor::empty({N, OH, OW, CO}, DType::u8);
+  const uint8_t* xd = x.data<uint8_t>();
+  // Whole images per thread when the batch can keep every thread busy (the
+  // GEMM inside then runs on one thread); otherwise the GEMM is parallel.
+  const bool per_image_threads = N >= omp_get_max_threads() && N > 1;
+  // Output positions in chunks whose patches and accumulators stay in L2
+  // (a whole 224 px conv1 image is ~2 MB of them).
+  const int64_t chunk = direct ? P : std::clamp<int64_t>((256 * 1024) / (K + 4 * CO), 16, P);
+  auto one_image = [&](int64_t n, std::vector<uint8_t>& rows, std::vector<int32_t>& acc) {
+    const uint8_t* img = xd + n * H * W * C;
+    for (int64_t p0 = 0; p0 < P; p0 += chunk) {
+      const int64_t np = std::min(chunk, P - p0);
+      if (!direct) im2row_u8_range(img, shape, pad, p0, np, rows.data());
+      const uint8_t* A = direct ? img + p0 * K : rows.data();
+      gemm(l, kernel, np, A, acc.data());
+      if (l.dequantize) stage.finish(acc.data(), A, np, nullptr, y.data<float>() + n * CO * P + p0, 1, P);
+      else stage.finish(acc.data(), A, np, y.data<uint8_t>() + (n * P + p0) * CO, nullptr, 0, 0);
+    }
+  };
+
+  // No enclosing parallel region in the per-GEMM case: the GEMM's own team
+  // must not be nested inside one (that cost 20x at batch 1).
+  if (!per_image_threads) {
+    std::vector<uint8_t> rows(direct ? 0 : static_cast<size_t>(chunk * K));
+    std::vector<int32_t> acc(static_cast<size_t>(chunk * CO));
+    for (int64_t n = 0; n < N; ++n) one_image(n, rows, acc);
+    return y;
+  }
+#pragma omp parallel
+  {
+    std::vector<uint8_t> rows(direct ? 0 : static_cast<size_t>(chunk * K));
+    std::vector<int32_t> acc(static_cast<size_t>(chunk * CO));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) one_image(n, rows, acc);
+  }
+  return y;
+}
+
+}  // namespace
+
+}  // namespace qat::quant::ops
+
+namespace qat::quant {
+extern const IntOpDef kConvOp{IntOp::conv, "conv", kMatmul | kConvGeometry, ops::run_conv, ops::finalize_matmul};
+}  // namespace qat::quant

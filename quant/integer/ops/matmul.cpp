@@ -1,0 +1,67 @@
+#include "quant/integer/ops/matmul.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace qat::quant::ops {
+
+void check_u8(const IntLayer& l, const Tensor& x, int64_t dims) {
+  QAT_CHECK(x.dtype() == DType::u8 && x.dim() == dims && x.is_contiguous(), "integer layer '", l.name, "' (",
+            int_op_name(l.op), "): expects a contiguous ", dims, "-d uint8 tensor, got ", dtype_name(x.dtype()), " with ",
+            x.dim(), " dims");
+}
+
+// acc (M x out_channels) = rows (M x K) . weights^T; the packed broadcast
+// kernel where the layer has one (same integers as every other kernel).
+void gemm(const IntLayer& l, GemmKernel kernel, int64_t M, const uint8_t* rows, int32_t* acc) {
+  const int64_t K = l.weight.numel() / l.out_channels;
+  if (kernel == GemmKernel::avx512_vnni && !l.packed_weight.empty())
+    return gemm_u8s8s32_packed(M, rows, K, l.packed_weight, acc, l.out_channels);
+  gemm_u8s8s32(kernel, M, l.out_channels, K, rows, K, l.weight.data<int8_t>(), K, acc, l.out_channels);
+}
+
+void finalize_matmul(IntLayer& l) {
+  const int64_t K = l.kernel_h * l.kernel_w * l.in_channels;
+  const Shape wshape = int_op_def(l.op).has(kConvGeometry) ? Shape{l.out_channels, l.kernel_h, l.kernel_w, l.in_channels}
+                                         : Shape{l.out_channels, l.in_channels};
+  auto check = [&](const Tensor& t, const char* field, DType dt, const Shape& shape) {
+    QAT_CHECK(t.defined() && t.dtype() == dt && t.sizes() == shape, "layer '", l.name, "': ", field, " must be ",
+              dtype_name(dt), " of shape ", shape_str(shape), ", got ",
+              t.defined() ? std::string(dtype_name(t.dtype())) + " " + shape_str(t.sizes()) : std::string("nothing"));
+  };
+  check(l.weight, "weight", DType::i8, wshape);
+  check(l.weight_scale, "weight_scale", DType::f32, {l.out_channels});
+  check(l.weight_zero_point, "weight_zero_point", DType::i32, {l.out_channels});
+  if (!l.weight_zero_frac.defined()) l.weight_zero_frac = Tensor::zeros({l.out_channels});
+  check(l.weight_zero_frac, "weight_zero_frac", DType::f32, {l.out_channels});
+  for (int64_t c = 0; c < l.out_channels; ++c)
+    QAT_CHECK(std::abs(l.weight_zero_frac.data<float>()[c]) <= 0.5f, "layer '", l.name, "': weight_zero_frac of channel ",
+              c, " is ", l.weight_zero_frac.data<float>()[c], ", outside [-1/2, 1/2]");
+  check(l.bias, "bias", DType::i32, {l.out_channels});
+  if (!l.dequantize) {
+    check(l.multiplier, "multiplier", DType::i32, {l.out_channels});
+    check(l.shift, "shift", DType::i32, {l.out_channels});
+    check(l.bias_residual, "bias_residual", DType::i32, {l.out_channels});
+    for (int64_t c = 0; c < l.out_channels; ++c) {
+      const int32_t m = l.multiplier.data<int32_t>()[c], s = l.shift.data<int32_t>()[c];
+      const int32_t r = l.bias_residual.data<int32_t>()[c];
+      QAT_CHECK((m == 0 || m >= (1 << 30)) && s >= -31 && s <= 31, "layer '", l.name, "': channel ", c,
+                " has an invalid fixed-point multiplier (m0 ", m, ", shift ", s, "): m0 must be in [2^30, 2^31)");
+      QAT_CHECK(std::abs(static_cast<int64_t>(r)) <= m / 2 + 1, "layer '", l.name, "': channel ", c, ": bias residual ",
+                r, " exceeds half the multiplier ", m);
+    }
+  }
+  QAT_CHECK(l.conv.groups == 1, "layer '", l.name, "': grouped convolution has no integer kernel (groups ", l.conv.groups, ")");
+  // |acc| <= K * 255 * 255 ((x - z_x) and (w - z_w) within 255) must stay
+  // below 2^30 so that adding the l.bias never overflows int32.
+  QAT_CHECK(K <= 16384, "layer '", l.name, "': ", K, " products per output could overflow the int32 accumulator (at most 16384)");
+  l.packed_weight = can_use_packed_vnni(l.out_channels) ? pack_b_vnni(l.weight.data<int8_t>(), l.out_channels, K, K) : PackedB{};
+  l.weight_row_sums.assign(static_cast<size_t>(l.out_channels), 0);
+  const int8_t* w = l.weight.data<int8_t>();
+  for (int64_t c = 0; c < l.out_channels; ++c)
+    for (int64_t k = 0; k < K; ++k) l.weight_row_sums[c] += w[c * K + k];
+}
+
+
+}  // namespace qat::quant::ops

@@ -1,0 +1,105 @@
+#pragma once
+// Shared by the integer ops' files (not part of the integer model's interface).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "quant/integer/int_kernels.h"
+#include "quant/integer/integer_model.h"
+
+namespace qat::quant::ops {
+
+// x must be a contiguous `dims`-d uint8 tensor; the error names the layer.
+void check_u8(const IntLayer& l, const Tensor& x, int64_t dims);
+
+inline bool any_nonzero(const Tensor& t) {
+  const int32_t* p = t.data<int32_t>();
+  return std::any_of(p, p + t.numel(), [](int32_t v) { return v != 0; });
+}
+
+// The output stage of conv and linear: zero-point corrections, then
+// requantization to u8 or (last layer) dequantization to float.
+struct OutputStage {
+  const IntLayer& l;
+  int64_t K;
+  std::vector<int32_t> bias;  // bias - z_x Σw + K z_x z_w
+  bool weight_zero_points, weight_frac = false;
+  std::vector<int64_t> frac_m0;  // round(f_w[c] M0[c]) (fractional weight zero points)
+  std::vector<float> dequant;  // s_x s_w[c] (dequantize only)
+  RequantParams rq{};
+  RequantPlan plan;
+
+  OutputStage(const IntLayer& layer, int64_t k) : l(layer), K(k) {
+    const int64_t C = l.out_channels;
+    const int32_t zx = l.in.zero_point + l.in.offset();
+    const int32_t* zw = l.weight_zero_point.data<int32_t>();
+    weight_zero_points = any_nonzero(l.weight_zero_point);
+    bias.resize(C);
+    for (int64_t c = 0; c < C; ++c)
+      bias[c] = l.bias.data<int32_t>()[c] - zx * l.weight_row_sums[c] + static_cast<int32_t>(K) * zx * zw[c];
+    if (l.dequantize) {
+      dequant.resize(C);
+      for (int64_t c = 0; c < C; ++c)
+        dequant[c] = static_cast<float>(static_cast<double>(l.in.scale) * l.weight_scale.data<float>()[c]);
+    } else {
+      const int32_t off = l.out.offset();
+      rq = {bias.data(), l.multiplier.data<int32_t>(), l.shift.data<int32_t>(), l.bias_residual.data<int32_t>(),
+            l.out.zero_point + off,
+            (l.relu ? std::max(l.out.qmin(), l.out.zero_point) : l.out.qmin()) + off, l.out.qmax() + off};
+      plan = make_requant_plan(rq, C);
+    }
+    const float* fw = l.weight_zero_frac.data<float>();
+    weight_frac = std::any_of(fw, fw + C, [](float f) { return f != 0.f; });
+    if (weight_frac && !l.dequantize) {
+      frac_m0.resize(C);
+      for (int64_t c = 0; c < C; ++c) frac_m0[c] = std::llround(static_cast<double>(fw[c]) * rq.m0[c]);
+    }
+  }
+
+  // Rows of accumulators (C each) for the input rows A (K each): zero-point
+  // corrections, then the output: u8 rows to `out` (C per row), or float
+  // logits to fout[r * fstep + c * fstride].
+  void finish(int32_t* acc, const uint8_t* A, int64_t rows, uint8_t* out, float* fout, int64_t fstep,
+              int64_t fstride) const {
+    if (!weight_zero_points && !weight_frac && !l.dequantize) return requantize_rows(acc, rows, plan, out);
+    const int64_t C = l.out_channels;
+    const int32_t* zw = l.weight_zero_point.data<int32_t>();
+    const int32_t zx = l.in.zero_point + l.in.offset();
+    for (int64_t r = 0; r < rows; ++r) {
+      int32_t* a = acc + r * C;
+      int64_t centred = 0;  // Σ_k (x_k - z_x)
+      if (weight_zero_points || weight_frac) {
+        int64_t xs = 0;
+        for (int64_t k = 0; k < K; ++k) xs += A[r * K + k];
+        if (weight_zero_points)
+          for (int64_t c = 0; c < C; ++c) a[c] -= zw[c] * static_cast<int32_t>(xs);
+        centred = xs - K * zx;
+      }
+      if (l.dequantize) {
+        const float* fw = l.weight_zero_frac.data<float>();
+        for (int64_t c = 0; c < C; ++c)
+          fout[r * fstep + c * fstride] =
+              (static_cast<float>(a[c] + bias[c]) - fw[c] * static_cast<float>(centred)) * dequant[c];
+      } else if (weight_frac) {
+        for (int64_t c = 0; c < C; ++c) {
+          const int64_t extra = rq.residual[c] - frac_m0[c] * centred;
+          const int32_t v = rq.out_zero + requantize_value64(a[c] + bias[c], rq.m0[c], rq.shift[c], extra);
+          out[r * C + c] = static_cast<uint8_t>(std::clamp(v, rq.lo, rq.hi));
+        }
+      } else {
+        requantize_rows(a, 1, plan, out + r * C);
+      }
+    }
+  }
+};
+
+// acc (M x out_channels) = rows (M x K) . weights^T; the packed broadcast
+// kernel where the layer has one (same integers as every other kernel).
+void gemm(const IntLayer& l, GemmKernel kernel, int64_t M, const uint8_t* rows, int32_t* acc);
+
+// Checks a conv / linear layer's fields and derives the weight row sums and
+// the packed weights.
+void finalize_matmul(IntLayer& l);
+
+}  // namespace qat::quant::ops
