@@ -1,5 +1,5 @@
-// freeze(): QAT model -> integer model; integer kernels; agreement with the
-// fake-quant model it came from.
+// freeze(): QAT model -> integer model; agreement with the fake-quant model
+// it came from.
 #include <cmath>
 #include <random>
 
@@ -9,7 +9,6 @@
 #include "models/models.h"
 #include "quant/convert/compare_layers.h"
 #include "quant/convert/freeze.h"
-#include "quant/integer/int_kernels.h"
 #include "quant/sim/prepare.h"
 
 using namespace qat;
@@ -47,116 +46,6 @@ void require_agreement(Module& m, const IntegerModel& im, const Tensor& x, doubl
 }
 
 }  // namespace
-
-TEST_CASE("vectorised requantization equals the scalar reference", "[quant][freeze]") {
-  std::mt19937 rng(5);
-  std::uniform_int_distribution<int32_t> acc_d(-(1 << 28), 1 << 28), m_d(1 << 30, INT32_MAX), s_d(0, 30),
-      z_d(0, 255);
-  for (int64_t n : {1, 7, 16, 17, 64, 100}) {
-    std::vector<int32_t> acc(n), bias(n), m0(n), shift(n), residual(n);
-    for (int64_t c = 0; c < n; ++c) {
-      acc[c] = acc_d(rng);
-      bias[c] = acc_d(rng) / 8;
-      m0[c] = c % 3 == 0 ? (1 << 30) : m_d(rng);  // every third a power of two (pure shift)
-      shift[c] = s_d(rng);
-      residual[c] = static_cast<int32_t>(acc_d(rng) % (m0[c] / 2));
-    }
-    acc[0] = (1 << 20) + (1 << 19);  // an exact tie for shift 20 pot
-    const int32_t zero = z_d(rng);
-    const RequantParams p{bias.data(), m0.data(), shift.data(), residual.data(), zero, std::min(zero, 3), 255};
-    std::vector<uint8_t> fast(n), ref(n);
-    requantize_rows(acc.data(), 1, make_requant_plan(p, n), fast.data());
-    requantize_row_reference(acc.data(), n, p, ref.data());
-    REQUIRE(fast == ref);
-  }
-}
-
-TEST_CASE("power-of-two requantization plans are pure shifts equal to the reference", "[quant][freeze]") {
-  std::mt19937 rng(8);
-  std::uniform_int_distribution<int32_t> acc_d(-(1 << 24), 1 << 24), s_d(0, 20);
-  for (int64_t n : {1, 16, 37}) {
-    std::vector<int32_t> acc(n * 3), bias(n), m0(n, 1 << 30), shift(n), residual(n);
-    for (auto& a : acc) a = acc_d(rng);
-    for (int64_t c = 0; c < n; ++c) {
-      bias[c] = acc_d(rng) / 4;
-      shift[c] = s_d(rng);
-      residual[c] = static_cast<int32_t>(acc_d(rng) % (1 << 29));
-    }
-    const RequantParams p{bias.data(), m0.data(), shift.data(), residual.data(), 3, 0, 255};
-    const RequantPlan plan = make_requant_plan(p, n);
-    if (plan.vector) REQUIRE(plan.pure_shift);
-    std::vector<uint8_t> fast(n * 3), ref(n * 3);
-    requantize_rows(acc.data(), 3, plan, fast.data());
-    for (int r = 0; r < 3; ++r) requantize_row_reference(acc.data() + r * n, n, p, ref.data() + r * n);
-    REQUIRE(fast == ref);
-  }
-}
-
-TEST_CASE("requantization is exact rounding of x * M + residual, ties upwards", "[quant][freeze]") {
-  std::mt19937 rng(9);
-  std::uniform_int_distribution<int32_t> x_d(INT32_MIN / 2, INT32_MAX / 2), m_d(1 << 30, INT32_MAX), s_d(-3, 31);
-  for (int i = 0; i < 200000; ++i) {
-    const int32_t x = i % 4 == 0 ? x_d(rng) / 65536 : x_d(rng), m0 = m_d(rng), shift = s_d(rng);
-    const int32_t res = i % 2 ? static_cast<int32_t>(x_d(rng) % (m0 / 2)) : 0;
-    // exact rational (x * m0 + res) / 2^(31 + shift): |p| = q * 2^t + r
-    const __int128 p = static_cast<__int128>(x) * m0 + res;
-    const int t = 31 + shift;
-    // floor(p / 2^t + 1/2), from floor division: p = q 2^t + r, 0 <= r < 2^t
-    const __int128 one = 1, q = p >= 0 ? p >> t : -((-p + (one << t) - 1) >> t), r = p - q * (one << t);
-    const __int128 want = q + (2 * r >= (one << t) ? 1 : 0);
-    const int64_t clamped = want > INT32_MAX ? INT32_MAX : want < INT32_MIN ? INT32_MIN : static_cast<int64_t>(want);
-    REQUIRE(requantize_value(x, m0, shift, res) == clamped);
-  }
-}
-
-TEST_CASE("power-of-two multipliers requantize with one rounding shift", "[quant][freeze]") {
-  for (int k = 0; k <= 31; ++k) {
-    const FixedPointMultiplier f = quantize_multiplier(std::ldexp(1.0, -k));
-    REQUIRE(f.m0 == (1 << 30));
-    for (int32_t x : {0, 1, -1, 3, -3, 5, 1 << 10, -(1 << 10) - 1, 123456789, -123456789}) {
-      // exact x / 2^k rounded, ties upwards
-      const double want = std::floor(std::ldexp(static_cast<double>(x), -k) + 0.5);
-      REQUIRE(requantize_value(x, f.m0, f.shift) == static_cast<int32_t>(want));
-    }
-  }
-}
-
-TEST_CASE("im2row on NHWC bytes pads with the zero point", "[quant][freeze]") {
-  // 1 image 3x3x2, kernel 2x2, stride 2, pad 1 -> 2x2 outputs of K = 8
-  std::vector<uint8_t> x(18);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>(i + 1);
-  std::vector<uint8_t> rows(4 * 8);
-  im2row_u8(x.data(), {3, 3, 2, 2, 2, 2, 2, 1, 1, 1, 1, 2, 2}, 99, rows.data());
-  // output (0,0): window rows -1..0, cols -1..0 -> only (0,0) inside
-  REQUIRE(std::vector<uint8_t>(rows.begin(), rows.begin() + 8) == std::vector<uint8_t>{99, 99, 99, 99, 99, 99, 1, 2});
-  // output (1,1): rows 1..2, cols 1..2 -> all inside: pixels (1,1),(1,2),(2,1),(2,2)
-  REQUIRE(std::vector<uint8_t>(rows.begin() + 24, rows.end()) ==
-          std::vector<uint8_t>{9, 10, 11, 12, 15, 16, 17, 18});
-}
-
-TEST_CASE("im2row equals a per-element gather on random shapes", "[quant][freeze]") {
-  std::mt19937 rng(3);
-  for (int trial = 0; trial < 40; ++trial) {
-    const int64_t h = 1 + rng() % 9, w = 1 + rng() % 9, c = 1 + rng() % 5, kh = 1 + rng() % 4, kw = 1 + rng() % 4;
-    const int64_t sh = 1 + rng() % 3, sw = 1 + rng() % 3, ph = rng() % 3, pw = rng() % 3, dh = 1 + rng() % 2,
-                  dw = 1 + rng() % 2;
-    const int64_t oh = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1, ow = (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
-    if (h + 2 * ph - dh * (kh - 1) - 1 < 0 || w + 2 * pw - dw * (kw - 1) - 1 < 0) continue;
-    std::vector<uint8_t> x(h * w * c);
-    for (auto& v : x) v = static_cast<uint8_t>(rng());
-    const int64_t K = kh * kw * c;
-    std::vector<uint8_t> rows(oh * ow * K);
-    im2row_u8(x.data(), {h, w, c, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow}, 7, rows.data());
-    for (int64_t p = 0; p < oh * ow; ++p)
-      for (int64_t i = 0; i < kh; ++i)
-        for (int64_t j = 0; j < kw; ++j)
-          for (int64_t ch = 0; ch < c; ++ch) {
-            const int64_t ih = (p / ow) * sh - ph + i * dh, iw = (p % ow) * sw - pw + j * dw;
-            const uint8_t want = ih < 0 || ih >= h || iw < 0 || iw >= w ? 7 : x[(ih * w + iw) * c + ch];
-            REQUIRE(rows[p * K + (i * kw + j) * c + ch] == want);
-          }
-  }
-}
 
 TEST_CASE("the integer layers take and return integer tensors only", "[quant][freeze]") {
   ModulePtr m = trained_qat_model("small_cnn", testing::test_backend("default"), QConfig{}, 12);
