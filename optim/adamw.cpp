@@ -42,8 +42,8 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer(s
 }
 
 // The loop is written with std::experimental::simd because a plain loop
-// calling std::sqrt is not vectorized by GCC (sqrt may set errno), which made
-// the step ~5x slower on AlexNet's 58M parameters. Blocks have a fixed size
+// calling std::sqrt is not vectorized by GCC (sqrt may set errno); as a plain
+// loop the step is about 5x slower on AlexNet's 58M parameters. Blocks have a fixed size
 // (a multiple of the SIMD width), so results do not depend on the thread count.
 void AdamW::update(const ParamGroup& group, float* p, const float* g, int64_t n, ParamState& s) {
   // Scalars as torch computes them: in double (from the float32-rounded lr,

@@ -1,9 +1,14 @@
 #pragma once
-// freeze(): a prepared QAT model (quant/prepare.h) -> IntegerModel. Uses
-// exactly the qparams the fake-quant model applies in eval mode: each weight
-// quantizer is run once on the folded weight (eval: no observer update) and
-// its integers are read back from the fake-quantized values; activations use
-// the qparams stored in their quantizers. Float arithmetic happens here, once,
+// freeze(): a prepared QAT model (quant/sim/prepare.h) -> IntegerModel.
+//
+// Note [frozen qparams]
+// A FakeQuantizer's `scale` / `zero_point` buffers hold exactly the qparams
+// its last forward applied. freeze() reads the activations' qparams from
+// them, and runs each weight quantizer once in eval mode (no observer update)
+// on the folded weight, reading the integers back from the fake-quantized
+// values: the integer model uses the qparams the eval-mode fake-quant model
+// uses.
+// Float arithmetic happens here, once,
 // to derive the integer parameters (REFERENCES §5); none at inference.
 // LSQ+: an offset beta gives the zero point z = -beta / s, kept as an
 // integer part and a fraction: for activations (ActQuant::zero_frac) folded

@@ -118,7 +118,7 @@ QAT_VNNI_TARGET inline void store_lanes(__m512i r, int32_t* C, int64_t ldc, int 
 
 // vpdpbusd through inline asm: with the intrinsic, GCC 12 copies every
 // accumulator between registers each step (it does not tie the destructive
-// operand), which cost a third of the speed here. B is a register operand
+// operand), which makes the kernel about a third slower. B is a register operand
 // ("v", not "vm"), else GCC folds its load into each vpdpbusd that uses it.
 QAT_VNNI_TARGET inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
   asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));

@@ -28,13 +28,13 @@ void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, 
 // right shift, ties upwards, as TFLite's 64-bit requantization), from the
 // exact 64-bit product. residual (|residual| <= M0 / 2) carries
 // the fraction the int32 bias round(b / (s_x s_w)) dropped, so the integer
-// model adds the bias as exactly as the float model does (without it a 4-bit
-// grid's coarse M turned the bias rounding into ~1.5% of outputs one LSB off
-// per layer). The product: the doubling high multiply and the rounding right
-// shift of gemmlowp fused into ONE rounding. (Two roundings, as gemmlowp's
-// SaturatingRoundingDoublingHighMul + RoundingDivideByPOT, are off by one
-// whenever the first lands near a half: with small shifts, i.e. coarse 4-bit
-// output grids, that hit ~6% of the outputs in our tests.) For a power-of-two
+// model adds the bias as exactly as the float model does (the int32 bias
+// rounding alone moves outputs by one step, most often on coarse 4-bit grids
+// where M is large). The product: the doubling high multiply and the rounding
+// right shift of gemmlowp fused into ONE rounding. (Two roundings, as
+// gemmlowp's SaturatingRoundingDoublingHighMul + RoundingDivideByPOT, are one
+// off whenever the first result lands exactly on a tie of the second, which
+// small shifts, i.e. coarse 4-bit output grids, make frequent.) For a power-of-two
 // multiplier (M0 = 2^30) this is a pure rounding shift by shift + 1.
 // The vectorised path equals the scalar one.
 struct RequantParams {

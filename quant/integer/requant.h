@@ -8,8 +8,8 @@
 // within 1 of round(x * M), and equal to it unless the intermediate lands
 // exactly on a tie of the second rounding (tested).
 // No floating point once the multiplier is built. The integer model rounds
-// once instead (int_kernels.h: requantize_value); these stay as the reference
-// point of that choice and for tests.
+// once (int_kernels.h: requantize_value); these two-step functions are the
+// gemmlowp reference the tests compare it with.
 #include <cstdint>
 
 namespace qat::quant {

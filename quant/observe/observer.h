@@ -42,7 +42,7 @@ class Observer {
   Observer& operator=(const Observer&) = delete;
 
   // x: f32, any shape; per-channel: x.size(spec.axis) == channels(). Not
-  // differentiable. Does nothing while `enabled` is false (frozen qparams) or
+  // differentiable. Does nothing while `enabled` is false (observer off) or
   // x is empty; otherwise checks x and hands it to update().
   void observe(const Tensor& x);
   virtual Range range() const = 0;
@@ -61,7 +61,7 @@ class Observer {
   const QuantSpec& spec() const { return spec_; }
   int64_t channels() const { return channels_; }
 
-  bool enabled = true;  // false: observe() is a no-op (frozen qparams)
+  bool enabled = true;  // false: observe() is a no-op (observer off, qparams fixed)
 
  protected:
   // x: checked, non-empty.

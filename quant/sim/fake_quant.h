@@ -13,7 +13,7 @@
 // Shapes: x f32, any shape; scale f32 and zero_point i32 of shape (1) per-tensor
 // (or 0-d) or (C) per-channel with C = x.size(spec.axis). scale > 0 and finite,
 // qmin <= zero_point <= qmax (checked, like PyTorch). scale and zero_point get
-// no gradient (the learned step size is quant/lsq's job).
+// no gradient (the learned step size is quant/sim/lsq's job).
 // Backward (writes a fresh dx, no accumulation):
 //   SteKind::clipped (PyTorch): dx = dy * [qmin <= q <= qmax] (q before the
 //     clamp, as PyTorch's mask); saves a 1-byte mask per element.

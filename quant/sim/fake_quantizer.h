@@ -10,7 +10,7 @@
 //     seen; REFERENCES §2-3).
 // Buffers (all in the state dict, so checkpoints carry them):
 //   scale (C) f32, zero_point (C) i32  the qparams the LAST forward used: what
-//                                      freeze() must use
+//                                      freeze() must use (Note [frozen qparams])
 //   observer_enabled, fake_quant_enabled, initialized   u8 flags
 //   the observer's state() (e.g. min_val, max_val)      observed kind
 // Parameters (learned kind): step (C) [, offset (C)].

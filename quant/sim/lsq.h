@@ -34,7 +34,8 @@
 // and returns dL/dp = sign(p) * dL/ds (sign(0) = +1), passed straight through
 // the floor so a parameter that sits at the floor can still move away. For
 // p >= lsq_min_step (the normal regime) s == p bit for bit and dL/dp == dL/ds,
-// i.e. exactly PyTorch's learnable fake quant. No gradient has a 1/s factor,
+// i.e. the formulas of PyTorch's learnable fake quant (the forward and dv
+// bit for bit; the step and offset sums in another order). No gradient has a 1/s factor,
 // so a tiny step cannot blow the gradients up either. Use lsq_step_value()
 // to read the effective step (freeze/export must use the same s).
 #include <cstdint>

@@ -46,7 +46,8 @@ void QatConv2d::set_output_quantizer(std::shared_ptr<FakeQuantizer> q) {
   activation_post_process = register_module("activation_post_process", std::move(q));
 }
 
-// sf = gamma' / sqrt(running_var + eps), (O). gamma' is gamma nudged away from 0.
+// sf = gamma' / sqrt(running_var + eps), (O). gamma' is gamma nudged away
+// from 0. Note [BN folding in QAT] (qat_modules.h).
 Tensor QatConv2d::fold_scale(bool differentiable) const {
   const int64_t O = bn->channels;
   Tensor inv_std = Tensor::empty({O});

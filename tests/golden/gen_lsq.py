@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""Golden vectors for qat's LSQ / LSQ+ quantizers (quant/lsq.h), made by PyTorch.
+"""Golden vectors for qat's LSQ / LSQ+ quantizers (quant/sim/lsq.h), made by PyTorch.
 
 Run:  /usr/bin/python3 tests/golden/gen_lsq.py
-Writes tests/golden/lsq.safetensors (read by tests/quant/test_lsq.cpp).
+Writes tests/golden/lsq.safetensors (read by tests/quant/sim/test_lsq.cpp).
 
 Every case stores, under "<case>.<name>":
   spec        int32 [bits, signed, narrow, per_channel, axis, qmin, qmax]

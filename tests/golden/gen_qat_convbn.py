@@ -7,7 +7,7 @@ i.e. the `_forward_approximate` folding:
     y  = bn(conv(x, weight_fake_quant(w * sf)) / sf + conv_bias)
 
 Run:  /usr/bin/python3 tests/golden/gen_qat_convbn.py
-Writes tests/golden/qat_convbn.safetensors (read by tests/quant/test_golden_qat_convbn.cpp).
+Writes tests/golden/qat_convbn.safetensors (read by tests/quant/sim/test_golden_qat_convbn.cpp).
 
 Weight fake quant (no activation fake quant: the fused modules have none):
     FakeQuantize(observer=MovingAveragePerChannelMinMaxObserver, dtype=qint8,

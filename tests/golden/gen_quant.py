@@ -2,8 +2,8 @@
 """Golden vectors for qat's fake quantization and observers, made by PyTorch.
 
 Run:  /usr/bin/python3 tests/golden/gen_quant.py
-Writes tests/golden/quant_ops.safetensors (read by tests/quant/test_fake_quant.cpp
-and tests/quant/test_observer.cpp).
+Writes tests/golden/quant_ops.safetensors (read by tests/quant/sim/test_fake_quant.cpp
+and tests/quant/observe/test_observer.cpp).
 
 Fake quantization ("fq_<case>.<name>"): PyTorch's own float32 kernels
 (torch.fake_quantize_per_tensor_affine / fake_quantize_per_channel_affine),

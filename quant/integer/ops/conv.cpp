@@ -46,8 +46,8 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
     }
   };
 
-  // No enclosing parallel region in the per-GEMM case: the GEMM's own team
-  // must not be nested inside one (that cost 20x at batch 1).
+  // No enclosing parallel region in the per-GEMM case: the GEMM parallelises
+  // itself only outside one (a nested team would run on one thread).
   if (!per_image_threads) {
     std::vector<uint8_t> rows(direct ? 0 : static_cast<size_t>(chunk * K));
     std::vector<int32_t> acc(static_cast<size_t>(chunk * CO));

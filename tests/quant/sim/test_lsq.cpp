@@ -1,4 +1,4 @@
-// LSQ / LSQ+ learned quantizers (quant/lsq.h).
+// LSQ / LSQ+ learned quantizers (quant/sim/lsq.h).
 //  - golden: tests/golden/gen_lsq.py -> tests/golden/lsq.safetensors holds, per
 //    case, a float64 autograd reference written from the papers' formulas
 //    ("ref.*", matched by LsqClip::paper) and, where the case maps onto it,
