@@ -77,11 +77,12 @@ void check_across_keys(const ExperimentConfig& cfg, const Values& values) {
 
 // A data root: relative to `base`, made absolute so that a copy of the
 // resolved config works from anywhere.
-std::string resolve_dir(const YamlValue& v, const fs::path& base) {
+std::string resolve_dir(const YamlValue& v, const fs::path& base, DataPaths data_paths) {
   fs::path p(v.as<std::string>());
   if (p.is_relative()) p = base / p;
   p = fs::absolute(p).lexically_normal();
   if (!p.has_filename() && p.has_parent_path() && p != p.root_path()) p = p.parent_path();
+  if (data_paths == DataPaths::as_recorded) return p.string();
   std::error_code ec;
   if (!fs::exists(p, ec)) v.fail("no such directory: " + p.string());
   if (!fs::is_directory(p, ec)) v.fail("not a directory: " + p.string());
@@ -97,7 +98,8 @@ std::string normal_dir(const std::string& dir) {
 
 }  // namespace
 
-ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides,
+                             DataPaths data_paths) {
   const YamlValue file = load_yaml_file(path);
   (void)file.entries();  // the top level is a mapping before --set writes into it
   YAML::Node tree = file.is_null() ? YAML::Node(YAML::NodeType::Map) : file.node();
@@ -111,8 +113,8 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
   read_fields(values, root, cfg);
   check_across_keys(cfg, values);
   const fs::path base = fs::path(path).parent_path();
-  cfg.data.train = resolve_dir(value_of(values, path, "data.train"), base);
-  cfg.data.val = resolve_dir(value_of(values, path, "data.val"), base);
+  cfg.data.train = resolve_dir(value_of(values, path, "data.train"), base, data_paths);
+  cfg.data.val = resolve_dir(value_of(values, path, "data.val"), base, data_paths);
   cfg.output.dir = normal_dir(cfg.output.dir);
   return cfg;
 }

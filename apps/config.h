@@ -142,7 +142,12 @@ quant::QConfig make_qconfig(const QuantConfig& q);
 // "data.workers=4", ...) on the YAML tree first. Relative data paths resolve
 // against the YAML file's folder, output.dir against the current directory
 // (where the user runs qat).
-ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// `data_paths`: whether data.train and data.val must be existing folders (to
+// train or evaluate) or are taken as recorded (to read a run's config.yaml
+// after its data moved).
+enum class DataPaths { must_exist, as_recorded };
+ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                             DataPaths data_paths = DataPaths::must_exist);
 // The resolved config as YAML (every key, defaults included).
 std::string config_to_yaml(const ExperimentConfig& cfg);
 // A stable hex hash of config_to_yaml() without output.dir and train.threads
