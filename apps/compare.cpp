@@ -1,12 +1,12 @@
 #include "apps/compare.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include "apps/config.h"
 #include "apps/metrics_log.h"
 #include "core/error.h"
 #include "models/models.h"
@@ -16,17 +16,6 @@ namespace qat::apps {
 namespace fs = std::filesystem;
 
 namespace {
-
-// Reads an optional scalar of the run's resolved config.yaml.
-template <class T>
-T get(const YAML::Node& root, std::initializer_list<const char*> path, T fallback) {
-  YAML::Node n = YAML::Clone(root);
-  for (const char* p : path) {
-    if (!n.IsMap() || !n[p]) return fallback;
-    n = n[p];
-  }
-  return n.as<T>();
-}
 
 // Weights (tensors with >= 2 dims) at their layer's bits, every other
 // parameter float32.
@@ -62,28 +51,20 @@ std::string bytes_str(int64_t b) {
 RunSummary summarize_run(const std::string& run_dir) {
   const std::string cfg_path = run_dir + "/config.yaml";
   QAT_CHECK(fs::exists(cfg_path), "compare: ", run_dir, " has no config.yaml (not a qat run directory?)");
-  YAML::Node cfg;
-  try {
-    cfg = YAML::LoadFile(cfg_path);
-  } catch (const YAML::Exception& e) {
-    QAT_FAIL("compare: cannot read ", cfg_path, ": ", e.what());
-  }
+  // The run's data may have moved since it was trained; only the experiment matters here.
+  const ExperimentConfig cfg = load_config(cfg_path, {}, DataPaths::as_recorded);
   RunSummary s;
   s.name = fs::path(run_dir).lexically_normal().filename().string();
   if (s.name.empty()) s.name = fs::path(run_dir).lexically_normal().parent_path().filename().string();
-  s.model = get<std::string>(cfg, {"model", "name"}, "alexnet_bn");
-  s.num_classes = get<int64_t>(cfg, {"model", "num_classes"}, 10);
-  if (get<bool>(cfg, {"quant", "enabled"}, false)) {
-    const int bits = get<int>(cfg, {"quant", "bits"}, 8);
-    s.weight_bits = get<int>(cfg, {"quant", "weight", "bits"}, 0);
-    s.activation_bits = get<int>(cfg, {"quant", "activation", "bits"}, 0);
-    if (s.weight_bits <= 0) s.weight_bits = bits;
-    if (s.activation_bits <= 0) s.activation_bits = bits;
-    const YAML::Node over = cfg["quant"]["overrides"];
-    if (over && over.IsMap())
-      for (auto it = over.begin(); it != over.end(); ++it)
-        if (it->second["weight_bits"]) s.layer_weight_bits[it->first.as<std::string>()] = it->second["weight_bits"].as<int>();
-    s.method = get<std::string>(cfg, {"quant", "method"}, "moving_average");
+  s.model = cfg.model.name;
+  s.num_classes = cfg.model.num_classes;
+  if (cfg.quant.enabled) {
+    const quant::QConfig q = make_qconfig(cfg.quant);
+    s.weight_bits = q.weight_bits;
+    s.activation_bits = q.activation_bits;
+    for (auto& [layer, bits] : q.overrides)
+      if (bits.weight_bits > 0) s.layer_weight_bits[layer] = bits.weight_bits;
+    s.method = quant::method_name(q.method);
   }
   const auto rows = read_metrics(run_dir);
   QAT_CHECK(!rows.empty(), "compare: ", run_dir, "/metrics.csv has no finished epoch");

@@ -5,17 +5,31 @@
 // Only apps/ parses YAML (DESIGN.md).
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "quant/backend.h"
 
 namespace qat::apps {
 
 enum class OptimizerKind { sgd, adamw };
+constexpr auto enum_names(OptimizerKind) {
+  return std::to_array<EnumName<OptimizerKind>>({{OptimizerKind::sgd, "sgd"}, {OptimizerKind::adamw, "adamw"}});
+}
 enum class ScheduleKind { constant, step, multistep, cosine };
+constexpr auto enum_names(ScheduleKind) {
+  return std::to_array<EnumName<ScheduleKind>>({{ScheduleKind::constant, "constant"},
+                                                {ScheduleKind::step, "step"},
+                                                {ScheduleKind::multistep, "multistep"},
+                                                {ScheduleKind::cosine, "cosine"}});
+}
 enum class BadImagePolicy { error, skip };
+constexpr auto enum_names(BadImagePolicy) {
+  return std::to_array<EnumName<BadImagePolicy>>({{BadImagePolicy::error, "error"}, {BadImagePolicy::skip, "skip"}});
+}
 
 struct ModelConfig {
   std::string name = "alexnet_bn";
@@ -70,9 +84,19 @@ struct TrainConfig {
   int64_t max_steps_per_epoch = 0;          // 0: whole epoch (tests and smoke runs use a cap)
 };
 
-// A setting that may be left to the backend ("auto").
+// A setting that may be left to the backend ("auto"); nullopt stands for auto.
 enum class Choice { auto_, yes, no };
+constexpr auto enum_names(Choice) {
+  return std::to_array<EnumName<Choice>>({{Choice::auto_, "auto"}, {Choice::yes, "true"}, {Choice::no, "false"}});
+}
+std::optional<bool> choice_value(Choice c);
 enum class FormulaChoice { auto_, minmax, power_of_two };
+constexpr auto enum_names(FormulaChoice) {
+  return std::to_array<EnumName<FormulaChoice>>({{FormulaChoice::auto_, "auto"},
+                                                 {FormulaChoice::minmax, "minmax"},
+                                                 {FormulaChoice::power_of_two, "power_of_two"}});
+}
+std::optional<quant::ScaleFormula> formula_value(FormulaChoice f);
 
 struct QuantTensorConfig {
   int64_t bits = 0;  // 0: quant.bits
@@ -115,10 +139,15 @@ struct ExperimentConfig {
 quant::QConfig make_qconfig(const QuantConfig& q);
 
 // Loads and validates `path`, applying `overrides` ("train.lr=0.1",
-// "data.workers=4", ...) on the YAML tree first. Relative data paths and
-// output.dir resolve against the YAML file's folder... except output.dir,
-// which resolves against the current directory (where the user runs qat).
-ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// "data.workers=4", ...) on the YAML tree first. Relative data paths resolve
+// against the YAML file's folder, output.dir against the current directory
+// (where the user runs qat).
+// `data_paths`: whether data.train and data.val must be existing folders (to
+// train or evaluate) or are taken as recorded (to read a run's config.yaml
+// after its data moved).
+enum class DataPaths { must_exist, as_recorded };
+ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                             DataPaths data_paths = DataPaths::must_exist);
 // The resolved config as YAML (every key, defaults included).
 std::string config_to_yaml(const ExperimentConfig& cfg);
 // A stable hex hash of config_to_yaml() without output.dir and train.threads

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "apps/yaml_value.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 
@@ -116,135 +117,148 @@ void emit_layer(YAML::Emitter& e, const IntLayer& l, TensorMap& tensors) {
 }
 
 // ---------------------------------------------------------------- reading
-struct ManifestReader {
-  std::string file;
-  [[noreturn]] void fail(const YAML::Node& n, const std::string& field, const std::string& msg) const {
-    QAT_FAIL(file, ", line ", n.Mark().line + 1, ": ", field, ": ", msg);
-  }
-  YAML::Node need(const YAML::Node& n, const std::string& key, const std::string& path) const {
-    if (!n.IsMap()) fail(n, path, "expected a mapping");
-    if (!n[key]) QAT_FAIL(file, ", line ", n.Mark().line + 1, ": missing field '", path.empty() ? key : path + "." + key, "'");
-    return n[key];
-  }
-  template <class T>
-  T get(const YAML::Node& n, const std::string& key, const std::string& path) const {
-    const YAML::Node v = need(n, key, path);
-    try {
-      return v.as<T>();
-    } catch (const YAML::Exception&) {
-      fail(v, path + "." + key, "wrong type or value '" + (v.IsScalar() ? v.Scalar() : std::string("(not a scalar)")) + "'");
-    }
-  }
-  void pair(const YAML::Node& n, const std::string& key, const std::string& path, int64_t& a, int64_t& b) const {
-    const YAML::Node v = need(n, key, path);
-    if (!v.IsSequence() || v.size() != 2) fail(v, path + "." + key, "expected a list of two integers");
-    a = get_index<int64_t>(v, 0, path + "." + key);
-    b = get_index<int64_t>(v, 1, path + "." + key);
-  }
-  template <class T>
-  T get_index(const YAML::Node& seq, size_t i, const std::string& path) const {
-    try {
-      return seq[i].as<T>();
-    } catch (const YAML::Exception&) {
-      fail(seq[i], path + "[" + std::to_string(i) + "]", "wrong type or value");
-    }
-  }
-  template <class T>
-  Tensor list(const YAML::Node& n, const std::string& key, const std::string& path, int64_t len) const {
-    const YAML::Node v = need(n, key, path);
-    if (!v.IsSequence() || static_cast<int64_t>(v.size()) != len)
-      fail(v, path + "." + key, "expected a list of " + std::to_string(len) + " numbers, got " +
-                                    (v.IsSequence() ? std::to_string(v.size()) + " entries" : std::string("no list")));
-    Tensor t = Tensor::empty({len}, dtype_of<T>());
-    for (int64_t i = 0; i < len; ++i) t.data<T>()[i] = get_index<T>(v, static_cast<size_t>(i), path + "." + key);
-    return t;
-  }
-  ActQuant act(const YAML::Node& n, const std::string& key, const std::string& path) const {
-    const YAML::Node v = need(n, key, path);
-    const std::string p = path + "." + key;
-    ActQuant a{get<float>(v, "scale", p), get<int32_t>(v, "zero_point", p), get<float>(v, "zero_point_frac", p),
-               get<int>(v, "bits", p), get<bool>(v, "signed", p)};
-    if (!(a.scale > 0) || a.bits < 2 || a.bits > 8 || a.zero_point < a.qmin() || a.zero_point > a.qmax() ||
-        !(std::abs(a.zero_frac) <= 0.5f))
-      fail(v, p, "invalid quantization (scale " + std::to_string(a.scale) + ", zero point " +
-                     std::to_string(a.zero_point) + ", bits " + std::to_string(a.bits) + ")");
-    return a;
-  }
+void read_pair(const YamlValue& v, int64_t& a, int64_t& b) {
+  const auto xs = v.items(2, "integers");
+  a = xs[0].as<int64_t>();
+  b = xs[1].as<int64_t>();
+}
 
-  IntLayer layer(const YAML::Node& n, const std::string& path, const SafetensorsFile& weights,
-                 const std::string& weights_path) const {
-    IntLayer l;
-    l.name = get<std::string>(n, "name", path);
-    const YAML::Node kind = need(n, "kind", path);
-    try {
-      l.op = quant::int_op_from_name(kind.Scalar());
-    } catch (const Error& e) {
-      fail(kind, path + ".kind", e.what());
-    }
-    const quant::IntOpDef& op = quant::int_op_def(l.op);
-    if (op.has(quant::kPoolGeometry)) {
-      pair(n, "kernel", path, l.pool.kernel_h, l.pool.kernel_w);
-      pair(n, "stride", path, l.pool.stride_h, l.pool.stride_w);
-      pair(n, "padding", path, l.pool.pad_h, l.pool.pad_w);
-      if (l.pool.kernel_h < 1 || l.pool.kernel_w < 1 || l.pool.stride_h < 1 || l.pool.stride_w < 1)
-        fail(n, path, std::string(op.name) + " kernel and stride must be >= 1");
-    }
-    if (op.has(quant::kOutputSize)) {
-      pair(n, "output_size", path, l.out_h, l.out_w);
-      if (l.out_h < 1 || l.out_w < 1) fail(n, path + ".output_size", "must be >= 1");
-    }
-    if (op.has(quant::kMatmul)) conv_or_linear(n, path, l, weights, weights_path);
-    else l.in = l.out = act(n, "output", path);  // kRoundsOntoInputGrid: the input is set in load_export
-    return l;
-  }
+template <class T>
+Tensor read_list(const YamlValue& v, int64_t len) {
+  const auto xs = v.items(static_cast<size_t>(len), "numbers");
+  Tensor t = Tensor::empty({len}, dtype_of<T>());
+  for (int64_t i = 0; i < len; ++i) t.data<T>()[i] = xs[static_cast<size_t>(i)].as<T>();
+  return t;
+}
 
-  void conv_or_linear(const YAML::Node& n, const std::string& path, IntLayer& l, const SafetensorsFile& weights,
-                      const std::string& weights_path) const {
-    l.in_channels = get<int64_t>(n, "in_channels", path);
-    l.out_channels = get<int64_t>(n, "out_channels", path);
-    if (l.in_channels < 1 || l.out_channels < 1) fail(n, path, "in_channels and out_channels must be >= 1");
-    if (is_conv(l)) {
-      pair(n, "kernel", path, l.kernel_h, l.kernel_w);
-      pair(n, "stride", path, l.conv.stride_h, l.conv.stride_w);
-      pair(n, "padding", path, l.conv.pad_h, l.conv.pad_w);
-      pair(n, "dilation", path, l.conv.dil_h, l.conv.dil_w);
-      if (l.kernel_h < 1 || l.kernel_w < 1 || l.conv.stride_h < 1 || l.conv.stride_w < 1 || l.conv.dil_h < 1 ||
-          l.conv.dil_w < 1 || l.conv.pad_h < 0 || l.conv.pad_w < 0)
-        fail(n, path, "kernel, stride and dilation must be >= 1, padding >= 0");
-    }
-    l.relu = get<bool>(n, "relu", path);
-    l.dequantize = get<bool>(n, "dequantize", path);
-    l.weight_bits = get<int>(n, "weight_bits", path);
-    if (l.weight_bits < 2 || l.weight_bits > 8) fail(n["weight_bits"], path + ".weight_bits", "must be 2..8");
-    const std::string packing = get<std::string>(n, "weight_packing", path);
-    if (packing != (packed(l) ? "int4x2" : "int8"))
-      fail(n["weight_packing"], path + ".weight_packing",
-           "'" + packing + "' does not match weight_bits " + std::to_string(l.weight_bits) +
-               " (int4x2 for <= 4 bits, int8 otherwise)");
-    l.in = act(n, "input", path);
-    if (!l.dequantize) l.out = act(n, "output", path);
-    const int64_t C = l.out_channels;
-    l.weight_scale = list<float>(n, "weight_scale", path, C);
-    l.weight_zero_point = list<int32_t>(n, "weight_zero_point", path, C);
-    l.weight_zero_frac = list<float>(n, "weight_zero_point_frac", path, C);
-    if (!l.dequantize) {
-      l.multiplier = list<int32_t>(n, "multiplier", path, C);
-      l.shift = list<int32_t>(n, "shift", path, C);
-      l.bias_residual = list<int32_t>(n, "bias_residual", path, C);
-    }
-    const int64_t K = weight_k(l);
-    const Shape oihw = is_conv(l) ? Shape{C, l.in_channels, l.kernel_h, l.kernel_w} : Shape{C, l.in_channels};
-    Tensor w = Tensor::empty(oihw, DType::i8);
-    if (packed(l)) {
-      const Tensor& p = expect_tensor(weights, weights_path, l.name + ".weight", DType::u8, {C, (K + 1) / 2});
-      unpack_int4(p.data<uint8_t>(), C, K, w.data<int8_t>());
-    } else {
-      w.copy_(expect_tensor(weights, weights_path, l.name + ".weight", DType::i8, oihw));
-    }
-    l.bias = expect_tensor(weights, weights_path, l.name + ".bias", DType::i32, {C}).clone();
-    l.weight = is_conv(l) ? quant::weight_ohwi_from_oihw(w) : w;
-  }
+ActQuant read_act(const YamlValue& v) {
+  ActQuant a{v.get("scale").as<float>(), v.get("zero_point").as<int32_t>(), v.get("zero_point_frac").as<float>(),
+             v.get("bits").as<int>(), v.get("signed").as<bool>()};
+  if (!(a.scale > 0) || a.bits < 2 || a.bits > 8 || a.zero_point < a.qmin() || a.zero_point > a.qmax() ||
+      !(std::abs(a.zero_frac) <= 0.5f))
+    v.fail("invalid quantization (scale " + std::to_string(a.scale) + ", zero point " + std::to_string(a.zero_point) +
+           ", bits " + std::to_string(a.bits) + ")");
+  return a;
+}
+
+struct WeightsFile {
+  const SafetensorsFile& tensors;
+  std::string path;
 };
+
+void read_conv_or_linear(const YamlValue& v, IntLayer& l, const WeightsFile& weights) {
+  l.in_channels = v.get("in_channels").as<int64_t>();
+  l.out_channels = v.get("out_channels").as<int64_t>();
+  if (l.in_channels < 1 || l.out_channels < 1) v.fail("in_channels and out_channels must be >= 1");
+  if (is_conv(l)) {
+    read_pair(v.get("kernel"), l.kernel_h, l.kernel_w);
+    read_pair(v.get("stride"), l.conv.stride_h, l.conv.stride_w);
+    read_pair(v.get("padding"), l.conv.pad_h, l.conv.pad_w);
+    read_pair(v.get("dilation"), l.conv.dil_h, l.conv.dil_w);
+    if (l.kernel_h < 1 || l.kernel_w < 1 || l.conv.stride_h < 1 || l.conv.stride_w < 1 || l.conv.dil_h < 1 ||
+        l.conv.dil_w < 1 || l.conv.pad_h < 0 || l.conv.pad_w < 0)
+      v.fail("kernel, stride and dilation must be >= 1, padding >= 0");
+  }
+  l.relu = v.get("relu").as<bool>();
+  l.dequantize = v.get("dequantize").as<bool>();
+  const YamlValue bits = v.get("weight_bits");
+  l.weight_bits = bits.as<int>();
+  if (l.weight_bits < 2 || l.weight_bits > 8) bits.fail("must be 2..8");
+  const YamlValue packing = v.get("weight_packing");
+  if (packing.as<std::string>() != (packed(l) ? "int4x2" : "int8"))
+    packing.fail("'" + packing.as<std::string>() + "' does not match weight_bits " + std::to_string(l.weight_bits) +
+                 " (int4x2 for <= 4 bits, int8 otherwise)");
+  l.in = read_act(v.get("input"));
+  if (!l.dequantize) l.out = read_act(v.get("output"));
+  const int64_t C = l.out_channels;
+  l.weight_scale = read_list<float>(v.get("weight_scale"), C);
+  l.weight_zero_point = read_list<int32_t>(v.get("weight_zero_point"), C);
+  l.weight_zero_frac = read_list<float>(v.get("weight_zero_point_frac"), C);
+  if (!l.dequantize) {
+    l.multiplier = read_list<int32_t>(v.get("multiplier"), C);
+    l.shift = read_list<int32_t>(v.get("shift"), C);
+    l.bias_residual = read_list<int32_t>(v.get("bias_residual"), C);
+  }
+  const int64_t K = weight_k(l);
+  const Shape oihw = is_conv(l) ? Shape{C, l.in_channels, l.kernel_h, l.kernel_w} : Shape{C, l.in_channels};
+  Tensor w = Tensor::empty(oihw, DType::i8);
+  if (packed(l)) {
+    const Tensor& p = expect_tensor(weights.tensors, weights.path, l.name + ".weight", DType::u8, {C, (K + 1) / 2});
+    unpack_int4(p.data<uint8_t>(), C, K, w.data<int8_t>());
+  } else {
+    w.copy_(expect_tensor(weights.tensors, weights.path, l.name + ".weight", DType::i8, oihw));
+  }
+  l.bias = expect_tensor(weights.tensors, weights.path, l.name + ".bias", DType::i32, {C}).clone();
+  l.weight = is_conv(l) ? quant::weight_ohwi_from_oihw(w) : w;
+}
+
+IntLayer read_layer(const YamlValue& v, const WeightsFile& weights) {
+  IntLayer l;
+  l.name = v.get("name").as<std::string>();
+  const YamlValue kind = v.get("kind");
+  try {
+    l.op = quant::int_op_from_name(kind.as<std::string>());
+  } catch (const Error& e) {
+    kind.fail(e.what());
+  }
+  // The field groups of the layer's op (int_op.h: IntFields).
+  const quant::IntOpDef& op = quant::int_op_def(l.op);
+  if (op.has(quant::kPoolGeometry)) {
+    read_pair(v.get("kernel"), l.pool.kernel_h, l.pool.kernel_w);
+    read_pair(v.get("stride"), l.pool.stride_h, l.pool.stride_w);
+    read_pair(v.get("padding"), l.pool.pad_h, l.pool.pad_w);
+    if (l.pool.kernel_h < 1 || l.pool.kernel_w < 1 || l.pool.stride_h < 1 || l.pool.stride_w < 1)
+      v.fail(std::string(op.name) + " kernel and stride must be >= 1");
+  }
+  if (op.has(quant::kOutputSize)) {
+    const YamlValue size = v.get("output_size");
+    read_pair(size, l.out_h, l.out_w);
+    if (l.out_h < 1 || l.out_w < 1) size.fail("must be >= 1");
+  }
+  if (op.has(quant::kMatmul)) read_conv_or_linear(v, l, weights);
+  else l.in = l.out = read_act(v.get("output"));  // kRoundsOntoInputGrid: the input is set by check_follows
+  return l;
+}
+
+void read_input(const YamlValue& v, ExportedModel& m) {
+  m.image_size = v.get("image_size").as<int64_t>();
+  m.resize = v.get("resize").as<int64_t>();
+  const YamlValue std_value = v.get("std");
+  const Tensor mean = read_list<float>(v.get("mean"), 3), sd = read_list<float>(std_value, 3);
+  for (int c = 0; c < 3; ++c) {
+    m.mean[c] = mean.data<float>()[c];
+    m.std[c] = sd.data<float>()[c];
+    if (!(m.std[c] > 0)) std_value.fail("must be > 0");
+  }
+}
+
+// Each layer reads the grid the one before wrote.
+void check_follows(const YamlValue& v, IntLayer& l, const IntLayer& prev) {
+  if (prev.dequantize) v.fail("comes after the dequantizing layer '" + prev.name + "'");
+  const quant::IntOpDef& op = quant::int_op_def(l.op);
+  if (op.has(quant::kRoundsOntoInputGrid)) l.in = prev.out;  // output: the same grid less the fraction
+  if (!(l.in == prev.out))
+    v.get(op.has(quant::kMatmul) ? "input" : "output")
+        .fail("quantization differs from the output of '" + prev.name + "'");
+}
+
+void read_layers(const YamlValue& v, const WeightsFile& weights, quant::IntegerModel& model) {
+  const auto layers = v.items("a non-empty list");
+  if (layers.empty()) v.fail("expected a non-empty list");
+  for (const YamlValue& lv : layers) {
+    IntLayer l = read_layer(lv, weights);
+    if (!model.layers.empty()) check_follows(lv, l, model.layers.back());
+    try {
+      l.finalize();
+    } catch (const Error& ex) {
+      lv.fail(ex.what());
+    }
+    model.layers.push_back(std::move(l));
+  }
+  if (!quant::int_op_def(model.layers.front().op).has(quant::kFloatInput))
+    layers.front().get("kind").fail("the first layer must be quantize_input");
+  if (!model.layers.back().dequantize) layers.back().fail("the last layer must be a dequantizing conv/linear");
+}
 
 }  // namespace
 
@@ -293,62 +307,22 @@ void save_export(const std::string& dir, const ExportedModel& m) {
 ExportedModel load_export(const std::string& dir) {
   const std::string file = (fs::path(dir) / kManifest).string(), wfile = (fs::path(dir) / kWeights).string();
   QAT_CHECK(fs::exists(file), "export ", dir, ": no ", kManifest, " (is this a `qat export` folder?)");
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(file);
-  } catch (const YAML::ParserException& ex) {
-    QAT_FAIL(file, ", line ", ex.mark.line + 1, ": YAML syntax error: ", ex.msg);
-  }
-  const ManifestReader r{file};
-  if (!root.IsMap()) r.fail(root, "(top level)", "expected a mapping");
-  const int version = r.get<int>(root, "format_version", "");
-  if (version != kExportFormatVersion)
-    r.fail(root["format_version"], "format_version",
-           "unknown version " + std::to_string(version) + " (this qat reads version " +
-               std::to_string(kExportFormatVersion) + ")");
+  const YamlValue root = load_yaml_file(file);
+  const YamlValue version = root.get("format_version");
+  if (version.as<int>() != kExportFormatVersion)
+    version.fail("unknown version " + version.node().Scalar() + " (this qat reads version " +
+                 std::to_string(kExportFormatVersion) + ")");
   ExportedModel m;
-  m.model_name = root["model"] ? root["model"].as<std::string>("") : "";
-  const YAML::Node in = r.need(root, "input", "");
-  m.image_size = r.get<int64_t>(in, "image_size", "input");
-  m.resize = r.get<int64_t>(in, "resize", "input");
-  const Tensor mean = r.list<float>(in, "mean", "input", 3), sd = r.list<float>(in, "std", "input", 3);
-  for (int c = 0; c < 3; ++c) {
-    m.mean[c] = mean.data<float>()[c];
-    m.std[c] = sd.data<float>()[c];
-    if (!(m.std[c] > 0)) r.fail(in["std"], "input.std", "must be > 0");
-  }
-  const YAML::Node classes = r.need(root, "classes", "");
-  if (!classes.IsSequence()) r.fail(classes, "classes", "expected a list of class names");
-  for (size_t i = 0; i < classes.size(); ++i) m.classes.push_back(classes[i].as<std::string>(""));
-  const YAML::Node layers = r.need(root, "layers", "");
-  if (!layers.IsSequence() || layers.size() == 0) r.fail(layers, "layers", "expected a non-empty list");
+  if (auto name = root.find("model")) m.model_name = name->as<std::string>();
+  read_input(root.get("input"), m);
+  const YamlValue classes = root.get("classes");
+  for (const YamlValue& c : classes.items("a list of class names")) m.classes.push_back(c.as<std::string>());
   const SafetensorsFile weights = load_safetensors(wfile);
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const std::string path = "layers[" + std::to_string(i) + "]";
-    IntLayer l = r.layer(layers[i], path, weights, wfile);
-    if (i > 0) {  // each layer reads the grid the one before wrote
-      const IntLayer& prev = m.model.layers.back();
-      if (prev.dequantize) r.fail(layers[i], path, "comes after the dequantizing layer '" + prev.name + "'");
-      const quant::IntOpDef& op = quant::int_op_def(l.op);
-      if (op.has(quant::kRoundsOntoInputGrid)) l.in = prev.out;  // output: the same grid less the fraction
-      if (!(l.in == prev.out))
-        r.fail(layers[i], path + (op.has(quant::kMatmul) ? ".input" : ".output"),
-               "quantization differs from the output of '" + prev.name + "'");
-    }
-    try {
-      l.finalize();
-    } catch (const Error& ex) {
-      r.fail(layers[i], path, ex.what());
-    }
-    m.model.layers.push_back(std::move(l));
-  }
-  const IntLayer& last = m.model.layers.back();
-  if (!quant::int_op_def(m.model.layers.front().op).has(quant::kFloatInput))
-    r.fail(layers[0], "layers[0].kind", "the first layer must be quantize_input");
-  if (!last.dequantize) r.fail(layers[layers.size() - 1], "layers[-1]", "the last layer must be a dequantizing conv/linear");
-  if (static_cast<int64_t>(m.classes.size()) != last.out_channels)
-    r.fail(classes, "classes", std::to_string(m.classes.size()) + " names for " + std::to_string(last.out_channels) +
-                                   " outputs of the last layer");
+  read_layers(root.get("layers"), {weights, wfile}, m.model);
+  const int64_t outputs = m.model.layers.back().out_channels;
+  if (static_cast<int64_t>(m.classes.size()) != outputs)
+    classes.fail(std::to_string(m.classes.size()) + " names for " + std::to_string(outputs) +
+                 " outputs of the last layer");
   return m;
 }
 

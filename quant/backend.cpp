@@ -4,17 +4,7 @@
 
 namespace qat::quant {
 
-const char* pattern_name(Pattern p) {
-  switch (p) {
-    case Pattern::conv: return "conv";
-    case Pattern::conv_relu: return "conv+relu";
-    case Pattern::conv_bn: return "conv+bn";
-    case Pattern::conv_bn_relu: return "conv+bn+relu";
-    case Pattern::linear: return "linear";
-    case Pattern::linear_relu: return "linear+relu";
-  }
-  return "?";
-}
+const char* pattern_name(Pattern p) { return enum_name(p); }
 
 namespace {
 
@@ -46,8 +36,7 @@ QuantSpec make_spec(const Backend& b, const TensorRule& r, const QConfig& q, con
     s.axis = 0;
   }
   if (q.formula && r.formula && *q.formula != *r.formula)
-    QAT_FAIL("prepare: layer ", layer, ": backend '", b.name, "' requires ", kind, " scales by ",
-             *r.formula == ScaleFormula::power_of_two ? "power_of_two" : "minmax");
+    QAT_FAIL("prepare: layer ", layer, ": backend '", b.name, "' requires ", kind, " scales by ", enum_name(*r.formula));
   s.formula = q.formula ? *q.formula : (r.formula ? *r.formula : ScaleFormula::minmax);
   // Power-of-two scales come with a zero point of 0, so "auto" means symmetric then.
   const std::string sym = std::string(kind) + ".symmetric";

@@ -15,6 +15,14 @@
 namespace qat::quant {
 
 enum class Pattern { conv, conv_relu, conv_bn, conv_bn_relu, linear, linear_relu };
+constexpr auto enum_names(Pattern) {
+  return std::to_array<EnumName<Pattern>>({{Pattern::conv, "conv"},
+                                           {Pattern::conv_relu, "conv+relu"},
+                                           {Pattern::conv_bn, "conv+bn"},
+                                           {Pattern::conv_bn_relu, "conv+bn+relu"},
+                                           {Pattern::linear, "linear"},
+                                           {Pattern::linear_relu, "linear+relu"}});
+}
 const char* pattern_name(Pattern p);
 
 // What one tensor kind (weights or activations) may be on this backend.

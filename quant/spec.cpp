@@ -30,14 +30,6 @@ std::string QuantSpec::describe() const {
   return s;
 }
 
-const char* method_name(QuantMethod m) {
-  switch (m) {
-    case QuantMethod::minmax: return "minmax";
-    case QuantMethod::moving_average: return "moving_average";
-    case QuantMethod::lsq: return "lsq";
-    case QuantMethod::lsq_plus: return "lsq_plus";
-  }
-  return "?";
-}
+const char* method_name(QuantMethod m) { return enum_name(m); }
 
 }  // namespace qat::quant

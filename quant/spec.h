@@ -6,13 +6,28 @@
 #include <cstdint>
 #include <string>
 
+#include "core/enum_names.h"
+
 namespace qat::quant {
 
 enum class ScaleFormula { minmax, power_of_two };
+constexpr auto enum_names(ScaleFormula) {
+  return std::to_array<EnumName<ScaleFormula>>(
+      {{ScaleFormula::minmax, "minmax"}, {ScaleFormula::power_of_two, "power_of_two"}});
+}
 enum class SteKind { clipped, plain };  // clipped: zero gradient outside [qmin, qmax] (PyTorch)
+constexpr auto enum_names(SteKind) {
+  return std::to_array<EnumName<SteKind>>({{SteKind::clipped, "clipped"}, {SteKind::plain, "plain"}});
+}
 // How a quantizer gets its qparams: observed ranges (minmax, moving_average)
 // or learned steps (lsq, lsq_plus).
 enum class QuantMethod { minmax, moving_average, lsq, lsq_plus };
+constexpr auto enum_names(QuantMethod) {
+  return std::to_array<EnumName<QuantMethod>>({{QuantMethod::minmax, "minmax"},
+                                               {QuantMethod::moving_average, "moving_average"},
+                                               {QuantMethod::lsq, "lsq"},
+                                               {QuantMethod::lsq_plus, "lsq_plus"}});
+}
 const char* method_name(QuantMethod m);
 
 struct QuantSpec {

@@ -12,14 +12,7 @@
 
 namespace qat::quant {
 
-const char* gemm_kernel_name(GemmKernel k) {
-  switch (k) {
-    case GemmKernel::reference: return "reference";
-    case GemmKernel::avx2: return "avx2";
-    case GemmKernel::avx512_vnni: return "avx512_vnni";
-  }
-  return "?";
-}
+const char* gemm_kernel_name(GemmKernel k) { return enum_name(k); }
 
 GemmKernel best_gemm_kernel() {
   __builtin_cpu_init();

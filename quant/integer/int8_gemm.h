@@ -11,9 +11,15 @@
 // The integer model prefers int8_gemm_packed.h (repacked weights) where it applies.
 #include <cstdint>
 
+#include "core/enum_names.h"
+
 namespace qat::quant {
 
 enum class GemmKernel { reference, avx2, avx512_vnni };
+constexpr auto enum_names(GemmKernel) {
+  return std::to_array<EnumName<GemmKernel>>(
+      {{GemmKernel::reference, "reference"}, {GemmKernel::avx2, "avx2"}, {GemmKernel::avx512_vnni, "avx512_vnni"}});
+}
 const char* gemm_kernel_name(GemmKernel k);
 // The fastest kernel this CPU supports.
 GemmKernel best_gemm_kernel();

@@ -16,7 +16,11 @@ fs::path make_run(const std::string& name, const std::string& quant, const std::
   fs::path d = fs::temp_directory_path() / ("qat_cmp_" + std::to_string(::getpid())) / name;
   fs::remove_all(d);
   fs::create_directories(d);
-  std::ofstream(d / "config.yaml") << "model: {name: small_cnn, num_classes: 4}\n" << quant;
+  // Data folders that no longer exist: compare reads the experiment only.
+  std::ofstream(d / "config.yaml") << "model: {name: small_cnn, num_classes: 4}\n"
+                                      "data: {train: /gone/train, val: /gone/val}\n"
+                                      "train: {epochs: 3}\n"
+                                      "output: {dir: runs/" << name << "}\n" << quant;
   for (size_t e = 0; e < top1.size(); ++e) {
     EpochMetrics m;
     m.epoch = static_cast<int64_t>(e + 1);
@@ -48,6 +52,18 @@ TEST_CASE("compare tabulates best/final accuracy, deltas and weight storage", "[
   const std::string svg = svg_chart({a, b});
   REQUIRE_THAT(svg, Contains("<svg") && Contains("polyline") && Contains("w4a4"));
   REQUIRE_THROWS_WITH(summarize_run((fp / "nope").string()), Contains("no config.yaml"));
+}
+
+TEST_CASE("compare reads each run's config.yaml through the config loader", "[compare]") {
+  fs::path bad = make_run("bad", "quant: {enabled: true, bits: four}\n", {0.5});
+  REQUIRE_THROWS_WITH(summarize_run(bad.string()), Contains((bad / "config.yaml").string() + ", line 5: quant.bits: "
+                                                                                             "expected an integer, got 'four'"));
+  fs::path over = make_run("over", "quant: {enabled: true, bits: 4, overrides: {fc: {weight_bits: 8}}}\n", {0.5});
+  RunSummary s = summarize_run(over.string());
+  CHECK(s.weight_bits == 4);
+  CHECK(s.activation_bits == 4);
+  CHECK(s.method == "moving_average");
+  CHECK(s.layer_weight_bits == std::map<std::string, int>{{"fc", 8}});
 }
 
 TEST_CASE("truncate_metrics keeps the rows of saved epochs only", "[compare]") {

@@ -1,0 +1,258 @@
+#include "apps/config_schema.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "apps/config_field_kinds.h"
+#include "models/models.h"
+
+namespace qat::apps::config_schema {
+
+std::string format_double(double x) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, x);
+  std::string s(buf, r.ptr);
+  if (s.find_first_of(".ein") == std::string::npos) s += ".0";
+  else if (s.find('.') == std::string::npos && s.find('e') != std::string::npos) s.insert(s.find('e'), ".0");
+  return s;
+}
+
+// ------------------------------------------------------------------- checks
+
+Check any() { return [](double) { return std::string(); }; }
+Check at_least(double lo) {
+  return [lo](double x) { return x >= lo ? std::string() : "must be >= " + format_double(lo); };
+}
+Check above(double lo) {
+  return [lo](double x) { return x > lo ? std::string() : "must be > " + format_double(lo); };
+}
+Check in_range(double lo, double hi, bool closed) {
+  return [=](double x) {
+    bool ok = x >= lo && (closed ? x <= hi : x < hi);
+    return ok ? std::string()
+              : "must be in [" + format_double(lo) + ", " + format_double(hi) + (closed ? "]" : ")");
+  };
+}
+Check in_open_closed(double lo, double hi) {
+  return [=](double x) {
+    return x > lo && x <= hi ? std::string() : "must be in (" + format_double(lo) + ", " + format_double(hi) + "]";
+  };
+}
+
+void check_value(const YamlValue& v, double x, const Check& check) {
+  std::string msg = check(x);
+  if (!msg.empty()) v.fail(msg + ", got " + format_double(x));
+}
+
+namespace {
+
+std::string increasing_pair(const std::vector<double>& xs) {
+  return xs[0] <= xs[1] ? std::string() : "expected [low, high] with low <= high, got [" + format_double(xs[0]) + ", " +
+                                              format_double(xs[1]) + "]";
+}
+
+// ------------------------------------------------- keys with their own reader
+
+Field model_name() {
+  return {"model.name", true,
+          [](const YamlValue& v, ExperimentConfig& c) {
+            std::string name = v.as<std::string>();
+            auto names = model_names();
+            if (std::find(names.begin(), names.end(), name) == names.end()) {
+              std::string known;
+              for (auto& n : names) known += (known.empty() ? "" : ", ") + n;
+              v.fail("unknown model '" + name + "' (known: " + known + ")");
+            }
+            c.model.name = name;
+          },
+          [](YAML::Emitter& e, const ExperimentConfig& c) { e << c.model.name; }};
+}
+
+Field milestones() {
+  return {"train.milestones", false,
+          [](const YamlValue& v, ExperimentConfig& c) {
+            std::vector<int64_t> ms;
+            for (const YamlValue& item : v.items("a list of epochs (integers)")) {
+              int64_t m = item.as<int64_t>();
+              if (m < 1) item.fail("must be >= 1, got " + std::to_string(m));
+              if (!ms.empty() && m <= ms.back())
+                item.fail("milestones must be strictly increasing, got " + std::to_string(m) + " after " +
+                          std::to_string(ms.back()));
+              ms.push_back(m);
+            }
+            c.train.milestones = ms;
+          },
+          [](YAML::Emitter& e, const ExperimentConfig& c) {
+            e << YAML::Flow << YAML::BeginSeq;
+            for (int64_t m : c.train.milestones) e << std::to_string(m);
+            e << YAML::EndSeq;
+          }};
+}
+
+Field seed() {
+  return {"train.seed", false, [](const YamlValue& v, ExperimentConfig& c) { c.train.seed = v.as<uint64_t>(); },
+          [](YAML::Emitter& e, const ExperimentConfig& c) { e << std::to_string(c.train.seed); }};
+}
+
+// quant.overrides: {module.name: {weight_bits: N, activation_bits: M}, ...}
+int override_bits(const YamlValue& layer, const char* key) {
+  auto v = layer.find(key);
+  if (!v) return 0;
+  const int bits = v->as<int>();
+  if (bits < 2 || bits > 8) v->fail("bits must be in 2..8, got " + std::to_string(bits));
+  return bits;
+}
+
+Field quant_overrides() {
+  return {"quant.overrides", false,
+          [](const YamlValue& v, ExperimentConfig& c) {
+            c.quant.overrides.clear();
+            if (!v.is_null() && !v.is_map())
+              v.fail("expected a mapping of module names to {weight_bits, activation_bits}, got " + v.describe());
+            for (auto& [layer, lv] : v.entries()) {
+              if (!lv.is_map()) lv.fail("expected {weight_bits: N, activation_bits: M}, got " + lv.describe());
+              lv.only_keys({"weight_bits", "activation_bits"});
+              c.quant.overrides[layer] = {override_bits(lv, "weight_bits"), override_bits(lv, "activation_bits")};
+            }
+          },
+          [](YAML::Emitter& e, const ExperimentConfig& c) {
+            e << YAML::BeginMap;
+            for (auto& [layer, b] : c.quant.overrides) {
+              e << YAML::Key << layer << YAML::Value << YAML::Flow << YAML::BeginMap;
+              if (b.weight_bits) e << YAML::Key << "weight_bits" << YAML::Value << b.weight_bits;
+              if (b.activation_bits) e << YAML::Key << "activation_bits" << YAML::Value << b.activation_bits;
+              e << YAML::EndMap;
+            }
+            e << YAML::EndMap;
+          }};
+}
+
+Field init_from() {
+  return {"quant.init_from", false,
+          [](const YamlValue& v, ExperimentConfig& c) {
+            const bool empty = v.is_null() || (v.node().IsScalar() && v.node().Scalar().empty());
+            c.quant.init_from = empty ? std::string() : v.as<std::string>();
+          },
+          [](YAML::Emitter& e, const ExperimentConfig& c) { e << YAML::DoubleQuoted << c.quant.init_from; }};
+}
+
+// sweep: {key.path: [v1, v2, ...], ...}; the keys must be config keys.
+Field sweep() {
+  return {"sweep", false,
+          [](const YamlValue& v, ExperimentConfig& c) {
+            c.sweep.clear();
+            if (!v.is_null() && !v.is_map())
+              v.fail("expected a mapping of config keys to lists of values, got " + v.describe());
+            for (auto& [key, kv] : v.entries()) {
+              if (!is_leaf(key) || key == "sweep") kv.fail("'" + key + "' is not a config key that can be swept");
+              std::vector<std::string> values;
+              for (const YamlValue& item : kv.items("a non-empty list of values")) {
+                YAML::Emitter e;
+                e << YAML::Flow << item.node();
+                values.push_back(e.c_str());
+              }
+              if (values.empty()) kv.fail("expected a non-empty list of values");
+              c.sweep.emplace_back(key, values);
+            }
+          },
+          [](YAML::Emitter& e, const ExperimentConfig& c) {
+            e << YAML::BeginMap;
+            for (auto& [key, values] : c.sweep) {
+              e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
+              for (auto& v : values) e << YAML::Load(v);
+              e << YAML::EndSeq;
+            }
+            e << YAML::EndMap;
+          }};
+}
+
+#define QAT_CFG(member) [](auto& c) -> auto& { return c.member; }
+
+std::vector<Field> model_and_data_fields() {
+  return {
+      model_name(),
+      integer("model.num_classes", QAT_CFG(model.num_classes), 1),
+      text("data.train", QAT_CFG(data.train), true),
+      text("data.val", QAT_CFG(data.val), true),
+      integer("data.image_size", QAT_CFG(data.image_size), 32),
+      integer("data.resize", QAT_CFG(data.resize), 1),
+      boolean("data.augment.random_crop", QAT_CFG(data.augment.random_crop)),
+      integer("data.augment.padding", QAT_CFG(data.augment.padding), 0),
+      boolean("data.augment.random_resized_crop", QAT_CFG(data.augment.random_resized_crop)),
+      real_list("data.augment.scale", QAT_CFG(data.augment.scale), 2, in_open_closed(0, 1), increasing_pair),
+      real_list("data.augment.ratio", QAT_CFG(data.augment.ratio), 2, above(0), increasing_pair),
+      boolean("data.augment.hflip", QAT_CFG(data.augment.hflip)),
+      real_list("data.mean", QAT_CFG(data.mean), 3, any()),
+      real_list("data.std", QAT_CFG(data.std), 3, above(0)),
+      integer("data.workers", QAT_CFG(data.workers), 0),
+      integer("data.prefetch", QAT_CFG(data.prefetch), 1),
+      boolean("data.cache", QAT_CFG(data.cache)),
+      enumeration("data.on_bad_image", QAT_CFG(data.on_bad_image)),
+  };
+}
+
+std::vector<Field> train_fields() {
+  return {
+      integer("train.epochs", QAT_CFG(train.epochs), 1, /*required=*/true),
+      integer("train.batch_size", QAT_CFG(train.batch_size), 1),
+      enumeration("train.optimizer", QAT_CFG(train.optimizer)),
+      real("train.lr", QAT_CFG(train.lr), above(0)),
+      real("train.momentum", QAT_CFG(train.momentum), in_range(0, 1, false)),
+      boolean("train.nesterov", QAT_CFG(train.nesterov)),
+      real("train.weight_decay", QAT_CFG(train.weight_decay), at_least(0)),
+      boolean("train.no_decay_bn_bias", QAT_CFG(train.no_decay_bn_bias)),
+      real_list("train.betas", QAT_CFG(train.betas), 2, in_range(0, 1, false)),
+      real("train.eps", QAT_CFG(train.eps), above(0)),
+      enumeration("train.schedule", QAT_CFG(train.schedule)),
+      integer("train.step_size", QAT_CFG(train.step_size), 1),
+      milestones(),
+      real("train.gamma", QAT_CFG(train.gamma), above(0)),
+      real("train.min_lr_factor", QAT_CFG(train.min_lr_factor), in_range(0, 1, true)),
+      real("train.warmup_epochs", QAT_CFG(train.warmup_epochs), at_least(0)),
+      real("train.warmup_start_factor", QAT_CFG(train.warmup_start_factor), in_open_closed(0, 1)),
+      real("train.label_smoothing", QAT_CFG(train.label_smoothing), in_range(0, 1, false)),
+      seed(),
+      integer("train.threads", QAT_CFG(train.threads), 0),
+      integer("train.log_every", QAT_CFG(train.log_every), 1),
+      integer("train.max_steps_per_epoch", QAT_CFG(train.max_steps_per_epoch), 0),
+  };
+}
+
+std::vector<Field> quant_and_output_fields() {
+  return {
+      boolean("quant.enabled", QAT_CFG(quant.enabled)),
+      text("quant.backend", QAT_CFG(quant.backend), false),
+      enumeration("quant.method", QAT_CFG(quant.method)),
+      enumeration("quant.ste", QAT_CFG(quant.ste)),
+      integer("quant.bits", QAT_CFG(quant.bits), 2),
+      enumeration("quant.formula", QAT_CFG(quant.formula)),
+      integer("quant.weight.bits", QAT_CFG(quant.weight.bits), 0),
+      enumeration("quant.weight.symmetric", QAT_CFG(quant.weight.symmetric)),
+      enumeration("quant.weight.per_channel", QAT_CFG(quant.weight.per_channel)),
+      integer("quant.activation.bits", QAT_CFG(quant.activation.bits), 0),
+      enumeration("quant.activation.symmetric", QAT_CFG(quant.activation.symmetric)),
+      real("quant.averaging_constant", QAT_CFG(quant.averaging_constant), in_open_closed(0, 1)),
+      integer("quant.freeze_bn_epoch", QAT_CFG(quant.freeze_bn_epoch), 0),
+      integer("quant.observer_off_epoch", QAT_CFG(quant.observer_off_epoch), 0),
+      quant_overrides(),
+      init_from(),
+      text("output.dir", QAT_CFG(output.dir), true),
+      sweep(),
+  };
+}
+
+#undef QAT_CFG
+
+}  // namespace
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> all = [] {
+    std::vector<Field> f;
+    for (auto part : {model_and_data_fields(), train_fields(), quant_and_output_fields()})
+      f.insert(f.end(), part.begin(), part.end());
+    return f;
+  }();
+  return all;
+}
+
+}  // namespace qat::apps::config_schema

@@ -1,0 +1,201 @@
+#include "apps/yaml_value.h"
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <system_error>
+
+#include "core/error.h"
+
+namespace qat::apps {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string describe_node(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined: return "nothing (empty value)";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Scalar: break;
+  }
+  return "'" + n.Scalar() + "'";
+}
+
+std::string join_key(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+
+std::string read_text(const std::string& file) {
+  std::error_code ec;
+  QAT_CHECK(fs::exists(file, ec), "cannot open '", file, "': no such file");
+  QAT_CHECK(!fs::is_directory(file, ec), "cannot open '", file, "': it is a directory");
+  std::ifstream in(file, std::ios::binary);
+  QAT_CHECK(in.good(), "cannot open '", file, "' for reading");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  QAT_CHECK(!in.bad(), "error while reading '", file, "'");
+  return ss.str();
+}
+
+}  // namespace
+
+YamlValue::YamlValue(YAML::Node node, std::string file, std::string path, int line)
+    : node_(std::move(node)), file_(std::move(file)), path_(std::move(path)), line_(line) {}
+
+std::string YamlValue::where() const {
+  if (!note_.empty()) return file_ + " (" + note_ + ")";
+  if (line_ >= 0) return file_ + ", line " + std::to_string(line_ + 1);
+  return file_;
+}
+
+YamlValue YamlValue::given_by(std::string note) const {
+  YamlValue v = *this;
+  v.note_ = std::move(note);
+  return v;
+}
+
+void YamlValue::fail(const std::string& msg) const {
+  if (path_.empty()) QAT_FAIL(where(), ": ", msg);
+  QAT_FAIL(where(), ": ", path_, ": ", msg);
+}
+
+void YamlValue::fail_unknown_key(const std::string& hint) const {
+  QAT_FAIL(where(), ": unknown key '", path_, "'", hint);
+}
+
+void YamlValue::fail_missing_key(const std::string& key, const std::string& hint) const {
+  QAT_FAIL(where(), ": missing required key '", join_key(path_, key), "'", hint);
+}
+
+std::string YamlValue::describe() const { return describe_node(node_); }
+
+YamlValue YamlValue::child(YAML::Node node, std::string path, int line) const {
+  YamlValue v(std::move(node), file_, std::move(path), line >= 0 ? line : line_);
+  v.note_ = note_;
+  return v;
+}
+
+// ------------------------------------------------------------------ scalars
+
+const std::string& YamlValue::scalar(const std::string& expected) const {
+  if (!node_.IsScalar()) fail("expected " + expected + ", got " + describe());
+  return node_.Scalar();
+}
+
+const std::string& YamlValue::plain_scalar(const std::string& expected) const {
+  const std::string& s = scalar(expected);
+  if (node_.Tag() == "!") fail("expected " + expected + ", got the quoted string " + describe());
+  return s;
+}
+
+bool YamlValue::as_bool() const {
+  const std::string& s = plain_scalar("true or false");
+  if (s == "true") return true;
+  if (s == "false") return false;
+  fail("expected true or false, got " + describe());
+}
+
+std::string YamlValue::as_string() const {
+  const std::string& s = scalar("a string");
+  if (s.empty()) fail("expected a non-empty string, got ''");
+  return s;
+}
+
+template <class T>
+T YamlValue::as_number() const {
+  static_assert(std::is_arithmetic_v<T>);
+  const char* expected = std::is_floating_point_v<T> ? "a number"
+                         : std::is_signed_v<T>       ? "an integer"
+                                                     : "a non-negative integer";
+  const std::string& s = plain_scalar(expected);
+  const char* b = s.data();
+  const char* e = b + s.size();
+  if (b != e && *b == '+') ++b;
+  T x{};
+  auto r = std::from_chars(b, e, x);
+  if (r.ec == std::errc::result_out_of_range || (r.ec == std::errc() && r.ptr == e && !std::isfinite(double(x))))
+    fail(std::is_floating_point_v<T> ? "expected a finite number, got " + describe()
+                                     : "integer out of range: " + describe());
+  if (r.ec != std::errc() || r.ptr != e || b == e) fail(std::string("expected ") + expected + ", got " + describe());
+  return x;
+}
+
+template int YamlValue::as_number<int>() const;
+template int64_t YamlValue::as_number<int64_t>() const;
+template uint64_t YamlValue::as_number<uint64_t>() const;
+template float YamlValue::as_number<float>() const;
+template double YamlValue::as_number<double>() const;
+
+// ----------------------------------------------------------------- mappings
+
+std::vector<std::pair<std::string, YamlValue>> YamlValue::entries() const {
+  std::vector<std::pair<std::string, YamlValue>> out;
+  if (is_null()) return out;
+  if (!is_map()) fail("expected a mapping, got " + describe());
+  std::set<std::string> seen;
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    const YAML::Node key = it->first;  // a copy: `it->` returns a temporary proxy
+    if (!key.IsScalar()) child(key, path_, key.Mark().line).fail("keys must be plain names, got " + describe_node(key));
+    YamlValue value = child(it->second, join_key(path_, key.Scalar()), key.Mark().line);
+    if (!seen.insert(key.Scalar()).second) value.fail("duplicate key");
+    out.emplace_back(key.Scalar(), std::move(value));
+  }
+  return out;
+}
+
+std::optional<YamlValue> YamlValue::find(const std::string& key) const {
+  for (auto& [k, v] : entries())
+    if (k == key) return v;
+  return std::nullopt;
+}
+
+YamlValue YamlValue::get(const std::string& key) const {
+  if (auto v = find(key)) return *v;
+  fail_missing_key(key);
+}
+
+void YamlValue::only_keys(std::initializer_list<const char*> known) const {
+  std::string list;
+  for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+  for (auto& [k, v] : entries()) {
+    bool ok = false;
+    for (const char* name : known) ok = ok || k == name;
+    if (!ok) v.fail_unknown_key(" (known: " + list + ")");
+  }
+}
+
+// -------------------------------------------------------------------- lists
+
+std::vector<YamlValue> YamlValue::items(const std::string& expected) const {
+  if (!node_.IsSequence()) fail("expected " + expected + ", got " + describe());
+  std::vector<YamlValue> out;
+  for (size_t i = 0; i < node_.size(); ++i)
+    out.push_back(child(node_[i], path_ + "[" + std::to_string(i) + "]", node_[i].Mark().line));
+  return out;
+}
+
+std::vector<YamlValue> YamlValue::items(size_t count, const std::string& what) const {
+  const std::string expected = "a list of " + std::to_string(count) + " " + what;
+  std::vector<YamlValue> out = items(expected);
+  if (out.size() != count) fail("expected " + expected + ", got " + std::to_string(out.size()) + " element(s)");
+  return out;
+}
+
+YamlValue load_yaml_file(const std::string& file) {
+  const std::string text = read_text(file);
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    QAT_FAIL(file, ", line ", e.mark.line + 1, ": YAML syntax error: ", e.msg);
+  } catch (const YAML::Exception& e) {
+    QAT_FAIL(file, ": YAML error: ", e.what());
+  }
+  return YamlValue(root, file, "", 0);
+}
+
+}  // namespace qat::apps

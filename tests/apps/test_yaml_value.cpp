@@ -1,0 +1,122 @@
+// apps/yaml_value: typed reading of YAML where every error names the file,
+// the key path, the line and the bad value.
+#include <fstream>
+#include <limits>
+
+#include "tests/test_util.h"
+
+#include "apps/yaml_value.h"
+#include "core/error.h"
+
+using namespace qat::apps;
+using Catch::Matchers::Contains;
+
+namespace {
+
+enum class Fruit { apple, pear_tree };
+constexpr auto enum_names(Fruit) {
+  return std::to_array<qat::EnumName<Fruit>>({{Fruit::apple, "apple"}, {Fruit::pear_tree, "pear_tree"}});
+}
+
+const char* kDoc =
+    "top:\n"             // line 1
+    "  count: 3\n"       // line 2
+    "  ratio: 0.25\n"    // line 3
+    "  flag: true\n"     // line 4
+    "  name: alpha\n"    // line 5
+    "  fruit: pear_tree\n"  // line 6
+    "  sizes:\n"         // line 7
+    "    - 1\n"          // line 8
+    "    - two\n"        // line 9
+    "  quoted: \"7\"\n"  // line 10
+    "  huge: 3000000000\n"  // line 11
+    "  seed: 18446744073709551615\n"  // line 12
+    "  empty:\n";        // line 13
+
+struct Doc : qat::testing::TempDir {
+  std::string path = file("doc.yaml");
+  explicit Doc(const char* text = kDoc) : TempDir("qat_yaml_value_") { std::ofstream(path) << text; }
+  YamlValue top() const { return load_yaml_file(path).get("top"); }
+};
+
+}  // namespace
+
+TEST_CASE("yaml_value: typed getters read plain scalars, lists and enums", "[yaml_value]") {
+  Doc d;
+  const YamlValue top = d.top();
+  CHECK(top.get("count").as<int>() == 3);
+  CHECK(top.get("count").as<int64_t>() == 3);
+  CHECK(top.get("ratio").as<double>() == 0.25);
+  CHECK(top.get("ratio").as<float>() == 0.25f);
+  CHECK(top.get("flag").as<bool>());
+  CHECK(top.get("name").as<std::string>() == "alpha");
+  CHECK(top.get("fruit").as<Fruit>() == Fruit::pear_tree);
+  CHECK(top.get("huge").as<int64_t>() == 3000000000);
+  CHECK(top.get("seed").as<uint64_t>() == std::numeric_limits<uint64_t>::max());
+  CHECK(top.get("empty").is_null());
+  CHECK_FALSE(top.find("absent"));
+  // Entries in file order, each with its key path.
+  const auto entries = top.entries();
+  REQUIRE(entries.size() == 10);
+  CHECK(entries.front().first == "count");
+  CHECK(entries.front().second.path() == "top.count");
+  CHECK(entries.back().second.path() == "top.empty");
+  const auto sizes = top.get("sizes").items();
+  REQUIRE(sizes.size() == 2);
+  CHECK(sizes[0].as<int>() == 1);
+  CHECK(sizes[1].path() == "top.sizes[1]");
+  CHECK(sizes[1].where() == d.path + ", line 9");
+}
+
+TEST_CASE("yaml_value: a wrong type names the file, the key path, the line and the value", "[yaml_value]") {
+  Doc d;
+  const YamlValue top = d.top();
+  const std::string at = d.path + ", line ";
+  REQUIRE_THROWS_WITH(top.get("sizes").items()[1].as<int>(),
+                      Contains(at + "9: top.sizes[1]: expected an integer, got 'two'"));
+  REQUIRE_THROWS_WITH(top.get("ratio").as<int>(), Contains(at + "3: top.ratio: expected an integer, got '0.25'"));
+  REQUIRE_THROWS_WITH(top.get("name").as<double>(), Contains(at + "5: top.name: expected a number, got 'alpha'"));
+  REQUIRE_THROWS_WITH(top.get("name").as<bool>(), Contains(at + "5: top.name: expected true or false, got 'alpha'"));
+  REQUIRE_THROWS_WITH(top.get("quoted").as<int>(),
+                      Contains(at + "10: top.quoted: expected an integer, got the quoted string '7'"));
+  REQUIRE_THROWS_WITH(top.get("huge").as<int>(), Contains(at + "11: top.huge: integer out of range: '3000000000'"));
+  REQUIRE_THROWS_WITH(top.get("sizes").as<std::string>(), Contains(at + "7: top.sizes: expected a string, got a list"));
+  REQUIRE_THROWS_WITH(top.get("empty").as<double>(),
+                      Contains(at + "13: top.empty: expected a number, got nothing (empty value)"));
+  REQUIRE_THROWS_WITH(top.get("count").items(), Contains(at + "2: top.count: expected a list, got '3'"));
+  REQUIRE_THROWS_WITH(top.get("sizes").items(3, "integers"),
+                      Contains(at + "7: top.sizes: expected a list of 3 integers, got 2 element(s)"));
+  REQUIRE_THROWS_WITH(top.get("count").get("x"), Contains(at + "2: top.count: expected a mapping, got '3'"));
+}
+
+TEST_CASE("yaml_value: enum parse errors list the valid names", "[yaml_value]") {
+  Doc d;
+  REQUIRE_THROWS_WITH(d.top().get("name").as<Fruit>(),
+                      Contains(d.path + ", line 5: top.name: expected one of apple, pear_tree, got 'alpha'"));
+  REQUIRE_THROWS_WITH(d.top().get("sizes").as<Fruit>(),
+                      Contains("top.sizes: expected one of apple, pear_tree, got a list"));
+}
+
+TEST_CASE("yaml_value: unknown, duplicate and missing keys name the file, the key path and the line",
+          "[yaml_value]") {
+  Doc d;
+  REQUIRE_THROWS_WITH(d.top().only_keys({"count", "ratio", "flag", "name", "fruit", "sizes", "quoted", "huge", "seed"}),
+                      Contains(d.path + ", line 13: unknown key 'top.empty' (known: count, ratio,"));
+  REQUIRE_THROWS_WITH(d.top().get("missing"), Contains(d.path + ", line 1: missing required key 'top.missing'"));
+  Doc dup("a:\n  b: 1\n  b: 2\n");
+  REQUIRE_THROWS_WITH(load_yaml_file(dup.path).get("a").entries(), Contains(dup.path + ", line 3: a.b: duplicate key"));
+}
+
+TEST_CASE("yaml_value: a value given elsewhere says so instead of a line, and so do its elements", "[yaml_value]") {
+  Doc d;
+  const YamlValue sizes = d.top().get("sizes").given_by("--set top.sizes=[1, two]");
+  REQUIRE_THROWS_WITH(sizes.items()[1].as<int>(),
+                      Contains(d.path + " (--set top.sizes=[1, two]): top.sizes[1]: expected an integer, got 'two'"));
+}
+
+TEST_CASE("yaml_value: unreadable files and syntax errors name the file", "[yaml_value]") {
+  Doc bad("a: [1, 2\nb: 3\n");
+  REQUIRE_THROWS_WITH(load_yaml_file(bad.path), Contains(bad.path + ", line ") && Contains("YAML syntax error"));
+  REQUIRE_THROWS_WITH(load_yaml_file(bad.file("nope.yaml")), Contains("nope.yaml") && Contains("no such file"));
+  REQUIRE_THROWS_WITH(load_yaml_file(bad.dir.string()), Contains("it is a directory"));
+}
