@@ -70,7 +70,7 @@ void check_across_keys(const ExperimentConfig& cfg, const Values& values) {
         .fail("must be <= data.resize (" + std::to_string(cfg.data.resize) + ", the default), got " +
               std::to_string(cfg.data.image_size) + why);
   }
-  if (cfg.train.schedule == ScheduleKind::multistep && cfg.train.milestones.empty())
+  if (cfg.train.schedule == LrScheduleKind::multistep && cfg.train.milestones.empty())
     value_of(values, file, values.count("train.milestones") ? "train.milestones" : "train.schedule")
         .fail("the multistep schedule needs train.milestones (a non-empty list of epochs)");
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/enum_names.h"
+#include "optim/lr_schedule.h"
 #include "quant/backend.h"
 
 namespace qat::apps {
@@ -18,13 +19,6 @@ namespace qat::apps {
 enum class OptimizerKind { sgd, adamw };
 constexpr auto enum_names(OptimizerKind) {
   return std::to_array<EnumName<OptimizerKind>>({{OptimizerKind::sgd, "sgd"}, {OptimizerKind::adamw, "adamw"}});
-}
-enum class ScheduleKind { constant, step, multistep, cosine };
-constexpr auto enum_names(ScheduleKind) {
-  return std::to_array<EnumName<ScheduleKind>>({{ScheduleKind::constant, "constant"},
-                                                {ScheduleKind::step, "step"},
-                                                {ScheduleKind::multistep, "multistep"},
-                                                {ScheduleKind::cosine, "cosine"}});
 }
 enum class BadImagePolicy { error, skip };
 constexpr auto enum_names(BadImagePolicy) {
@@ -70,7 +64,7 @@ struct TrainConfig {
   bool no_decay_bn_bias = false;
   std::vector<double> betas = {0.9, 0.999};  // AdamW
   double eps = 1e-8;                        // AdamW
-  ScheduleKind schedule = ScheduleKind::cosine;
+  LrScheduleKind schedule = LrScheduleKind::cosine;
   int64_t step_size = 30;                   // step schedule, epochs
   std::vector<int64_t> milestones;          // multistep schedule, epochs
   double gamma = 0.1;

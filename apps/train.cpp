@@ -62,12 +62,7 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& t, Module& model) {
 
 LrScheduleOptions schedule_options(const TrainConfig& t) {
   LrScheduleOptions o;
-  switch (t.schedule) {
-    case ScheduleKind::constant: o.kind = LrScheduleKind::constant; break;
-    case ScheduleKind::step: o.kind = LrScheduleKind::step; break;
-    case ScheduleKind::multistep: o.kind = LrScheduleKind::multistep; break;
-    case ScheduleKind::cosine: o.kind = LrScheduleKind::cosine; break;
-  }
+  o.kind = t.schedule;
   o.gamma = t.gamma;
   o.step_size = static_cast<double>(t.step_size);
   for (int64_t m : t.milestones) o.milestones.push_back(static_cast<double>(m));

@@ -19,11 +19,18 @@
 //                to the length of the run.)
 #include <vector>
 
+#include "core/enum_names.h"
 #include "optim/optimizer.h"
 
 namespace qat {
 
 enum class LrScheduleKind { constant, step, multistep, cosine };
+constexpr auto enum_names(LrScheduleKind) {
+  return std::to_array<EnumName<LrScheduleKind>>({{LrScheduleKind::constant, "constant"},
+                                                  {LrScheduleKind::step, "step"},
+                                                  {LrScheduleKind::multistep, "multistep"},
+                                                  {LrScheduleKind::cosine, "cosine"}});
+}
 
 struct LrScheduleOptions {
   LrScheduleKind kind = LrScheduleKind::constant;

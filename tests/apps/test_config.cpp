@@ -145,7 +145,7 @@ TEST_CASE("config: a full config loads with every value", "[config]") {
   CHECK(c.train.no_decay_bn_bias);
   CHECK(c.train.betas == std::vector<double>{0.8, 0.99});
   CHECK(c.train.eps == 1e-7);
-  CHECK(c.train.schedule == ScheduleKind::multistep);
+  CHECK(c.train.schedule == qat::LrScheduleKind::multistep);
   CHECK(c.train.step_size == 4);
   CHECK(c.train.milestones == std::vector<int64_t>{4, 8});
   CHECK(c.train.gamma == 0.2);
@@ -177,7 +177,7 @@ TEST_CASE("config: defaults fill in what the file leaves out", "[config]") {
   CHECK(c.train.batch_size == d.train.batch_size);
   CHECK(c.train.optimizer == OptimizerKind::sgd);
   CHECK(c.train.lr == d.train.lr);
-  CHECK(c.train.schedule == ScheduleKind::cosine);
+  CHECK(c.train.schedule == qat::LrScheduleKind::cosine);
   CHECK(c.train.milestones.empty());
   CHECK(c.train.seed == 0);
   CHECK(c.output.dir == "runs/min");
@@ -343,7 +343,7 @@ TEST_CASE("config: --set overrides apply on the YAML tree before validation", "[
     CHECK(c.train.lr == 0.1);
     CHECK_FALSE(c.data.augment.hflip);
     CHECK(c.train.milestones == std::vector<int64_t>{3, 6});
-    CHECK(c.train.schedule == ScheduleKind::multistep);
+    CHECK(c.train.schedule == qat::LrScheduleKind::multistep);
     CHECK(c.train.epochs == 9);
     CHECK(c.model.num_classes == 5);
     CHECK(c.output.dir == "runs/other");
@@ -444,7 +444,7 @@ TEST_CASE("config: the shipped configs are valid", "[config]") {
                                                   "data.val=" + (t.dir / "val").string()});
     CHECK(c.model.name == "alexnet_bn");
     CHECK(c.train.seed == 0);
-    CHECK(c.train.schedule == ScheduleKind::cosine);
+    CHECK(c.train.schedule == qat::LrScheduleKind::cosine);
     CHECK(c.train.optimizer == OptimizerKind::sgd);
     CHECK(c.train.lr == 0.02);
     CHECK(c.train.momentum == 0.9);

@@ -241,15 +241,13 @@ TEST_CASE("large parameters give the same update on 1 and 4 threads", "[optim]")
 
 TEST_CASE("LR schedules match torch's schedulers", "[optim]") {
   REQUIRE(golden().sched.size() >= 7);
-  const std::map<std::string, LrScheduleKind> kinds{{"constant", LrScheduleKind::constant},
-                                                    {"step", LrScheduleKind::step},
-                                                    {"multistep", LrScheduleKind::multistep},
-                                                    {"cosine", LrScheduleKind::cosine}};
   for (const auto& [name, c] : golden().sched) {
     INFO("schedule " << name);
     auto num = [&](const char* k, double dflt) { return c.conf.count(k) ? std::stod(c.conf.at(k)) : dflt; };
     LrScheduleOptions o;
-    o.kind = kinds.at(c.conf.at("kind"));
+    const auto kind = enum_from_name<LrScheduleKind>(c.conf.at("kind"));
+    REQUIRE(kind.has_value());
+    o.kind = *kind;
     o.gamma = num("gamma", o.gamma);
     o.step_size = num("step_size", o.step_size);
     o.total = num("total", o.total);
