@@ -3,7 +3,7 @@
 
 Run:  /usr/bin/python3 tests/golden/gen_quant.py
 Writes tests/golden/quant_ops.safetensors (read by tests/quant/sim/test_fake_quant.cpp
-and tests/quant/observe/test_observer.cpp).
+and tests/quant/observe/test_minmax.cpp).
 
 Fake quantization ("fq_<case>.<name>"): PyTorch's own float32 kernels
 (torch.fake_quantize_per_tensor_affine / fake_quantize_per_channel_affine),

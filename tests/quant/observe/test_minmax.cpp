@@ -34,13 +34,7 @@ const qat::SafetensorsFile& golden() { return qat::testing::golden_file("quant_o
 
 const Tensor& gget(const std::string& name) { return qat::testing::golden_tensor(golden(), name); }
 
-std::vector<std::string> obs_cases() {
-  std::vector<std::string> out;
-  for (const auto& [k, v] : golden().tensors)
-    if (k.rfind("obs_", 0) == 0 && k.size() > 7 && k.compare(k.size() - 7, 7, ".params") == 0)
-      out.push_back(k.substr(0, k.size() - 7));
-  return out;
-}
+std::vector<std::string> obs_cases() { return qat::testing::golden_case_names(golden(), "obs_", ".params"); }
 
 void require_equal_f32(const Tensor& a, const Tensor& e, const std::string& what) {
   INFO(what);
