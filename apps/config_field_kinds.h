@@ -50,6 +50,20 @@ Field integer(std::string path, Acc acc, int64_t lo, bool required = false) {
           [acc](YAML::Emitter& e, const ExperimentConfig& c) { e << std::to_string(acc(c)); }};
 }
 
+// An integer in [lo, hi]: keys that size buffers, threads or queues, where a
+// huge value would exhaust the machine or wrap a size computation.
+template <class Acc>
+Field integer_in(std::string path, Acc acc, int64_t lo, int64_t hi) {
+  return {std::move(path), false,
+          [acc, lo, hi](const YamlValue& v, ExperimentConfig& c) {
+            const int64_t x = v.as<int64_t>();
+            if (x < lo) v.fail("must be >= " + std::to_string(lo) + ", got " + std::to_string(x));
+            if (x > hi) v.fail("must be <= " + std::to_string(hi) + ", got " + std::to_string(x));
+            acc(c) = x;
+          },
+          [acc](YAML::Emitter& e, const ExperimentConfig& c) { e << std::to_string(acc(c)); }};
+}
+
 template <class Acc>
 Field boolean(std::string path, Acc acc) {
   return {std::move(path), false, [acc](const YamlValue& v, ExperimentConfig& c) { acc(c) = v.as<bool>(); },

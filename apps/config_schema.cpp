@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "apps/config_field_kinds.h"
+#include "data/transforms.h"
 #include "models/models.h"
 
 namespace qat::apps::config_schema {
@@ -166,26 +167,33 @@ Field sweep() {
           }};
 }
 
+// Upper bounds of the keys that size threads, queues and buffers.
+constexpr int64_t kMaxClasses = int64_t{1} << 20;
+constexpr int64_t kMaxWorkers = 256;
+constexpr int64_t kMaxPrefetch = 1024;
+constexpr int64_t kMaxBatch = int64_t{1} << 16;
+constexpr int64_t kMaxThreads = 1024;
+
 #define QAT_CFG(member) [](auto& c) -> auto& { return c.member; }
 
 std::vector<Field> model_and_data_fields() {
   return {
       model_name(),
-      integer("model.num_classes", QAT_CFG(model.num_classes), 1),
+      integer_in("model.num_classes", QAT_CFG(model.num_classes), 1, kMaxClasses),
       text("data.train", QAT_CFG(data.train), true),
       text("data.val", QAT_CFG(data.val), true),
-      integer("data.image_size", QAT_CFG(data.image_size), 32),
-      integer("data.resize", QAT_CFG(data.resize), 1),
+      integer_in("data.image_size", QAT_CFG(data.image_size), 32, data::kMaxImageSide),
+      integer_in("data.resize", QAT_CFG(data.resize), 1, data::kMaxImageSide),
       boolean("data.augment.random_crop", QAT_CFG(data.augment.random_crop)),
-      integer("data.augment.padding", QAT_CFG(data.augment.padding), 0),
+      integer_in("data.augment.padding", QAT_CFG(data.augment.padding), 0, data::kMaxImageSide),
       boolean("data.augment.random_resized_crop", QAT_CFG(data.augment.random_resized_crop)),
       real_list("data.augment.scale", QAT_CFG(data.augment.scale), 2, in_open_closed(0, 1), increasing_pair),
       real_list("data.augment.ratio", QAT_CFG(data.augment.ratio), 2, above(0), increasing_pair),
       boolean("data.augment.hflip", QAT_CFG(data.augment.hflip)),
       real_list("data.mean", QAT_CFG(data.mean), 3, any()),
       real_list("data.std", QAT_CFG(data.std), 3, above(0)),
-      integer("data.workers", QAT_CFG(data.workers), 0),
-      integer("data.prefetch", QAT_CFG(data.prefetch), 1),
+      integer_in("data.workers", QAT_CFG(data.workers), 0, kMaxWorkers),
+      integer_in("data.prefetch", QAT_CFG(data.prefetch), 1, kMaxPrefetch),
       boolean("data.cache", QAT_CFG(data.cache)),
       enumeration("data.on_bad_image", QAT_CFG(data.on_bad_image)),
   };
@@ -194,7 +202,7 @@ std::vector<Field> model_and_data_fields() {
 std::vector<Field> train_fields() {
   return {
       integer("train.epochs", QAT_CFG(train.epochs), 1, /*required=*/true),
-      integer("train.batch_size", QAT_CFG(train.batch_size), 1),
+      integer_in("train.batch_size", QAT_CFG(train.batch_size), 1, kMaxBatch),
       enumeration("train.optimizer", QAT_CFG(train.optimizer)),
       real("train.lr", QAT_CFG(train.lr), above(0)),
       real("train.momentum", QAT_CFG(train.momentum), in_range(0, 1, false)),
@@ -212,7 +220,7 @@ std::vector<Field> train_fields() {
       real("train.warmup_start_factor", QAT_CFG(train.warmup_start_factor), in_open_closed(0, 1)),
       real("train.label_smoothing", QAT_CFG(train.label_smoothing), in_range(0, 1, false)),
       seed(),
-      integer("train.threads", QAT_CFG(train.threads), 0),
+      integer_in("train.threads", QAT_CFG(train.threads), 0, kMaxThreads),
       integer("train.log_every", QAT_CFG(train.log_every), 1),
       integer("train.max_steps_per_epoch", QAT_CFG(train.max_steps_per_epoch), 0),
   };

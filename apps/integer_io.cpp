@@ -9,6 +9,7 @@
 #include "apps/yaml_value.h"
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "data/transforms.h"
 
 namespace qat::apps {
 
@@ -27,12 +28,12 @@ std::vector<uint8_t> pack_int4(const int8_t* v, int64_t rows, int64_t k) {
   return out;
 }
 
-void unpack_int4(const uint8_t* p, int64_t rows, int64_t k, int8_t* v) {
+void unpack_int4(const uint8_t* p, int64_t rows, int64_t k, int8_t* v, bool is_signed) {
   const int64_t per = (k + 1) / 2;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < k; ++i) {
       const int nib = (p[r * per + i / 2] >> (i % 2 ? 4 : 0)) & 0x0F;
-      v[r * k + i] = static_cast<int8_t>(nib >= 8 ? nib - 16 : nib);  // sign-extend the nibble
+      v[r * k + i] = static_cast<int8_t>(is_signed && nib >= 8 ? nib - 16 : nib);  // sign-extend a signed nibble
     }
 }
 
@@ -42,7 +43,6 @@ const char* kManifest = "manifest.yaml";
 const char* kWeights = "weights.safetensors";
 
 bool packed(const IntLayer& l) { return l.weight_bits <= 4; }
-int64_t weight_k(const IntLayer& l) { return l.kernel_h * l.kernel_w * l.in_channels; }
 
 // ---------------------------------------------------------------- writing
 void emit_act(YAML::Emitter& e, const char* key, const ActQuant& a) {
@@ -91,7 +91,8 @@ void emit_layer(YAML::Emitter& e, const IntLayer& l, TensorMap& tensors) {
     emit_pair(e, "dilation", l.conv.dil_h, l.conv.dil_w);
   }
   e << YAML::Key << "relu" << YAML::Value << l.relu << YAML::Key << "dequantize" << YAML::Value << l.dequantize;
-  e << YAML::Key << "weight_bits" << YAML::Value << l.weight_bits << YAML::Key << "weight_packing" << YAML::Value
+  e << YAML::Key << "weight_bits" << YAML::Value << l.weight_bits << YAML::Key << "weight_signed" << YAML::Value
+    << l.weight_signed << YAML::Key << "weight_packing" << YAML::Value
     << (packed(l) ? "int4x2" : "int8");
   emit_act(e, "input", l.in);
   if (!l.dequantize) emit_act(e, "output", l.out);
@@ -105,8 +106,8 @@ void emit_layer(YAML::Emitter& e, const IntLayer& l, TensorMap& tensors) {
   }
   const Tensor w = weight_oihw(l);
   if (packed(l)) {
-    const std::vector<uint8_t> p = pack_int4(w.data<int8_t>(), l.out_channels, weight_k(l));
-    Tensor t = Tensor::empty({l.out_channels, (weight_k(l) + 1) / 2}, DType::u8);
+    const std::vector<uint8_t> p = pack_int4(w.data<int8_t>(), l.out_channels, l.products_per_output());
+    Tensor t = Tensor::empty({l.out_channels, (l.products_per_output() + 1) / 2}, DType::u8);
     std::copy(p.begin(), p.end(), t.data<uint8_t>());
     tensors[l.name + ".weight"] = t;
   } else {
@@ -164,6 +165,9 @@ void read_conv_or_linear(const YamlValue& v, IntLayer& l, const WeightsFile& wei
   const YamlValue bits = v.get("weight_bits");
   l.weight_bits = bits.as<int>();
   if (l.weight_bits < 2 || l.weight_bits > 8) bits.fail("must be 2..8");
+  // Absent in exports written before unsigned weights were recorded: signed.
+  const std::optional<YamlValue> sign = v.find("weight_signed");
+  l.weight_signed = !sign || sign->as<bool>();
   const YamlValue packing = v.get("weight_packing");
   if (packing.as<std::string>() != (packed(l) ? "int4x2" : "int8"))
     packing.fail("'" + packing.as<std::string>() + "' does not match weight_bits " + std::to_string(l.weight_bits) +
@@ -179,12 +183,17 @@ void read_conv_or_linear(const YamlValue& v, IntLayer& l, const WeightsFile& wei
     l.shift = read_list<int32_t>(v.get("shift"), C);
     l.bias_residual = read_list<int32_t>(v.get("bias_residual"), C);
   }
-  const int64_t K = weight_k(l);
+  int64_t K = 0;
+  try {
+    K = l.products_per_output();  // before anything of the layer's size is allocated
+  } catch (const Error& e) {
+    v.fail(e.what());
+  }
   const Shape oihw = is_conv(l) ? Shape{C, l.in_channels, l.kernel_h, l.kernel_w} : Shape{C, l.in_channels};
   Tensor w = Tensor::empty(oihw, DType::i8);
   if (packed(l)) {
     const Tensor& p = expect_tensor(weights.tensors, weights.path, l.name + ".weight", DType::u8, {C, (K + 1) / 2});
-    unpack_int4(p.data<uint8_t>(), C, K, w.data<int8_t>());
+    unpack_int4(p.data<uint8_t>(), C, K, w.data<int8_t>(), l.weight_signed);
   } else {
     w.copy_(expect_tensor(weights.tensors, weights.path, l.name + ".weight", DType::i8, oihw));
   }
@@ -220,9 +229,17 @@ IntLayer read_layer(const YamlValue& v, const WeightsFile& weights) {
   return l;
 }
 
+// An image side the data pipeline accepts ([1, data::kMaxImageSide]).
+int64_t read_side(const YamlValue& v) {
+  const int64_t side = v.as<int64_t>();
+  if (side < 1 || side > data::kMaxImageSide)
+    v.fail("must be in [1, " + std::to_string(data::kMaxImageSide) + "], got " + std::to_string(side));
+  return side;
+}
+
 void read_input(const YamlValue& v, ExportedModel& m) {
-  m.image_size = v.get("image_size").as<int64_t>();
-  m.resize = v.get("resize").as<int64_t>();
+  m.image_size = read_side(v.get("image_size"));
+  m.resize = read_side(v.get("resize"));
   const YamlValue std_value = v.get("std");
   const Tensor mean = read_list<float>(v.get("mean"), 3), sd = read_list<float>(std_value, 3);
   for (int c = 0; c < 3; ++c) {
@@ -242,21 +259,25 @@ void check_follows(const YamlValue& v, IntLayer& l, const IntLayer& prev) {
         .fail("quantization differs from the output of '" + prev.name + "'");
 }
 
-void read_layers(const YamlValue& v, const WeightsFile& weights, quant::IntegerModel& model) {
+// `shape`: the input images'; every layer is checked against the shape the
+// one before produces (int_op.h: infer) before its own setup.
+void read_layers(const YamlValue& v, const WeightsFile& weights, quant::ActShape shape, quant::IntegerModel& model) {
   const auto layers = v.items("a non-empty list");
   if (layers.empty()) v.fail("expected a non-empty list");
   for (const YamlValue& lv : layers) {
     IntLayer l = read_layer(lv, weights);
+    const quant::IntOpDef& op = quant::int_op_def(l.op);
+    if (model.layers.empty() && !op.has(quant::kFloatInput))
+      lv.get("kind").fail("the first layer must be quantize_input");
     if (!model.layers.empty()) check_follows(lv, l, model.layers.back());
     try {
+      shape = op.infer(l, shape);
       l.finalize();
     } catch (const Error& ex) {
       lv.fail(ex.what());
     }
     model.layers.push_back(std::move(l));
   }
-  if (!quant::int_op_def(model.layers.front().op).has(quant::kFloatInput))
-    layers.front().get("kind").fail("the first layer must be quantize_input");
   if (!model.layers.back().dequantize) layers.back().fail("the last layer must be a dequantizing conv/linear");
 }
 
@@ -318,7 +339,7 @@ ExportedModel load_export(const std::string& dir) {
   const YamlValue classes = root.get("classes");
   for (const YamlValue& c : classes.items("a list of class names")) m.classes.push_back(c.as<std::string>());
   const SafetensorsFile weights = load_safetensors(wfile);
-  read_layers(root.get("layers"), {weights, wfile}, m.model);
+  read_layers(root.get("layers"), {weights, wfile}, {m.image_size, m.image_size, 3, false}, m.model);
   const int64_t outputs = m.model.layers.back().out_channels;
   if (static_cast<int64_t>(m.classes.size()) != outputs)
     classes.fail(std::to_string(m.classes.size()) + " names for " + std::to_string(outputs) +

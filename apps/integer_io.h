@@ -36,9 +36,10 @@ ExportedModel load_export(const std::string& dir);
 // True when `path` is a folder holding a manifest.yaml.
 bool is_export_dir(const std::string& path);
 
-// 4-bit packing: row of K signed values -> ceil(K/2) bytes, value 2j in the
-// low nibble of byte j and 2j+1 in the high nibble (two's complement nibbles).
+// 4-bit packing: row of K values -> ceil(K/2) bytes, value 2j in the low
+// nibble of byte j and 2j+1 in the high nibble (signed values as two's
+// complement nibbles, unsigned ones as they are).
 std::vector<uint8_t> pack_int4(const int8_t* values, int64_t rows, int64_t k);
-void unpack_int4(const uint8_t* packed, int64_t rows, int64_t k, int8_t* values);
+void unpack_int4(const uint8_t* packed, int64_t rows, int64_t k, int8_t* values, bool is_signed = true);
 
 }  // namespace qat::apps

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/allocator.h"
+#include "core/checked.h"
 #include "core/autograd.h"
 #include "core/generator.h"
 
@@ -56,7 +57,10 @@ Shape contiguous_strides(const Shape& sizes) {
 
 int64_t shape_numel(const Shape& sizes) {
   int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
+  for (int64_t s : sizes) {
+    QAT_CHECK(s >= 0, "shape ", sizes, ": negative size");
+    n = checked_mul(n, s, "shape size");
+  }
   return n;
 }
 
@@ -73,8 +77,11 @@ Storage::~Storage() { cpu_free(data, nbytes); }
 
 Tensor Tensor::empty(const Shape& sizes, DType dtype) {
   for (int64_t s : sizes) QAT_CHECK(s >= 0, "Tensor::empty: negative size in ", sizes);
+  const int64_t nbytes = checked_mul(shape_numel(sizes), static_cast<int64_t>(dtype_size(dtype)), "Tensor::empty");
+  QAT_CHECK(nbytes <= kMaxTensorBytes, "Tensor::empty: shape ", sizes, " of ", dtype_name(dtype), " needs ", nbytes,
+            " bytes (at most ", kMaxTensorBytes, ")");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(sizes)) * dtype_size(dtype));
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(nbytes));
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->dtype = dtype;

@@ -17,8 +17,11 @@ int64_t round_half_even(double v) { return static_cast<int64_t>(std::nearbyint(v
 }  // namespace
 
 void validate(const TransformSpec& s) {
-  QAT_CHECK(s.image_size > 0, "TransformSpec: image_size must be > 0, got ", s.image_size);
-  QAT_CHECK(s.padding >= 0, "TransformSpec: padding must be >= 0, got ", s.padding);
+  QAT_CHECK(s.image_size > 0 && s.image_size <= kMaxImageSide, "TransformSpec: image_size must be in [1, ",
+            kMaxImageSide, "], got ", s.image_size);
+  QAT_CHECK(s.resize <= kMaxImageSide, "TransformSpec: resize must be at most ", kMaxImageSide, ", got ", s.resize);
+  QAT_CHECK(s.padding >= 0 && s.padding <= kMaxImageSide, "TransformSpec: padding must be in [0, ", kMaxImageSide,
+            "], got ", s.padding);
   QAT_CHECK(s.scale[0] > 0 && s.scale[0] <= s.scale[1], "TransformSpec: scale must satisfy 0 < min <= max, got [",
             s.scale[0], ", ", s.scale[1], "]");
   QAT_CHECK(s.ratio[0] > 0 && s.ratio[0] <= s.ratio[1], "TransformSpec: ratio must satisfy 0 < min <= max, got [",

@@ -34,6 +34,10 @@ struct TransformSpec {
 // (image_size <= 0, negative padding, std <= 0, empty/reversed scale or ratio).
 void validate(const TransformSpec& spec);
 
+// The largest image side the pipeline accepts (crop, resize, padding):
+// 3 * side^2 floats must stay far from any size limit.
+constexpr int64_t kMaxImageSide = int64_t{1} << 14;
+
 // Floats in one sample: 3 * image_size * image_size.
 inline int64_t sample_numel(const TransformSpec& spec) { return 3 * spec.image_size * spec.image_size; }
 

@@ -54,6 +54,7 @@ void quantize_weights(IntLayer& l, const Tensor& w_float, FakeQuantizer& fq) {
   const QParams qp = fq.qparams();
   const int64_t C = w_float.size(0), per = w_float.numel() / C;
   l.weight_bits = spec.bits;
+  l.weight_signed = spec.is_signed;
   l.weight_scale = Tensor::empty({C});
   l.weight_zero_point = Tensor::empty({C}, DType::i32);
   l.weight_zero_frac = Tensor::zeros({C});

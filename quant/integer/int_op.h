@@ -8,6 +8,7 @@
 // A new integer op: its kernel and IntOpDef in a file of ops/, then one
 // registration here: a value of IntOp and its entry in kIntOps (int_op.cpp).
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "quant/integer/int8_gemm.h"
@@ -31,6 +32,14 @@ enum IntFields : unsigned {
   kRoundsOntoInputGrid = 1u << 5,
 };
 
+// One image's activation between integer layers: NHWC (h, w, c), or c
+// features once flattened.
+struct ActShape {
+  int64_t h = 1, w = 1, c = 0;
+  bool flat = false;
+  bool operator==(const ActShape&) const = default;
+};
+
 struct IntOpDef {
   IntOp op;
   const char* name;
@@ -39,10 +48,22 @@ struct IntOpDef {
   Tensor (*run)(const IntLayer& layer, const Tensor& x, GemmKernel kernel);
   // Checks the layer's fields and fills its derived ones; throws naming the layer.
   void (*finalize)(IntLayer& layer);
+  // Checks the layer's geometry against its input's shape and returns its
+  // output's, with every size product checked; throws naming the layer. Run
+  // on a loaded export before anything the size of an activation is allocated.
+  ActShape (*infer)(const IntLayer& layer, const ActShape& in);
   bool has(unsigned f) const { return (fields & f) == f; }
 };
 
 const IntOpDef& int_op_def(IntOp op);
+// The largest activation of one image any integer layer may produce, in
+// elements (2^30: within every int32 index and far beyond any real network).
+constexpr int64_t kMaxActivationElems = int64_t{1} << 30;
+
+// The shape after every layer, from the input's; throws naming the first
+// layer that does not fit.
+ActShape infer_shapes(const std::vector<IntLayer>& layers, ActShape input);
+
 // nullptr for an unknown name.
 const IntOpDef* find_int_op(const std::string& name);
 inline const char* int_op_name(IntOp op) { return int_op_def(op).name; }

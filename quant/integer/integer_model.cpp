@@ -11,9 +11,25 @@
 
 namespace qat::quant {
 
+int64_t IntLayer::products_per_output() const {
+  QAT_CHECK(in_channels >= 1 && out_channels >= 1 && kernel_h >= 1 && kernel_w >= 1, "layer '", name,
+            "': in_channels, out_channels and kernel must be >= 1, got ", in_channels, ", ", out_channels, ", ",
+            kernel_h, "x", kernel_w);
+  int64_t k = 0;
+  const bool wraps = __builtin_mul_overflow(kernel_h, kernel_w, &k) || __builtin_mul_overflow(k, in_channels, &k);
+  QAT_CHECK(!wraps && k <= kMaxProducts, "layer '", name, "': ", kernel_h, "x", kernel_w, "x", in_channels,
+            " products per output could overflow the int32 accumulator (at most ", kMaxProducts, ")");
+  return k;
+}
+
 void IntLayer::finalize() {
   const IntOpDef& def = int_op_def(op);
   if (def.finalize) def.finalize(*this);
+}
+
+ActShape infer_shapes(const std::vector<IntLayer>& layers, ActShape shape) {
+  for (const IntLayer& l : layers) shape = int_op_def(l.op).infer(l, shape);
+  return shape;
 }
 
 Tensor IntegerModel::run_layer(const IntLayer& l, const Tensor& x) const {

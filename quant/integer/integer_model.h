@@ -32,6 +32,11 @@
 
 namespace qat::quant {
 
+// Products one output of a conv / linear layer may sum: |acc| <= K * 255 * 255
+// ((x - z_x) and (w - z_w) within 255) stays below 2^30, so adding a bias
+// below 2^30 never overflows int32.
+constexpr int64_t kMaxProducts = 16384;
+
 // Quantization of one activation tensor (zero point and range in the grid's
 // own domain: signed grids are negative at the bottom).
 struct ActQuant {
@@ -58,6 +63,9 @@ struct IntLayer {
   int64_t in_channels = 0, out_channels = 0, kernel_h = 1, kernel_w = 1;
   Conv2dParams conv;  // groups == 1
   int weight_bits = 8;
+  bool weight_signed = true;  // the weight grid: [-2^(b-1), 2^(b-1)-1] or [0, 2^b - 1]
+  int32_t weight_qmin() const { return weight_signed ? -(1 << (weight_bits - 1)) : 0; }
+  int32_t weight_qmax() const { return weight_signed ? (1 << (weight_bits - 1)) - 1 : (1 << weight_bits) - 1; }
   Tensor weight;             // i8: conv (Cout, KH, KW, Cin), linear (Cout, Cin)
   Tensor weight_scale;       // f32 (Cout)
   Tensor weight_zero_point;  // i32 (Cout)
@@ -80,6 +88,9 @@ struct IntLayer {
   // the CPU has it and out_channels is a multiple of 64.
   std::vector<int32_t> weight_row_sums;
   PackedB packed_weight;
+  // K = kernel_h * kernel_w * in_channels of a conv / linear layer; throws
+  // naming the layer when a size is < 1 or K exceeds kMaxProducts.
+  int64_t products_per_output() const;
   void finalize();  // its op's finalize (int_op.h): validates the fields, fills the derived ones
 };
 

@@ -272,6 +272,16 @@ TEST_CASE("config: out-of-range values name the key path and the line", "[config
       {5, "  val: val\n  augment:\n    ratio: [0, 1]", "data.augment.ratio[0]: must be > 0", 7},
       {2, "  name: resnet50", "model.name: unknown model 'resnet50'", 2},
       {2, "  name: alexnet\n  num_classes: 0", "model.num_classes: must be >= 1", 3},
+      // Keys that size buffers, threads and queues are bounded above too.
+      {5, "  val: val\n  image_size: 4294967296\n  augment:\n    random_resized_crop: true",
+       "data.image_size: must be <= 16384, got 4294967296", 6},
+      {5, "  val: val\n  resize: 100000", "data.resize: must be <= 16384", 6},
+      {5, "  val: val\n  augment:\n    padding: 65536", "data.augment.padding: must be <= 16384", 7},
+      {5, "  val: val\n  workers: 1000", "data.workers: must be <= 256, got 1000", 6},
+      {5, "  val: val\n  prefetch: 9223372036854775807", "data.prefetch: must be <= 1024", 6},
+      {7, "  epochs: 3\n  batch_size: 1000000", "train.batch_size: must be <= 65536", 8},
+      {7, "  epochs: 3\n  threads: 100000", "train.threads: must be <= 1024", 8},
+      {2, "  name: alexnet\n  num_classes: 2000000", "model.num_classes: must be <= 1048576", 3},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     auto& c = cases[i];

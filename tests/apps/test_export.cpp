@@ -138,6 +138,11 @@ TEST_CASE("4-bit weights are packed two per byte and read back", "[e2e][export]"
   std::vector<int8_t> back(5);
   unpack_int4(std::vector<uint8_t>{0x78, 0x0F, 0x03}.data(), 1, 5, back.data());
   REQUIRE(back == std::vector<int8_t>{-8, 7, -1, 0, 3});
+  // Unsigned 4-bit weights (0..15) keep their values: no sign extension.
+  const std::vector<int8_t> u{0, 8, 15, 9, 7};
+  std::vector<int8_t> uback(5);
+  unpack_int4(pack_int4(u.data(), 1, 5).data(), 1, 5, uback.data(), /*is_signed=*/false);
+  REQUIRE(uback == u);
 
   const fs::path dir = fresh_dir("int4");
   const std::string cfg = trained_qat_run(dir, "quant: {enabled: true, method: lsq, bits: 4}\n");
@@ -244,6 +249,60 @@ TEST_CASE("bad exports are refused with the file and the field named", "[e2e][ex
   }
   SECTION("a folder without a manifest") {
     REQUIRE_THROWS_WITH(load_export(dir.string()), Contains("no manifest.yaml"));
+  }
+}
+
+// Crafted manifests and weights (sizes that wrap, geometry that does not fit
+// the previous layer, integers off their grid) are refused with the layer's
+// key path before anything of their size is allocated or any kernel runs.
+TEST_CASE("crafted exports are refused before anything is allocated", "[e2e][export]") {
+  const fs::path dir = fresh_dir("crafted");
+  const std::string cfg = trained_qat_run(dir, "quant: {enabled: true}\n");
+  const fs::path good = dir / "export";
+  REQUIRE(run_export({cfg, (dir / "run" / "best.safetensors").string(), good.string(), {}}) == 0);
+  const std::string manifest = read_text(good / "manifest.yaml");
+  auto with_manifest = [&](const std::string& name, const std::string& from, const std::string& to) {
+    const fs::path d = dir / name;
+    fs::remove_all(d);
+    fs::copy(good, d);
+    write_text(d / "manifest.yaml", replace_once(manifest, from, to));
+    return d.string();
+  };
+  SECTION("a kernel size that wraps 64 bits") {
+    const auto d = with_manifest("wrap", "in_channels: 3", "in_channels: 4611686018427387911");
+    REQUIRE_THROWS_WITH(load_export(d), Contains("layers[1]") && Contains("products per output"));
+  }
+  SECTION("an average-pool output of 2^32 rows") {
+    const auto d = with_manifest("avg", "output_size: [1, 1]", "output_size: [4294967296, 1]");
+    REQUIRE_THROWS_WITH(load_export(d), Contains("layers[4]") && Contains("larger than 1073741824 values"));
+  }
+  SECTION("max-pool padding of 2^61") {
+    const auto d = with_manifest("pad", "padding: [0, 0]", "padding: [2305843009213693952, 2305843009213693952]");
+    REQUIRE_THROWS_WITH(load_export(d), Contains("layers[2]") && Contains("at most half the kernel"));
+  }
+  SECTION("an input image of 2^32 pixels a side") {
+    const auto d = with_manifest("image", "image_size: 32", "image_size: 4294967296");
+    REQUIRE_THROWS_WITH(load_export(d), Contains("input.image_size") && Contains("must be in [1, 16384]"));
+  }
+  SECTION("a layer that does not take the previous layer's output") {
+    const auto d = with_manifest("follow", "output_size: [1, 1]", "output_size: [2, 2]");
+    REQUIRE_THROWS_WITH(load_export(d),
+                        Contains("layers[6]") && Contains("input has 64 features, the layer expects 16"));
+  }
+  SECTION("a weight zero point off the grid") {
+    const auto d = with_manifest("zp", "weight_zero_point: [0,", "weight_zero_point: [200,");
+    REQUIRE_THROWS_WITH(load_export(d), Contains("layers[1]") && Contains("weight zero point 200"));
+  }
+  SECTION("weights off their grid") {
+    const auto d = with_manifest("grid", "weight_bits: 8", "weight_bits: 5");
+    REQUIRE_THROWS_WITH(load_export(d), Contains("layers[1]") && Contains("off the 5-bit signed grid [-16, 15]"));
+  }
+  SECTION("a bias of 2^30") {
+    const auto d = with_manifest("bias", "format: qat-integer-model", "format: qat-integer-model");
+    SafetensorsFile w = load_safetensors(d + "/weights.safetensors");
+    w.tensors["features.0.bias"].data<int32_t>()[0] = 1 << 30;
+    save_safetensors(d + "/weights.safetensors", w.tensors);
+    REQUIRE_THROWS_WITH(load_export(d), Contains("layers[1]") && Contains("outside (-2^30, 2^30)"));
   }
 }
 

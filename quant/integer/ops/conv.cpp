@@ -6,6 +6,7 @@
 
 #include "quant/integer/int_op.h"
 #include "quant/integer/ops/matmul.h"
+#include "quant/integer/ops/shapes.h"
 
 namespace qat::quant::ops {
 
@@ -64,10 +65,24 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   return y;
 }
 
+// Padding up to the kernel size (beyond it an output sees only padding).
+ActShape infer_conv(const IntLayer& l, const ActShape& in) {
+  need_image(l, in);
+  QAT_CHECK(in.c == l.in_channels, "integer conv '", l.name, "': input has ", in.c, " channels, the layer expects ",
+            l.in_channels);
+  const auto& p = l.conv;
+  QAT_CHECK(p.pad_h <= l.kernel_h && p.pad_w <= l.kernel_w, "integer conv '", l.name, "': padding ", p.pad_h, "x",
+            p.pad_w, " exceeds the kernel ", l.kernel_h, "x", l.kernel_w);
+  const int64_t oh = conv_out_size(in.h, l.kernel_h, p.stride_h, p.pad_h, p.dil_h, "integer conv");
+  const int64_t ow = conv_out_size(in.w, l.kernel_w, p.stride_w, p.pad_w, p.dil_w, "integer conv");
+  return checked_shape(l, {oh, ow, l.out_channels, false});
+}
+
 }  // namespace
 
 }  // namespace qat::quant::ops
 
 namespace qat::quant {
-extern const IntOpDef kConvOp{IntOp::conv, "conv", kMatmul | kConvGeometry, ops::run_conv, ops::finalize_matmul};
+extern const IntOpDef kConvOp{IntOp::conv,         "conv",           kMatmul | kConvGeometry,
+                              ops::run_conv,       ops::finalize_matmul, ops::infer_conv};
 }  // namespace qat::quant

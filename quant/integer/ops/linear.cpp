@@ -1,6 +1,7 @@
 // Integer linear layer: u8 (N, K) in, u8 (N, C) out (or float logits).
 #include "quant/integer/int_op.h"
 #include "quant/integer/ops/matmul.h"
+#include "quant/integer/ops/shapes.h"
 
 namespace qat::quant::ops {
 
@@ -20,10 +21,18 @@ Tensor run_linear(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   return y;
 }
 
+ActShape infer_linear(const IntLayer& l, const ActShape& in) {
+  need_flat(l, in);
+  QAT_CHECK(in.c == l.in_channels, "integer linear '", l.name, "': input has ", in.c, " features, the layer expects ",
+            l.in_channels);
+  return checked_shape(l, {1, 1, l.out_channels, true});
+}
+
 }  // namespace
 
 }  // namespace qat::quant::ops
 
 namespace qat::quant {
-extern const IntOpDef kLinearOp{IntOp::linear, "linear", kMatmul, ops::run_linear, ops::finalize_matmul};
+extern const IntOpDef kLinearOp{IntOp::linear,  "linear",           kMatmul,
+                                ops::run_linear, ops::finalize_matmul, ops::infer_linear};
 }  // namespace qat::quant

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/checked.h"
 #include "core/error.h"
 
 namespace qat::quant::ops {
@@ -21,8 +22,34 @@ void gemm(const IntLayer& l, GemmKernel kernel, int64_t M, const uint8_t* rows, 
   gemm_u8s8s32(kernel, M, l.out_channels, K, rows, K, l.weight.data<int8_t>(), K, acc, l.out_channels);
 }
 
+namespace {
+
+// What freeze guarantees, checked again for a layer read from a file: the
+// weights and their zero points on the weight grid and |bias| < 2^30, so that
+// with K <= kMaxProducts (integer_model.h) no int32 sum of the kernels can
+// overflow.
+void check_integer_ranges(const IntLayer& l) {
+  QAT_CHECK(l.weight_bits >= 2 && l.weight_bits <= 8, "layer '", l.name, "': weight_bits ", l.weight_bits,
+            " outside 2..8");
+  const int32_t lo = l.weight_qmin(), hi = l.weight_qmax();
+  const int8_t* w = l.weight.data<int8_t>();
+  for (int64_t i = 0; i < l.weight.numel(); ++i)
+    QAT_CHECK(w[i] >= lo && w[i] <= hi, "layer '", l.name, "': weight ", static_cast<int>(w[i]), " at ", i,
+              " is off the ", l.weight_bits, "-bit ", l.weight_signed ? "signed" : "unsigned", " grid [", lo, ", ", hi,
+              "]");
+  for (int64_t c = 0; c < l.out_channels; ++c) {
+    const int32_t z = l.weight_zero_point.data<int32_t>()[c], b = l.bias.data<int32_t>()[c];
+    QAT_CHECK(z >= lo && z <= hi, "layer '", l.name, "': weight zero point ", z, " of channel ", c,
+              " is off the grid [", lo, ", ", hi, "]");
+    QAT_CHECK(b > -(1 << 30) && b < (1 << 30), "layer '", l.name, "': bias ", b, " of channel ", c,
+              " is outside (-2^30, 2^30)");
+  }
+}
+
+}  // namespace
+
 void finalize_matmul(IntLayer& l) {
-  const int64_t K = l.kernel_h * l.kernel_w * l.in_channels;
+  const int64_t K = l.products_per_output();
   const Shape wshape = int_op_def(l.op).has(kConvGeometry) ? Shape{l.out_channels, l.kernel_h, l.kernel_w, l.in_channels}
                                          : Shape{l.out_channels, l.in_channels};
   auto check = [&](const Tensor& t, const char* field, DType dt, const Shape& shape) {
@@ -39,6 +66,7 @@ void finalize_matmul(IntLayer& l) {
     QAT_CHECK(std::abs(l.weight_zero_frac.data<float>()[c]) <= 0.5f, "layer '", l.name, "': weight_zero_frac of channel ",
               c, " is ", l.weight_zero_frac.data<float>()[c], ", outside [-1/2, 1/2]");
   check(l.bias, "bias", DType::i32, {l.out_channels});
+  check_integer_ranges(l);
   if (!l.dequantize) {
     check(l.multiplier, "multiplier", DType::i32, {l.out_channels});
     check(l.shift, "shift", DType::i32, {l.out_channels});
@@ -53,9 +81,6 @@ void finalize_matmul(IntLayer& l) {
     }
   }
   QAT_CHECK(l.conv.groups == 1, "layer '", l.name, "': grouped convolution has no integer kernel (groups ", l.conv.groups, ")");
-  // |acc| <= K * 255 * 255 ((x - z_x) and (w - z_w) within 255) must stay
-  // below 2^30 so that adding the l.bias never overflows int32.
-  QAT_CHECK(K <= 16384, "layer '", l.name, "': ", K, " products per output could overflow the int32 accumulator (at most 16384)");
   l.packed_weight = can_use_packed_vnni(l.out_channels) ? pack_b_vnni(l.weight.data<int8_t>(), l.out_channels, K, K) : PackedB{};
   l.weight_row_sums.assign(static_cast<size_t>(l.out_channels), 0);
   const int8_t* w = l.weight.data<int8_t>();

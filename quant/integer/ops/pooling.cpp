@@ -4,6 +4,7 @@
 
 #include "quant/integer/int_op.h"
 #include "quant/integer/ops/matmul.h"
+#include "quant/integer/ops/shapes.h"
 
 namespace qat::quant::ops {
 
@@ -35,13 +36,34 @@ void finalize_adaptive_avg_pool(IntLayer& l) {
   l.round_q16 = static_cast<int32_t>(std::lround((0.5 - static_cast<double>(l.in.zero_frac)) * 65536.0));
 }
 
+// Padding at most half the kernel, as PyTorch's max pooling requires.
+ActShape infer_max_pool(const IntLayer& l, const ActShape& in) {
+  need_image(l, in);
+  const auto& p = l.pool;
+  QAT_CHECK(p.pad_h >= 0 && p.pad_w >= 0 && 2 * p.pad_h <= p.kernel_h && 2 * p.pad_w <= p.kernel_w,
+            "integer max_pool '", l.name, "': padding ", p.pad_h, "x", p.pad_w, " must be at most half the kernel ",
+            p.kernel_h, "x", p.kernel_w);
+  const int64_t oh = conv_out_size(in.h, p.kernel_h, p.stride_h, p.pad_h, 1, "integer max_pool");
+  const int64_t ow = conv_out_size(in.w, p.kernel_w, p.stride_w, p.pad_w, 1, "integer max_pool");
+  return checked_shape(l, {oh, ow, in.c, false});
+}
+
+ActShape infer_adaptive_avg_pool(const IntLayer& l, const ActShape& in) {
+  need_image(l, in);
+  return checked_shape(l, {l.out_h, l.out_w, in.c, false});
+}
+
 }  // namespace
 
 }  // namespace qat::quant::ops
 
 namespace qat::quant {
-extern const IntOpDef kMaxPoolOp{IntOp::max_pool, "max_pool", kPoolGeometry, ops::run_max_pool, nullptr};
-extern const IntOpDef kAdaptiveAvgPoolOp{IntOp::adaptive_avg_pool, "adaptive_avg_pool",
-                                         kOutputSize | kRoundsOntoInputGrid, ops::run_adaptive_avg_pool,
-                                         ops::finalize_adaptive_avg_pool};
+extern const IntOpDef kMaxPoolOp{IntOp::max_pool, "max_pool", kPoolGeometry, ops::run_max_pool, nullptr,
+                                 ops::infer_max_pool};
+extern const IntOpDef kAdaptiveAvgPoolOp{IntOp::adaptive_avg_pool,
+                                         "adaptive_avg_pool",
+                                         kOutputSize | kRoundsOntoInputGrid,
+                                         ops::run_adaptive_avg_pool,
+                                         ops::finalize_adaptive_avg_pool,
+                                         ops::infer_adaptive_avg_pool};
 }  // namespace qat::quant

@@ -2,6 +2,7 @@
 // input grid (the fake-quant rounding, int_kernels.h: quantize_input).
 #include "quant/integer/int_op.h"
 #include "quant/integer/ops/matmul.h"
+#include "quant/integer/ops/shapes.h"
 
 namespace qat::quant::ops {
 
@@ -18,11 +19,16 @@ Tensor run_quantize_input(const IntLayer& l, const Tensor& x, GemmKernel) {
   return y;
 }
 
+ActShape infer_quantize_input(const IntLayer& l, const ActShape& in) {
+  need_image(l, in);
+  return checked_shape(l, in);
+}
+
 }  // namespace
 
 }  // namespace qat::quant::ops
 
 namespace qat::quant {
 extern const IntOpDef kQuantizeInputOp{IntOp::quantize_input, "quantize_input", kFloatInput, ops::run_quantize_input,
-                                       nullptr};
+                                       nullptr, ops::infer_quantize_input};
 }  // namespace qat::quant

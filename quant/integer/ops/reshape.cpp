@@ -4,6 +4,7 @@
 
 #include "quant/integer/int_op.h"
 #include "quant/integer/ops/matmul.h"
+#include "quant/integer/ops/shapes.h"
 
 namespace qat::quant::ops {
 
@@ -30,11 +31,19 @@ Tensor run_relu(const IntLayer& l, const Tensor& x, GemmKernel) {
   return y;
 }
 
+ActShape infer_flatten(const IntLayer& l, const ActShape& in) {
+  need_image(l, in);
+  const ActShape out = checked_shape(l, in);
+  return {1, 1, out.h * out.w * out.c, true};
+}
+
+ActShape infer_relu(const IntLayer&, const ActShape& in) { return in; }
+
 }  // namespace
 
 }  // namespace qat::quant::ops
 
 namespace qat::quant {
-extern const IntOpDef kFlattenOp{IntOp::flatten, "flatten", 0, ops::run_flatten, nullptr};
-extern const IntOpDef kReluOp{IntOp::relu, "relu", 0, ops::run_relu, nullptr};
+extern const IntOpDef kFlattenOp{IntOp::flatten, "flatten", 0, ops::run_flatten, nullptr, ops::infer_flatten};
+extern const IntOpDef kReluOp{IntOp::relu, "relu", 0, ops::run_relu, nullptr, ops::infer_relu};
 }  // namespace qat::quant
