@@ -51,6 +51,31 @@ const std::string& meta(const Metadata& m, const std::string& key, const std::st
 
 }  // namespace
 
+namespace {
+bool all_finite(const Tensor& t) {
+  if (t.dtype() != DType::f32) return true;
+  const Tensor c = t.contiguous();
+  const float* p = c.data<float>();
+  const int64_t n = c.numel();
+  int64_t bad = 0;
+  // x - x is 0 for every finite x and NaN for NaN or +-inf.
+#pragma omp parallel for reduction(+ : bad) if (n > (int64_t{1} << 20))
+  for (int64_t i = 0; i < n; ++i) bad += !(p[i] - p[i] == 0.f);
+  return bad == 0;
+}
+}  // namespace
+
+std::string first_non_finite(const Module& model, const Optimizer* optimizer) {
+  for (const auto& [name, t] : model.named_parameters())
+    if (!all_finite(t)) return name;
+  for (const auto& [name, t] : model.named_buffers())
+    if (!all_finite(t)) return name;
+  if (optimizer)
+    for (const auto& [name, t] : optimizer->state_dict())
+      if (!all_finite(t)) return name;
+  return "";
+}
+
 void save_run_state(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& s,
                     const std::string& config_hash) {
   Metadata m{{"format", "qat-train-1"},

@@ -25,6 +25,11 @@ struct RunState {
   }
 };
 
+// The name of the first model or optimizer tensor (f32) holding a NaN or an
+// infinity; empty when every one is finite. A checkpoint is never written
+// with such a tensor (train.cpp).
+std::string first_non_finite(const Module& model, const Optimizer* optimizer);
+
 void save_run_state(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& state,
                     const std::string& config_hash);
 // expected_hash empty: accept any config (eval). Otherwise a different hash is

@@ -74,6 +74,24 @@ LrScheduleOptions schedule_options(const TrainConfig& t) {
 }
 
 
+// What a run stopped for a non-finite value leaves behind, for its message.
+std::string checkpoints_left(const std::string& run_dir) {
+  const std::string last = run_dir + "/last.safetensors";
+  if (!fs::exists(last)) return "No checkpoint was saved (" + run_dir + " has no last.safetensors).";
+  return "The last good checkpoint, " + last + ", is unchanged.";
+}
+
+// Saves a checkpoint, unless a weight or optimizer state has become NaN or
+// infinite (the loss of the step before can still have been finite): then the
+// run stops and the checkpoints already written stay as they are.
+void save_if_finite(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& state,
+                    const std::string& hash) {
+  const std::string bad = first_non_finite(model, optimizer);
+  QAT_CHECK(bad.empty(), "train: '", bad, "' holds NaN or infinite values at epoch ", state.epoch + (state.step ? 1 : 0),
+            "; stopping without writing ", path, ". ", checkpoints_left(fs::path(path).parent_path().string()));
+  save_run_state(path, model, optimizer, state, hash);
+}
+
 // Epoch-dependent QAT switches (1-based epochs in the config).
 void apply_quant_schedule(const QuantConfig& q, Module& model, int64_t epoch0) {
   if (!q.enabled) return;
@@ -234,8 +252,8 @@ int run_train(const TrainArgs& args) {
       Tensor logits = model->forward(batch.images);
       Tensor loss = cross_entropy(logits, batch.labels, static_cast<float>(cfg.train.label_smoothing));
       const float lv = loss.item();
-      QAT_CHECK(std::isfinite(lv), "train: loss is ", lv, " at epoch ", epoch + 1, " step ", step + 1,
-                "; stopping. The last good checkpoint is ", run_dir, "/last.safetensors (unchanged)");
+      QAT_CHECK(std::isfinite(lv), "train: loss is ", lv, " at epoch ", epoch + 1, " step ", step + 1, "; stopping. ",
+                checkpoints_left(run_dir));
       loss.backward();
       optimizer->step();
       const int64_t n = batch.labels.size(0);
@@ -249,7 +267,7 @@ int run_train(const TrainArgs& args) {
       ++steps_this_run;
       if (g_interrupted || (args.stop_after_steps > 0 && steps_this_run >= args.stop_after_steps)) {
         progress.finish();
-        save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
+        save_if_finite(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
         std::fprintf(stderr, "qat: interrupted at epoch %lld step %lld; saved %s/last.safetensors (resume with "
                      "--resume %s)\n", static_cast<long long>(epoch + 1), static_cast<long long>(step + 1),
                      run_dir.c_str(), run_dir.c_str());
@@ -259,6 +277,8 @@ int run_train(const TrainArgs& args) {
     progress.finish();
     const double train_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const EvalSummary v = evaluate(*model, val_loader, cfg.model.num_classes);
+    QAT_CHECK(std::isfinite(v.loss), "train: val loss is ", v.loss, " after epoch ", epoch + 1, "; stopping. ",
+              checkpoints_left(run_dir));
     EpochMetrics m;
     m.epoch = epoch + 1;
     m.train_loss = state.epoch_loss_sum / state.epoch_images;
@@ -281,8 +301,8 @@ int run_train(const TrainArgs& args) {
     state.next_epoch();
     const bool best = v.top1 > state.best_top1;
     if (best) state.best_top1 = v.top1;
-    save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
-    if (best) save_run_state(run_dir + "/best.safetensors", *model, optimizer.get(), state, hash);
+    save_if_finite(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
+    if (best) save_if_finite(run_dir + "/best.safetensors", *model, optimizer.get(), state, hash);
   }
   std::printf("done: best val top-1 %.2f%%; checkpoints in %s\n", 100 * state.best_top1, run_dir.c_str());
   return 0;

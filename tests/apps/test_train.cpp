@@ -1,6 +1,7 @@
 // End-to-end: `qat train` / `qat eval` on the committed sample data.
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "tests/test_util.h"
 
@@ -87,12 +88,38 @@ TEST_CASE("an interrupted run resumes to the same weights as an uninterrupted on
   REQUIRE(read_metrics(run_b).size() == 2);
 }
 
+// lr = 3e38 with one step an epoch: the update leaves the weights infinite
+// while the loss that computed it was finite; the run must stop before it
+// writes them.
+TEST_CASE("non-finite weights never reach a checkpoint", "[e2e]") {
+  const fs::path dir = fresh_dir("inf_weights");
+  const std::string cfg = write_config(dir, "  momentum: 0\n");
+  REQUIRE_THROWS_WITH(run_train({cfg, {"train.lr=3e38", "train.max_steps_per_epoch=1"}, ""}),
+                      Contains("val loss is") && Contains("nan after epoch 1") && Contains("No checkpoint was saved"));
+  REQUIRE_FALSE(fs::exists(dir / "run/last.safetensors"));
+  REQUIRE_FALSE(fs::exists(dir / "run/best.safetensors"));
+  REQUIRE(read_metrics((dir / "run").string()).empty());
+}
+
+TEST_CASE("first_non_finite names the first weight or optimizer state that is not finite", "[e2e]") {
+  auto model = make_model("small_cnn", 10, 0);
+  CHECK(first_non_finite(*model, nullptr).empty());
+  const auto params = model->named_parameters();
+  Tensor w = params.back().second;
+  w.data<float>()[w.numel() - 1] = std::numeric_limits<float>::infinity();
+  CHECK(first_non_finite(*model, nullptr) == params.back().first);
+  w.data<float>()[w.numel() - 1] = std::numeric_limits<float>::quiet_NaN();
+  CHECK(first_non_finite(*model, nullptr) == params.back().first);
+  w.data<float>()[w.numel() - 1] = 0.f;
+  CHECK(first_non_finite(*model, nullptr).empty());
+}
+
 TEST_CASE("a non-finite loss stops the run and keeps the last good checkpoint", "[e2e]") {
   const fs::path dir = fresh_dir("nan");
   // epoch 1 trains normally; from epoch 2 the step schedule multiplies the lr by 1e30.
   const std::string cfg = write_config(dir, "  schedule: step\n  step_size: 1\n  gamma: 1.0e+30\n");
   REQUIRE_THROWS_WITH(run_train({cfg, {}, ""}), Contains("loss is") && Contains("epoch 2") &&
-                                                    Contains("last.safetensors"));
+                                                    Contains("last.safetensors, is unchanged"));
   auto model = make_model("small_cnn", 10, 0);
   const RunState st = load_run_state((dir / "run/last.safetensors").string(), *model, nullptr, "");
   REQUIRE(st.epoch == 1);
