@@ -12,6 +12,7 @@
 #include "apps/integer_io.h"
 #include "apps/metrics_log.h"
 #include "apps/progress.h"
+#include "apps/run_lock.h"
 #include "apps/run_state.h"
 #include "core/ops.h"
 #include "core/threads.h"
@@ -210,6 +211,7 @@ int run_train(const TrainArgs& args) {
 
   RunState state;
   fs::create_directories(run_dir);
+  const RunLock lock(run_dir);  // before anything in the directory is read or written
   if (!args.resume_dir.empty()) {
     state = load_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), hash);
     std::printf("resuming %s at epoch %lld step %lld (best val top-1 %.2f%%)\n", run_dir.c_str(),

@@ -1,4 +1,6 @@
 // End-to-end: `qat train` / `qat eval` on the committed sample data.
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -7,6 +9,7 @@
 
 #include "apps/config.h"
 #include "apps/metrics_log.h"
+#include "apps/run_lock.h"
 #include "apps/run_state.h"
 #include "apps/train.h"
 #include "core/safetensors.h"
@@ -112,6 +115,21 @@ TEST_CASE("first_non_finite names the first weight or optimizer state that is no
   CHECK(first_non_finite(*model, nullptr) == params.back().first);
   w.data<float>()[w.numel() - 1] = 0.f;
   CHECK(first_non_finite(*model, nullptr).empty());
+}
+
+TEST_CASE("one qat train per run directory: a second is refused naming the holder", "[e2e]") {
+  const fs::path dir = fresh_dir("lock");
+  const std::string cfg = write_config(dir);
+  fs::create_directories(dir / "run");
+  {
+    const RunLock held((dir / "run").string());
+    const std::string pid = "pid " + std::to_string(::getpid());
+    REQUIRE_THROWS_WITH(RunLock((dir / "run").string()), Contains("in use by another qat train") && Contains(pid));
+    REQUIRE_THROWS_WITH(run_train({cfg, {}, ""}), Contains((dir / "run").string()) && Contains(pid));
+    REQUIRE_FALSE(fs::exists(dir / "run/config.yaml"));  // the refused run wrote nothing
+    REQUIRE_FALSE(fs::exists(dir / "run/metrics.csv"));
+  }
+  REQUIRE(run_train({cfg, {"train.epochs=1"}, ""}) == 0);  // released with its holder
 }
 
 TEST_CASE("a non-finite loss stops the run and keeps the last good checkpoint", "[e2e]") {
