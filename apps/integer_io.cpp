@@ -2,10 +2,17 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "apps/file_digest.h"
 #include "apps/yaml_value.h"
 #include "core/error.h"
 #include "core/safetensors.h"
@@ -68,7 +75,7 @@ bool is_conv(const IntLayer& l) { return quant::int_op_def(l.op).has(quant::kCon
 Tensor weight_oihw(const IntLayer& l) { return is_conv(l) ? quant::weight_oihw_from_ohwi(l.weight) : l.weight; }
 
 // The fields of the layer's op (int_op.h: IntFields), in the format's order.
-void emit_layer(YAML::Emitter& e, const IntLayer& l, TensorMap& tensors) {
+void emit_layer(YAML::Emitter& e, const IntLayer& l) {
   const quant::IntOpDef& op = quant::int_op_def(l.op);
   e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << l.name << YAML::Key << "kind" << YAML::Value << op.name;
   if (op.has(quant::kPoolGeometry)) {
@@ -104,17 +111,24 @@ void emit_layer(YAML::Emitter& e, const IntLayer& l, TensorMap& tensors) {
     emit_list<int32_t>(e, "shift", l.shift);
     emit_list<int32_t>(e, "bias_residual", l.bias_residual);
   }
+  e << YAML::EndMap;
+}
+
+// A conv / linear layer's tensors of weights.safetensors: weights (OIHW,
+// 4-bit packed two per byte) and bias.
+void add_layer_tensors(const IntLayer& l, TensorMap& tensors) {
+  if (!quant::int_op_def(l.op).has(quant::kMatmul)) return;
   const Tensor w = weight_oihw(l);
   if (packed(l)) {
-    const std::vector<uint8_t> p = pack_int4(w.data<int8_t>(), l.out_channels, l.products_per_output());
-    Tensor t = Tensor::empty({l.out_channels, (l.products_per_output() + 1) / 2}, DType::u8);
+    const int64_t K = l.products_per_output();
+    const std::vector<uint8_t> p = pack_int4(w.data<int8_t>(), l.out_channels, K);
+    Tensor t = Tensor::empty({l.out_channels, (K + 1) / 2}, DType::u8);
     std::copy(p.begin(), p.end(), t.data<uint8_t>());
     tensors[l.name + ".weight"] = t;
   } else {
     tensors[l.name + ".weight"] = w;
   }
   tensors[l.name + ".bias"] = l.bias;
-  e << YAML::EndMap;
 }
 
 // ---------------------------------------------------------------- reading
@@ -294,35 +308,76 @@ data::TransformSpec eval_transform(const ExportedModel& m) {
 
 bool is_export_dir(const std::string& path) { return fs::is_directory(path) && fs::exists(fs::path(path) / kManifest); }
 
-void save_export(const std::string& dir, const ExportedModel& m) {
-  fs::create_directories(dir);
+namespace {
+
+std::string manifest_text(const ExportedModel& m, const std::string& weights_sha256) {
   YAML::Emitter e;
   e.SetFloatPrecision(9);  // float32 round trip
   e << YAML::BeginMap;
   e << YAML::Key << "format" << YAML::Value << "qat-integer-model";
   e << YAML::Key << "format_version" << YAML::Value << kExportFormatVersion;
   e << YAML::Key << "model" << YAML::Value << m.model_name;
+  e << YAML::Key << "weights_sha256" << YAML::Value << weights_sha256;
   e << YAML::Key << "input" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "image_size" << YAML::Value << m.image_size << YAML::Key << "resize" << YAML::Value << m.resize;
   e << YAML::Key << "mean" << YAML::Value << YAML::Flow << std::vector<float>(m.mean.begin(), m.mean.end());
   e << YAML::Key << "std" << YAML::Value << YAML::Flow << std::vector<float>(m.std.begin(), m.std.end());
   e << YAML::EndMap;
   e << YAML::Key << "classes" << YAML::Value << YAML::Flow << m.classes;
-  TensorMap tensors;
   e << YAML::Key << "layers" << YAML::Value << YAML::BeginSeq;
-  for (const IntLayer& l : m.model.layers) emit_layer(e, l, tensors);
+  for (const IntLayer& l : m.model.layers) emit_layer(e, l);
   e << YAML::EndSeq << YAML::EndMap;
   QAT_CHECK(e.good(), "export: could not write the manifest: ", e.GetLastError());
-  save_safetensors((fs::path(dir) / kWeights).string(), tensors, {{"format", "qat-integer-model"}});
-  // Manifest last, through a temporary file: a reader never sees a manifest
-  // without its weights.
-  const fs::path manifest = fs::path(dir) / kManifest, tmp = fs::path(dir) / ".manifest.yaml.tmp";
-  {
-    std::ofstream out(tmp);
-    out << "# qat integer model export; format: docs/export_format.md\n" << e.c_str() << "\n";
-    QAT_CHECK(out.good(), "export: could not write ", tmp.string());
+  return std::string("# qat integer model export; format: docs/export_format.md\n") + e.c_str() + "\n";
+}
+
+// An existing --out folder is replaced only when it holds an export and
+// nothing else: a folder of other files is never swept away.
+void check_replaceable(const fs::path& dir) {
+  if (!fs::exists(dir)) return;
+  QAT_CHECK(fs::is_directory(dir), "export: ", dir.string(), " exists and is not a folder");
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    QAT_CHECK(name == kManifest || name == kWeights, "export: ", dir.string(), " holds ", name,
+              ", which is not part of an export; choose another --out");
   }
-  fs::rename(tmp, manifest);
+}
+
+// dir <- staged: an atomic exchange when dir exists (renameat2
+// RENAME_EXCHANGE), so that a reader sees the old export or the new one,
+// never a mix; the old one is then removed.
+void publish(const fs::path& staged, const fs::path& dir) {
+  if (!fs::exists(dir)) return fs::rename(staged, dir);
+  QAT_CHECK(::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0, "export: cannot ",
+            "replace ", dir.string(), " with ", staged.string(), ": ", std::strerror(errno));
+  fs::remove_all(staged);  // now the old export
+}
+
+}  // namespace
+
+void save_export(const std::string& dir, const ExportedModel& m) {
+  const fs::path out = fs::absolute(dir).lexically_normal();
+  check_replaceable(out);
+  fs::create_directories(out.parent_path());
+  // Both files are written into a sibling folder first, then swapped in whole.
+  const fs::path staged = out.parent_path() / ("." + out.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  fs::remove_all(staged);
+  fs::create_directory(staged);
+  try {
+    TensorMap tensors;
+    for (const IntLayer& l : m.model.layers) add_layer_tensors(l, tensors);
+    save_safetensors((staged / kWeights).string(), tensors, {{"format", "qat-integer-model"}});
+    const std::string manifest = manifest_text(m, sha256_file((staged / kWeights).string()));
+    std::ofstream f(staged / kManifest);
+    f << manifest;
+    f.close();
+    QAT_CHECK(f.good(), "export: could not write ", (staged / kManifest).string());
+    publish(staged, out);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(staged, ec);  // nothing half-written is left; the old export stays
+    throw;
+  }
 }
 
 ExportedModel load_export(const std::string& dir) {
@@ -338,6 +393,13 @@ ExportedModel load_export(const std::string& dir) {
   read_input(root.get("input"), m);
   const YamlValue classes = root.get("classes");
   for (const YamlValue& c : classes.items("a list of class names")) m.classes.push_back(c.as<std::string>());
+  // Exports before the digest was recorded have none; every later one must match.
+  if (auto digest = root.find("weights_sha256")) {
+    const std::string want = digest->as<std::string>(), got = sha256_file(wfile);
+    if (got != want)
+      digest->fail("does not match " + wfile + " (sha256 " + got +
+                   "): the weights file is not the one this manifest was written with");
+  }
   const SafetensorsFile weights = load_safetensors(wfile);
   read_layers(root.get("layers"), {weights, wfile}, {m.image_size, m.image_size, 3, false}, m.model);
   const int64_t outputs = m.model.layers.back().out_channels;

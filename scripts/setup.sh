@@ -11,6 +11,7 @@ packages=(
   catch2                   # unit tests (v2, catch2/catch.hpp)
   libcli11-dev             # command line
   nlohmann-json3-dev       # JSON header of safetensors files
+  libssl-dev               # libcrypto's SHA-256: an export's manifest names the digest of its weights
   python3-numpy            # tests run the numpy reader example of docs/export_format.md
 )
 

@@ -33,6 +33,11 @@ ActQuant activation_of(const FakeQuantizer& f, const std::string& where) {
   ActQuant a{q.scale.data<float>()[0], q.zero_point.data<int32_t>()[0], 0.f, s.bits, s.is_signed};
   QAT_CHECK(std::isfinite(a.scale) && a.scale > 0, "freeze: '", where, "': activation scale ", a.scale,
             " is not a positive number (was the model ever run?)");
+  // The stored qparams are the last forward's (Note [frozen qparams]): a
+  // checkpoint trained under other quant settings leaves them off this grid.
+  QAT_CHECK(a.zero_point >= a.qmin() && a.zero_point <= a.qmax(), "freeze: '", where, "': stored zero point ",
+            a.zero_point, " is off its ", s.describe(), " grid [", a.qmin(), ", ", a.qmax(),
+            "]; was the checkpoint trained with other quant settings?");
   if (f.learned_offset().defined()) {
     // LSQ+: v = s q + beta = s (q - z) with z = -beta / s, not an integer.
     const double z = -static_cast<double>(f.learned_offset().data<float>()[0]) / a.scale;

@@ -8,6 +8,7 @@
 #include "tests/test_util.h"
 
 #include "apps/bench.h"
+#include "apps/file_digest.h"
 #include "apps/integer_cmd.h"
 #include "apps/integer_io.h"
 #include "apps/run_state.h"
@@ -55,6 +56,16 @@ std::string replace_once(std::string s, const std::string& from, const std::stri
   const size_t at = s.find(from);
   REQUIRE(at != std::string::npos);
   return s.substr(0, at) + to + s.substr(at + from.size());
+}
+
+// Rewrites an export's weights and the manifest's digest of them, as a
+// consistent (if crafted) pair: what is checked next is the tensors themselves.
+void save_weights_keeping_pair(const fs::path& dir, const TensorMap& tensors) {
+  const std::string old_digest = sha256_file((dir / "weights.safetensors").string());
+  save_safetensors((dir / "weights.safetensors").string(), tensors);
+  const std::string manifest = read_text(dir / "manifest.yaml");
+  write_text(dir / "manifest.yaml", replace_once(manifest, "weights_sha256: " + old_digest,
+                                                 "weights_sha256: " + sha256_file((dir / "weights.safetensors").string())));
 }
 
 // The python block of docs/export_format.md.
@@ -224,15 +235,22 @@ TEST_CASE("bad exports are refused with the file and the field named", "[e2e][ex
     const fs::path d = broken("dtype");
     SafetensorsFile w = load_safetensors((d / "weights.safetensors").string());
     w.tensors["features.0.bias"] = w.tensors["features.0.bias"].to(DType::f32);
-    save_safetensors((d / "weights.safetensors").string(), w.tensors);
+    save_weights_keeping_pair(d, w.tensors);
     REQUIRE_THROWS_WITH(load_export(d.string()), Contains("weights.safetensors") && Contains("features.0.bias"));
   }
   SECTION("tensor with the wrong shape") {
     const fs::path d = broken("shape");
     SafetensorsFile w = load_safetensors((d / "weights.safetensors").string());
     w.tensors["fc.weight"] = Tensor::zeros({10, 15}, DType::i8);
-    save_safetensors((d / "weights.safetensors").string(), w.tensors);
+    save_weights_keeping_pair(d, w.tensors);
     REQUIRE_THROWS_WITH(load_export(d.string()), Contains("weights.safetensors") && Contains("fc.weight"));
+  }
+  SECTION("weights that are not the manifest's") {
+    const fs::path d = broken("pair");
+    const SafetensorsFile w = load_safetensors((d / "weights.safetensors").string());
+    save_safetensors((d / "weights.safetensors").string(), w.tensors, {{"written", "by another export"}});
+    REQUIRE_THROWS_WITH(load_export(d.string()),
+                        Contains("weights_sha256: does not match") && Contains("weights.safetensors"));
   }
   SECTION("truncated weights file") {
     const fs::path d = broken("truncated");
@@ -255,6 +273,36 @@ TEST_CASE("bad exports are refused with the file and the field named", "[e2e][ex
 // Crafted manifests and weights (sizes that wrap, geometry that does not fit
 // the previous layer, integers off their grid) are refused with the layer's
 // key path before anything of their size is allocated or any kernel runs.
+// An export is replaced as a whole: a reader sees the old pair of files or
+// the new one; a folder holding anything else is never replaced.
+TEST_CASE("re-exporting replaces the folder whole and never sweeps away other files", "[e2e][export]") {
+  const fs::path dir = fresh_dir("replace");
+  const std::string cfg = trained_qat_run(dir, "quant: {enabled: true}\n");
+  const std::string ckpt = (dir / "run" / "best.safetensors").string();
+  const fs::path out = dir / "export";
+  REQUIRE(run_export({cfg, ckpt, out.string(), {}}) == 0);
+  const std::string first = read_text(out / "manifest.yaml");
+  write_text(out / "manifest.yaml", "# an old manifest\n" + first);
+  REQUIRE(run_export({cfg, ckpt, out.string(), {}}) == 0);
+  REQUIRE(read_text(out / "manifest.yaml") == first);
+  REQUIRE_NOTHROW(load_export(out.string()));
+  for (const auto& e : fs::directory_iterator(dir))  // no staging folder left behind
+    REQUIRE(e.path().filename().string().find(".tmp-") == std::string::npos);
+
+  // A checkpoint trained at 8 bits, exported as if it were 4-bit: refused by
+  // freeze (its stored activation qparams are off the 4-bit grid), not
+  // written for the reader to refuse.
+  REQUIRE_THROWS_WITH(run_export({cfg, ckpt, (dir / "as4").string(), {"quant.bits=4"}}),
+                      Contains("stored zero point") && Contains("other quant settings"));
+  REQUIRE_FALSE(fs::exists(dir / "as4"));
+
+  const fs::path mine = dir / "mine";
+  fs::create_directories(mine);
+  write_text(mine / "notes.txt", "keep me");
+  REQUIRE_THROWS_WITH(run_export({cfg, ckpt, mine.string(), {}}), Contains("notes.txt") && Contains("--out"));
+  REQUIRE(read_text(mine / "notes.txt") == "keep me");
+}
+
 TEST_CASE("crafted exports are refused before anything is allocated", "[e2e][export]") {
   const fs::path dir = fresh_dir("crafted");
   const std::string cfg = trained_qat_run(dir, "quant: {enabled: true}\n");
@@ -301,7 +349,7 @@ TEST_CASE("crafted exports are refused before anything is allocated", "[e2e][exp
     const auto d = with_manifest("bias", "format: qat-integer-model", "format: qat-integer-model");
     SafetensorsFile w = load_safetensors(d + "/weights.safetensors");
     w.tensors["features.0.bias"].data<int32_t>()[0] = 1 << 30;
-    save_safetensors(d + "/weights.safetensors", w.tensors);
+    save_weights_keeping_pair(d, w.tensors);
     REQUIRE_THROWS_WITH(load_export(d), Contains("layers[1]") && Contains("outside (-2^30, 2^30)"));
   }
 }

@@ -1,0 +1,11 @@
+#pragma once
+// SHA-256 of a file (OpenSSL's libcrypto), for tying files together: an
+// export's manifest names the digest of its weights file.
+#include <string>
+
+namespace qat::apps {
+
+// 64 lowercase hex digits; throws naming the file when it cannot be read.
+std::string sha256_file(const std::string& path);
+
+}  // namespace qat::apps
