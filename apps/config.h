@@ -51,6 +51,8 @@ struct DataConfig {
   int64_t prefetch = 4;      // batches decoded ahead
   bool cache = false;        // keep decoded, resized uint8 images in memory
   BadImagePolicy on_bad_image = BadImagePolicy::error;
+  int64_t max_image_pixels = int64_t{1} << 26;  // a file declaring more is refused before decoding
+  double max_aspect_ratio = 32.0;               // long side / short side
 };
 
 struct TrainConfig {

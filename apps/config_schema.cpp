@@ -196,6 +196,8 @@ std::vector<Field> model_and_data_fields() {
       integer_in("data.prefetch", QAT_CFG(data.prefetch), 1, kMaxPrefetch),
       boolean("data.cache", QAT_CFG(data.cache)),
       enumeration("data.on_bad_image", QAT_CFG(data.on_bad_image)),
+      integer_in("data.max_image_pixels", QAT_CFG(data.max_image_pixels), 1, int64_t{1} << 31),
+      real("data.max_aspect_ratio", QAT_CFG(data.max_aspect_ratio), at_least(1)),
   };
 }
 

@@ -126,7 +126,7 @@ int run_infer(const InferArgs& args) {
 
 int run_compare_layers(const CompareLayersArgs& args) {
   Frozen f = freeze_checkpoint(args.config, args.overrides, args.checkpoint);
-  data::ImageFolder val(f.cfg.data.val, f.cfg.data.on_bad_image == BadImagePolicy::skip);
+  const data::ImageFolder val = image_folder(f.cfg.data, f.cfg.data.val);
   data::LoaderOptions lo = loader_options(f.cfg, false);
   lo.cache = false;
   data::DataLoader loader(val, transform_spec(f.cfg.data), lo);

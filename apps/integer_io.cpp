@@ -360,7 +360,11 @@ void save_export(const std::string& dir, const ExportedModel& m) {
   check_replaceable(out);
   fs::create_directories(out.parent_path());
   // Both files are written into a sibling folder first, then swapped in whole.
-  const fs::path staged = out.parent_path() / ("." + out.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  std::string staged_name = ".";  // appended piece by piece: GCC 12 warns falsely on "." + string
+  staged_name += out.filename().string();
+  staged_name += ".tmp-";
+  staged_name += std::to_string(::getpid());
+  const fs::path staged = out.parent_path() / staged_name;
   fs::remove_all(staged);
   fs::create_directory(staged);
   try {

@@ -153,6 +153,11 @@ data::TransformSpec transform_spec(const DataConfig& d) {
   return s;
 }
 
+data::ImageFolder image_folder(const DataConfig& d, const std::string& root) {
+  return data::ImageFolder(root, d.on_bad_image == BadImagePolicy::skip,
+                           data::DecodeLimits{d.max_image_pixels, d.max_aspect_ratio});
+}
+
 data::LoaderOptions loader_options(const ExperimentConfig& cfg, bool train) {
   data::LoaderOptions o;
   o.batch_size = cfg.train.batch_size;
@@ -190,8 +195,8 @@ int run_train(const TrainArgs& args) {
   const std::string hash = config_hash(cfg);
   set_num_threads(static_cast<int>(cfg.train.threads));
 
-  data::ImageFolder train_set(cfg.data.train, cfg.data.on_bad_image == BadImagePolicy::skip);
-  data::ImageFolder val_set(cfg.data.val, cfg.data.on_bad_image == BadImagePolicy::skip);
+  const data::ImageFolder train_set = image_folder(cfg.data, cfg.data.train);
+  const data::ImageFolder val_set = image_folder(cfg.data, cfg.data.val);
   QAT_CHECK(static_cast<int64_t>(train_set.classes().size()) == cfg.model.num_classes, "config ", cfg.source_path,
             ": model.num_classes is ", cfg.model.num_classes, " but ", cfg.data.train, " has ",
             train_set.classes().size(), " class folders");
@@ -313,7 +318,7 @@ int run_train(const TrainArgs& args) {
 EvalSummary eval_checkpoint(const EvalArgs& args) {
   ExperimentConfig cfg = load_config(args.config, args.overrides);
   set_num_threads(static_cast<int>(cfg.train.threads));
-  data::ImageFolder val_set(cfg.data.val, cfg.data.on_bad_image == BadImagePolicy::skip);
+  const data::ImageFolder val_set = image_folder(cfg.data, cfg.data.val);
   data::DataLoader val_loader(val_set, transform_spec(cfg.data), loader_options(cfg, false));
   if (is_export_dir(args.checkpoint)) {  // the frozen integer model of `qat export`
     const ExportedModel ex = load_export(args.checkpoint);

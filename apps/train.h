@@ -44,6 +44,8 @@ EvalSummary evaluate(Module& model, data::DataLoader& loader, int64_t num_classe
 EvalSummary evaluate(const std::function<Tensor(const Tensor&)>& forward, data::DataLoader& loader,
                      int64_t num_classes);
 data::TransformSpec transform_spec(const DataConfig& d);
+// The ImageFolder at `root` with the config's bad-image policy and decode limits.
+data::ImageFolder image_folder(const DataConfig& d, const std::string& root);
 data::LoaderOptions loader_options(const ExperimentConfig& cfg, bool train);
 
 // Loads the checkpoint's model and evaluates it on the config's val set.

@@ -6,6 +6,7 @@
 #include <stb_image.h>
 #include <stb_image_write.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -44,8 +45,20 @@ int64_t center_offset(int64_t size, int64_t crop) {
 
 }  // namespace
 
-Image decode_image(const std::string& path) {
+namespace {
+void check_limits(const std::string& path, int64_t h, int64_t w, const DecodeLimits& limits) {
+  QAT_CHECK(h * w <= limits.max_pixels, "decode_image: '", path, "' declares ", w, "x", h, " = ", h * w,
+            " pixels, more than the limit of ", limits.max_pixels, " (data.max_image_pixels)");
+  const double aspect = static_cast<double>(std::max(h, w)) / static_cast<double>(std::max<int64_t>(1, std::min(h, w)));
+  QAT_CHECK(aspect <= limits.max_aspect, "decode_image: '", path, "' is ", w, "x", h, ", an aspect ratio of ", aspect,
+            ", more than the limit of ", limits.max_aspect, " (data.max_aspect_ratio)");
+}
+}  // namespace
+
+Image decode_image(const std::string& path, const DecodeLimits& limits) {
   int w = 0, h = 0, channels_in_file = 0;
+  // The header alone first: refuse a pixel bomb before decoding it.
+  if (stbi_info(path.c_str(), &w, &h, &channels_in_file) == 1) check_limits(path, h, w, limits);
   std::unique_ptr<unsigned char, void (*)(void*)> pixels(stbi_load(path.c_str(), &w, &h, &channels_in_file, 3),
                                                          stbi_image_free);
   if (!pixels) {
@@ -53,6 +66,7 @@ Image decode_image(const std::string& path) {
     QAT_FAIL("decode_image: cannot decode '", path, "': ", why ? why : "unknown reason");
   }
   QAT_CHECK(w > 0 && h > 0, "decode_image: '", path, "' has no pixels (", h, "x", w, ")");
+  check_limits(path, h, w, limits);
   Image img = make_image(h, w);
   std::memcpy(img.rgb.data(), pixels.get(), img.rgb.size());
   return img;

@@ -22,10 +22,19 @@ struct CropBox {
   int64_t top = 0, left = 0, height = 0, width = 0;
 };
 
+// What an image file may declare before it is decoded: a few hundred bytes
+// can declare gigabytes of pixels, and an extreme aspect ratio resizes into a
+// huge image. Defaults pass any photo (ImageNet's largest are ~12 MP).
+struct DecodeLimits {
+  int64_t max_pixels = int64_t{1} << 26;  // 64 Mi pixels
+  double max_aspect = 32.0;               // long side / short side
+};
+
 // Decodes a JPEG/PNG/...; greyscale and RGBA become RGB (alpha dropped, not
 // blended). Throws qat::Error naming the file when it is missing, unreadable
-// or corrupt (with stb_image's reason).
-Image decode_image(const std::string& path);
+// or corrupt (with stb_image's reason), or when its size breaks `limits`
+// (checked from the header, before decoding, where the format allows).
+Image decode_image(const std::string& path, const DecodeLimits& limits = {});
 void write_jpeg(const std::string& path, const Image& img, int quality = 90);
 void write_png(const std::string& path, const Image& img);  // lossless (tests)
 

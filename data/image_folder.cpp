@@ -43,7 +43,8 @@ bool has_image_extension(const std::string& name) {
   return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
 
-ImageFolder::ImageFolder(const std::string& root, bool skip_bad_images) : root_(root), skip_bad_(skip_bad_images) {
+ImageFolder::ImageFolder(const std::string& root, bool skip_bad_images, const DecodeLimits& limits)
+    : root_(root), skip_bad_(skip_bad_images), limits_(limits) {
   std::error_code ec;
   QAT_CHECK(fs::exists(root, ec), "ImageFolder: root '", root, "' does not exist");
   QAT_CHECK(fs::is_directory(root, ec), "ImageFolder: root '", root, "' is not a folder");
@@ -89,9 +90,9 @@ std::vector<int64_t> ImageFolder::indices_of(int32_t label) const {
 
 std::optional<Image> ImageFolder::load(int64_t i) const {
   const std::string& p = path(i);
-  if (!skip_bad_) return decode_image(p);
+  if (!skip_bad_) return decode_image(p, limits_);
   try {
-    return decode_image(p);
+    return decode_image(p, limits_);
   } catch (const Error&) {
     return std::nullopt;
   }

@@ -20,7 +20,8 @@ class ImageFolder {
   // class folders, or a class folder holds no image.
   // skip_bad_images: load() returns std::nullopt for a file that does not
   // decode instead of throwing (the DataLoader drops and counts it).
-  explicit ImageFolder(const std::string& root, bool skip_bad_images = false);
+  // limits: what a file may declare before it is decoded (image.h).
+  explicit ImageFolder(const std::string& root, bool skip_bad_images = false, const DecodeLimits& limits = {});
 
   int64_t size() const { return static_cast<int64_t>(paths_.size()); }
   const std::string& root() const { return root_; }
@@ -40,6 +41,7 @@ class ImageFolder {
   void check_index(int64_t i) const;
   std::string root_;
   bool skip_bad_ = false;
+  DecodeLimits limits_;
   std::vector<std::string> classes_;
   std::vector<std::string> paths_;
   std::vector<int32_t> labels_;

@@ -151,6 +151,28 @@ TEST_CASE("decode_image: grey and RGBA become RGB; JPEG round trip; errors name 
   REQUIRE_THROWS_WITH(decode_image(t.file("missing.png")), Contains(t.file("missing.png")));
 }
 
+// A few bytes can declare gigabytes of pixels: the limits are checked from
+// the header, before stb_image allocates anything.
+TEST_CASE("decode_image: pixel bombs and extreme aspect ratios are refused", "[data]") {
+  TempDir t;
+  // A JPEG of 25 bytes declaring 20000x20000 (SOI, SOF0, EOI: no image data).
+  const std::vector<unsigned char> bomb{0xFF, 0xD8, 0xFF, 0xC0, 0x00, 0x11, 0x08, 0x4E, 0x20, 0x4E, 0x20, 0x03, 0x01,
+                                        0x22, 0x00, 0x02, 0x11, 0x01, 0x03, 0x11, 0x01, 0xFF, 0xD9};
+  std::ofstream(t.file("bomb.jpg"), std::ios::binary).write(reinterpret_cast<const char*>(bomb.data()), bomb.size());
+  REQUIRE_THROWS_WITH(decode_image(t.file("bomb.jpg")),
+                      Contains(t.file("bomb.jpg")) && Contains("declares 20000x20000") &&
+                          Contains("data.max_image_pixels"));
+  // 1 x 100: an aspect ratio of 100 (a 1 x 60000 strip resizes into a gigapixel image).
+  write_png(t.file("strip.png"), image_of(1, 100, [](int64_t, int64_t x, int) { return x; }));
+  REQUIRE_THROWS_WITH(decode_image(t.file("strip.png")), Contains("aspect ratio of 100") &&
+                                                            Contains("data.max_aspect_ratio"));
+  REQUIRE(decode_image(t.file("strip.png"), DecodeLimits{1 << 26, 100.0}).width == 100);
+  // Limits are settings: a smaller pixel budget refuses a small image.
+  write_png(t.file("small.png"), image_of(20, 20, [](int64_t y, int64_t x, int) { return x + y; }));
+  REQUIRE(decode_image(t.file("small.png")).height == 20);
+  REQUIRE_THROWS_WITH(decode_image(t.file("small.png"), DecodeLimits{399, 32.0}), Contains("400 pixels"));
+}
+
 TEST_CASE("resize_shorter: torchvision output size; flat colours stay flat; identity is exact", "[data]") {
   Image img = pattern(30, 47);
   Image r = resize_shorter(img, 10);
