@@ -1,5 +1,7 @@
 #include "apps/train.h"
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cmath>
 #include <cstdio>
@@ -30,15 +32,23 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Ctrl-C: the handler only raises a flag; the loop finishes its step, saves
-// `last` and exits non-zero.
+// Ctrl-C or SIGTERM: the handler only raises a flag; the loop finishes its
+// step, saves `last` and exits non-zero. A second one stops at once (exit
+// status 130, nothing saved: the checkpoints already written stay as they are).
 volatile std::sig_atomic_t g_interrupted = 0;
-void on_sigint(int) { g_interrupted = 1; }
+void on_interrupt(int) {
+  if (g_interrupted) ::_exit(130);  // async-signal-safe
+  g_interrupted = 1;
+}
 
-struct SigintScope {
-  SigintScope() { prev = std::signal(SIGINT, on_sigint); }
-  ~SigintScope() { std::signal(SIGINT, prev); }
-  void (*prev)(int);
+struct InterruptScope {
+  InterruptScope() : prev_int(std::signal(SIGINT, on_interrupt)), prev_term(std::signal(SIGTERM, on_interrupt)) {}
+  ~InterruptScope() {
+    std::signal(SIGINT, prev_int);
+    std::signal(SIGTERM, prev_term);
+  }
+  void (*prev_int)(int);
+  void (*prev_term)(int);
 };
 
 // Quantizer parameters (LSQ steps and offsets) train in a group of their own
@@ -217,6 +227,8 @@ int run_train(const TrainArgs& args) {
   RunState state;
   fs::create_directories(run_dir);
   const RunLock lock(run_dir);  // before anything in the directory is read or written
+  InterruptScope interrupts;  // from here on Ctrl-C / SIGTERM end the run cleanly
+  g_interrupted = 0;
   if (!args.resume_dir.empty()) {
     state = load_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), hash);
     std::printf("resuming %s at epoch %lld step %lld (best val top-1 %.2f%%)\n", run_dir.c_str(),
@@ -235,8 +247,6 @@ int run_train(const TrainArgs& args) {
               static_cast<long long>(train_set.classes().size()), num_threads());
   std::printf("run directory: %s\n", run_dir.c_str());
 
-  SigintScope sigint;
-  g_interrupted = 0;
   int64_t steps_this_run = 0;
   for (int64_t epoch = state.epoch; epoch < cfg.train.epochs; ++epoch) {
     model->train();

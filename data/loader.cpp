@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <system_error>
 
 #include "core/error.h"
 #include "core/generator.h"
@@ -54,10 +55,20 @@ DataLoader::DataLoader(const ImageFolder& data, TransformSpec spec, LoaderOption
     cache_.resize(static_cast<size_t>(data_.size()));
   }
   threads_.reserve(static_cast<size_t>(opt_.workers));
-  for (int64_t w = 0; w < opt_.workers; ++w) threads_.emplace_back([this] { worker_loop(); });
+  try {
+    for (int64_t w = 0; w < opt_.workers; ++w) threads_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {
+    // The destructor does not run for a half-built object: the threads that
+    // did start must be joined here, or their destruction aborts the process.
+    stop_workers();
+    QAT_FAIL("DataLoader: could start only ", threads_.size(), " of ", opt_.workers, " worker threads (", e.what(),
+             "); use fewer data.workers");
+  }
 }
 
-DataLoader::~DataLoader() {
+DataLoader::~DataLoader() { stop_workers(); }
+
+void DataLoader::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -65,6 +76,7 @@ DataLoader::~DataLoader() {
   }
   work_cv_.notify_all();
   for (auto& t : threads_) t.join();
+  threads_.clear();
 }
 
 int64_t DataLoader::batches_per_epoch() const {

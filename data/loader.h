@@ -85,6 +85,7 @@ class DataLoader {
   std::vector<int64_t> epoch_order(int64_t epoch) const;
 
  private:
+  void stop_workers();  // stops and joins every worker thread
   struct Slot {
     Batch batch;
     std::exception_ptr error;

@@ -2,6 +2,9 @@
 // pixels and torchvision's rules), DataLoader determinism and failure modes,
 // the subset tool and the committed sample dataset.
 #include <stb_image_write.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/test_util.h"
 
@@ -538,6 +541,46 @@ TEST_CASE("DataLoader: corrupt image rethrown from next() naming the file, or sk
     skipping.reset_stats();
     REQUIRE(skipping.stats().skipped_images == 0);
   }
+}
+
+// A worker thread that cannot start is an error naming data.workers, not an
+// abort: in a child process whose address space is capped (no room for 256
+// thread stacks), constructing the loader must throw qat::Error.
+TEST_CASE("DataLoader: a worker thread that cannot start is an error and not an abort", "[data]") {
+#if defined(__SANITIZE_ADDRESS__)
+  WARN("skipped under AddressSanitizer: its shadow memory cannot live under an address-space cap");
+  return;
+#else
+  const ImageFolder folder(testing::sample_data_dir() + "/val");
+  TransformSpec spec;
+  spec.image_size = 32;
+  spec.resize = 36;
+  LoaderOptions opt;
+  opt.workers = 256;
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::ifstream statm("/proc/self/statm");
+    int64_t pages = 0;
+    statm >> pages;
+    const rlim_t cap = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + (rlim_t{64} << 20);
+    const struct rlimit r{cap, cap};
+    if (::setrlimit(RLIMIT_AS, &r) != 0) ::_exit(5);
+    try {
+      DataLoader loader(folder, spec, opt);
+      ::_exit(2);  // every thread started: the cap did not bite
+    } catch (const Error& e) {
+      ::_exit(std::string(e.what()).find("use fewer data.workers") != std::string::npos ? 0 : 3);
+    } catch (...) {
+      ::_exit(4);
+    }
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  INFO("child status " << status << (WIFSIGNALED(status) ? " (killed by a signal)" : ""));
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+#endif
 }
 
 TEST_CASE("DataLoader: restart and destruction in the middle of an epoch", "[data]") {
