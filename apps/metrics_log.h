@@ -20,8 +20,11 @@ struct EpochMetrics {
 void append_metrics(const std::string& run_dir, const EpochMetrics& m);
 // Keeps only the rows of epochs <= last_epoch in both files (resume: rows of
 // an epoch whose checkpoint was never written are dropped; 0 clears them).
-void truncate_metrics(const std::string& run_dir, int64_t last_epoch);
-// Reads RUN/metrics.csv back (for resume and reports); missing file -> empty.
+// The checkpoint is the truth: a malformed row (a row cut short by a crash)
+// and every row after it are dropped too. Returns the number of rows dropped.
+int64_t truncate_metrics(const std::string& run_dir, int64_t last_epoch);
+// Reads RUN/metrics.csv back (for reports); missing file -> empty; a
+// malformed row is an error naming the file and the row.
 std::vector<EpochMetrics> read_metrics(const std::string& run_dir);
 
 }  // namespace qat::apps

@@ -114,6 +114,18 @@ void write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path);
   QAT_CHECK(f.good(), "cannot write ", path);
   f << text;
+  f.flush();
+  QAT_CHECK(f.good(), "writing ", path, " failed (disk full?)");
+}
+
+// Temporary files of checkpoint saves a killed run left behind
+// (<name>.tmp.<pid>, core/safetensors.cpp); the run lock says no save is
+// running now.
+void remove_stale_temporaries(const std::string& run_dir) {
+  for (const auto& e : fs::directory_iterator(run_dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && name.find(".safetensors.tmp.") != std::string::npos) fs::remove(e.path());
+  }
 }
 
 }  // namespace
@@ -239,7 +251,11 @@ int run_train(const TrainArgs& args) {
               " already holds a run (last.safetensors); resume it with --resume ", run_dir,
               " or choose another output.dir");
   }
-  truncate_metrics(run_dir, state.epoch);  // a fresh run starts empty; a resumed one drops unsaved epochs
+  remove_stale_temporaries(run_dir);
+  // A fresh run starts empty; a resumed one drops the epochs its checkpoint lacks.
+  if (const int64_t dropped = truncate_metrics(run_dir, state.epoch); dropped > 0 && !args.resume_dir.empty())
+    std::printf("metrics: dropped %lld row(s) past the checkpoint's epoch %lld (or cut short)\n",
+                static_cast<long long>(dropped), static_cast<long long>(state.epoch));
   write_text(run_dir + "/config.yaml", config_to_yaml(cfg));
   std::printf("model %s: %lld parameters; train %lld images, val %lld images, %lld classes; %d threads\n",
               cfg.model.name.c_str(), static_cast<long long>(model->num_parameters()),

@@ -186,6 +186,33 @@ TEST_CASE("SIGTERM saves like Ctrl-C and a second one stops at once", "[e2e]") {
   REQUIRE_FALSE(fs::exists(dir2 / "run/last.safetensors"));
 }
 
+TEST_CASE("a row cut short in metrics.csv does not block --resume: the checkpoint is the truth", "[e2e]") {
+  const fs::path dir = fresh_dir("partial_row");
+  const std::string cfg = write_config(dir);
+  TrainArgs stop{cfg, {}, ""};
+  stop.stop_after_steps = 6;  // epoch 1 done, stopped inside epoch 2
+  REQUIRE(run_train(stop) == 130);
+  std::ofstream((dir / "run/metrics.csv").string(), std::ios::app) << "2,1.93,0.2";  // a write cut short
+  REQUIRE(run_train({cfg, {}, (dir / "run").string()}) == 0);
+  const auto rows = read_metrics((dir / "run").string());
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].epoch == 1);
+  CHECK(rows[1].epoch == 2);
+}
+
+TEST_CASE("a config.yaml that cannot be written stops the run at once; stale save files are removed", "[e2e]") {
+  const fs::path dir = fresh_dir("full_disk");
+  const std::string cfg = write_config(dir);
+  fs::create_directories(dir / "run");
+  fs::create_symlink("/dev/full", dir / "run/config.yaml");  // every write: ENOSPC
+  REQUIRE_THROWS_WITH(run_train({cfg, {}, ""}), Contains("config.yaml") && Contains("disk full"));
+  REQUIRE_FALSE(fs::exists(dir / "run/metrics.csv.tmp"));
+  fs::remove(dir / "run/config.yaml");
+  std::ofstream((dir / "run/last.safetensors.tmp.99999").string()) << "half a checkpoint";
+  REQUIRE(run_train({cfg, {"train.epochs=1"}, ""}) == 0);
+  REQUIRE_FALSE(fs::exists(dir / "run/last.safetensors.tmp.99999"));
+}
+
 TEST_CASE("a non-finite loss stops the run and keeps the last good checkpoint", "[e2e]") {
   const fs::path dir = fresh_dir("nan");
   // epoch 1 trains normally; from epoch 2 the step schedule multiplies the lr by 1e30.
