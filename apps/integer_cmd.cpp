@@ -98,7 +98,12 @@ std::vector<Prediction> predict_images(const ExportedModel& ex, const std::strin
   std::vector<Prediction> out;
   for (const std::string& path : image_files(input)) {
     Tensor x = Tensor::empty({1, 3, S, S});
-    data::apply_transform(data::decode_image(path), spec, false, unused, x.data<float>());
+    try {
+      data::apply_transform(data::decode_image(path), spec, false, unused, x.data<float>());
+    } catch (const Error& e) {  // one bad file of a folder: report it, go on with the others
+      out.push_back({path, {}, e.what()});
+      continue;
+    }
     const std::vector<float> logits = ex.model.forward(x).to_vector();
     const float mx = *std::max_element(logits.begin(), logits.end());
     std::vector<double> p(logits.size());
@@ -107,7 +112,7 @@ std::vector<Prediction> predict_images(const ExportedModel& ex, const std::strin
     std::vector<int64_t> order(static_cast<size_t>(classes));
     for (int64_t i = 0; i < classes; ++i) order[i] = i;
     std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
-    Prediction pr{path, {}};
+    Prediction pr{path, {}, {}};
     for (int64_t k = 0; k < top; ++k) pr.top.emplace_back(ex.classes[order[k]], p[order[k]] / sum);
     out.push_back(std::move(pr));
   }
@@ -117,11 +122,18 @@ std::vector<Prediction> predict_images(const ExportedModel& ex, const std::strin
 int run_infer(const InferArgs& args) {
   set_num_threads(args.threads);
   const ExportedModel ex = load_export(args.export_dir);
+  int64_t bad = 0;
   for (const Prediction& pr : predict_images(ex, args.input, args.top)) {
+    if (!pr.error.empty()) {
+      std::fprintf(stderr, "qat: %s\n", pr.error.c_str());
+      ++bad;
+      continue;
+    }
     std::printf("%s\n", pr.path.c_str());
     for (const auto& [name, prob] : pr.top) std::printf("  %6.2f%%  %s\n", 100.0 * prob, name.c_str());
   }
-  return 0;
+  if (bad > 0) std::fprintf(stderr, "qat: %lld image(s) could not be read\n", static_cast<long long>(bad));
+  return bad > 0 ? 1 : 0;
 }
 
 int run_compare_layers(const CompareLayersArgs& args) {

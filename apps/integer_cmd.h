@@ -25,6 +25,7 @@ int run_infer(const InferArgs& args);
 struct Prediction {
   std::string path;
   std::vector<std::pair<std::string, double>> top;  // (class name, probability)
+  std::string error;                                 // why the image could not be read (then `top` is empty)
 };
 struct ExportedModel;
 std::vector<Prediction> predict_images(const ExportedModel& ex, const std::string& input, int top);

@@ -118,6 +118,13 @@ void write_text(const std::string& path, const std::string& text) {
   QAT_CHECK(f.good(), "writing ", path, " failed (disk full?)");
 }
 
+void make_run_dir(const std::string& run_dir) {
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  QAT_CHECK(!ec && fs::is_directory(run_dir), "train: output.dir '", run_dir, "' cannot be made a folder",
+            ec ? ": " + ec.message() : std::string(" (a file of that name exists)"));
+}
+
 // Temporary files of checkpoint saves a killed run left behind
 // (<name>.tmp.<pid>, core/safetensors.cpp); the run lock says no save is
 // running now.
@@ -217,6 +224,15 @@ int run_train(const TrainArgs& args) {
   const std::string hash = config_hash(cfg);
   set_num_threads(static_cast<int>(cfg.train.threads));
 
+  // The run directory before the data: its problems are reported at once.
+  make_run_dir(run_dir);
+  const RunLock lock(run_dir);  // before anything in the directory is read or written
+  InterruptScope interrupts;    // from here on Ctrl-C / SIGTERM end the run cleanly
+  g_interrupted = 0;
+  QAT_CHECK(!args.resume_dir.empty() || !fs::exists(run_dir + "/last.safetensors"), "train: ", run_dir,
+            " already holds a run (last.safetensors); resume it with --resume ", run_dir,
+            " or choose another output.dir");
+
   const data::ImageFolder train_set = image_folder(cfg.data, cfg.data.train);
   const data::ImageFolder val_set = image_folder(cfg.data, cfg.data.val);
   QAT_CHECK(static_cast<int64_t>(train_set.classes().size()) == cfg.model.num_classes, "config ", cfg.source_path,
@@ -237,19 +253,11 @@ int run_train(const TrainArgs& args) {
   const LrSchedule schedule(schedule_options(cfg.train), *optimizer);  // before any resume: base lrs
 
   RunState state;
-  fs::create_directories(run_dir);
-  const RunLock lock(run_dir);  // before anything in the directory is read or written
-  InterruptScope interrupts;  // from here on Ctrl-C / SIGTERM end the run cleanly
-  g_interrupted = 0;
   if (!args.resume_dir.empty()) {
     state = load_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), hash);
     std::printf("resuming %s at epoch %lld step %lld (best val top-1 %.2f%%)\n", run_dir.c_str(),
                 static_cast<long long>(state.epoch + 1), static_cast<long long>(state.step),
                 100 * state.best_top1);
-  } else {
-    QAT_CHECK(!fs::exists(run_dir + "/last.safetensors"), "train: ", run_dir,
-              " already holds a run (last.safetensors); resume it with --resume ", run_dir,
-              " or choose another output.dir");
   }
   remove_stale_temporaries(run_dir);
   // A fresh run starts empty; a resumed one drops the epochs its checkpoint lacks.

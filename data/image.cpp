@@ -10,6 +10,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <memory>
 
 #include "core/error.h"
@@ -53,6 +54,17 @@ void check_limits(const std::string& path, int64_t h, int64_t w, const DecodeLim
   QAT_CHECK(aspect <= limits.max_aspect, "decode_image: '", path, "' is ", w, "x", h, ", an aspect ratio of ", aspect,
             ", more than the limit of ", limits.max_aspect, " (data.max_aspect_ratio)");
 }
+
+// The format a file's first bytes declare, for error messages (a truncated
+// JPEG's stb_image reason, e.g. "bad huffman code", does not say JPEG).
+std::string declared_format(const std::string& path) {
+  unsigned char magic[4] = {};
+  std::ifstream f(path, std::ios::binary);
+  f.read(reinterpret_cast<char*>(magic), sizeof magic);
+  if (f.gcount() >= 2 && magic[0] == 0xFF && magic[1] == 0xD8) return "JPEG";
+  if (f.gcount() >= 4 && magic[0] == 0x89 && magic[1] == 'P' && magic[2] == 'N' && magic[3] == 'G') return "PNG";
+  return "an image";
+}
 }  // namespace
 
 Image decode_image(const std::string& path, const DecodeLimits& limits) {
@@ -63,7 +75,7 @@ Image decode_image(const std::string& path, const DecodeLimits& limits) {
                                                          stbi_image_free);
   if (!pixels) {
     const char* why = stbi_failure_reason();
-    QAT_FAIL("decode_image: cannot decode '", path, "': ", why ? why : "unknown reason");
+    QAT_FAIL("decode_image: cannot decode '", path, "' as ", declared_format(path), ": ", why ? why : "unknown reason");
   }
   QAT_CHECK(w > 0 && h > 0, "decode_image: '", path, "' has no pixels (", h, "x", w, ")");
   check_limits(path, h, w, limits);

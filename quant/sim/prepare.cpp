@@ -91,6 +91,18 @@ std::shared_ptr<FakeQuantizer> activation_quantizer(const Backend& b, const QCon
       QuantizerConfig{activation_spec(b, q, layer), q.method, q.ste, q.averaging_constant, false, q.observer}, 1);
 }
 
+// An override naming no quantized layer would silently do nothing.
+void check_overrides(const QConfig& q, const PrepareReport& report) {
+  std::string names;
+  for (const auto& l : report.layers) names += (names.empty() ? "" : ", ") + l.name;
+  for (const auto& [layer, bits] : q.overrides) {
+    bool found = false;
+    for (const auto& l : report.layers) found = found || l.name == layer;
+    QAT_CHECK(found, "prepare: the override for '", layer, "' names no quantized layer (quantized layers: ", names,
+              ")");
+  }
+}
+
 template <class F>
 void with_qat_layer(Module* m, F&& f) {
   if (auto* c = dynamic_cast<QatConv2d*>(m)) f(*c);
@@ -104,6 +116,7 @@ PrepareReport prepare(Module& model, const Backend& backend, const QConfig& qcon
   rw.rewrite(model, "");
   QAT_CHECK(!rw.qat_layers.empty(), "prepare: backend '", backend.name,
             "' quantizes none of the model's layers (patterns it lists do not occur)");
+  check_overrides(qconfig, rw.report);
   std::vector<std::shared_ptr<FakeQuantizer>> outputs(rw.qat_layers.size());
   for (size_t k = 0; k < rw.qat_layers.size(); ++k) {
     auto& [layer, name] = rw.qat_layers[k];

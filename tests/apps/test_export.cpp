@@ -142,6 +142,21 @@ TEST_CASE("export round trip: the loaded model gives the frozen model's logits",
   const std::vector<float> logits = ex.model.forward(img).to_vector();
   const size_t best = std::max_element(logits.begin(), logits.end()) - logits.begin();
   REQUIRE(preds[0].top[0].first == ex.classes[best]);
+
+  // A bad image in a folder is reported and the others are still predicted;
+  // the exit status says something went wrong.
+  const fs::path mixed = dir / "mixed";
+  fs::create_directories(mixed);
+  fs::copy_file(preds[0].path, mixed / "a.jpg");
+  write_text(mixed / "b.jpg", "not a jpeg");
+  fs::copy_file(preds[1].path, mixed / "c.jpg");
+  const auto mixed_preds = predict_images(ex, mixed.string(), 3);
+  REQUIRE(mixed_preds.size() == 3);
+  CHECK(mixed_preds[0].top.size() == 3);
+  CHECK(mixed_preds[1].top.empty());
+  CHECK_THAT(mixed_preds[1].error, Contains("b.jpg"));
+  CHECK(mixed_preds[2].top.size() == 3);
+  REQUIRE(run_infer({out, mixed.string(), 3, 1}) == 1);
 }
 
 TEST_CASE("4-bit weights are packed two per byte and read back", "[e2e][export]") {

@@ -213,6 +213,19 @@ TEST_CASE("a config.yaml that cannot be written stops the run at once; stale sav
   REQUIRE_FALSE(fs::exists(dir / "run/last.safetensors.tmp.99999"));
 }
 
+TEST_CASE("an output.dir that cannot be a folder is reported before any data is read", "[e2e]") {
+  const fs::path dir = fresh_dir("outdir");
+  fs::create_directories(dir / "empty_data");  // no class folders: reading it would fail
+  std::ofstream((dir / "taken").string()) << "a file, not a folder";
+  const std::string path = (dir / "cfg.yaml").string();
+  std::ofstream(path) << "model: {name: small_cnn, num_classes: 10}\n"
+                      << "data: {train: " << (dir / "empty_data").string() << ", val: "
+                      << (dir / "empty_data").string() << "}\n"
+                      << "train: {epochs: 1}\noutput: {dir: " << (dir / "taken").string() << "}\n";
+  REQUIRE_THROWS_WITH(run_train({path, {}, ""}), Contains("output.dir") && Contains("taken") &&
+                                                     Contains("cannot be made a folder"));
+}
+
 TEST_CASE("a non-finite loss stops the run and keeps the last good checkpoint", "[e2e]") {
   const fs::path dir = fresh_dir("nan");
   // epoch 1 trains normally; from epoch 2 the step schedule multiplies the lr by 1e30.

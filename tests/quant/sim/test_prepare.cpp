@@ -145,3 +145,15 @@ TEST_CASE("with power-of-two scales the network input keeps its negative half", 
     if (n == "features.0.activation_post_process")
       REQUIRE_FALSE(dynamic_cast<FakeQuantizer*>(mod)->config().spec.is_signed);  // post-ReLU stays unsigned
 }
+
+TEST_CASE("prepare refuses an override that names no quantized layer", "[quant][prepare]") {
+  ModulePtr m = make_model("alexnet_bn", 10, 0);
+  QConfig q;
+  q.overrides["features.99"] = LayerBits{8, 8};
+  REQUIRE_THROWS_WITH(prepare(*m, testing::test_backend("default"), q),
+                      Contains("'features.99'") && Contains("features.0, features.4"));
+  ModulePtr ok = make_model("alexnet_bn", 10, 0);
+  q.overrides.clear();
+  q.overrides["classifier.6"] = LayerBits{8, 8};
+  REQUIRE_NOTHROW(prepare(*ok, testing::test_backend("default"), q));
+}
