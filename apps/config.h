@@ -134,14 +134,15 @@ struct ExperimentConfig {
 // The QConfig prepare() takes, from the `quant:` section.
 quant::QConfig make_qconfig(const QuantConfig& q);
 
+// Whether data.train and data.val must be existing folders (to train or
+// evaluate) or are taken as recorded (to read a run's config.yaml after its
+// data moved).
+enum class DataPaths { must_exist, as_recorded };
+
 // Loads and validates `path`, applying `overrides` ("train.lr=0.1",
 // "data.workers=4", ...) on the YAML tree first. Relative data paths resolve
 // against the YAML file's folder, output.dir against the current directory
 // (where the user runs qat).
-// `data_paths`: whether data.train and data.val must be existing folders (to
-// train or evaluate) or are taken as recorded (to read a run's config.yaml
-// after its data moved).
-enum class DataPaths { must_exist, as_recorded };
 ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {},
                              DataPaths data_paths = DataPaths::must_exist);
 // The resolved config as YAML (every key, defaults included).

@@ -82,8 +82,13 @@ Field text(std::string path, Acc acc, bool required) {
 template <class Acc>
 Field enumeration(std::string path, Acc acc) {
   using E = std::remove_cvref_t<decltype(acc(std::declval<ExperimentConfig&>()))>;
+  auto write = [acc, key = path](YAML::Emitter& e, const ExperimentConfig& c) {
+    const std::string name = enum_name(acc(c));
+    QAT_CHECK(name != "?", "config: ", key, " holds an enum value without a name (", static_cast<int>(acc(c)), ")");
+    e << name;
+  };
   return {std::move(path), false, [acc](const YamlValue& v, ExperimentConfig& c) { acc(c) = v.as<E>(); },
-          [acc](YAML::Emitter& e, const ExperimentConfig& c) { e << enum_name(acc(c)); }};
+          std::move(write)};
 }
 
 // `count` numbers, each passing `each`; `whole` checks the list as a whole

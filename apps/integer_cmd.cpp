@@ -111,7 +111,8 @@ std::vector<Prediction> predict_images(const ExportedModel& ex, const std::strin
     for (size_t i = 0; i < p.size(); ++i) sum += p[i] = std::exp(static_cast<double>(logits[i] - mx));
     std::vector<int64_t> order(static_cast<size_t>(classes));
     for (int64_t i = 0; i < classes; ++i) order[i] = i;
-    std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+    std::partial_sort(order.begin(), order.begin() + top, order.end(),
+                      [&](int64_t a, int64_t b) { return p[a] > p[b]; });
     Prediction pr{path, {}, {}};
     for (int64_t k = 0; k < top; ++k) pr.top.emplace_back(ex.classes[order[k]], p[order[k]] / sum);
     out.push_back(std::move(pr));
@@ -175,7 +176,8 @@ int run_compare_layers(const CompareLayersArgs& args) {
   }
   const quant::LayerDiff& out = total.back();
   std::printf("top-1 agreement: %lld of %lld images (%.2f%%)\n", static_cast<long long>(out.top1_agree),
-              static_cast<long long>(out.rows), 100.0 * static_cast<double>(out.top1_agree) / std::max<int64_t>(1, out.rows));
+              static_cast<long long>(out.rows),
+              100.0 * static_cast<double>(out.top1_agree) / std::max<int64_t>(1, out.rows));
   std::printf("top-1 accuracy: fake-quant %.2f%%, integer %.2f%%\n",
               100.0 * static_cast<double>(out.correct_reference) / std::max<int64_t>(1, out.rows),
               100.0 * static_cast<double>(out.correct_integer) / std::max<int64_t>(1, out.rows));

@@ -34,8 +34,8 @@ RunLock::RunLock(const std::string& run_dir) {
     QAT_FAIL("train: cannot lock ", path, ": ", std::strerror(err));
   }
   const std::string pid = std::to_string(::getpid());
-  const bool written = ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) ==
-                                                       static_cast<ssize_t>(pid.size());
+  const bool written =
+      ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size());
   if (!written) {
     const int err = errno;
     ::close(fd_);

@@ -110,7 +110,8 @@ RunState load_run_state(const std::string& path, Module& model, Optimizer* optim
     QAT_FAIL("checkpoint ", path, ": malformed progress metadata (", e.what(), ")");
   }
   const auto gens = model_generators(model);
-  for (size_t i = 0; i < gens.size(); ++i) gens[i]->set_state(parse_state(meta(m, "generator" + std::to_string(i), path), path));
+  for (size_t i = 0; i < gens.size(); ++i)
+    gens[i]->set_state(parse_state(meta(m, "generator" + std::to_string(i), path), path));
   return s;
 }
 

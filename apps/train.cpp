@@ -98,8 +98,9 @@ std::string checkpoints_left(const std::string& run_dir) {
 void save_if_finite(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& state,
                     const std::string& hash) {
   const std::string bad = first_non_finite(model, optimizer);
-  QAT_CHECK(bad.empty(), "train: '", bad, "' holds NaN or infinite values at epoch ", state.epoch + (state.step ? 1 : 0),
-            "; stopping without writing ", path, ". ", checkpoints_left(fs::path(path).parent_path().string()));
+  QAT_CHECK(bad.empty(), "train: '", bad, "' holds NaN or infinite values at epoch ",
+            state.epoch + (state.step ? 1 : 0), "; stopping without writing ", path, ". ",
+            checkpoints_left(fs::path(path).parent_path().string()));
   save_run_state(path, model, optimizer, state, hash);
 }
 
@@ -373,8 +374,8 @@ EvalSummary eval_checkpoint(const EvalArgs& args) {
 int run_eval(const EvalArgs& args) {
   const EvalSummary r = eval_checkpoint(args);
   if (r.epoch < 0) {
-    std::printf("eval %s (integer model): %lld images, loss %.4f, top-1 %.2f%%, top-5 %.2f%%\n", args.checkpoint.c_str(),
-                static_cast<long long>(r.images), r.loss, 100 * r.top1, 100 * r.top5);
+    std::printf("eval %s (integer model): %lld images, loss %.4f, top-1 %.2f%%, top-5 %.2f%%\n",
+                args.checkpoint.c_str(), static_cast<long long>(r.images), r.loss, 100 * r.top1, 100 * r.top5);
     return 0;
   }
   std::printf("eval %s (epoch %lld): %lld images, loss %.4f, top-1 %.2f%%, top-5 %.2f%%\n", args.checkpoint.c_str(),

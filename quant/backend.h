@@ -1,5 +1,5 @@
 #pragma once
-// A backend description is data, not code (REFERENCES §8, PyTorch's
+// A backend description is data, not code (docs/architecture.md, PyTorch's
 // BackendConfig idea): which op patterns get quantized, and the dtypes and
 // ranges the target allows. apps/ reads it from configs/backends/*.yaml;
 // prepare() follows it. A pattern the backend does not list stays float.
@@ -62,9 +62,11 @@ struct QConfig {
   std::optional<bool> weight_symmetric, weight_per_channel, activation_symmetric;
   std::optional<ScaleFormula> formula;
   std::map<std::string, LayerBits> overrides;  // by module name, e.g. "features.0"
-  // When set, every observed quantizer (methods minmax / moving_average, and
-  // the input quantizer of LSQ models) uses this observer instead of the
-  // method's own: how a new Observer subclass plugs in.
+  // When set, every quantizer that observes uses this observer instead of
+  // its method's own: all quantizers under minmax / moving_average, and the
+  // network input's quantizer under lsq (prepare gives it an observer).
+  // Learned quantizers (lsq, lsq_plus) have no observer and ignore it. How a
+  // new Observer subclass plugs in.
   ObserverFactory observer;
 };
 

@@ -1,6 +1,6 @@
 #pragma once
 // Quantization parameters (scale, zero point) from an observed range
-// (REFERENCES.md §1), computed as PyTorch 1.13's observers do
+// (docs/math/fake_quant.md §2), computed as PyTorch 1.13's observers do
 // (torch.ao.quantization.observer.UniformQuantizationObserverBase._calculate_qparams),
 // in float32 step by step so that the results are bit-identical:
 //   the range is first widened to include 0: lo = min(min, 0), hi = max(max, 0)
@@ -11,7 +11,7 @@
 //                       z = clamp(qmin - round(lo / s), qmin, qmax)   (round: half to even)
 //   power_of_two ("Cambricon", always z = 0; needs symmetric):
 //                       shift = floor(log2(absmax)) + 1 - m, s = 2^shift, where
-//                       m = b - 1 magnitude bits (signed; = REFERENCES' "- (b - 2)"), absmax = max(-lo, hi)
+//                       m = b - 1 magnitude bits (signed; i.e. floor(log2(absmax)) - (b - 2)), absmax = max(-lo, hi)
 //                       m = b (unsigned, z = 0: only [0, hi] is representable), absmax = hi
 //                       so 2^(m-1) <= absmax / s < 2^m = qmax + 1: the range [qmin s, qmax s]
 //                       covers absmax up to less than one step (clipped by round/clamp).

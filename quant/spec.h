@@ -1,5 +1,5 @@
 #pragma once
-// QuantSpec: how one tensor is quantized (REFERENCES.md §1).
+// QuantSpec: how one tensor is quantized (docs/math/fake_quant.md §1-2).
 //   signed b-bit:   [-2^(b-1), 2^(b-1)-1]; narrow range drops -2^(b-1)
 //   unsigned b-bit: [0, 2^b - 1]
 // Scale formulas: minmax ("Google"/TFLite) and power_of_two ("Cambricon").

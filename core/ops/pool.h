@@ -1,14 +1,9 @@
 #pragma once
 // Pooling over (N, C, H, W) planes.
 #include "core/tensor.h"
+#include "core/window.h"
 
 namespace qat {
-
-struct Pool2dParams {
-  int64_t kernel_h, kernel_w;
-  int64_t stride_h, stride_w;
-  int64_t pad_h = 0, pad_w = 0;
-};
 
 // x: (N,C,H,W) -> (N,C,OH,OW); padding is -inf (PyTorch: pad <= kernel/2).
 // Saves the argmax index of every output (int32, within the HxW plane);

@@ -4,8 +4,8 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
-#include "quant/sim/fake_quantizer.h"
 #include "quant/convert/freeze.h"
+#include "quant/sim/fake_quantizer.h"
 #include "quant/sim/qat_modules.h"
 
 namespace qat::quant {

@@ -71,8 +71,9 @@ void quantize_weights(IntLayer& l, const Tensor& w_float, FakeQuantizer& fq) {
     if (!beta.defined()) continue;
     // LSQ+: w = s q + beta, zero point -beta / s split into integer + fraction
     const double z = -static_cast<double>(beta.data<float>()[pc ? c : 0]) / l.weight_scale.data<float>()[c];
-    QAT_CHECK(std::nearbyint(z) == l.weight_zero_point.data<int32_t>()[c], "freeze: '", l.name, "': the LSQ+ weight offset of channel ", c,
-              " puts the zero point (", z, ") outside the grid [", spec.qmin(), ", ", spec.qmax(), "]");
+    QAT_CHECK(std::nearbyint(z) == l.weight_zero_point.data<int32_t>()[c], "freeze: '", l.name,
+              "': the LSQ+ weight offset of channel ", c, " puts the zero point (", z, ") outside the grid [",
+              spec.qmin(), ", ", spec.qmax(), "]");
     l.weight_zero_frac.data<float>()[c] = static_cast<float>(z - std::nearbyint(z));
   }
   // wq = (q - z) s exactly as fake quant computed it; dividing by s recovers q.
@@ -243,7 +244,8 @@ struct Freezer {
       need_input(s.name);
       const QParams sq = q->source()->qparams();
       QAT_CHECK(sq.scale.data<float>()[0] == cur.scale && sq.zero_point.data<int32_t>()[0] == cur.zero_point &&
-                    cur.zero_frac == 0.f && !model.layers.empty() && int_op_def(model.layers.back().op).has(kRoundsOntoInputGrid),
+                    cur.zero_frac == 0.f && !model.layers.empty() &&
+                    int_op_def(model.layers.back().op).has(kRoundsOntoInputGrid),
                 "freeze: '", s.name, "' requantizes onto a grid other than its input's; no integer kernel for that");
       return;
     }

@@ -8,8 +8,9 @@
 // on the folded weight, reading the integers back from the fake-quantized
 // values: the integer model uses the qparams the eval-mode fake-quant model
 // uses.
-// Float arithmetic happens here, once,
-// to derive the integer parameters (REFERENCES §5); none at inference.
+//
+// Float arithmetic happens here, once, to derive the integer parameters
+// (docs/math/requantization.md); none at inference.
 // LSQ+: an offset beta gives the zero point z = -beta / s, kept as an
 // integer part and a fraction: for activations (ActQuant::zero_frac) folded
 // into the biases and the average-pool rounding, for weights

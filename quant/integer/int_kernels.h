@@ -1,5 +1,5 @@
 #pragma once
-// Integer kernels of the frozen model (REFERENCES §5). Activations are NHWC
+// Integer kernels of the frozen model (docs/math/requantization.md). Activations are NHWC
 // uint8: a signed grid is stored shifted by +128 (q_stored = q + 128, with the
 // zero point shifted alike), so one u8 x s8 GEMM serves both and every
 // difference (q - z) is unchanged. No floating point in any of these kernels

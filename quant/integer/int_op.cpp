@@ -7,12 +7,14 @@
 namespace qat::quant {
 
 // Each defined beside its kernel in ops/.
-extern const IntOpDef kQuantizeInputOp, kConvOp, kLinearOp, kMaxPoolOp, kAdaptiveAvgPoolOp, kFlattenOp, kReluOp;
+extern constinit const IntOpDef kQuantizeInputOp, kConvOp, kLinearOp, kMaxPoolOp, kAdaptiveAvgPoolOp, kFlattenOp,
+    kReluOp;
 
 namespace {
 // In the order of IntOp.
-const IntOpDef* const kIntOps[] = {&kQuantizeInputOp, &kConvOp,    &kLinearOp, &kMaxPoolOp,
+const IntOpDef* const kIntOps[] = {&kQuantizeInputOp,   &kConvOp,    &kLinearOp, &kMaxPoolOp,
                                    &kAdaptiveAvgPoolOp, &kFlattenOp, &kReluOp};
+static_assert(std::size(kIntOps) == static_cast<size_t>(IntOp::count_), "every IntOp needs its entry in kIntOps");
 }  // namespace
 
 const IntOpDef& int_op_def(IntOp op) {

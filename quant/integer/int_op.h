@@ -15,7 +15,8 @@
 
 namespace qat::quant {
 
-enum class IntOp { quantize_input, conv, linear, max_pool, adaptive_avg_pool, flatten, relu };
+// count_ is not an op: the number of ops (int_op.cpp checks that the table holds them all).
+enum class IntOp { quantize_input, conv, linear, max_pool, adaptive_avg_pool, flatten, relu, count_ };
 
 struct IntLayer;
 

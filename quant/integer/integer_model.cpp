@@ -1,11 +1,5 @@
 #include "quant/integer/integer_model.h"
 
-#include <omp.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-
 #include "core/error.h"
 #include "core/profiler.h"
 
@@ -62,7 +56,8 @@ namespace {
 // (i, h, w) of OIHW to the flat inner index of the destination.
 template <class Index>
 Tensor permute_inner(const Tensor& src, const Shape& dst_shape, int64_t I, int64_t KH, int64_t KW, Index to) {
-  QAT_CHECK(src.dtype() == DType::i8 && src.is_contiguous() && src.dim() == 4, "weight layout: expects a contiguous 4-d int8 tensor");
+  QAT_CHECK(src.dtype() == DType::i8 && src.is_contiguous() && src.dim() == 4,
+            "weight layout: expects a contiguous 4-d int8 tensor");
   Tensor dst = Tensor::empty(dst_shape, DType::i8);
   const int8_t* s = src.data<int8_t>();
   int8_t* d = dst.data<int8_t>();
@@ -77,14 +72,18 @@ Tensor permute_inner(const Tensor& src, const Shape& dst_shape, int64_t I, int64
 
 Tensor weight_ohwi_from_oihw(const Tensor& t) {
   const int64_t I = t.size(1), KH = t.size(2), KW = t.size(3);
-  return permute_inner(t, {t.size(0), KH, KW, I}, I, KH, KW, [&](int8_t* d, const int8_t* s, int64_t i, int64_t h,
-                                                                  int64_t w) { d[(h * KW + w) * I + i] = s[(i * KH + h) * KW + w]; });
+  return permute_inner(t, {t.size(0), KH, KW, I}, I, KH, KW,
+                       [&](int8_t* d, const int8_t* s, int64_t i, int64_t h, int64_t w) {
+                         d[(h * KW + w) * I + i] = s[(i * KH + h) * KW + w];
+                       });
 }
 
 Tensor weight_oihw_from_ohwi(const Tensor& t) {
   const int64_t KH = t.size(1), KW = t.size(2), I = t.size(3);
-  return permute_inner(t, {t.size(0), I, KH, KW}, I, KH, KW, [&](int8_t* d, const int8_t* s, int64_t i, int64_t h,
-                                                                  int64_t w) { d[(i * KH + h) * KW + w] = s[(h * KW + w) * I + i]; });
+  return permute_inner(t, {t.size(0), I, KH, KW}, I, KH, KW,
+                       [&](int8_t* d, const int8_t* s, int64_t i, int64_t h, int64_t w) {
+                         d[(i * KH + h) * KW + w] = s[(h * KW + w) * I + i];
+                       });
 }
 
 Tensor activation_values_nchw(const Tensor& s, const ActQuant& q) {

@@ -10,7 +10,7 @@
 //   max_pool / adaptive_avg_pool / relu  u8 -> u8 on the same grid
 //   flatten         u8 NHWC -> u8 (N, C*H*W) in PyTorch's (c, h, w) order
 // Between quantize_input and the final dequantization every tensor is an
-// integer tensor and every kernel integer arithmetic (REFERENCES §5):
+// integer tensor and every kernel integer arithmetic (docs/math/requantization.md §2-5):
 //   acc[c]  = Σ_k (x_k - z_x)(w_ck - z_w[c])        (int32; padding = z_x)
 //   y[c]    = clamp(z_y + requant(acc[c] + bias[c], M0[c], shift[c], residual[c]), lo, hi)
 //   bias[c] = round(b[c] / (s_x s_w[c])),  M[c] = s_x s_w[c] / s_y = M0 2^(-31-shift)
@@ -23,12 +23,11 @@
 #include <string>
 #include <vector>
 
-#include "core/ops/conv2d.h"
-#include "core/ops/pool.h"
 #include "core/tensor.h"
+#include "core/window.h"
 #include "quant/integer/int8_gemm.h"
-#include "quant/integer/int_op.h"
 #include "quant/integer/int8_gemm_packed.h"
+#include "quant/integer/int_op.h"
 
 namespace qat::quant {
 

@@ -1,5 +1,5 @@
 #pragma once
-// Fixed-point requantization (REFERENCES §5, gemmlowp's arithmetic): a real
+// Fixed-point requantization (docs/math/requantization.md §4, gemmlowp's arithmetic): a real
 // multiplier M = s_x s_w / s_y is represented as M0 * 2^-31 * 2^-shift with
 // M0 an int32 in [2^30, 2^31); an int32 accumulator x becomes
 //   RoundingDivideByPOT(SaturatingRoundingDoublingHighMul(x, M0), shift).

@@ -13,7 +13,7 @@ namespace qat::quant {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr int kLanes = 32;             // two AVX-512 registers per accumulator
+constexpr int kLanes = 32;                    // two AVX-512 registers per accumulator
 constexpr int64_t kPiece = int64_t{1} << 15;  // elements per parallel work item
 
 // min/max of p[0..n) folded into (mn, mx). `v < m ? v : m` is exactly
@@ -62,8 +62,6 @@ inline float moving_average(float m, float cur, float c) {
 void reduce_minmax(const Tensor& x, bool per_channel, int64_t axis, float* cur_min, float* cur_max) {
   const Tensor xc = x.contiguous();
   const float* px = xc.data<float>();
-  QAT_CHECK(!per_channel || (axis >= 0 && axis < xc.dim()), "observer: channel axis ", axis, " out of range for shape ",
-            xc.sizes());
   const ChannelLayout l = ChannelLayout::of(xc, per_channel, axis);
   const int64_t C = l.channels;
   std::fill(cur_min, cur_min + C, kInf);

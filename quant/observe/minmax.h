@@ -35,7 +35,9 @@ class MinMaxStateObserver : public Observer, public ChannelMinMaxFold {
   const Tensor& max_val() const { return max_val_; }
 
  protected:
-  void update(const Tensor& x) override;
+  // final: the fused weight path folds channel by channel and never calls
+  // update(); a subclass customises fold_channel() only.
+  void update(const Tensor& x) final;
   Tensor min_val_, max_val_;
 };
 
@@ -48,8 +50,7 @@ class MinMaxObserver final : public MinMaxStateObserver {
 
 class MovingAverageMinMaxObserver final : public MinMaxStateObserver {
  public:
-  explicit MovingAverageMinMaxObserver(const QuantSpec& spec, int64_t channels = 1,
-                                       float averaging_constant = 0.01f);
+  explicit MovingAverageMinMaxObserver(const QuantSpec& spec, int64_t channels = 1, float averaging_constant = 0.01f);
   void fold_channel(int64_t c, float cur_min, float cur_max) override;
   std::string describe() const override;
   float averaging_constant() const { return c_; }

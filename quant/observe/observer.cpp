@@ -20,8 +20,7 @@ void Observer::observe(const Tensor& x) {
   detail::check_f32(x, "observer", "input");
   if (x.numel() == 0) return;
   if (spec_.per_channel) {
-    QAT_CHECK(spec_.axis < x.dim(), "observer: channel axis ", spec_.axis, " out of range for input shape ",
-              x.sizes());
+    QAT_CHECK(spec_.axis < x.dim(), "observer: channel axis ", spec_.axis, " out of range for input shape ", x.sizes());
     QAT_CHECK(x.size(spec_.axis) == channels_, "observer: expected ", channels_, " channels along axis ", spec_.axis,
               ", got input shape ", x.sizes());
   }

@@ -1,6 +1,6 @@
 #pragma once
 // Observer: estimates the range of the values one tensor takes, from which
-// qparams() derives scale and zero point by the QuantSpec (REFERENCES.md §1).
+// qparams() derives scale and zero point by the QuantSpec (docs/math/fake_quant.md §2-3).
 // The base of every range estimator: the QAT observers (minmax.h) and the
 // post-training calibrators. Not a Module: the owner (a FakeQuantizer, a
 // calibration pass) registers state() as its buffers, so checkpoints carry it

@@ -1,5 +1,5 @@
 #pragma once
-// Fake quantization (REFERENCES.md §1): quantize and dequantize in one pass,
+// Fake quantization (docs/math/fake_quant.md §4-5): quantize and dequantize in one pass,
 // float in, float out, per-tensor or per-channel (spec.per_channel, spec.axis):
 //   q = nearbyint(x * inv_s) + z        inv_s = 1.0f / s (float32), round half to even
 //   y = (clamp(q, qmin, qmax) - z) * s

@@ -21,12 +21,17 @@ void write_flag(Tensor& t, bool on) {
   t.data<uint8_t>()[0] = on ? 1 : 0;
   t.bump_version();
 }
-bool learns_qparams(QuantMethod m) { return m == QuantMethod::lsq || m == QuantMethod::lsq_plus; }
 }  // namespace
 
+// The one place a quantization method picks its implementation.
 std::shared_ptr<FakeQuantizer> make_fake_quantizer(const QuantizerConfig& cfg, int64_t channels) {
-  if (learns_qparams(cfg.method)) return std::make_shared<LearnedFakeQuantizer>(cfg, channels);
-  return std::make_shared<ObserverFakeQuantizer>(cfg, channels);
+  switch (cfg.method) {
+    case QuantMethod::minmax:
+    case QuantMethod::moving_average: return std::make_shared<ObserverFakeQuantizer>(cfg, channels);
+    case QuantMethod::lsq: return std::make_shared<LsqFakeQuantizer>(cfg, channels);
+    case QuantMethod::lsq_plus: return std::make_shared<LsqPlusFakeQuantizer>(cfg, channels);
+  }
+  QAT_FAIL("make_fake_quantizer: unknown method ", static_cast<int>(cfg.method));
 }
 
 // ---------------------------------------------------------------- base
@@ -87,7 +92,8 @@ Tensor ObserverFakeQuantizer::forward(const Tensor& x) {
   }
   // Before anything was observed (an eval pass of a fresh model) the stored
   // qparams are all there is; otherwise the observer's current ones.
-  if (!observer_->enabled && !observer_->initialized()) return fake_quantize(x, scale_, zero_point_, cfg_.spec, cfg_.ste);
+  if (!observer_->enabled && !observer_->initialized())
+    return fake_quantize(x, scale_, zero_point_, cfg_.spec, cfg_.ste);
   QParams used;
   Tensor y = observe_and_fake_quantize(*observer_, x, cfg_.ste, &used);
   store_qparams(used.scale, used.zero_point);
@@ -98,52 +104,63 @@ Tensor ObserverFakeQuantizer::forward(const Tensor& x) {
 // ---------------------------------------------------------------- learned
 LearnedFakeQuantizer::LearnedFakeQuantizer(const QuantizerConfig& cfg, int64_t channels)
     : FakeQuantizer(cfg, channels) {
-  QAT_CHECK(learns_qparams(cfg_.method), "LearnedFakeQuantizer: method '", method_name(cfg_.method),
-            "' does not learn its qparams");
   step_ = register_parameter("step", Tensor::ones({channels}));
-  if (cfg_.method == QuantMethod::lsq_plus) offset_ = register_parameter("offset", Tensor::zeros({channels}));
 }
 
-// LSQ/LSQ+ initialisation from the first tensor seen (weights: the
-// pretrained weights; activations: the first batch).
-void LearnedFakeQuantizer::initialize_from(const Tensor& x) {
-  NoGradGuard ng;
-  if (!offset_.defined()) {
-    step_.copy_(lsq_init_steps(x.detach(), cfg_.spec).view(step_.sizes()));
-  } else {
-    const LsqPlusParams p = lsq_plus_init(x.detach(), cfg_.spec);
-    step_.copy_(p.step.view(step_.sizes()));
-    offset_.copy_(p.offset.view(offset_.sizes()));
-  }
-  set_initialized();
-}
-
-// Stores the qparams this forward applies (freeze uses them):
-// v̂ = v̄ s + β  <=>  q = v̄ - round(β/s) with x̂ = (q - z) s and z = -round(β / s).
-// The offset is learned freely: the zero point is clamped into the grid.
-void LearnedFakeQuantizer::store_learned_qparams() {
-  NoGradGuard ng;
-  Tensor s = lsq_step_value(step_, cfg_.spec);
-  Tensor z = Tensor::zeros(zero_point_.sizes(), DType::i32);
-  if (offset_.defined()) {
-    for (int64_t c = 0; c < z.numel(); ++c) {
-      const double zc = -std::nearbyint(static_cast<double>(offset_.data<float>()[c]) / s.data<float>()[c]);
-      z.data<int32_t>()[c] = static_cast<int32_t>(std::clamp<double>(zc, cfg_.spec.qmin(), cfg_.spec.qmax()));
-    }
-  }
-  store_qparams(s, z);
+Tensor LearnedFakeQuantizer::zero_points(const Tensor&) const {
+  return Tensor::zeros(zero_point_.sizes(), DType::i32);
 }
 
 Tensor LearnedFakeQuantizer::forward(const Tensor& x) {
   QAT_PROFILE("fake_quantizer");
-  if (!initialized()) initialize_from(x);
+  if (!initialized()) {  // weights: the pretrained weights; activations: the first batch
+    NoGradGuard ng;
+    initialize_from(x.detach());
+    set_initialized();
+  }
+  {
+    NoGradGuard ng;  // the qparams this forward applies: what freeze uses
+    const Tensor s = lsq_step_value(step_, cfg_.spec);
+    store_qparams(s, zero_points(s));
+  }
+  if (!fake_quant_enabled()) return x;
   // N for the gradient scale: weights per step, or features per example.
   const int64_t per_step = cfg_.is_weight ? x.numel() / step_.numel() : x.numel() / std::max<int64_t>(1, x.size(0));
-  const float g = lsq_grad_scale(per_step, cfg_.spec);
-  store_learned_qparams();
-  if (!fake_quant_enabled()) return x;
-  if (!offset_.defined()) return lsq_quantize(x, step_, cfg_.spec, g);
-  return lsq_plus_quantize(x, step_, offset_, cfg_.spec, g);
+  return quantize(x, lsq_grad_scale(per_step, cfg_.spec));
+}
+
+void LsqFakeQuantizer::initialize_from(const Tensor& x) {
+  step_.copy_(lsq_init_steps(x, cfg_.spec).view(step_.sizes()));
+}
+
+Tensor LsqFakeQuantizer::quantize(const Tensor& x, float grad_scale) const {
+  return lsq_quantize(x, step_, cfg_.spec, grad_scale);
+}
+
+LsqPlusFakeQuantizer::LsqPlusFakeQuantizer(const QuantizerConfig& cfg, int64_t channels)
+    : LearnedFakeQuantizer(cfg, channels) {
+  offset_ = register_parameter("offset", Tensor::zeros({channels}));
+}
+
+void LsqPlusFakeQuantizer::initialize_from(const Tensor& x) {
+  const LsqPlusParams p = lsq_plus_init(x, cfg_.spec);
+  step_.copy_(p.step.view(step_.sizes()));
+  offset_.copy_(p.offset.view(offset_.sizes()));
+}
+
+// v̂ = v̄ s + β  <=>  q = v̄ - round(β/s) with x̂ = (q - z) s and z = -round(β / s).
+// The offset is learned freely: the zero point is clamped into the grid.
+Tensor LsqPlusFakeQuantizer::zero_points(const Tensor& s) const {
+  Tensor z = Tensor::zeros(zero_point_.sizes(), DType::i32);
+  for (int64_t c = 0; c < z.numel(); ++c) {
+    const double zc = -std::nearbyint(static_cast<double>(offset_.data<float>()[c]) / s.data<float>()[c]);
+    z.data<int32_t>()[c] = static_cast<int32_t>(std::clamp<double>(zc, cfg_.spec.qmin(), cfg_.spec.qmax()));
+  }
+  return z;
+}
+
+Tensor LsqPlusFakeQuantizer::quantize(const Tensor& x, float grad_scale) const {
+  return lsq_plus_quantize(x, step_, offset_, cfg_.spec, grad_scale);
 }
 
 // ---------------------------------------------------------------- shared

@@ -5,9 +5,9 @@
 //   ObserverFakeQuantizer (minmax, moving_average, or any Observer from
 //     QuantizerConfig::observer): the observer tracks the range; qparams
 //     follow it while the observer is on and freeze when it is switched off.
-//   LearnedFakeQuantizer (lsq, lsq_plus): the step (and offset) are
-//     parameters the optimizer trains (initialised from the first tensor
-//     seen; REFERENCES §2-3).
+//   LsqFakeQuantizer, LsqPlusFakeQuantizer (lsq, lsq_plus): the step (and
+//     offset) are parameters the optimizer trains (initialised from the
+//     first tensor seen; docs/math/lsq.md).
 // Buffers (all in the state dict, so checkpoints carry them):
 //   scale (C) f32, zero_point (C) i32  the qparams the LAST forward used: what
 //                                      freeze() must use (Note [frozen qparams])
@@ -75,16 +75,40 @@ class ObserverFakeQuantizer final : public FakeQuantizer {
   std::unique_ptr<Observer> observer_;
 };
 
-class LearnedFakeQuantizer final : public FakeQuantizer {
+// A quantizer whose qparams are parameters: initialised from the first
+// tensor it sees, then trained; each forward stores the qparams it applies.
+class LearnedFakeQuantizer : public FakeQuantizer {
  public:
-  LearnedFakeQuantizer(const QuantizerConfig& cfg, int64_t channels);
   Tensor forward(const Tensor& x) override;
+
+ protected:
+  LearnedFakeQuantizer(const QuantizerConfig& cfg, int64_t channels);
+  virtual void initialize_from(const Tensor& x) = 0;
+  // The integer zero points of the stored qparams, for the effective step s.
+  virtual Tensor zero_points(const Tensor& s) const;
+  virtual Tensor quantize(const Tensor& x, float grad_scale) const = 0;
+  Tensor step_;
+};
+
+class LsqFakeQuantizer final : public LearnedFakeQuantizer {
+ public:
+  LsqFakeQuantizer(const QuantizerConfig& cfg, int64_t channels) : LearnedFakeQuantizer(cfg, channels) {}
+
+ private:
+  void initialize_from(const Tensor& x) override;
+  Tensor quantize(const Tensor& x, float grad_scale) const override;
+};
+
+class LsqPlusFakeQuantizer final : public LearnedFakeQuantizer {
+ public:
+  LsqPlusFakeQuantizer(const QuantizerConfig& cfg, int64_t channels);
   const Tensor& learned_offset() const override { return offset_; }
 
  private:
-  void initialize_from(const Tensor& x);
-  void store_learned_qparams();
-  Tensor step_, offset_;
+  void initialize_from(const Tensor& x) override;
+  Tensor zero_points(const Tensor& s) const override;
+  Tensor quantize(const Tensor& x, float grad_scale) const override;
+  Tensor offset_;
 };
 
 // Applies the qparams of another quantizer without observing (ops that keep

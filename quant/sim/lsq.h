@@ -1,5 +1,5 @@
 #pragma once
-// LSQ and LSQ+ learned quantizers as autograd ops (REFERENCES.md §2-3).
+// LSQ and LSQ+ learned quantizers as autograd ops (docs/math/lsq.md).
 //
 // LSQ (Esser et al., ICLR 2020), integer range [-Q_N, Q_P] = [spec.qmin(), spec.qmax()]
 // (4-bit signed [-8, 7], unsigned [0, 15]; narrow range [-7, 7]):
@@ -21,7 +21,7 @@
 //
 // Which elements are "clipped" (the forward is the same either way):
 //   LsqClip::paper   (default) Esser et al. eq. 3: t <= -Q_N or t >= Q_P, i.e.
-//                    clamp before round, as in REFERENCES §2.
+//                    clamp before round, as in docs/math/lsq.md §3.
 //   LsqClip::rounded round(t) < qmin or round(t) > qmax: PyTorch's
 //                    _fake_quantize_learnable_per_{tensor,channel}_affine and the
 //                    clipped STE of fake_quant. Differs from `paper` only for

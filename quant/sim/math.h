@@ -45,8 +45,7 @@ QAT_HOST_DEVICE inline bool ste_passes(float q, float qmin, float qmax) { return
 template <bool kPlus>
 QAT_HOST_DEVICE inline float lsq_value(float v, float s, float inv, float beta, float lo, float hi) {
   const float t = (kPlus ? v - beta : v) * inv;
-  const float above_lo = t < lo ? lo : t;  // std::max(t, lo): NaN stays NaN
-  const float q = round_half_even(hi < above_lo ? hi : above_lo);
+  const float q = round_half_even(clamp_grid(t, lo, hi));
   return kPlus ? q * s + beta : q * s;
 }
 

@@ -11,7 +11,9 @@ std::shared_ptr<T> child_as(const std::vector<std::pair<std::string, ModulePtr>>
   return i < ch.size() ? std::dynamic_pointer_cast<T>(ch[i].second) : nullptr;
 }
 
-std::string join(const std::string& prefix, const std::string& name) { return prefix.empty() ? name : prefix + "." + name; }
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
 
 struct Rewriter {
   const Backend& backend;
@@ -165,8 +167,9 @@ std::string PrepareReport::to_string() const {
   for (const auto& l : layers) {
     s += "  " + l.name + ": " + l.pattern + ", weights " + l.weight.describe();
     if (l.has_input_quant || l.has_output_quant)
-      s += std::string(", ") + (l.has_input_quant ? "input" : "") + (l.has_input_quant && l.has_output_quant ? "+" : "") +
-           (l.has_output_quant ? "output" : "") + " " + l.activation.describe();
+      s += std::string(", ") + (l.has_input_quant ? "input" : "") +
+           (l.has_input_quant && l.has_output_quant ? "+" : "") + (l.has_output_quant ? "output" : "") + " " +
+           l.activation.describe();
     if (!l.has_output_quant) s += ", float output";
     s += "\n";
   }

@@ -5,7 +5,7 @@
 // output quantizer (activation_post_process) unless its output stays float
 // (the last layer: logits are dequantized).
 //
-// Note [BN folding in QAT] (REFERENCES §4, as PyTorch's ConvBn2d):
+// Note [BN folding in QAT] (docs/math/bn_folding.md, as PyTorch's ConvBn2d):
 //   sf = gamma / sqrt(running_var + eps)          (per output channel)
 //   y  = conv(x, FQ(w * sf)) / sf (+ conv bias)   the weight quantizer sees the
 //                                                 folded weight the integer kernel will use

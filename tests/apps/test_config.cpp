@@ -196,7 +196,8 @@ TEST_CASE("config: unknown keys name the key path and the line", "[config]") {
   }
   SECTION("in a section, with a suggestion") {
     auto p = t.write("b.yaml", with_line(kMinimal, 7, "  epochs: 3\n  lrr: 0.1"));
-    REQUIRE_THROWS_WITH(load_config(p), Contains("train.lrr") && Contains("line 8") && Contains("did you mean 'train.lr'"));
+    REQUIRE_THROWS_WITH(load_config(p),
+                        Contains("train.lrr") && Contains("line 8") && Contains("did you mean 'train.lr'"));
   }
   SECTION("nested section") {
     auto p = t.write("c.yaml", with_line(kMinimal, 5, "  val: val\n  augment:\n    hflipp: true"));
@@ -290,10 +291,12 @@ TEST_CASE("config: out-of-range values name the key path and the line", "[config
     name += std::to_string(i);
     name += ".yaml";
     auto p = t.write(name, with_line(kMinimal, c.line, c.text));
-    REQUIRE_THROWS_WITH(load_config(p), Contains(c.expect) && Contains("line " + std::to_string(c.err_line)) && Contains(p));
+    REQUIRE_THROWS_WITH(load_config(p),
+                        Contains(c.expect) && Contains("line " + std::to_string(c.err_line)) && Contains(p));
   }
   // With random_resized_crop a resize smaller than the crop is fine.
-  auto ok = t.write("rrc.yaml", with_line(kMinimal, 5, "  val: val\n  image_size: 224\n  augment:\n    random_resized_crop: true"));
+  auto ok = t.write("rrc.yaml",
+                    with_line(kMinimal, 5, "  val: val\n  image_size: 224\n  augment:\n    random_resized_crop: true"));
   CHECK_NOTHROW(load_config(ok));
 }
 
@@ -307,7 +310,8 @@ TEST_CASE("config: missing required keys and missing paths", "[config]") {
   auto p3 = t.write("nomodel.yaml", with_line(with_line(kMinimal, 1, ""), 2, ""));
   REQUIRE_THROWS_WITH(load_config(p3), Contains("missing required key 'model.name'"));
   auto p4 = t.write("noout.yaml", with_line(with_line(kMinimal, 8, ""), 9, ""));
-  REQUIRE_THROWS_WITH(load_config(p4), Contains("missing required key 'output.dir'") && Contains("no 'output' section"));
+  REQUIRE_THROWS_WITH(load_config(p4),
+                      Contains("missing required key 'output.dir'") && Contains("no 'output' section"));
   // A section that only --set created still reports what it lacks.
   auto p4b = t.write("notrain.yaml", with_line(with_line(kMinimal, 6, ""), 7, ""));
   REQUIRE_THROWS_WITH(load_config(p4b, {"train.lr=0.1"}), Contains("missing required key 'train.epochs'"));
@@ -363,23 +367,28 @@ TEST_CASE("config: --set overrides apply on the YAML tree before validation", "[
     CHECK(fs::path(load_config(p, {"data.val=train"}).data.val) == fs::absolute(t.dir / "train").lexically_normal());
   }
   SECTION("unknown key") {
-    REQUIRE_THROWS_WITH(load_config(p, {"train.lrr=0.1"}),
-                        Contains("unknown key 'train.lrr'") && Contains("--set train.lrr=0.1") && Contains("train.lr'"));
+    REQUIRE_THROWS_WITH(load_config(p, {"train.lrr=0.1"}), Contains("unknown key 'train.lrr'") &&
+                                                               Contains("--set train.lrr=0.1") &&
+                                                               Contains("train.lr'"));
     REQUIRE_THROWS_WITH(load_config(p, {"foo=1"}), Contains("unknown key 'foo'"));
     REQUIRE_THROWS_WITH(load_config(p, {"train.lr.x=1"}), Contains("unknown key 'train.lr.x'"));
   }
   SECTION("wrong type and out of range say the value came from --set") {
-    REQUIRE_THROWS_WITH(load_config(p, {"train.lr=abc"}),
-                        Contains("train.lr: expected a number, got 'abc'") && Contains("--set train.lr=abc") && Contains(p));
+    REQUIRE_THROWS_WITH(load_config(p, {"train.lr=abc"}), Contains("train.lr: expected a number, got 'abc'") &&
+                                                              Contains("--set train.lr=abc") && Contains(p));
     REQUIRE_THROWS_WITH(load_config(p, {"data.augment.hflip=1"}),
                         Contains("data.augment.hflip: expected true or false") && Contains("--set"));
-    REQUIRE_THROWS_WITH(load_config(p, {"train.epochs=0"}), Contains("train.epochs: must be >= 1") && Contains("--set"));
-    REQUIRE_THROWS_WITH(load_config(p, {"data.train=nowhere"}), Contains("data.train") && Contains("no such directory"));
+    REQUIRE_THROWS_WITH(load_config(p, {"train.epochs=0"}),
+                        Contains("train.epochs: must be >= 1") && Contains("--set"));
+    REQUIRE_THROWS_WITH(load_config(p, {"data.train=nowhere"}),
+                        Contains("data.train") && Contains("no such directory"));
   }
   SECTION("malformed overrides") {
     REQUIRE_THROWS_WITH(load_config(p, {"train.lr"}), Contains("expected key.path=value"));
-    REQUIRE_THROWS_WITH(load_config(p, {"train.milestones=[3,"}), Contains("train.milestones") && Contains("not valid YAML"));
-    REQUIRE_THROWS_WITH(load_config(p, {"data.augment={hflip: false}"}), Contains("data.augment") && Contains("section"));
+    REQUIRE_THROWS_WITH(load_config(p, {"train.milestones=[3,"}),
+                        Contains("train.milestones") && Contains("not valid YAML"));
+    REQUIRE_THROWS_WITH(load_config(p, {"data.augment={hflip: false}"}),
+                        Contains("data.augment") && Contains("section"));
   }
 }
 
@@ -466,8 +475,9 @@ TEST_CASE("config: the shipped configs are valid", "[config]") {
   CHECK(q.data.resize == 72);
   CHECK(q.data.cache);
   CHECK(q.output.dir == "runs/quickstart");
-  ExperimentConfig a = load_config((configs / "alexnet_fp32_imagenette.yaml").string(),
-                                   {"data.train=" + (t.dir / "train").string(), "data.val=" + (t.dir / "val").string()});
+  ExperimentConfig a =
+      load_config((configs / "alexnet_fp32_imagenette.yaml").string(),
+                  {"data.train=" + (t.dir / "train").string(), "data.val=" + (t.dir / "val").string()});
   CHECK(a.data.image_size == 128);
   CHECK(a.data.resize == 144);
   CHECK(a.data.augment.random_crop);
@@ -491,4 +501,11 @@ TEST_CASE("config: the shipped configs are valid", "[config]") {
       WARN(name << ": data not present at " << (configs / rel).string() << "; only the schema was checked");
     }
   }
+}
+
+TEST_CASE("config: an enum value without a name is never written as a config", "[config]") {
+  TempDir t;
+  ExperimentConfig c = load_config(t.write("min.yaml", kMinimal));
+  c.train.optimizer = static_cast<OptimizerKind>(7);  // a cast from an out-of-range integer
+  REQUIRE_THROWS_WITH(config_to_yaml(c), Contains("train.optimizer") && Contains("without a name (7)"));
 }

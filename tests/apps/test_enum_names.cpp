@@ -11,8 +11,10 @@ using namespace qat;
 
 namespace {
 
-// Each name maps back to its value, the values are 0..N-1 once each (so no
-// value of the enum lacks a name), and an unknown name maps to nothing.
+// Each name maps back to its value, the values are 0..N-1 once each (no gap
+// in the table; together with the expected name list, which lists every
+// value of the enum, no value lacks a name), and an unknown name maps to
+// nothing.
 template <class E>
 void check_table(const std::string& names) {
   INFO(names);

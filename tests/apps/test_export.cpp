@@ -1,5 +1,6 @@
 // `qat export` / load_export / `qat eval` and `qat infer` on an export folder,
 // the numpy reader of docs/export_format.md, and refusal of bad exports.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -64,8 +65,9 @@ void save_weights_keeping_pair(const fs::path& dir, const TensorMap& tensors) {
   const std::string old_digest = sha256_file((dir / "weights.safetensors").string());
   save_safetensors((dir / "weights.safetensors").string(), tensors);
   const std::string manifest = read_text(dir / "manifest.yaml");
-  write_text(dir / "manifest.yaml", replace_once(manifest, "weights_sha256: " + old_digest,
-                                                 "weights_sha256: " + sha256_file((dir / "weights.safetensors").string())));
+  write_text(dir / "manifest.yaml",
+             replace_once(manifest, "weights_sha256: " + old_digest,
+                          "weights_sha256: " + sha256_file((dir / "weights.safetensors").string())));
 }
 
 // The python block of docs/export_format.md.
@@ -238,8 +240,13 @@ TEST_CASE("bad exports are refused with the file and the field named", "[e2e][ex
   SECTION("missing field") {
     const fs::path d = broken("missing");
     write_text(d / "manifest.yaml", replace_once(manifest, "    weight_zero_point:", "    weight_zero_pointx:"));
-    REQUIRE_THROWS_WITH(load_export(d.string()), Contains("manifest.yaml, line ") &&
-                                                     Contains("missing required key 'layers[1].weight_zero_point'"));
+    // Said of the mapping that lacks the key: layers[1] begins at "- name: features.0".
+    const size_t at = manifest.find("- name: features.0\n");
+    REQUIRE(at != std::string::npos);
+    const std::string line =
+        "manifest.yaml, line " + std::to_string(std::count(manifest.begin(), manifest.begin() + at, '\n') + 1) + ":";
+    REQUIRE_THROWS_WITH(load_export(d.string()),
+                        Contains(line) && Contains("missing required key 'layers[1].weight_zero_point'"));
   }
   SECTION("wrong type") {
     const fs::path d = broken("type");

@@ -660,7 +660,8 @@ TEST_CASE("make_subset: counts, sizes, seeded choice, errors", "[data]") {
   make_subset(src, t.file("other"), 2, 1, 10, 10, 1);
   ImageFolder tr3(t.file("other/train"));
   bool differs = false;
-  for (int64_t i = 0; i < tr.size(); ++i) differs |= fs::path(tr.path(i)).filename() != fs::path(tr3.path(i)).filename();
+  for (int64_t i = 0; i < tr.size(); ++i)
+    differs |= fs::path(tr.path(i)).filename() != fs::path(tr3.path(i)).filename();
   REQUIRE(differs);
 
   REQUIRE_THROWS_WITH(make_subset(src, t.file("out"), 2, 1, 10, 9), Contains("not an empty folder"));

@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "quant/integer/int_op.h"
+#include "quant/integer/ops/common.h"
 #include "quant/integer/ops/matmul.h"
-#include "quant/integer/ops/shapes.h"
 
 namespace qat::quant::ops {
 
@@ -21,10 +21,10 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   const int64_t OH = conv_out_size(H, l.kernel_h, p.stride_h, p.pad_h, p.dil_h, "integer conv");
   const int64_t OW = conv_out_size(W, l.kernel_w, p.stride_w, p.pad_w, p.dil_w, "integer conv");
   const int64_t K = l.kernel_h * l.kernel_w * C, P = OH * OW, CO = l.out_channels;
-  const Im2RowShape shape{H, W, C, l.kernel_h, l.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
-                          p.dil_h, p.dil_w, OH, OW};
-  const bool direct = l.kernel_h == 1 && l.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 &&
-                      p.pad_w == 0;
+  const Im2RowShape shape{H,       W,       C,       l.kernel_h, l.kernel_w, p.stride_h, p.stride_w,
+                          p.pad_h, p.pad_w, p.dil_h, p.dil_w,    OH,         OW};
+  const bool direct =
+      l.kernel_h == 1 && l.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0;
   const OutputStage stage(l, K);
   const uint8_t pad = static_cast<uint8_t>(l.in.zero_point + l.in.offset());
   Tensor y = l.dequantize ? Tensor::empty({N, CO, OH, OW}, DType::f32) : Tensor::empty({N, OH, OW, CO}, DType::u8);
@@ -42,8 +42,10 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
       if (!direct) im2row_u8_range(img, shape, pad, p0, np, rows.data());
       const uint8_t* A = direct ? img + p0 * K : rows.data();
       gemm(l, kernel, np, A, acc.data());
-      if (l.dequantize) stage.finish(acc.data(), A, np, nullptr, y.data<float>() + n * CO * P + p0, 1, P);
-      else stage.finish(acc.data(), A, np, y.data<uint8_t>() + (n * P + p0) * CO, nullptr, 0, 0);
+      if (l.dequantize)
+        stage.finish(acc.data(), A, np, nullptr, y.data<float>() + n * CO * P + p0, 1, P);
+      else
+        stage.finish(acc.data(), A, np, y.data<uint8_t>() + (n * P + p0) * CO, nullptr, 0, 0);
     }
   };
 
@@ -83,6 +85,10 @@ ActShape infer_conv(const IntLayer& l, const ActShape& in) {
 }  // namespace qat::quant::ops
 
 namespace qat::quant {
-extern const IntOpDef kConvOp{IntOp::conv,         "conv",           kMatmul | kConvGeometry,
-                              ops::run_conv,       ops::finalize_matmul, ops::infer_conv};
+extern constinit const IntOpDef kConvOp{.op = IntOp::conv,
+                                        .name = "conv",
+                                        .fields = kMatmul | kConvGeometry,
+                                        .run = ops::run_conv,
+                                        .finalize = ops::finalize_matmul,
+                                        .infer = ops::infer_conv};
 }  // namespace qat::quant

@@ -1,7 +1,7 @@
 // Integer linear layer: u8 (N, K) in, u8 (N, C) out (or float logits).
 #include "quant/integer/int_op.h"
+#include "quant/integer/ops/common.h"
 #include "quant/integer/ops/matmul.h"
-#include "quant/integer/ops/shapes.h"
 
 namespace qat::quant::ops {
 
@@ -16,8 +16,10 @@ Tensor run_linear(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   std::vector<int32_t> acc(static_cast<size_t>(N * CO));
   gemm(l, kernel, N, x.data<uint8_t>(), acc.data());
   Tensor y = l.dequantize ? Tensor::empty({N, CO}, DType::f32) : Tensor::empty({N, CO}, DType::u8);
-  if (l.dequantize) stage.finish(acc.data(), x.data<uint8_t>(), N, nullptr, y.data<float>(), CO, 1);
-  else stage.finish(acc.data(), x.data<uint8_t>(), N, y.data<uint8_t>(), nullptr, 0, 0);
+  if (l.dequantize)
+    stage.finish(acc.data(), x.data<uint8_t>(), N, nullptr, y.data<float>(), CO, 1);
+  else
+    stage.finish(acc.data(), x.data<uint8_t>(), N, y.data<uint8_t>(), nullptr, 0, 0);
   return y;
 }
 
@@ -33,6 +35,10 @@ ActShape infer_linear(const IntLayer& l, const ActShape& in) {
 }  // namespace qat::quant::ops
 
 namespace qat::quant {
-extern const IntOpDef kLinearOp{IntOp::linear,  "linear",           kMatmul,
-                                ops::run_linear, ops::finalize_matmul, ops::infer_linear};
+extern constinit const IntOpDef kLinearOp{.op = IntOp::linear,
+                                          .name = "linear",
+                                          .fields = kMatmul,
+                                          .run = ops::run_linear,
+                                          .finalize = ops::finalize_matmul,
+                                          .infer = ops::infer_linear};
 }  // namespace qat::quant

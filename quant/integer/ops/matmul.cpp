@@ -7,12 +7,6 @@
 
 namespace qat::quant::ops {
 
-void check_u8(const IntLayer& l, const Tensor& x, int64_t dims) {
-  QAT_CHECK(x.dtype() == DType::u8 && x.dim() == dims && x.is_contiguous(), "integer layer '", l.name, "' (",
-            int_op_name(l.op), "): expects a contiguous ", dims, "-d uint8 tensor, got ", dtype_name(x.dtype()), " with ",
-            x.dim(), " dims");
-}
-
 // acc (M x out_channels) = rows (M x K) . weights^T; the packed broadcast
 // kernel where the layer has one (same integers as every other kernel).
 void gemm(const IntLayer& l, GemmKernel kernel, int64_t M, const uint8_t* rows, int32_t* acc) {
@@ -50,8 +44,9 @@ void check_integer_ranges(const IntLayer& l) {
 
 void finalize_matmul(IntLayer& l) {
   const int64_t K = l.products_per_output();
-  const Shape wshape = int_op_def(l.op).has(kConvGeometry) ? Shape{l.out_channels, l.kernel_h, l.kernel_w, l.in_channels}
-                                         : Shape{l.out_channels, l.in_channels};
+  const Shape wshape = int_op_def(l.op).has(kConvGeometry)
+                           ? Shape{l.out_channels, l.kernel_h, l.kernel_w, l.in_channels}
+                           : Shape{l.out_channels, l.in_channels};
   auto check = [&](const Tensor& t, const char* field, DType dt, const Shape& shape) {
     QAT_CHECK(t.defined() && t.dtype() == dt && t.sizes() == shape, "layer '", l.name, "': ", field, " must be ",
               dtype_name(dt), " of shape ", shape_str(shape), ", got ",
@@ -63,8 +58,9 @@ void finalize_matmul(IntLayer& l) {
   if (!l.weight_zero_frac.defined()) l.weight_zero_frac = Tensor::zeros({l.out_channels});
   check(l.weight_zero_frac, "weight_zero_frac", DType::f32, {l.out_channels});
   for (int64_t c = 0; c < l.out_channels; ++c)
-    QAT_CHECK(std::abs(l.weight_zero_frac.data<float>()[c]) <= 0.5f, "layer '", l.name, "': weight_zero_frac of channel ",
-              c, " is ", l.weight_zero_frac.data<float>()[c], ", outside [-1/2, 1/2]");
+    QAT_CHECK(std::abs(l.weight_zero_frac.data<float>()[c]) <= 0.5f, "layer '", l.name,
+              "': weight_zero_frac of channel ", c, " is ", l.weight_zero_frac.data<float>()[c],
+              ", outside [-1/2, 1/2]");
   check(l.bias, "bias", DType::i32, {l.out_channels});
   check_integer_ranges(l);
   if (!l.dequantize) {
@@ -80,13 +76,14 @@ void finalize_matmul(IntLayer& l) {
                 r, " exceeds half the multiplier ", m);
     }
   }
-  QAT_CHECK(l.conv.groups == 1, "layer '", l.name, "': grouped convolution has no integer kernel (groups ", l.conv.groups, ")");
-  l.packed_weight = can_use_packed_vnni(l.out_channels) ? pack_b_vnni(l.weight.data<int8_t>(), l.out_channels, K, K) : PackedB{};
+  QAT_CHECK(l.conv.groups == 1, "layer '", l.name, "': grouped convolution has no integer kernel (groups ",
+            l.conv.groups, ")");
+  l.packed_weight =
+      can_use_packed_vnni(l.out_channels) ? pack_b_vnni(l.weight.data<int8_t>(), l.out_channels, K, K) : PackedB{};
   l.weight_row_sums.assign(static_cast<size_t>(l.out_channels), 0);
   const int8_t* w = l.weight.data<int8_t>();
   for (int64_t c = 0; c < l.out_channels; ++c)
     for (int64_t k = 0; k < K; ++k) l.weight_row_sums[c] += w[c * K + k];
 }
-
 
 }  // namespace qat::quant::ops

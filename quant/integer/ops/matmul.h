@@ -1,5 +1,6 @@
 #pragma once
-// Shared by the integer ops' files (not part of the integer model's interface).
+// The matrix-multiplying integer ops (conv, linear): their shared GEMM call,
+// output stage and field checks. Not part of the integer model's interface.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -9,9 +10,6 @@
 #include "quant/integer/integer_model.h"
 
 namespace qat::quant::ops {
-
-// x must be a contiguous `dims`-d uint8 tensor; the error names the layer.
-void check_u8(const IntLayer& l, const Tensor& x, int64_t dims);
 
 inline bool any_nonzero(const Tensor& t) {
   const int32_t* p = t.data<int32_t>();
@@ -26,7 +24,7 @@ struct OutputStage {
   std::vector<int32_t> bias;  // bias - z_x Σw + K z_x z_w
   bool weight_zero_points, weight_frac = false;
   std::vector<int64_t> frac_m0;  // round(f_w[c] M0[c]) (fractional weight zero points)
-  std::vector<float> dequant;  // s_x s_w[c] (dequantize only)
+  std::vector<float> dequant;    // s_x s_w[c] (dequantize only)
   RequantParams rq{};
   RequantPlan plan;
 
@@ -44,9 +42,13 @@ struct OutputStage {
         dequant[c] = static_cast<float>(static_cast<double>(l.in.scale) * l.weight_scale.data<float>()[c]);
     } else {
       const int32_t off = l.out.offset();
-      rq = {bias.data(), l.multiplier.data<int32_t>(), l.shift.data<int32_t>(), l.bias_residual.data<int32_t>(),
+      rq = {bias.data(),
+            l.multiplier.data<int32_t>(),
+            l.shift.data<int32_t>(),
+            l.bias_residual.data<int32_t>(),
             l.out.zero_point + off,
-            (l.relu ? std::max(l.out.qmin(), l.out.zero_point) : l.out.qmin()) + off, l.out.qmax() + off};
+            (l.relu ? std::max(l.out.qmin(), l.out.zero_point) : l.out.qmin()) + off,
+            l.out.qmax() + off};
       plan = make_requant_plan(rq, C);
     }
     const float* fw = l.weight_zero_frac.data<float>();

@@ -1,8 +1,8 @@
 // The network's input: float NCHW images -> u8 NHWC on the first layer's
 // input grid (the fake-quant rounding, int_kernels.h: quantize_input).
+#include "quant/integer/int_kernels.h"
 #include "quant/integer/int_op.h"
-#include "quant/integer/ops/matmul.h"
-#include "quant/integer/ops/shapes.h"
+#include "quant/integer/ops/common.h"
 
 namespace qat::quant::ops {
 
@@ -29,6 +29,10 @@ ActShape infer_quantize_input(const IntLayer& l, const ActShape& in) {
 }  // namespace qat::quant::ops
 
 namespace qat::quant {
-extern const IntOpDef kQuantizeInputOp{IntOp::quantize_input, "quantize_input", kFloatInput, ops::run_quantize_input,
-                                       nullptr, ops::infer_quantize_input};
+extern constinit const IntOpDef kQuantizeInputOp{.op = IntOp::quantize_input,
+                                                 .name = "quantize_input",
+                                                 .fields = kFloatInput,
+                                                 .run = ops::run_quantize_input,
+                                                 .finalize = nullptr,
+                                                 .infer = ops::infer_quantize_input};
 }  // namespace qat::quant

@@ -2,9 +2,9 @@
 // C*H*W) in PyTorch's (c, h, w) order) and ReLU (the zero point as the floor).
 #include <algorithm>
 
+#include "quant/integer/int_kernels.h"
 #include "quant/integer/int_op.h"
-#include "quant/integer/ops/matmul.h"
-#include "quant/integer/ops/shapes.h"
+#include "quant/integer/ops/common.h"
 
 namespace qat::quant::ops {
 
@@ -44,6 +44,16 @@ ActShape infer_relu(const IntLayer&, const ActShape& in) { return in; }
 }  // namespace qat::quant::ops
 
 namespace qat::quant {
-extern const IntOpDef kFlattenOp{IntOp::flatten, "flatten", 0, ops::run_flatten, nullptr, ops::infer_flatten};
-extern const IntOpDef kReluOp{IntOp::relu, "relu", 0, ops::run_relu, nullptr, ops::infer_relu};
+extern constinit const IntOpDef kFlattenOp{.op = IntOp::flatten,
+                                           .name = "flatten",
+                                           .fields = 0,
+                                           .run = ops::run_flatten,
+                                           .finalize = nullptr,
+                                           .infer = ops::infer_flatten};
+extern constinit const IntOpDef kReluOp{.op = IntOp::relu,
+                                        .name = "relu",
+                                        .fields = 0,
+                                        .run = ops::run_relu,
+                                        .finalize = nullptr,
+                                        .infer = ops::infer_relu};
 }  // namespace qat::quant

@@ -1,17 +1,15 @@
 // The integer-op table (int_op.h): every op registered once, in IntOp order,
 // under its own name; unknown names are refused with the known ones listed.
-#include "tests/test_util.h"
-
 #include "quant/integer/int_op.h"
+#include "tests/test_util.h"
 
 using namespace qat;
 using namespace qat::quant;
 using Catch::Matchers::Contains;
 
 TEST_CASE("every integer op is registered under its own name", "[quant][integer]") {
-  const IntOp all[] = {IntOp::quantize_input, IntOp::conv,    IntOp::linear, IntOp::max_pool,
-                       IntOp::adaptive_avg_pool, IntOp::flatten, IntOp::relu};
-  for (IntOp op : all) {
+  for (int i = 0; i < static_cast<int>(IntOp::count_); ++i) {
+    const auto op = static_cast<IntOp>(i);
     const IntOpDef& d = int_op_def(op);
     INFO(d.name);
     CHECK(d.op == op);

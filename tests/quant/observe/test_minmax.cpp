@@ -254,7 +254,7 @@ TEST_CASE("qparams: power-of-two scales are exact powers of two covering absmax"
       CHECK(s == (spec.is_signed ? std::ldexp(1.f, 10 - mag) : std::ldexp(1.f, -9)));
     }
   }
-  // The REFERENCES formula at 8 bits: shift = floor(log2(absmax)) - 6.
+  // Cambricon's formula (docs/math/fake_quant.md §2) at 8 bits: shift = floor(log2(absmax)) - 6.
   QuantSpec p8;
   p8.formula = ScaleFormula::power_of_two;
   float s = 0;

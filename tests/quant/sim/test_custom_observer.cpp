@@ -2,14 +2,13 @@
 // observed quantizer of a prepared model through QConfig::observer, the QAT
 // modules use its qparams (weights and activations alike), and the model
 // freezes with them.
-#include "tests/test_util.h"
-
 #include "core/generator.h"
 #include "models/models.h"
 #include "quant/convert/freeze.h"
 #include "quant/sim/prepare.h"
 #include "quant/sim/qat_modules.h"
 #include "tests/quant/observe/fixed_range_observer.h"
+#include "tests/test_util.h"
 
 using namespace qat;
 using namespace qat::quant;

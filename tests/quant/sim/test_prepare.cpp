@@ -79,11 +79,12 @@ TEST_CASE("backend constraints: tensorrt narrow symmetric int8; violations name 
   QConfig affine;
   affine.weight_symmetric = false;
   ModulePtr m2 = make_model("small_cnn", 4, 0);
-  REQUIRE_THROWS_WITH(prepare(*m2, testing::test_backend("tensorrt"), affine), Contains("features.0") && Contains("tensorrt") &&
-                                                            Contains("weights.symmetric"));
+  REQUIRE_THROWS_WITH(prepare(*m2, testing::test_backend("tensorrt"), affine),
+                      Contains("features.0") && Contains("tensorrt") && Contains("weights.symmetric"));
   QConfig nine;
   nine.weight_bits = 9;
-  REQUIRE_THROWS_WITH(prepare(*make_model("small_cnn", 4, 0), testing::test_backend("tensorrt"), nine), Contains("9-bit"));
+  REQUIRE_THROWS_WITH(prepare(*make_model("small_cnn", 4, 0), testing::test_backend("tensorrt"), nine),
+                      Contains("9-bit"));
 }
 
 TEST_CASE("per-layer overrides set bits by module name", "[quant][prepare]") {

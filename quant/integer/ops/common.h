@@ -1,10 +1,18 @@
 #pragma once
-// Shape checks shared by the integer ops' infer functions (int_op.h).
+// Shared by the integer ops' files: input checks for run(), shape checks for
+// infer() (int_op.h). Not part of the integer model's interface.
 #include "core/checked.h"
 #include "core/error.h"
 #include "quant/integer/integer_model.h"
 
 namespace qat::quant::ops {
+
+// x must be a contiguous `dims`-d uint8 tensor; the error names the layer.
+inline void check_u8(const IntLayer& l, const Tensor& x, int64_t dims) {
+  QAT_CHECK(x.dtype() == DType::u8 && x.dim() == dims && x.is_contiguous(), "integer layer '", l.name, "' (",
+            int_op_name(l.op), "): expects a contiguous ", dims, "-d uint8 tensor, got ", dtype_name(x.dtype()),
+            " with ", x.dim(), " dims");
+}
 
 inline void need_image(const IntLayer& l, const ActShape& in) {
   QAT_CHECK(!in.flat, "layer '", l.name, "' (", int_op_name(l.op), "): needs an image input, got ", in.c,
