@@ -135,7 +135,7 @@ ModulePtr qat_model_for_bench(const BenchOptions& opt) {
   return m;
 }
 
-int run_bench_infer(const BenchOptions& opt) {
+BenchFigures run_bench_infer(const BenchOptions& opt) {
   ModulePtr model = make_model(opt.model, opt.classes, 0);
   model->eval();
   Generator gen(1);
@@ -165,22 +165,25 @@ int run_bench_infer(const BenchOptions& opt) {
                   1000.0 * r.seconds / static_cast<double>(r.calls));
   }
   std::printf("peak memory: %.0f MiB (max RSS)\n", peak_rss_mib());
-  return 0;
+  return {fp32, int8, bits, quant::gemm_kernel_name(im.kernel)};
 }
 
 }  // namespace
 
-int run_bench(const BenchOptions& opt) {
+int run_bench(const BenchOptions& opt, BenchFigures* figures) {
   set_num_threads(opt.threads);
+  BenchFigures measured;
   if (opt.infer) {
     std::printf("bench --infer: model %s, %dx%d, batch %d, %d classes, %d threads, %d timed passes after %d warm-up\n",
                 opt.model.c_str(), opt.res, opt.res, opt.batch, opt.classes, num_threads(), opt.steps, opt.warmup);
-    return run_bench_infer(opt);
+    measured = run_bench_infer(opt);
+    if (figures) *figures = measured;
+    return 0;
   }
   std::printf("bench: model %s, %dx%d, batch %d, %d classes, %d threads, %d steps after %d warm-up\n",
               opt.model.c_str(), opt.res, opt.res, opt.batch, opt.classes, num_threads(), opt.steps, opt.warmup);
   ModulePtr model = make_model(opt.model, opt.classes, 0);
-  const double fp32 = time_training(*model, opt, "fp32");
+  measured.fp32 = time_training(*model, opt, "fp32");
   if (!opt.config.empty()) {
     ExperimentConfig cfg = load_config(opt.config);
     QAT_CHECK(cfg.quant.enabled, "bench: ", opt.config, " has no enabled quant: section");
@@ -188,10 +191,11 @@ int run_bench(const BenchOptions& opt) {
     cfg.model.num_classes = opt.classes;
     cfg.train.seed = 0;
     ModulePtr qmodel = build_model(cfg, /*load_init=*/false, /*print=*/false);
-    const double qat = time_training(*qmodel, opt, "qat");
-    std::printf("qat/fp32 step time: %.3f\n", fp32 / qat);
+    measured.quantized = time_training(*qmodel, opt, "qat");
+    std::printf("qat/fp32 step time: %.3f\n", measured.fp32 / measured.quantized);
   }
   std::printf("peak memory: %.0f MiB (max RSS)\n", peak_rss_mib());
+  if (figures) *figures = measured;
   return 0;
 }
 

@@ -20,6 +20,15 @@ struct BenchOptions {
   std::string checkpoint;  // --infer with --config: freeze this checkpoint (else a calibrated random init)
 };
 
-int run_bench(const BenchOptions& opt);
+// What a bench measured (images per second; 0 where not measured).
+struct BenchFigures {
+  double fp32 = 0;       // training step (or, --infer, FP32 inference)
+  double quantized = 0;  // QAT training step with --config (or, --infer, the integer model)
+  int weight_bits = 0;   // --infer: the narrowest integer weights
+  std::string gemm_kernel;  // --infer: the GEMM kernel the integer model ran on
+};
+
+// Prints the figures; `figures`, when given, receives them.
+int run_bench(const BenchOptions& opt, BenchFigures* figures = nullptr);
 
 }  // namespace qat::apps

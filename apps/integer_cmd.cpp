@@ -137,7 +137,7 @@ int run_infer(const InferArgs& args) {
   return bad > 0 ? 1 : 0;
 }
 
-int run_compare_layers(const CompareLayersArgs& args) {
+LayerComparison compare_checkpoint_layers(const CompareLayersArgs& args) {
   Frozen f = freeze_checkpoint(args.config, args.overrides, args.checkpoint);
   const data::ImageFolder val = image_folder(f.cfg.data, f.cfg.data.val);
   data::LoaderOptions lo = loader_options(f.cfg, false);
@@ -157,7 +157,15 @@ int run_compare_layers(const CompareLayersArgs& args) {
       for (size_t i = 0; i < diffs.size(); ++i) total[i].merge(diffs[i]);
     seen += n;
   }
-  std::printf("fake-quant vs integer model, %lld images of %s\n", static_cast<long long>(seen), f.cfg.data.val.c_str());
+  QAT_CHECK(seen > 0, "compare-layers: no image of ", f.cfg.data.val, " was compared");
+  return {seen, f.cfg.data.val, std::move(total)};
+}
+
+int run_compare_layers(const CompareLayersArgs& args, LayerComparison* result) {
+  const LayerComparison c = compare_checkpoint_layers(args);
+  const std::vector<quant::LayerDiff>& total = c.layers;
+  std::printf("fake-quant vs integer model, %lld images of %s\n", static_cast<long long>(c.images),
+              c.images_of.c_str());
   std::printf("%-30s %-18s %10s %10s %10s\n", "layer", "op", "max LSB", "mean LSB", "differ");
   std::string first_drift;
   for (const auto& d : total) {
@@ -182,6 +190,7 @@ int run_compare_layers(const CompareLayersArgs& args) {
               100.0 * static_cast<double>(out.correct_reference) / std::max<int64_t>(1, out.rows),
               100.0 * static_cast<double>(out.correct_integer) / std::max<int64_t>(1, out.rows));
   if (first_drift.empty()) std::printf("no layer drifts (every output within 1 LSB, at most 10%% of any layer off)\n");
+  if (result) *result = c;
   return 0;
 }
 

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "quant/convert/compare_layers.h"
+
 namespace qat::apps {
 
 struct ExportArgs {
@@ -35,6 +37,14 @@ struct CompareLayersArgs {
   std::vector<std::string> overrides;
   int64_t images = 64;  // 0: the whole validation set
 };
-int run_compare_layers(const CompareLayersArgs& args);
+// Per integer layer, summed over the images compared (the last: the logits).
+struct LayerComparison {
+  int64_t images = 0;
+  std::string images_of;  // the folder they came from
+  std::vector<quant::LayerDiff> layers;
+};
+LayerComparison compare_checkpoint_layers(const CompareLayersArgs& args);
+// Prints compare_checkpoint_layers' table; `result`, when given, receives it.
+int run_compare_layers(const CompareLayersArgs& args, LayerComparison* result = nullptr);
 
 }  // namespace qat::apps

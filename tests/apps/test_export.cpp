@@ -116,8 +116,23 @@ TEST_CASE("export round trip: the loaded model gives the frozen model's logits",
   const Tensor x = Tensor::randn({4, 3, 32, 32}, g);
   REQUIRE(ex.model.forward(x).to_vector() == frozen.forward(x).to_vector());
 
-  // qat compare-layers on the same run (all 100 val images) runs to the end.
-  REQUIRE(run_compare_layers({cfg_path, ckpt, {}, 0}) == 0);
+  // qat compare-layers on the same run, all 100 val images: the figures it prints.
+  LayerComparison cmp;
+  REQUIRE(run_compare_layers({cfg_path, ckpt, {}, 0}, &cmp) == 0);
+  REQUIRE(cmp.images == 100);
+  REQUIRE(cmp.layers.size() == ex.model.layers.size());
+  for (const quant::LayerDiff& d : cmp.layers) {
+    INFO(d.name << " (" << d.op << "): " << d.differ << " of " << d.count << " differ, max " << d.max_diff);
+    CHECK(d.count > 0);
+    // On real images a few ties round differently (docs/math/requantization.md):
+    // at most 1 LSB on at most 0.5% of a layer's outputs (0.25% at the pool here).
+    if (!d.logits) CHECK(d.max_diff <= 1);
+    if (!d.logits) CHECK(static_cast<double>(d.differ) <= 0.005 * static_cast<double>(d.count));
+  }
+  REQUIRE(cmp.layers.front().differ == 0);  // the input is quantized with the same float arithmetic
+  REQUIRE(cmp.layers.back().logits);
+  REQUIRE(cmp.layers.back().rows == 100);
+  REQUIRE(cmp.layers.back().top1_agree == 100);
 
   // qat eval on the folder: the integer model's accuracy on the 100 val images.
   const EvalSummary s = eval_checkpoint({cfg_path, {}, out});
@@ -386,5 +401,10 @@ TEST_CASE("qat bench --infer times FP32 and the frozen integer model", "[e2e][ex
   opt.threads = 1;
   opt.infer = true;
   opt.profile = false;
-  REQUIRE(run_bench(opt) == 0);
+  BenchFigures f;
+  REQUIRE(run_bench(opt, &f) == 0);
+  CHECK(f.fp32 > 0);
+  CHECK(f.quantized > 0);
+  CHECK(f.weight_bits == 8);
+  CHECK(f.gemm_kernel == quant::gemm_kernel_name(quant::best_gemm_kernel()));
 }

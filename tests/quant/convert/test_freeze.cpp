@@ -1,6 +1,7 @@
 // freeze(): QAT model -> integer model; agreement with the fake-quant model
 // it came from.
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "tests/test_util.h"
@@ -30,18 +31,28 @@ ModulePtr trained_qat_model(const std::string& arch, const Backend& b, const QCo
   return m;
 }
 
-// Share of exactly equal outputs and the largest difference, per layer.
-void require_agreement(Module& m, const IntegerModel& im, const Tensor& x, double max_lsb, double min_equal) {
+// How far an integer layer may be from the fake-quant one: at most max_lsb
+// steps, on at most a share 1 - min_equal of its outputs. Exact by default:
+// the integer model reproduces the fake-quant model bit for bit.
+struct Bound {
+  double max_lsb = 0, min_equal = 1;
+};
+
+// Per layer (op names in `except` get their own bound), and the logits'
+// argmax on every image.
+void require_agreement(Module& m, const IntegerModel& im, const Tensor& x,
+                       const std::map<std::string, Bound>& except = {}) {
   for (const LayerDiff& d : compare_layers(m, im, x)) {
     INFO("layer " << d.name << " (" << d.op << "): " << d.differ << " of " << d.count << " differ, max "
                   << d.max_diff);
     if (d.logits) {
-      REQUIRE(d.top1_agree >= d.rows - 1);
+      REQUIRE(d.top1_agree == d.rows);
       continue;
     }
-    if (d.op == "quantize_input") REQUIRE(d.differ == 0);  // the same float arithmetic as fake quant
-    REQUIRE(d.max_diff <= max_lsb);
-    REQUIRE(1.0 - static_cast<double>(d.differ) / d.count >= min_equal);
+    const auto it = except.find(d.op);
+    const Bound b = it == except.end() ? Bound{} : it->second;
+    REQUIRE(d.max_diff <= b.max_lsb);
+    REQUIRE(1.0 - static_cast<double>(d.differ) / d.count >= b.min_equal);
   }
 }
 
@@ -73,11 +84,11 @@ TEST_CASE("frozen models agree with their fake-quant models on every backend", "
   const Tensor x = Tensor::randn({6, 3, 16, 16}, g);
   SECTION("default: uint8 affine activations, int8 per-channel weights") {
     ModulePtr m = trained_qat_model("small_cnn", testing::test_backend("default"), QConfig{}, 16);
-    require_agreement(*m, freeze(*m), x, 1, 0.97);
+    require_agreement(*m, freeze(*m), x);
   }
   SECTION("tensorrt: int8 symmetric activations, narrow-range weights") {
     ModulePtr m = trained_qat_model("small_cnn", testing::test_backend("tensorrt"), QConfig{}, 16);
-    require_agreement(*m, freeze(*m), x, 1, 0.97);
+    require_agreement(*m, freeze(*m), x);
   }
   SECTION("power_of_two: pure shifts") {
     ModulePtr m = trained_qat_model("small_cnn", testing::test_backend("power_of_two"), QConfig{}, 16);
@@ -87,7 +98,7 @@ TEST_CASE("frozen models agree with their fake-quant models on every backend", "
         for (int32_t m0 : std::vector<int32_t>(l.multiplier.data<int32_t>(),
                                                l.multiplier.data<int32_t>() + l.out_channels))
           REQUIRE(m0 == (1 << 30));
-    require_agreement(*m, im, x, 1, 0.97);
+    require_agreement(*m, im, x);
   }
   SECTION("affine per-tensor weights (non-zero weight zero point)") {
     QConfig q;
@@ -99,7 +110,11 @@ TEST_CASE("frozen models agree with their fake-quant models on every backend", "
     for (const IntLayer& l : im.layers)
       if (l.op == IntOp::conv) nonzero |= l.weight_zero_point.data<int32_t>()[0] != 0;
     REQUIRE(nonzero);
-    require_agreement(*m, im, x, 1, 0.97);
+    // The average pool rounds a tie (sum / count = k + 1/2) upwards, the float
+    // model's requantization after it to even when its float mean lands on the
+    // tie exactly: one output here (flatten passes it on).
+    const Bound tie{1, 0.97};
+    require_agreement(*m, im, x, {{"adaptive_avg_pool", tie}, {"flatten", tie}});
   }
   SECTION("4-bit LSQ+ (fractional zero points of activations and weights)") {
     QConfig q;
@@ -118,14 +133,16 @@ TEST_CASE("frozen models agree with their fake-quant models on every backend", "
     // The network input is quantized exactly; conv outputs next to a padded
     // border stay up to 2 LSB off: the float model pads with a real 0, which
     // is not on a grid whose zero point is fractional.
-    require_agreement(*m, im, x, 2, 0.9);
+    const Bound border{2, 0.9};
+    require_agreement(*m, im, x, {{"conv", border}, {"max_pool", border}, {"adaptive_avg_pool", border},
+                                  {"flatten", border}});
   }
   SECTION("4-bit LSQ") {
     QConfig q;
     q.method = QuantMethod::lsq;
     q.weight_bits = q.activation_bits = 4;
     ModulePtr m = trained_qat_model("small_cnn", testing::test_backend("default"), q, 16);
-    require_agreement(*m, freeze(*m), x, 1, 0.97);
+    require_agreement(*m, freeze(*m), x);
   }
 }
 
@@ -134,7 +151,7 @@ TEST_CASE("AlexNet-BN freezes; every GEMM kernel gives the same integers", "[qua
   IntegerModel im = freeze(*m);
   Generator g(2);
   const Tensor x = Tensor::randn({2, 3, 64, 64}, g);
-  require_agreement(*m, im, x, 2, 0.9);  // 1-LSB differences compound through 8 layers
+  require_agreement(*m, im, x);
   const std::vector<float> best = im.forward(x).to_vector();
   im.kernel = GemmKernel::reference;
   REQUIRE(im.forward(x).to_vector() == best);
