@@ -1,5 +1,7 @@
 #include "tests/test_util.h"
 
+#include "apps/backend_config.h"
+
 #include <atomic>
 #include <cmath>
 #include <map>
@@ -153,28 +155,6 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(dir, ec);
 }
 
-quant::Backend test_backend(const std::string& name) {
-  using quant::Pattern;
-  quant::Backend b;
-  b.name = name;
-  b.patterns = {Pattern::conv, Pattern::conv_relu, Pattern::conv_bn, Pattern::conv_bn_relu, Pattern::linear,
-                Pattern::linear_relu};
-  b.weight.is_signed = true;
-  b.activation.is_signed = false;
-  if (name == "tensorrt") {
-    b.weight.symmetric = b.weight.per_channel = true;
-    b.weight.narrow_range = true;
-    b.activation.is_signed = true;
-    b.activation.symmetric = true;
-  } else if (name == "power_of_two") {
-    b.weight.symmetric = true;
-    b.weight.formula = quant::ScaleFormula::power_of_two;
-    b.activation.is_signed = true;
-    b.activation.symmetric = true;
-    b.activation.formula = quant::ScaleFormula::power_of_two;
-    b.min_scale = 1.f / 4096;
-  }
-  return b;
-}
+quant::Backend test_backend(const std::string& name) { return apps::load_backend(name, "."); }
 
 }  // namespace qat::testing

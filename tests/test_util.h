@@ -30,9 +30,8 @@ struct TempDir {
   std::filesystem::path dir;
 };
 
-// A backend with every pattern: int8 weights, uint8 activations; "tensorrt"
-// (symmetric int8 everywhere, narrow-range per-channel weights) and
-// "power_of_two" (power-of-two scales, min scale 2^-12) as the YAML ones.
+// A shipped backend, configs/backends/<name>.yaml: the quantization tests run
+// on what ships.
 quant::Backend test_backend(const std::string& name);
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;

@@ -60,7 +60,8 @@ TEST_CASE("prepare fuses AlexNet-BN into QAT blocks with quantizers in place", "
 
 TEST_CASE("a pattern the backend does not list stays float", "[quant][prepare]") {
   ModulePtr m = make_model("small_cnn", 4, 0);
-  Backend b = testing::test_backend("convs-only");
+  Backend b = testing::test_backend("default");
+  b.name = "convs-only";
   b.patterns = {Pattern::conv_bn_relu};
   const PrepareReport r = prepare(*m, b, QConfig{});
   REQUIRE(r.layers.size() == 2);
