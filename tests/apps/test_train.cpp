@@ -226,6 +226,43 @@ TEST_CASE("an output.dir that cannot be a folder is reported before any data is 
                                                      Contains("cannot be made a folder"));
 }
 
+// The epoch switches a config drives: from quant.freeze_bn_epoch on the BN
+// running statistics stay as they were, from quant.observer_off_epoch on the
+// observers' ranges do. Read back from the checkpoints at the end of epoch 1
+// (interrupted after its last step) and of epoch 2.
+TEST_CASE("quant.freeze_bn_epoch and quant.observer_off_epoch take effect at their epoch", "[e2e]") {
+  const fs::path dir = fresh_dir("epoch_switches");
+  const std::string cfg = write_config(dir);
+  const std::string quant = "quant: {enabled: true, freeze_bn_epoch: 2, observer_off_epoch: 2}\n";
+  {
+    std::ofstream f(cfg, std::ios::app);
+    f << quant;
+  }
+  TrainArgs first{cfg, {}, ""};
+  first.stop_after_steps = 4;  // all of epoch 1
+  REQUIRE(run_train(first) == 130);
+  const TensorMap after1 = model_tensors((dir / "run/last.safetensors").string());
+  REQUIRE(run_train({cfg, {}, (dir / "run").string()}) == 0);
+  const TensorMap after2 = model_tensors((dir / "run/last.safetensors").string());
+  int bn = 0, observers = 0, weights = 0;
+  for (const auto& [name, t] : after1) {
+    INFO(name);
+    const bool same = t.to(DType::f32).to_vector() == after2.at(name).to(DType::f32).to_vector();
+    if (name.find("running_mean") != std::string::npos || name.find("running_var") != std::string::npos) {
+      CHECK(same);  // frozen in epoch 2
+      ++bn;
+    } else if (name.find(".min_val") != std::string::npos || name.find(".max_val") != std::string::npos) {
+      CHECK(same);  // observers off in epoch 2
+      ++observers;
+    } else if (name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0) {
+      weights += !same;  // the weights still train
+    }
+  }
+  CHECK(bn > 0);
+  CHECK(observers > 0);
+  CHECK(weights > 0);
+}
+
 TEST_CASE("a non-finite loss stops the run and keeps the last good checkpoint", "[e2e]") {
   const fs::path dir = fresh_dir("nan");
   // epoch 1 trains normally; from epoch 2 the step schedule multiplies the lr by 1e30.

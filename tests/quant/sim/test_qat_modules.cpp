@@ -10,6 +10,7 @@
 #include "models/checkpoint.h"
 #include "models/models.h"
 #include "quant/observe/minmax.h"
+#include "quant/sim/lsq.h"
 #include "quant/sim/prepare.h"
 #include "quant/sim/qat_modules.h"
 
@@ -168,5 +169,37 @@ TEST_CASE("fused per-channel observe-and-quantize equals observe then fake_quant
     w.zero_grad();
     y_ref.backward(r);
     REQUIRE(w.grad().to_vector() == g1);
+  }
+}
+
+// The wiring of a learned quantizer: its step's gradient carries the LSQ
+// gradient scale g = 1 / sqrt(N Q_P) with N the weights per step (one output
+// channel) or the features per example, written out here rather than taken
+// from lsq_grad_scale.
+TEST_CASE("learned quantizers scale their step's gradient by 1/sqrt(N Qp)", "[quant][qat]") {
+  Generator g(12);
+  for (const bool is_weight : {true, false}) {
+    INFO((is_weight ? "weights" : "activations"));
+    QuantizerConfig cfg;
+    cfg.method = QuantMethod::lsq;
+    cfg.spec.bits = 4;
+    cfg.spec.per_channel = is_weight;
+    cfg.spec.is_signed = is_weight;
+    cfg.is_weight = is_weight;
+    const int64_t C = 5, K = 36;  // weights (C, K) per channel; activations (batch C, K features)
+    auto fq = make_fake_quantizer(cfg, is_weight ? C : 1);
+    fq->train();
+    Tensor v = is_weight ? Tensor::randn({C, K}, g) : relu(Tensor::randn({C, K}, g));
+    Tensor r = Tensor::randn({C, K}, g);
+    sum(mul(fq->forward(v), r)).backward();
+    Tensor step_param;
+    for (auto& [name, p] : fq->named_parameters())
+      if (name == "step") step_param = p;
+    REQUIRE(step_param.defined());
+    const double qp = is_weight ? 7.0 : 15.0;
+    const float expected_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(K) * qp));
+    Tensor step = step_param.detach().clone().set_requires_grad(true);
+    sum(mul(lsq_quantize(v, step, cfg.spec, expected_scale), r)).backward();
+    REQUIRE(step_param.grad().to_vector() == step.grad().to_vector());
   }
 }
