@@ -353,34 +353,30 @@ TEST_CASE("crafted exports are refused before anything is allocated", "[e2e][exp
     write_text(d / "manifest.yaml", replace_once(manifest, from, to));
     return d.string();
   };
-  SECTION("a kernel size that wraps 64 bits") {
-    const auto d = with_manifest("wrap", "in_channels: 3", "in_channels: 4611686018427387911");
-    REQUIRE_THROWS_WITH(load_export(d), Contains("layers[1]") && Contains("products per output"));
-  }
-  SECTION("an average-pool output of 2^32 rows") {
-    const auto d = with_manifest("avg", "output_size: [1, 1]", "output_size: [4294967296, 1]");
-    REQUIRE_THROWS_WITH(load_export(d), Contains("layers[4]") && Contains("larger than 1073741824 values"));
-  }
-  SECTION("max-pool padding of 2^61") {
-    const auto d = with_manifest("pad", "padding: [0, 0]", "padding: [2305843009213693952, 2305843009213693952]");
-    REQUIRE_THROWS_WITH(load_export(d), Contains("layers[2]") && Contains("at most half the kernel"));
-  }
-  SECTION("an input image of 2^32 pixels a side") {
-    const auto d = with_manifest("image", "image_size: 32", "image_size: 4294967296");
-    REQUIRE_THROWS_WITH(load_export(d), Contains("input.image_size") && Contains("must be in [1, 16384]"));
-  }
-  SECTION("a layer that does not take the previous layer's output") {
-    const auto d = with_manifest("follow", "output_size: [1, 1]", "output_size: [2, 2]");
-    REQUIRE_THROWS_WITH(load_export(d),
-                        Contains("layers[6]") && Contains("input has 64 features, the layer expects 16"));
-  }
-  SECTION("a weight zero point off the grid") {
-    const auto d = with_manifest("zp", "weight_zero_point: [0,", "weight_zero_point: [200,");
-    REQUIRE_THROWS_WITH(load_export(d), Contains("layers[1]") && Contains("weight zero point 200"));
-  }
-  SECTION("weights off their grid") {
-    const auto d = with_manifest("grid", "weight_bits: 8", "weight_bits: 5");
-    REQUIRE_THROWS_WITH(load_export(d), Contains("layers[1]") && Contains("off the 5-bit signed grid [-16, 15]"));
+  struct Crafted {
+    const char *what, *from, *to, *layer, *expect;
+  };
+  const Crafted cases[] = {
+      {"a kernel size that wraps 64 bits", "in_channels: 3", "in_channels: 4611686018427387911", "layers[1]",
+       "products per output"},
+      {"an average-pool output of 2^32 rows", "output_size: [1, 1]", "output_size: [4294967296, 1]", "layers[4]",
+       "larger than 1073741824 values"},
+      {"max-pool padding of 2^61", "padding: [0, 0]", "padding: [2305843009213693952, 2305843009213693952]",
+       "layers[2]", "at most half the kernel"},
+      {"an input image of 2^32 pixels a side", "image_size: 32", "image_size: 4294967296", "input.image_size",
+       "must be in [1, 16384]"},
+      {"a layer that does not take the previous layer's output", "output_size: [1, 1]", "output_size: [2, 2]",
+       "layers[6]", "input has 64 features, the layer expects 16"},
+      {"a weight zero point off the grid", "weight_zero_point: [0,", "weight_zero_point: [200,", "layers[1]",
+       "weight zero point 200"},
+      {"weights off their grid", "weight_bits: 8", "weight_bits: 5", "layers[1]",
+       "off the 5-bit signed grid [-16, 15]"},
+  };
+  int n = 0;
+  for (const Crafted& c : cases) {
+    INFO(c.what);
+    const auto d = with_manifest("case" + std::to_string(n++), c.from, c.to);
+    REQUIRE_THROWS_WITH(load_export(d), Contains(c.layer) && Contains(c.expect));
   }
   SECTION("a bias of 2^30") {
     const auto d = with_manifest("bias", "format: qat-integer-model", "format: qat-integer-model");

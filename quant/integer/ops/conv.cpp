@@ -85,10 +85,6 @@ ActShape infer_conv(const IntLayer& l, const ActShape& in) {
 }  // namespace qat::quant::ops
 
 namespace qat::quant {
-extern constinit const IntOpDef kConvOp{.op = IntOp::conv,
-                                        .name = "conv",
-                                        .fields = kMatmul | kConvGeometry,
-                                        .run = ops::run_conv,
-                                        .finalize = ops::finalize_matmul,
-                                        .infer = ops::infer_conv};
+extern constinit const IntOpDef kConvOp{
+    IntOp::conv, "conv", kMatmul | kConvGeometry, ops::run_conv, ops::finalize_matmul, ops::infer_conv};
 }  // namespace qat::quant

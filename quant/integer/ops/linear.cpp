@@ -35,10 +35,6 @@ ActShape infer_linear(const IntLayer& l, const ActShape& in) {
 }  // namespace qat::quant::ops
 
 namespace qat::quant {
-extern constinit const IntOpDef kLinearOp{.op = IntOp::linear,
-                                          .name = "linear",
-                                          .fields = kMatmul,
-                                          .run = ops::run_linear,
-                                          .finalize = ops::finalize_matmul,
-                                          .infer = ops::infer_linear};
+extern constinit const IntOpDef kLinearOp{
+    IntOp::linear, "linear", kMatmul, ops::run_linear, ops::finalize_matmul, ops::infer_linear};
 }  // namespace qat::quant

@@ -58,16 +58,9 @@ ActShape infer_adaptive_avg_pool(const IntLayer& l, const ActShape& in) {
 }  // namespace qat::quant::ops
 
 namespace qat::quant {
-extern constinit const IntOpDef kMaxPoolOp{.op = IntOp::max_pool,
-                                           .name = "max_pool",
-                                           .fields = kPoolGeometry,
-                                           .run = ops::run_max_pool,
-                                           .finalize = nullptr,
-                                           .infer = ops::infer_max_pool};
-extern constinit const IntOpDef kAdaptiveAvgPoolOp{.op = IntOp::adaptive_avg_pool,
-                                                   .name = "adaptive_avg_pool",
-                                                   .fields = kOutputSize | kRoundsOntoInputGrid,
-                                                   .run = ops::run_adaptive_avg_pool,
-                                                   .finalize = ops::finalize_adaptive_avg_pool,
-                                                   .infer = ops::infer_adaptive_avg_pool};
+extern constinit const IntOpDef kMaxPoolOp{
+    IntOp::max_pool, "max_pool", kPoolGeometry, ops::run_max_pool, nullptr, ops::infer_max_pool};
+extern constinit const IntOpDef kAdaptiveAvgPoolOp{
+    IntOp::adaptive_avg_pool, "adaptive_avg_pool", kOutputSize | kRoundsOntoInputGrid,
+    ops::run_adaptive_avg_pool, ops::finalize_adaptive_avg_pool, ops::infer_adaptive_avg_pool};
 }  // namespace qat::quant

@@ -29,10 +29,6 @@ ActShape infer_quantize_input(const IntLayer& l, const ActShape& in) {
 }  // namespace qat::quant::ops
 
 namespace qat::quant {
-extern constinit const IntOpDef kQuantizeInputOp{.op = IntOp::quantize_input,
-                                                 .name = "quantize_input",
-                                                 .fields = kFloatInput,
-                                                 .run = ops::run_quantize_input,
-                                                 .finalize = nullptr,
-                                                 .infer = ops::infer_quantize_input};
+extern constinit const IntOpDef kQuantizeInputOp{
+    IntOp::quantize_input, "quantize_input", kFloatInput, ops::run_quantize_input, nullptr, ops::infer_quantize_input};
 }  // namespace qat::quant

@@ -44,16 +44,6 @@ ActShape infer_relu(const IntLayer&, const ActShape& in) { return in; }
 }  // namespace qat::quant::ops
 
 namespace qat::quant {
-extern constinit const IntOpDef kFlattenOp{.op = IntOp::flatten,
-                                           .name = "flatten",
-                                           .fields = 0,
-                                           .run = ops::run_flatten,
-                                           .finalize = nullptr,
-                                           .infer = ops::infer_flatten};
-extern constinit const IntOpDef kReluOp{.op = IntOp::relu,
-                                        .name = "relu",
-                                        .fields = 0,
-                                        .run = ops::run_relu,
-                                        .finalize = nullptr,
-                                        .infer = ops::infer_relu};
+extern constinit const IntOpDef kFlattenOp{IntOp::flatten, "flatten", 0, ops::run_flatten, nullptr, ops::infer_flatten};
+extern constinit const IntOpDef kReluOp{IntOp::relu, "relu", 0, ops::run_relu, nullptr, ops::infer_relu};
 }  // namespace qat::quant
