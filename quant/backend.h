@@ -47,7 +47,9 @@ struct Backend {
 // backend's choice. A request the backend does not allow is an error naming
 // the layer and the constraint.
 struct LayerBits {
-  int weight_bits = 0, activation_bits = 0;  // 0: keep the global setting
+  // 0: keep the global setting. activation_bits: the activation the layer
+  // reads (Note [activation overrides], quant/sim/prepare.cpp).
+  int weight_bits = 0, activation_bits = 0;
 };
 
 class Observer;  // quant/observe/observer.h

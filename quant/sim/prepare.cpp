@@ -81,7 +81,7 @@ struct Rewriter {
 
   void add_layer(Module* layer, const std::string& name, Pattern p, const QuantSpec& w) {
     qat_layers.emplace_back(layer, name);
-    report.layers.push_back({name, pattern_name(p), w, false, false, QuantSpec{}});
+    report.layers.push_back({name, pattern_name(p), w, std::nullopt, std::nullopt});
   }
 
   // (parent, child name, number of QAT layers before it)
@@ -93,6 +93,14 @@ std::shared_ptr<FakeQuantizer> activation_quantizer(const Backend& b, const QCon
       QuantizerConfig{activation_spec(b, q, layer), q.method, q.ste, q.averaging_constant, false, q.observer}, 1);
 }
 
+// Note [activation overrides]
+// A layer's override (QConfig::overrides) sets the bits of its weights and of
+// the activation it reads: the network input for the first layer, else the
+// output of the quantized layer before it, whose output quantizer therefore
+// takes the consumer's activation bits. "First and last layer at 8 bits" is
+// then {weight_bits: 8, activation_bits: 8} on both, as in the LSQ paper:
+// each of those layers multiplies 8-bit operands.
+//
 // An override naming no quantized layer would silently do nothing.
 void check_overrides(const QConfig& q, const PrepareReport& report) {
   std::string names;
@@ -139,14 +147,14 @@ PrepareReport prepare(Module& model, const Backend& backend, const QConfig& qcon
           in = make_fake_quantizer(in_cfg, 1);
         }
         l.set_input_quantizer(in);
-        info.has_input_quant = true;
-        info.activation = l.input_fake_quant->config().spec;
+        info.input = l.input_fake_quant->config().spec;
       }
       if (k + 1 < rw.qat_layers.size()) {
-        outputs[k] = activation_quantizer(backend, qconfig, name);
+        // Note [activation overrides]: the activation a layer reads is set
+        // by its own override, so this output follows the next layer's.
+        outputs[k] = activation_quantizer(backend, qconfig, rw.qat_layers[k + 1].second);
         l.set_output_quantizer(outputs[k]);
-        info.has_output_quant = true;
-        info.activation = outputs[k]->config().spec;
+        info.output = outputs[k]->config().spec;
       }
     });
   }
@@ -166,11 +174,8 @@ std::string PrepareReport::to_string() const {
   std::string s = "prepared for quantization-aware training:\n";
   for (const auto& l : layers) {
     s += "  " + l.name + ": " + l.pattern + ", weights " + l.weight.describe();
-    if (l.has_input_quant || l.has_output_quant)
-      s += std::string(", ") + (l.has_input_quant ? "input" : "") +
-           (l.has_input_quant && l.has_output_quant ? "+" : "") + (l.has_output_quant ? "output" : "") + " " +
-           l.activation.describe();
-    if (!l.has_output_quant) s += ", float output";
+    if (l.input) s += ", input " + l.input->describe();
+    s += l.output ? ", output " + l.output->describe() : std::string(", float output");
     s += "\n";
   }
   for (const auto& f : float_layers) s += "  " + f + ": left in float (pattern not in the backend)\n";

@@ -12,6 +12,7 @@
 //     rounds onto its input's grid). Max-pool, flatten and dropout (identity
 //     at inference) pass quantized values through unchanged.
 // The model is changed in place; load float weights (init_from) before.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,8 @@ struct PreparedLayer {
   std::string name;     // module name of the fused block, e.g. "features.0"
   std::string pattern;  // e.g. "conv+bn+relu"
   QuantSpec weight;
-  bool has_input_quant = false, has_output_quant = false;
-  QuantSpec activation;  // of the output (or input) quantizer
+  std::optional<QuantSpec> input;   // the network input's quantizer (first layer only)
+  std::optional<QuantSpec> output;  // unset: float output (the last layer)
 };
 
 struct PrepareReport {

@@ -37,8 +37,8 @@ TEST_CASE("prepare fuses AlexNet-BN into QAT blocks with quantizers in place", "
   REQUIRE(type_at(*m, "avgpool") == "Sequential");
   REQUIRE(type_at(*m, "avgpool.1") == "SharedFakeQuantize");
   REQUIRE(type_at(*m, "classifier.6") == "QatLinear");
-  REQUIRE(r.layers.front().has_input_quant);
-  REQUIRE_FALSE(r.layers.back().has_output_quant);  // logits stay float
+  REQUIRE(r.layers.front().input.has_value());
+  REQUIRE_FALSE(r.layers.back().output.has_value());  // logits stay float
   // The float weights are carried over under the same names.
   TensorMap sd = m->state_dict();
   REQUIRE(sd.count("features.0.weight"));
@@ -75,7 +75,8 @@ TEST_CASE("backend constraints: tensorrt narrow symmetric int8; violations name 
   const PrepareReport r = prepare(*m, testing::test_backend("tensorrt"), QConfig{});
   REQUIRE(r.layers[0].weight.qmin() == -127);
   REQUIRE(r.layers[0].weight.qmax() == 127);
-  REQUIRE(r.layers[0].activation.is_signed);
+  REQUIRE(r.layers[0].input->is_signed);
+  REQUIRE(r.layers[0].output->is_signed);
 
   QConfig affine;
   affine.weight_symmetric = false;
@@ -97,15 +98,27 @@ TEST_CASE("per-layer overrides set bits by module name", "[quant][prepare]") {
   q.overrides["classifier.6"] = {8, 0};
   const PrepareReport r = prepare(*m, testing::test_backend("default"), q);
   REQUIRE(r.layers.front().weight.bits == 8);
-  REQUIRE(r.layers.front().activation.bits == 8);
+  REQUIRE(r.layers.front().input->bits == 8);   // the activation features.0 reads
+  REQUIRE(r.layers.front().output->bits == 4);  // read by features.4: 4-bit
   REQUIRE(r.layers[1].weight.bits == 4);
-  REQUIRE(r.layers[1].activation.bits == 4);
+  REQUIRE(r.layers[1].output->bits == 4);
   REQUIRE(r.layers.back().weight.bits == 8);
+  REQUIRE(r.layers[r.layers.size() - 2].output->bits == 4);  // classifier.6 keeps 4-bit inputs
   // 4-bit LSQ ranges are exactly [-8, 7] for weights and [0, 15] for activations
   REQUIRE(r.layers[1].weight.qmin() == -8);
   REQUIRE(r.layers[1].weight.qmax() == 7);
-  REQUIRE(r.layers[1].activation.qmin() == 0);
-  REQUIRE(r.layers[1].activation.qmax() == 15);
+  REQUIRE(r.layers[1].output->qmin() == 0);
+  REQUIRE(r.layers[1].output->qmax() == 15);
+
+  // Note [activation overrides]: the last layer's activation_bits set its
+  // input, the output of the layer before it (the layer has no output
+  // quantizer of its own: the logits stay float).
+  ModulePtr m2 = make_model("alexnet_bn", 10, 0);
+  q.overrides["classifier.6"] = {8, 8};
+  const PrepareReport r2 = prepare(*m2, testing::test_backend("default"), q);
+  REQUIRE(r2.layers[r2.layers.size() - 2].name == "classifier.4");
+  REQUIRE(r2.layers[r2.layers.size() - 2].output->bits == 8);
+  REQUIRE(r2.layers[r2.layers.size() - 3].output->bits == 4);
 }
 
 TEST_CASE("the power_of_two backend yields only power-of-two scales", "[quant][prepare]") {
@@ -140,7 +153,7 @@ TEST_CASE("with power-of-two scales the network input keeps its negative half", 
   q.formula = ScaleFormula::power_of_two;
   ModulePtr m = make_model("small_cnn", 4, 0);
   const PrepareReport r = prepare(*m, testing::test_backend("default"), q);  // uint8 activations
-  REQUIRE(r.layers[0].has_input_quant);
+  REQUIRE(r.layers[0].input.has_value());
   for (auto& [n, mod] : m->named_modules())
     if (n == "features.0.input_fake_quant") REQUIRE(dynamic_cast<FakeQuantizer*>(mod)->config().spec.is_signed);
   for (auto& [n, mod] : m->named_modules())
