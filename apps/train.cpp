@@ -226,6 +226,8 @@ int run_train(const TrainArgs& args) {
   set_num_threads(static_cast<int>(cfg.train.threads));
 
   // The run directory before the data: its problems are reported at once.
+  QAT_CHECK(args.resume_dir.empty() || fs::is_directory(run_dir), "train: --resume ", run_dir,
+            ": no such run directory");
   make_run_dir(run_dir);
   const RunLock lock(run_dir);  // before anything in the directory is read or written
   InterruptScope interrupts;    // from here on Ctrl-C / SIGTERM end the run cleanly

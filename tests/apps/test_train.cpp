@@ -224,6 +224,9 @@ TEST_CASE("an output.dir that cannot be a folder is reported before any data is 
                       << "train: {epochs: 1}\noutput: {dir: " << (dir / "taken").string() << "}\n";
   REQUIRE_THROWS_WITH(run_train({path, {}, ""}), Contains("output.dir") && Contains("taken") &&
                                                      Contains("cannot be made a folder"));
+  // --resume of a folder that does not exist: an error, and no folder made.
+  REQUIRE_THROWS_WITH(run_train({path, {}, (dir / "typo").string()}), Contains("no such run directory"));
+  REQUIRE_FALSE(fs::exists(dir / "typo"));
 }
 
 // The epoch switches a config drives: from quant.freeze_bn_epoch on the BN
