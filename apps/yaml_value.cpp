@@ -99,9 +99,37 @@ bool YamlValue::as_bool() const {
   fail("expected true or false, got " + describe());
 }
 
+namespace {
+// Well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF): YAML files are UTF-8, so only such text can be written back.
+bool is_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int extra = 0;
+    uint32_t cp = 0, min = 0;
+    if (c < 0x80) extra = 0, cp = c;
+    else if ((c & 0xE0) == 0xC0) extra = 1, cp = c & 0x1F, min = 0x80;
+    else if ((c & 0xF0) == 0xE0) extra = 2, cp = c & 0x0F, min = 0x800;
+    else if ((c & 0xF8) == 0xF0) extra = 3, cp = c & 0x07, min = 0x10000;
+    else return false;
+    if (i + static_cast<size_t>(extra) >= s.size()) return false;  // cut short
+    for (int k = 1; k <= extra; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
+      if ((b & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    if (extra > 0 && (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))) return false;
+    i += static_cast<size_t>(extra) + 1;
+  }
+  return true;
+}
+}  // namespace
+
 std::string YamlValue::as_string() const {
   const std::string& s = scalar("a string");
   if (s.empty()) fail("expected a non-empty string, got ''");
+  if (!is_utf8(s)) fail("expected UTF-8 text (YAML files are UTF-8; a path with other bytes cannot be written back)");
   return s;
 }
 

@@ -120,3 +120,13 @@ TEST_CASE("yaml_value: unreadable files and syntax errors name the file", "[yaml
   REQUIRE_THROWS_WITH(load_yaml_file(bad.file("nope.yaml")), Contains("nope.yaml") && Contains("no such file"));
   REQUIRE_THROWS_WITH(load_yaml_file(bad.dir.string()), Contains("it is a directory"));
 }
+
+TEST_CASE("yaml_value: strings must be UTF-8 so that they can be written back", "[yaml_value]") {
+  auto text = [](const std::string& s) { return YamlValue(YAML::Node(s), "f.yaml", "data.train", 3).as<std::string>(); };
+  CHECK(text("images/caf\xc3\xa9") == "images/caf\xc3\xa9");  // é, two bytes
+  CHECK(text("\xf0\x9f\x93\xb7") == "\xf0\x9f\x93\xb7");      // a four-byte code point
+  for (const std::string bad : {"caf\xe9", "\xff", "\xc0\xaf", "\xe2\x82", "\xed\xa0\x80"}) {
+    INFO(bad.size() << " bytes");
+    REQUIRE_THROWS_WITH(text(bad), Contains("f.yaml, line 4") && Contains("data.train") && Contains("UTF-8"));
+  }
+}
