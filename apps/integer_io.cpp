@@ -267,7 +267,7 @@ void read_input(const YamlValue& v, ExportedModel& m) {
 void check_follows(const YamlValue& v, IntLayer& l, const IntLayer& prev) {
   if (prev.dequantize) v.fail("comes after the dequantizing layer '" + prev.name + "'");
   const quant::IntOpDef& op = quant::int_op_def(l.op);
-  if (op.has(quant::kRoundsOntoInputGrid)) l.in = prev.out;  // output: the same grid less the fraction
+  if (op.has(quant::kRoundsOntoInputGrid)) l.in = prev.out;  // its output must then be the same grid
   if (!(l.in == prev.out))
     v.get(op.has(quant::kMatmul) ? "input" : "output")
         .fail("quantization differs from the output of '" + prev.name + "'");

@@ -232,8 +232,7 @@ struct Freezer {
       IntLayer l;
       l.op = IntOp::adaptive_avg_pool;
       l.name = s.name;
-      l.in = l.out = cur;
-      l.out.zero_frac = 0.f;  // the requantization after it snaps to the integer zero point
+      l.in = l.out = cur;  // the mean rounded onto the same grid, fraction included
       l.out_h = p->out_h;
       l.out_w = p->out_w;
       cur = l.out;
@@ -244,8 +243,7 @@ struct Freezer {
       need_input(s.name);
       const QParams sq = q->source()->qparams();
       QAT_CHECK(sq.scale.data<float>()[0] == cur.scale && sq.zero_point.data<int32_t>()[0] == cur.zero_point &&
-                    cur.zero_frac == 0.f && !model.layers.empty() &&
-                    int_op_def(model.layers.back().op).has(kRoundsOntoInputGrid),
+                    !model.layers.empty() && int_op_def(model.layers.back().op).has(kRoundsOntoInputGrid),
                 "freeze: '", s.name, "' requantizes onto a grid other than its input's; no integer kernel for that");
       return;
     }

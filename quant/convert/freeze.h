@@ -13,7 +13,7 @@
 // (docs/math/requantization.md); none at inference.
 // LSQ+: an offset beta gives the zero point z = -beta / s, kept as an
 // integer part and a fraction: for activations (ActQuant::zero_frac) folded
-// into the biases and the average-pool rounding, for weights
+// into the biases (and kept through average pooling), for weights
 // (IntLayer::weight_zero_frac) a per-row term of the output stage. Interior
 // outputs match fake quant; outputs of a padded conv next to the border can
 // be up to 2 LSB off (the float model pads with a real 0, which is off a

@@ -206,7 +206,7 @@ void max_pool_u8(const uint8_t* x, const PoolShape& s, uint8_t* y) {
 }
 
 void adaptive_avg_pool_u8(const uint8_t* x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t out_h, int64_t out_w,
-                          int32_t round_q16, uint8_t* y) {
+                          uint8_t* y) {
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t oh = 0; oh < out_h; ++oh) {
       const int64_t h0 = oh * h / out_h, h1 = ((oh + 1) * h + out_h - 1) / out_h;
@@ -218,7 +218,7 @@ void adaptive_avg_pool_u8(const uint8_t* x, int64_t n, int64_t h, int64_t w, int
           int64_t sum = 0;
           for (int64_t i = h0; i < h1; ++i)
             for (int64_t j = w0; j < w1; ++j) sum += x[((b * h + i) * w + j) * c + ch];
-          const int64_t q = ((sum << 16) + count * round_q16) / (count << 16);  // both >= 0: floor
+          const int64_t q = (2 * sum + count) / (2 * count);  // both >= 0: floor
           dst[ch] = static_cast<uint8_t>(std::clamp<int64_t>(q, 0, 255));
         }
       }

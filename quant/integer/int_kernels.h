@@ -76,10 +76,9 @@ struct PoolShape {
 };
 void max_pool_u8(const uint8_t* x, const PoolShape& s, uint8_t* y);
 // Adaptive average pooling on NHWC u8 with PyTorch's bins; each output is
-// floor((sum + count * round_q16 / 2^16) / count): round_q16 = 2^15 rounds the
-// mean half up (values are non-negative).
+// floor(sum / count + 1/2), the mean rounded half up (values are non-negative).
 void adaptive_avg_pool_u8(const uint8_t* x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t out_h, int64_t out_w,
-                          int32_t round_q16, uint8_t* y);
+                          uint8_t* y);
 
 // Float NCHW -> stored u8 NHWC: q = clamp(nearbyint(x * (1/scale) + frac) + z, qmin, qmax) + offset,
 // exactly the fake-quant rounding (PyTorch's) when frac = 0 (LSQ+: frac is the

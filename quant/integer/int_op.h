@@ -28,8 +28,9 @@ enum IntFields : unsigned {
   kPoolGeometry = 1u << 2,  // pool (kernel, stride, padding)
   kOutputSize = 1u << 3,    // out_h, out_w
   kFloatInput = 1u << 4,    // reads the float images: the network's first layer
-  // Output on the input's grid, less the zero point's fraction; the float
-  // model rounds it onto that grid in the module after it (average pooling).
+  // Output on the input's grid (the zero point's fraction included); the
+  // float model rounds it onto that grid in the module after it (average
+  // pooling).
   kRoundsOntoInputGrid = 1u << 5,
 };
 

@@ -43,7 +43,7 @@ struct ActQuant {
   int32_t zero_point = 0;
   // The real zero point is zero_point + zero_frac (|zero_frac| <= 1/2): LSQ+
   // learns a continuous offset beta, z = -beta / s. Folded into the biases at
-  // freeze (conv/linear) and into the rounding of average pooling; 0 for every
+  // freeze (conv/linear) and kept through average pooling; 0 for every
   // other method.
   float zero_frac = 0.f;
   int bits = 8;
@@ -77,10 +77,6 @@ struct IntLayer {
   // pools
   Pool2dParams pool{};
   int64_t out_h = 0, out_w = 0;  // adaptive_avg_pool
-  // adaptive_avg_pool (derived from in.zero_frac): out = floor((sum + count *
-  // round_q16 / 2^16) / count), i.e. round(mean - zero_frac) onto the grid
-  // without the fraction, as the fake-quant model's requantization after it.
-  int32_t round_q16 = 1 << 15;
 
   // Derived at load/freeze (not stored): Σ_k w[c][k] per channel, and the
   // weights repacked for the broadcast VNNI kernel (int8_gemm_packed.h) when

@@ -63,6 +63,10 @@ void FakeQuantizer::store_qparams(const Tensor& scale, const Tensor& zero_point)
   zero_point_.copy_(zero_point.view(zero_point_.sizes()));
 }
 
+Tensor FakeQuantizer::apply_frozen(const Tensor& x) const {
+  return fake_quantize(x, scale_, zero_point_, cfg_.spec, cfg_.ste);
+}
+
 // ---------------------------------------------------------------- observed
 ObserverFakeQuantizer::ObserverFakeQuantizer(const QuantizerConfig& cfg, int64_t channels)
     : FakeQuantizer(cfg, channels),
@@ -159,6 +163,12 @@ Tensor LsqPlusFakeQuantizer::zero_points(const Tensor& s) const {
   return z;
 }
 
+// scale_ holds the effective step of the last forward; step and offset are
+// detached: a frozen application trains neither.
+Tensor LsqPlusFakeQuantizer::apply_frozen(const Tensor& x) const {
+  return lsq_plus_quantize(x, scale_, offset_.detach(), cfg_.spec, 1.f);
+}
+
 Tensor LsqPlusFakeQuantizer::quantize(const Tensor& x, float grad_scale) const {
   return lsq_plus_quantize(x, step_, offset_, cfg_.spec, grad_scale);
 }
@@ -166,8 +176,7 @@ Tensor LsqPlusFakeQuantizer::quantize(const Tensor& x, float grad_scale) const {
 // ---------------------------------------------------------------- shared
 Tensor SharedFakeQuantizer::forward(const Tensor& x) {
   if (!source_->fake_quant_enabled()) return x;
-  const FakeQuantizer& s = *source_;
-  return fake_quantize(x, s.qparams().scale, s.qparams().zero_point, s.config().spec, s.config().ste);
+  return source_->apply_frozen(x);
 }
 
 }  // namespace qat::quant

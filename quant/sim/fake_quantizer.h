@@ -48,6 +48,9 @@ class FakeQuantizer : public Module {
   QParams qparams() const { return {scale_, zero_point_}; }
   // LSQ+'s learned offset beta (C); undefined for every other kind.
   virtual const Tensor& learned_offset() const { return undefined_; }
+  // x quantized onto this quantizer's current grid, nothing observed or
+  // learned (ops that keep their input's grid: SharedFakeQuantizer).
+  virtual Tensor apply_frozen(const Tensor& x) const;
 
  protected:
   // channels: size along spec.axis for per-channel specs, else 1.
@@ -103,6 +106,8 @@ class LsqPlusFakeQuantizer final : public LearnedFakeQuantizer {
  public:
   LsqPlusFakeQuantizer(const QuantizerConfig& cfg, int64_t channels);
   const Tensor& learned_offset() const override { return offset_; }
+  // On the LSQ+ grid v = s q + beta, whose zero point -beta / s is fractional.
+  Tensor apply_frozen(const Tensor& x) const override;
 
  private:
   void initialize_from(const Tensor& x) override;

@@ -25,15 +25,15 @@ Tensor run_max_pool(const IntLayer& l, const Tensor& x, GemmKernel) {
 Tensor run_adaptive_avg_pool(const IntLayer& l, const Tensor& x, GemmKernel) {
   check_u8(l, x, 4);
   Tensor y = Tensor::empty({x.size(0), l.out_h, l.out_w, x.size(3)}, DType::u8);
-  adaptive_avg_pool_u8(x.data<uint8_t>(), x.size(0), x.size(1), x.size(2), x.size(3), l.out_h, l.out_w, l.round_q16,
+  adaptive_avg_pool_u8(x.data<uint8_t>(), x.size(0), x.size(1), x.size(2), x.size(3), l.out_h, l.out_w,
                        y.data<uint8_t>());
   return y;
 }
 
+// The stored integers share one grid in and out (the zero point's fraction
+// included), so the mean is rounded as it is: to nearest, ties upwards.
 void finalize_adaptive_avg_pool(IntLayer& l) {
-  QAT_CHECK(l.out.scale == l.in.scale && l.out.zero_point == l.in.zero_point && l.out.zero_frac == 0.f, "layer '",
-            l.name, "': average pooling keeps its input's grid (less the zero point's fraction)");
-  l.round_q16 = static_cast<int32_t>(std::lround((0.5 - static_cast<double>(l.in.zero_frac)) * 65536.0));
+  QAT_CHECK(l.out == l.in, "layer '", l.name, "': average pooling keeps its input's grid");
 }
 
 // Padding at most half the kernel, as PyTorch's max pooling requires.

@@ -203,3 +203,31 @@ TEST_CASE("learned quantizers scale their step's gradient by 1/sqrt(N Qp)", "[qu
     REQUIRE(step_param.grad().to_vector() == step.grad().to_vector());
   }
 }
+
+// Ops that keep their input's grid (average pooling) re-apply the source
+// quantizer's grid; for LSQ+ that is v = s q + beta, whose zero point
+// -beta / s is fractional: every output must lie on it.
+TEST_CASE("a shared LSQ+ quantizer puts its outputs on the LSQ+ grid", "[quant][qat]") {
+  QuantizerConfig cfg;
+  cfg.method = QuantMethod::lsq_plus;
+  cfg.spec.bits = 4;
+  cfg.spec.is_signed = false;
+  cfg.spec.symmetric = false;
+  const auto source = make_fake_quantizer(cfg, 1);
+  source->train();
+  Generator g(21);
+  source->forward(Tensor::randn({8, 40}, g));  // initialises step and offset
+  const float s = source->qparams().scale.item();
+  Tensor offset = source->learned_offset();
+  offset.data<float>()[0] = -2.37f * s;  // as training may leave it: zero point 2.37
+  const float beta = offset.item();
+  SharedFakeQuantizer shared(source);
+  const std::vector<float> y = shared.forward(Tensor::randn({8, 40}, g)).to_vector();
+  for (float v : y) {
+    const float q = (v - beta) / s;
+    INFO("output " << v << " = " << q << " steps from beta");
+    REQUIRE(std::abs(q - std::nearbyint(q)) < 1e-4f);
+    REQUIRE(std::nearbyint(q) >= 0);
+    REQUIRE(std::nearbyint(q) <= 15);
+  }
+}
