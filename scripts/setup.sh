@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev       # JSON header of safetensors files
   libssl-dev               # libcrypto's SHA-256: an export's manifest names the digest of its weights
   python3-numpy            # tests run the numpy reader example of docs/export_format.md
+  clang libclang-rt-dev libomp-dev   # libFuzzer targets (scripts/fuzz.sh): Clang, its sanitizer runtimes, OpenMP
 )
 
 missing=()
