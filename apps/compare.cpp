@@ -34,6 +34,17 @@ int64_t weight_storage_bytes(const RunSummary& s) {
   return (bits_total + 7) / 8;
 }
 
+// ", classifier.6 W8A8, features.0 W8": per-layer overrides, A the bits of
+// the activation the layer reads.
+std::string override_label(const RunSummary& r) {
+  std::map<std::string, std::string> parts;  // appended piece by piece: GCC 12 warns falsely on "W" + string
+  for (auto& [layer, b] : r.layer_weight_bits) (parts[layer] += 'W') += std::to_string(b);
+  for (auto& [layer, b] : r.layer_activation_bits) (parts[layer] += 'A') += std::to_string(b);
+  std::string out;
+  for (auto& [layer, p] : parts) out += ", " + layer + " " + p;
+  return out;
+}
+
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
@@ -62,8 +73,10 @@ RunSummary summarize_run(const std::string& run_dir) {
     const quant::QConfig q = make_qconfig(cfg.quant);
     s.weight_bits = q.weight_bits;
     s.activation_bits = q.activation_bits;
-    for (auto& [layer, bits] : q.overrides)
+    for (auto& [layer, bits] : q.overrides) {
       if (bits.weight_bits > 0) s.layer_weight_bits[layer] = bits.weight_bits;
+      if (bits.activation_bits > 0) s.layer_activation_bits[layer] = bits.activation_bits;
+    }
     s.method = quant::method_name(q.method);
   }
   const auto rows = read_metrics(run_dir);
@@ -93,7 +106,7 @@ std::string markdown_table(const std::vector<RunSummary>& runs) {
   for (const auto& r : runs) {
     std::string bits = r.method == "fp32" ? "32/32" : std::to_string(r.weight_bits) + "/" +
                                                           std::to_string(r.activation_bits);
-    for (auto& [layer, b] : r.layer_weight_bits) bits += ", " + layer + " W" + std::to_string(b);
+    bits += override_label(r);
     t += "| " + r.name + " | " + bits + " | " + r.method + " | " + fmt("%.2f%%", 100 * r.best_top1) + " | " +
          fmt("%.2f%%", 100 * r.best_top5) + " | " + fmt("%.2f%%", 100 * r.final_top1) + " | " +
          fmt("%.2f%%", 100 * r.final_top5) + " | " + fmt("%+.2f", 100 * (r.best_top1 - ref->best_top1)) + " | " +

@@ -19,6 +19,7 @@ struct RunSummary {
   int64_t num_classes = 0;
   int weight_bits = 32, activation_bits = 32;
   std::map<std::string, int> layer_weight_bits;  // per-layer overrides (quant.overrides)
+  std::map<std::string, int> layer_activation_bits;  // the activation the layer reads
   std::string method = "fp32";
   double best_top1 = 0, best_top5 = 0, final_top1 = 0, final_top5 = 0;
   double train_seconds = 0;

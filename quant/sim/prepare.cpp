@@ -129,7 +129,8 @@ PrepareReport prepare(Module& model, const Backend& backend, const QConfig& qcon
   check_overrides(qconfig, rw.report);
   std::vector<std::shared_ptr<FakeQuantizer>> outputs(rw.qat_layers.size());
   for (size_t k = 0; k < rw.qat_layers.size(); ++k) {
-    auto& [layer, name] = rw.qat_layers[k];
+    Module* layer = rw.qat_layers[k].first;
+    const std::string& name = rw.qat_layers[k].second;  // (not a structured binding: the lambda uses it)
     PreparedLayer& info = rw.report.layers[k];
     with_qat_layer(layer, [&](auto& l) {
       if (k == 0) {

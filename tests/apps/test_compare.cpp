@@ -58,12 +58,17 @@ TEST_CASE("compare reads each run's config.yaml through the config loader", "[co
   fs::path bad = make_run("bad", "quant: {enabled: true, bits: four}\n", {0.5});
   REQUIRE_THROWS_WITH(summarize_run(bad.string()), Contains((bad / "config.yaml").string() + ", line 5: quant.bits: "
                                                                                              "expected an integer, got 'four'"));
-  fs::path over = make_run("over", "quant: {enabled: true, bits: 4, overrides: {fc: {weight_bits: 8}}}\n", {0.5});
+  fs::path over = make_run("over",
+                           "quant: {enabled: true, bits: 4, overrides: {fc: {weight_bits: 8, activation_bits: 8}, "
+                           "features.0: {weight_bits: 8}}}\n",
+                           {0.5});
   RunSummary s = summarize_run(over.string());
   CHECK(s.weight_bits == 4);
   CHECK(s.activation_bits == 4);
   CHECK(s.method == "moving_average");
-  CHECK(s.layer_weight_bits == std::map<std::string, int>{{"fc", 8}});
+  CHECK(s.layer_weight_bits == std::map<std::string, int>{{"fc", 8}, {"features.0", 8}});
+  CHECK(s.layer_activation_bits == std::map<std::string, int>{{"fc", 8}});
+  CHECK_THAT(markdown_table({s}), Contains("| 4/4, fc W8A8, features.0 W8 |"));
 }
 
 TEST_CASE("truncate_metrics keeps the rows of saved epochs only", "[compare]") {
