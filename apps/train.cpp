@@ -92,16 +92,14 @@ std::string checkpoints_left(const std::string& run_dir) {
   return "The last good checkpoint, " + last + ", is unchanged.";
 }
 
-// Saves a checkpoint, unless a weight or optimizer state has become NaN or
-// infinite (the loss of the step before can still have been finite): then the
-// run stops and the checkpoints already written stay as they are.
-void save_if_finite(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& state,
-                    const std::string& hash) {
+// Before anything of an epoch (or an interrupted one) is written: a weight or
+// optimizer state that became NaN or infinite (the loss of the step before
+// can still have been finite) stops the run, and the checkpoints already
+// written stay as they are. One scan for every file written after it.
+void require_finite_state(const Module& model, const Optimizer* optimizer, int64_t epoch, const std::string& run_dir) {
   const std::string bad = first_non_finite(model, optimizer);
-  QAT_CHECK(bad.empty(), "train: '", bad, "' holds NaN or infinite values at epoch ",
-            state.epoch + (state.step ? 1 : 0), "; stopping without writing ", path, ". ",
-            checkpoints_left(fs::path(path).parent_path().string()));
-  save_run_state(path, model, optimizer, state, hash);
+  QAT_CHECK(bad.empty(), "train: '", bad, "' holds NaN or infinite values at epoch ", epoch,
+            "; stopping without writing a checkpoint. ", checkpoints_left(run_dir));
 }
 
 // Epoch-dependent QAT switches (1-based epochs in the config).
@@ -311,7 +309,8 @@ int run_train(const TrainArgs& args) {
       ++steps_this_run;
       if (g_interrupted || (args.stop_after_steps > 0 && steps_this_run >= args.stop_after_steps)) {
         progress.finish();
-        save_if_finite(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
+        require_finite_state(*model, optimizer.get(), epoch + 1, run_dir);
+        save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
         std::fprintf(stderr, "qat: interrupted at epoch %lld step %lld; saved %s/last.safetensors (resume with "
                      "--resume %s)\n", static_cast<long long>(epoch + 1), static_cast<long long>(step + 1),
                      run_dir.c_str(), run_dir.c_str());
@@ -323,6 +322,7 @@ int run_train(const TrainArgs& args) {
     const EvalSummary v = evaluate(*model, val_loader, cfg.model.num_classes);
     QAT_CHECK(std::isfinite(v.loss), "train: val loss is ", v.loss, " after epoch ", epoch + 1, "; stopping. ",
               checkpoints_left(run_dir));
+    require_finite_state(*model, optimizer.get(), epoch + 1, run_dir);
     EpochMetrics m;
     m.epoch = epoch + 1;
     m.train_loss = state.epoch_loss_sum / state.epoch_images;
@@ -345,8 +345,8 @@ int run_train(const TrainArgs& args) {
     state.next_epoch();
     const bool best = v.top1 > state.best_top1;
     if (best) state.best_top1 = v.top1;
-    save_if_finite(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
-    if (best) save_if_finite(run_dir + "/best.safetensors", *model, optimizer.get(), state, hash);
+    save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
+    if (best) save_run_state(run_dir + "/best.safetensors", *model, optimizer.get(), state, hash);
   }
   std::printf("done: best val top-1 %.2f%%; checkpoints in %s\n", 100 * state.best_top1, run_dir.c_str());
   return 0;

@@ -20,10 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view weights = cut == std::string_view::npos ? std::string_view() : in.substr(cut + kSeparator.size());
   const std::string dir = "/tmp/qat_fuzz_export_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
-  qat::fuzz::write_input("m", reinterpret_cast<const uint8_t*>(manifest.data()), manifest.size());
-  std::filesystem::rename("/tmp/qat_fuzz_" + std::to_string(::getpid()) + "_m", dir + "/manifest.yaml");
-  qat::fuzz::write_input("w", reinterpret_cast<const uint8_t*>(weights.data()), weights.size());
-  std::filesystem::rename("/tmp/qat_fuzz_" + std::to_string(::getpid()) + "_w", dir + "/weights.safetensors");
+  qat::fuzz::write_file(dir + "/manifest.yaml", manifest.data(), manifest.size());
+  qat::fuzz::write_file(dir + "/weights.safetensors", weights.data(), weights.size());
   try {
     const qat::apps::ExportedModel m = qat::apps::load_export(dir);
     if (m.image_size <= 64) (void)m.model.forward(qat::Tensor::zeros({1, 3, m.image_size, m.image_size}));

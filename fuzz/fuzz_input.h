@@ -10,11 +10,14 @@
 
 namespace qat::fuzz {
 
+inline void write_file(const std::string& path, const char* data, size_t size) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(data, static_cast<std::streamsize>(size));
+}
+
 // Writes bytes to /tmp/qat_fuzz_<pid>_<name> and returns the path.
 inline std::string write_input(const std::string& name, const uint8_t* data, size_t size) {
   const std::string path = "/tmp/qat_fuzz_" + std::to_string(::getpid()) + "_" + name;
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data),
-                                                                static_cast<std::streamsize>(size));
+  write_file(path, reinterpret_cast<const char*>(data), size);
   return path;
 }
 

@@ -39,7 +39,6 @@ enum IntFields : unsigned {
 struct ActShape {
   int64_t h = 1, w = 1, c = 0;
   bool flat = false;
-  bool operator==(const ActShape&) const = default;
 };
 
 struct IntOpDef {
