@@ -29,7 +29,12 @@ std::shared_ptr<FakeQuantizer> make_fake_quantizer(const QuantizerConfig& cfg, i
     case QuantMethod::minmax:
     case QuantMethod::moving_average: return std::make_shared<ObserverFakeQuantizer>(cfg, channels);
     case QuantMethod::lsq: return std::make_shared<LsqFakeQuantizer>(cfg, channels);
-    case QuantMethod::lsq_plus: return std::make_shared<LsqPlusFakeQuantizer>(cfg, channels);
+    case QuantMethod::lsq_plus:
+      // A symmetric grid has zero point 0 by definition (PyTorch's symmetric
+      // qschemes, TensorRT): no offset to learn. LSQ+ learns one on affine
+      // grids only, which is where its paper puts it (activations).
+      if (cfg.spec.symmetric) return std::make_shared<LsqFakeQuantizer>(cfg, channels);
+      return std::make_shared<LsqPlusFakeQuantizer>(cfg, channels);
   }
   QAT_FAIL("make_fake_quantizer: unknown method ", static_cast<int>(cfg.method));
 }

@@ -13,8 +13,8 @@ Two references:
   ref.*  (every case) the papers' formulas, written as a float64 autograd
          composition from the float32 inputs, rounded to float32 once:
            t = (x - beta) / s
-           tc = where(t <= qmin, qmin, where(t >= qmax, qmax, t))   (Esser et al. eq. 3: clipped
-                                                                     where t <= -Q_N or t >= Q_P)
+           tc = F.hardtanh(t, qmin, qmax)   (as the code in Esser et al.'s appendix: PyTorch's
+                                             kernel clips, gradient 0 where t <= -Q_N or t >= Q_P)
            y = (tc + (round(tc) - tc).detach()) * s + beta          (STE on round, half to even)
          with s and beta passed through the LSQ paper's grad_scale trick
          ((p - p*g).detach() + p*g). Stores ref.y, ref.dx, ref.dstep, ref.doffset.
@@ -43,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_writer import write_safetensors  # noqa: E402
 from golden_common import GoldenTensors, qrange  # noqa: E402
 import torch
+import torch.nn.functional as F
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsq.safetensors")
 
@@ -110,8 +111,9 @@ def paper_reference(x32, s32, b32, gy32, axis, per_channel, qmin, qmax, gf):
     b = torch.from_numpy(b32).double().requires_grad_(True) if b32 is not None else None
     sg = grad_scale_param(s, gf).reshape(bs)
     t = x / sg if b is None else (x - grad_scale_param(b, gf).reshape(bs)) / sg
-    lo, hi = torch.full_like(t, float(qmin)), torch.full_like(t, float(qmax))
-    tc = torch.where(t <= qmin, lo, torch.where(t >= qmax, hi, t))
+    # The LSQ paper's own code clips with F.hardtanh: PyTorch's kernel, whose
+    # gradient is 0 where t <= qmin or t >= qmax, decides the clipped set.
+    tc = F.hardtanh(t, float(qmin), float(qmax))
     q = tc + (torch.round(tc) - tc).detach()
     y = q * sg if b is None else q * sg + grad_scale_param(b, gf).reshape(bs)
     y.backward(torch.from_numpy(gy32).double())

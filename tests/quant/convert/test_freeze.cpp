@@ -116,9 +116,10 @@ TEST_CASE("frozen models agree with their fake-quant models on every backend", "
     const Bound tie{1, 0.97};
     require_agreement(*m, im, x, {{"adaptive_avg_pool", tie}, {"flatten", tie}});
   }
-  SECTION("4-bit LSQ+ (fractional zero points of activations and weights)") {
+  SECTION("4-bit LSQ+ (fractional zero points of activations and affine weights)") {
     QConfig q;
     q.method = QuantMethod::lsq_plus;
+    q.weight_symmetric = false;  // symmetric weights learn no offset
     q.weight_bits = q.activation_bits = 4;
     ModulePtr m = trained_qat_model("small_cnn", testing::test_backend("default"), q, 16);
     const IntegerModel im = freeze(*m);
