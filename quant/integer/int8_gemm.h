@@ -27,4 +27,12 @@ GemmKernel best_gemm_kernel();
 void gemm_u8s8s32(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B,
                   int64_t ldb, int32_t* C, int64_t ldc);
 
+// The same product for two signed operands (INT8 training: gradients x
+// weights), C[m][n] = sum_k A[m][k] * B[n][k]. The reference kernel is the
+// plain signed sum; the fast kernels run gemm_u8s8s32 on A + 128 (a u8) and
+// subtract the column correction 128 * sum_k B[n][k], which is exact (every
+// partial sum of the shifted product fits int32 for K <= 2^16, checked).
+void gemm_s8s8s32(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t lda, const int8_t* B,
+                  int64_t ldb, int32_t* C, int64_t ldc);
+
 }  // namespace qat::quant

@@ -153,3 +153,49 @@ TEST_CASE("the packed VNNI GEMM equals the reference", "[quant][int8gemm]") {
     }
   }
 }
+
+// Signed x signed (INT8 training: gradients x weights): every kernel equals a
+// plain 64-bit sum, on edge shapes, padded leading dimensions and the extreme
+// values -128 x -128 (where the +128 shift of A meets its largest correction).
+TEST_CASE("s8 x s8 GEMM equals the 64-bit sum on edge shapes with every kernel", "[quant][int8gemm]") {
+  Generator g(17);
+  struct Shape3 { int64_t M, N, K; };
+  for (const Shape3 s : {Shape3{1, 1, 1}, Shape3{3, 5, 7}, Shape3{4, 16, 64}, Shape3{7, 33, 129}, Shape3{17, 64, 300},
+                         Shape3{1, 100, 1000}, Shape3{64, 3, 4096}, Shape3{0, 4, 8}, Shape3{4, 0, 8}, Shape3{4, 4, 0}}) {
+    for (const bool extreme : {false, true}) {
+      const int64_t lda = s.K + 3, ldb = s.K + 5, ldc = s.N + 2;
+      std::vector<int8_t> A(static_cast<size_t>(std::max<int64_t>(s.M * lda, 1)), 99);
+      std::vector<int8_t> B(static_cast<size_t>(std::max<int64_t>(s.N * ldb, 1)), -99);
+      auto draw = [&] { return extreme ? int8_t{-128} : static_cast<int8_t>(static_cast<int>(g.below(256)) - 128); };
+      for (int64_t m = 0; m < s.M; ++m)
+        for (int64_t k = 0; k < s.K; ++k) A[m * lda + k] = draw();
+      for (int64_t n = 0; n < s.N; ++n)
+        for (int64_t k = 0; k < s.K; ++k) B[n * ldb + k] = draw();
+      std::vector<int32_t> want(static_cast<size_t>(s.M * s.N));
+      for (int64_t m = 0; m < s.M; ++m)
+        for (int64_t n = 0; n < s.N; ++n) {
+          int64_t acc = 0;
+          for (int64_t k = 0; k < s.K; ++k) acc += int64_t{A[m * lda + k]} * int64_t{B[n * ldb + k]};
+          want[m * s.N + n] = static_cast<int32_t>(acc);
+        }
+      for (GemmKernel kern : kernels_here()) {
+        INFO(gemm_kernel_name(kern) << " M=" << s.M << " N=" << s.N << " K=" << s.K << " extreme=" << extreme);
+        const int32_t canary = 0x5a5a5a5a;
+        std::vector<int32_t> C(static_cast<size_t>(std::max<int64_t>(s.M * ldc, 1)), canary);
+        gemm_s8s8s32(kern, s.M, s.N, s.K, A.data(), lda, B.data(), ldb, C.data(), ldc);
+        bool same = true, padding_kept = true;
+        for (int64_t m = 0; m < s.M; ++m)
+          for (int64_t n = 0; n < ldc; ++n) {
+            if (n < s.N) same = same && C[m * ldc + n] == want[m * s.N + n];
+            else padding_kept = padding_kept && C[m * ldc + n] == canary;
+          }
+        REQUIRE(same);
+        REQUIRE(padding_kept);
+      }
+    }
+  }
+  std::vector<int8_t> a(70000, 1), b(70000, 1);
+  int32_t c = 0;
+  REQUIRE_THROWS_WITH(gemm_s8s8s32(GemmKernel::reference, 1, 1, 70000, a.data(), 70000, b.data(), 70000, &c, 1),
+                      Catch::Matchers::Contains("exceeds 65536"));
+}
