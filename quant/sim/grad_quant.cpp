@@ -1,0 +1,216 @@
+#include "quant/sim/grad_quant.h"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+
+namespace qat::quant {
+
+namespace {
+
+// Elements per work item. The stats are summed inside a chunk in a fixed
+// order, then over chunks in index order, so the thread count never changes a
+// bit of the result. Work goes to OpenMP threads only when there are at least
+// two chunks' worth (a thread fork costs more than a small tensor's pass).
+constexpr int64_t kChunk = int64_t{1} << 14;
+// Independent partial sums inside a chunk: a fixed lane per element keeps the
+// order fixed while giving the adds eight chains instead of one.
+constexpr int kLanes = 8;
+
+// splitmix64's finaliser (Steele, Lea, Flood 2014): a bijection of 64 bits
+// whose outputs for consecutive inputs look independent.
+inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+inline int64_t chunk_count(int64_t n) { return (n + kChunk - 1) / kChunk; }
+
+// Runs chunk(c) -> GradQuantStats for every chunk and sums them in order.
+template <class F>
+GradQuantStats sum_chunks(int64_t n, F chunk) {
+  const int64_t nc = chunk_count(n);
+  std::vector<GradQuantStats> part(static_cast<size_t>(nc));
+#pragma omp parallel for schedule(static) if (nc > 1)
+  for (int64_t c = 0; c < nc; ++c) part[static_cast<size_t>(c)] = chunk(c * kChunk, std::min(n, (c + 1) * kChunk));
+  GradQuantStats total;
+  for (const GradQuantStats& p : part) total.add(p);
+  return total;
+}
+
+// One chunk [b, e): q from quantize_grad_value (stored when kStore), the
+// sums over element b + k kept in lane k % kLanes and folded lane 0 first.
+// u is drawn only for stochastic rounding. The sums take x in double:
+// g * inv is exact there (24 x 24 bits), so d is the cosine of g and q s up
+// to the sums' rounding, not off by the float product's (~1e-9 in d).
+template <GradRounding R, bool kStore>
+GradQuantStats quantize_chunk(const float* __restrict g, int64_t b, int64_t e, float inv, int qmax, uint64_t key,
+                              uint64_t index0, int8_t* __restrict out) {
+  double dot[kLanes] = {}, qq[kLanes] = {}, gg[kLanes] = {};
+  auto step = [&](int64_t i, int j) {
+    const float u = R == GradRounding::stochastic ? sr_uniform(key, index0 + static_cast<uint64_t>(i)) : 0.f;
+    const int8_t q = quantize_grad_value(g[i], inv, qmax, R, u);
+    if constexpr (kStore) out[i] = q;
+    const double x = static_cast<double>(g[i]) * inv, qd = q;
+    dot[j] += x * qd;
+    qq[j] += qd * qd;
+    gg[j] += x * x;
+  };
+  int64_t i = b;
+  for (; i + kLanes <= e; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) step(i + j, j);
+  for (int j = 0; i < e; ++i, ++j) step(i, j);
+  GradQuantStats s;
+  for (int j = 0; j < kLanes; ++j) s.add({dot[j], qq[j], gg[j]});
+  return s;
+}
+
+// 1 / s for clip c on a b-bit grid; checks that it is usable.
+float inverse_step(float clip, int qmax, const char* op) {
+  const float s = clip / static_cast<float>(qmax);
+  const float inv = 1.0f / s;
+  QAT_CHECK(std::isfinite(clip) && clip > 0 && std::isfinite(inv), op, ": clip must be positive, finite and ",
+            "not so small that 1 / (clip / qmax) overflows; got clip ", clip, " (qmax ", qmax, ")");
+  return inv;
+}
+
+GradQuantStats quantize_all(const float* g, int64_t n, float clip, int bits, GradRounding r, uint64_t key,
+                            uint64_t index0, int8_t* out, const char* op) {
+  QAT_CHECK(n >= 0, op, ": negative element count ", n);
+  const int qmax = grad_qmax(bits);
+  const float inv = inverse_step(clip, qmax, op);
+  using enum GradRounding;
+  return sum_chunks(n, [&](int64_t b, int64_t e) {
+    if (!out) return quantize_chunk<nearest, false>(g, b, e, inv, qmax, 0, 0, nullptr);  // d(c) only
+    return r == stochastic ? quantize_chunk<stochastic, true>(g, b, e, inv, qmax, key, index0, out)
+                           : quantize_chunk<nearest, true>(g, b, e, inv, qmax, key, index0, out);
+  });
+}
+
+}  // namespace
+
+float sr_uniform(uint64_t key, uint64_t index) {
+  // Position `index` of a splitmix64 stream seeded by mix64(key): mixing the
+  // key first keeps nearby keys (seed, seed + 1) from sharing streams shifted
+  // by a few indices.
+  const uint64_t z = mix64(key) + (index + 1) * 0x9E3779B97F4A7C15ull;
+  return static_cast<float>(mix64(z) >> 40) * 0x1.0p-24f;  // top 24 bits: exact, < 1
+}
+
+int grad_qmax(int bits) {
+  QAT_CHECK(bits >= 2 && bits <= 8, "grad_qmax: bits must be in [2, 8] (int8 storage), got ", bits);
+  return (1 << (bits - 1)) - 1;
+}
+
+double cosine_distance(const GradQuantStats& s) {
+  if (s.gg == 0) return 0;
+  if (s.qq == 0) return s.gg > 0 ? 1 : std::numeric_limits<double>::quiet_NaN();
+  // sqrt of the product, not a product of square roots: for q == x the
+  // product is a perfect square and sqrt is exact, so d is exactly 0.
+  const double d = 1 - s.dot / std::sqrt(s.qq * s.gg);
+  return d != d ? d : std::clamp(d, 0.0, 2.0);
+}
+
+GradQuantStats quantize_grad(const float* g, int64_t n, float clip, int bits, GradRounding r, uint64_t key,
+                             uint64_t index0, int8_t* out) {
+  QAT_CHECK(n <= 0 || (g && out), "quantize_grad: null input or output for ", n, " elements");
+  if (clip == 0) {  // nothing to quantize: all zeros (see the header)
+    QAT_CHECK(n >= 0, "quantize_grad: negative element count ", n);
+    grad_qmax(bits);  // still reject a bad bit width
+    std::fill(out, out + n, int8_t{0});
+    GradQuantStats s;
+    for (int64_t i = 0; i < n; ++i) s.gg += static_cast<double>(g[i]) * g[i];
+    return s;
+  }
+  return quantize_all(g, n, clip, bits, r, key, index0, out, "quantize_grad");
+}
+
+double clip_cosine_distance(const float* g, int64_t n, float clip, int bits) {
+  return cosine_distance(quantize_all(g, n, clip, bits, GradRounding::nearest, 0, 0, nullptr,
+                                      "clip_cosine_distance"));
+}
+
+float max_abs(const float* g, int64_t n) {
+  QAT_CHECK(n >= 0, "max_abs: negative element count ", n);
+  const int64_t nc = chunk_count(n);
+  std::vector<float> part(static_cast<size_t>(nc), 0.f);
+#pragma omp parallel for schedule(static) if (nc > 1)
+  for (int64_t c = 0; c < nc; ++c) {
+    // `a > m ? a : m` never lets a NaN win, so NaN is tracked on its own.
+    float m = 0;
+    bool nan = false;
+    for (int64_t i = c * kChunk, e = std::min(n, (c + 1) * kChunk); i < e; ++i) {
+      const float a = std::fabs(g[i]);
+      m = a > m ? a : m;
+      nan |= a != a;
+    }
+    part[static_cast<size_t>(c)] = nan ? std::numeric_limits<float>::quiet_NaN() : m;
+  }
+  float m = 0;
+  for (const float p : part) {
+    if (p != p) return p;
+    m = std::max(m, p);
+  }
+  return m;
+}
+
+ClipSearch search_clip(const float* g, int64_t n, int bits) {
+  constexpr int kPerOctave = 4;  // grid ratio 2^(1/4): ~19% apart
+  constexpr int kOctaves = 12;   // down to max|g| / 4096
+  constexpr int kRefine = 12;    // golden-section evaluations
+  grad_qmax(bits);
+  const float m = max_abs(g, n);
+  QAT_CHECK(std::isfinite(m), "search_clip: the gradient has a non-finite element (max|g| = ", m, ")");
+  ClipSearch best;
+  if (m == 0) return best;
+
+  // Evaluates d at clip c (in double, as the search's coordinate), keeping the best.
+  best.distance = std::numeric_limits<double>::infinity();
+  auto eval = [&](double c) {
+    const float cf = std::min(static_cast<float>(c), m);  // exp(log(m)) may round above m
+    const double d = clip_cosine_distance(g, n, cf, bits);
+    ++best.evaluations;
+    if (d < best.distance) best.distance = d, best.clip = cf;
+    return d;
+  };
+  auto grid = [&](int j) { return static_cast<double>(m) * std::exp2(-static_cast<double>(j) / kPerOctave); };
+
+  // Coarse: the best grid point (the first of equals, i.e. the largest clip).
+  constexpr int kLast = kPerOctave * kOctaves;
+  int jbest = 0;
+  double dbest = std::numeric_limits<double>::infinity();
+  for (int j = 0; j <= kLast; ++j) {
+    const double d = eval(grid(j));
+    if (d < dbest) dbest = d, jbest = j;
+  }
+  if (dbest == 0) return best;  // g is already on that grid: nothing to refine
+
+  // Refine: golden section over t = log c between the neighbouring grid points
+  // (the upper end capped at max|g|: a larger clip only coarsens the grid).
+  // With d unimodal there this converges to its minimum; where rounding makes
+  // it jagged it still only returns a point at least as good as the grid's.
+  double a = std::log(grid(jbest + 1));
+  double b = std::log(jbest == 0 ? static_cast<double>(m) : grid(jbest - 1));
+  const double r = (std::sqrt(5.0) - 1) / 2;  // 0.618...
+  double t1 = b - r * (b - a), t2 = a + r * (b - a);
+  double d1 = eval(std::exp(t1)), d2 = eval(std::exp(t2));
+  for (int k = 2; k < kRefine; ++k) {
+    if (d1 <= d2) {  // the minimum is in [a, t2]
+      b = t2, t2 = t1, d2 = d1;
+      t1 = b - r * (b - a);
+      d1 = eval(std::exp(t1));
+    } else {  // in [t1, b]
+      a = t1, t1 = t2, d1 = d2;
+      t2 = a + r * (b - a);
+      d2 = eval(std::exp(t2));
+    }
+  }
+  return best;
+}
+
+double lr_scale_for(double distance, double alpha, double beta) { return std::max(std::exp(-alpha * distance), beta); }
+
+}  // namespace qat::quant
