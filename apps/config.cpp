@@ -70,6 +70,9 @@ void check_across_keys(const ExperimentConfig& cfg, const Values& values) {
         .fail("must be <= data.resize (" + std::to_string(cfg.data.resize) + ", the default), got " +
               std::to_string(cfg.data.image_size) + why);
   }
+  if (cfg.quant.int8_training.enabled && !cfg.quant.enabled)
+    value_of(values, file, "quant.int8_training.enabled")
+        .fail("INT8 training runs on a quantized model: it needs quant.enabled: true");
   if (cfg.train.schedule == LrScheduleKind::multistep && cfg.train.milestones.empty())
     value_of(values, file, values.count("train.milestones") ? "train.milestones" : "train.schedule")
         .fail("the multistep schedule needs train.milestones (a non-empty list of epochs)");

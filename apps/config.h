@@ -13,6 +13,7 @@
 #include "core/enum_names.h"
 #include "optim/lr_schedule.h"
 #include "quant/backend.h"
+#include "quant/sim/int8_ops.h"
 
 namespace qat::apps {
 
@@ -100,6 +101,19 @@ struct QuantTensorConfig {
   Choice per_channel = Choice::auto_;  // weights only
 };
 
+// quant.int8_training: the three GEMMs of every quantized layer on integers
+// (quant/sim/int8_ops.h), each technique switchable.
+struct Int8TrainingConfig {
+  bool enabled = false;
+  int64_t gradient_bits = 8;
+  quant::GradRounding rounding = quant::GradRounding::stochastic;
+  quant::GradClipping clipping = quant::GradClipping::direction_sensitive;
+  bool lr_scaling = true;  // quant.int8_training.lr_scaling.enabled
+  double alpha = 20.0, beta = 0.1;
+  int64_t period = 100;
+  std::vector<std::string> keep_float;  // layers that keep float GEMMs (plain QAT)
+};
+
 struct QuantConfig {
   bool enabled = false;
   std::string backend = "default";  // configs/backends/<name>.yaml, or a path to a backend YAML
@@ -113,6 +127,7 @@ struct QuantConfig {
   int64_t observer_off_epoch = 0;    // from this epoch on observers are off (qparams frozen); 0: never
   std::map<std::string, quant::LayerBits> overrides;  // per module name, e.g. features.0: {weight_bits: 8}
   std::string init_from;             // float checkpoint to start from (relative to the current directory)
+  Int8TrainingConfig int8_training;
 };
 
 struct OutputConfig {

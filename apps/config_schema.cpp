@@ -90,6 +90,20 @@ Field milestones() {
           }};
 }
 
+Field keep_float() {
+  return {"quant.int8_training.keep_float", false,
+          [](const YamlValue& v, ExperimentConfig& c) {
+            c.quant.int8_training.keep_float.clear();
+            for (const YamlValue& item : v.items("a list of layer names"))
+              c.quant.int8_training.keep_float.push_back(item.as<std::string>());
+          },
+          [](YAML::Emitter& e, const ExperimentConfig& c) {
+            e << YAML::Flow << YAML::BeginSeq;
+            for (const std::string& l : c.quant.int8_training.keep_float) e << YAML::DoubleQuoted << l;
+            e << YAML::EndSeq;
+          }};
+}
+
 Field seed() {
   return {"train.seed", false, [](const YamlValue& v, ExperimentConfig& c) { c.train.seed = v.as<uint64_t>(); },
           [](YAML::Emitter& e, const ExperimentConfig& c) { e << std::to_string(c.train.seed); }};
@@ -246,6 +260,15 @@ std::vector<Field> quant_and_output_fields() {
       integer("quant.observer_off_epoch", QAT_CFG(quant.observer_off_epoch), 0),
       quant_overrides(),
       init_from(),
+      boolean("quant.int8_training.enabled", QAT_CFG(quant.int8_training.enabled)),
+      integer_in("quant.int8_training.gradient_bits", QAT_CFG(quant.int8_training.gradient_bits), 2, 8),
+      enumeration("quant.int8_training.rounding", QAT_CFG(quant.int8_training.rounding)),
+      enumeration("quant.int8_training.clipping", QAT_CFG(quant.int8_training.clipping)),
+      boolean("quant.int8_training.lr_scaling.enabled", QAT_CFG(quant.int8_training.lr_scaling)),
+      real("quant.int8_training.lr_scaling.alpha", QAT_CFG(quant.int8_training.alpha), at_least(0)),
+      real("quant.int8_training.lr_scaling.beta", QAT_CFG(quant.int8_training.beta), in_range(0, 1, true)),
+      integer_in("quant.int8_training.period", QAT_CFG(quant.int8_training.period), 1, int64_t{1} << 30),
+      keep_float(),
       text("output.dir", QAT_CFG(output.dir), true),
       sweep(),
   };

@@ -1,7 +1,9 @@
 #include "apps/metrics_log.h"
 
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <utility>
 
@@ -27,10 +29,30 @@ std::string json_row(const EpochMetrics& m) {
   std::snprintf(row, sizeof row,
                 "{\"epoch\": %lld, \"train_loss\": %.6f, \"train_top1\": %.6f, \"val_loss\": %.6f, \"val_top1\": %.6f, "
                 "\"val_top5\": %.6f, \"lr\": %.8g, \"epoch_time_s\": %.2f, \"images_per_s\": %.2f, "
-                "\"data_wait_share\": %.4f}\n",
+                "\"data_wait_share\": %.4f",
                 static_cast<long long>(m.epoch), m.train_loss, m.train_top1, m.val_loss, m.val_top1, m.val_top5, m.lr,
                 m.epoch_seconds, m.images_per_second, m.data_wait_share);
-  return row;
+  std::string r = row;
+  if (!m.extra_json.empty()) {
+    r += ", ";
+    r += m.extra_json;
+  }
+  r += "}\n";
+  return r;
+}
+
+// The lines of metrics.jsonl by epoch (each starts {"epoch": N,).
+std::map<int64_t, std::string> json_lines(const std::string& path) {
+  std::map<int64_t, std::string> out;
+  std::ifstream in(path);
+  std::string line;
+  const std::string head = "{\"epoch\": ";
+  while (std::getline(in, line)) {
+    if (line.rfind(head, 0) != 0) continue;
+    long long e = 0;
+    if (std::sscanf(line.c_str() + head.size(), "%lld", &e) == 1) out[e] = line + "\n";
+  }
+  return out;
 }
 
 // Appends (or, truncating, replaces) a file and checks that every byte got
@@ -86,6 +108,7 @@ void append_metrics(const std::string& run_dir, const EpochMetrics& m) {
 int64_t truncate_metrics(const std::string& run_dir, int64_t last_epoch) {
   std::string malformed;
   const std::vector<EpochMetrics> rows = read_rows(run_dir + "/metrics.csv", malformed);
+  const std::map<int64_t, std::string> old_json = json_lines(run_dir + "/metrics.jsonl");
   std::string csv = std::string(kHeader) + "\n", jsonl;
   int64_t dropped = malformed.empty() ? 0 : 1;
   for (const auto& m : rows) {
@@ -94,7 +117,8 @@ int64_t truncate_metrics(const std::string& run_dir, int64_t last_epoch) {
       continue;
     }
     csv += csv_row(m);
-    jsonl += json_row(m);
+    const auto it = old_json.find(m.epoch);
+    jsonl += it != old_json.end() ? it->second : json_row(m);
   }
   // Both files are rewritten whole through temporary files: an interruption
   // here leaves the old log or the new one.

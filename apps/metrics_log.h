@@ -15,10 +15,14 @@ struct EpochMetrics {
   double epoch_seconds = 0;
   double images_per_second = 0;   // training images / training time
   double data_wait_share = 0;     // share of training time spent waiting for batches
+  // More JSON members for metrics.jsonl only (e.g. "int8": {...}), without
+  // the surrounding braces; empty: none.
+  std::string extra_json;
 };
 
 void append_metrics(const std::string& run_dir, const EpochMetrics& m);
-// Keeps only the rows of epochs <= last_epoch in both files (resume: rows of
+// Keeps only the rows of epochs <= last_epoch in both files (metrics.jsonl
+// rows verbatim, their extra members included) (resume: rows of
 // an epoch whose checkpoint was never written are dropped; 0 clears them).
 // The checkpoint is the truth: a malformed row (a row cut short by a crash)
 // and every row after it are dropped too. Returns the number of rows dropped.

@@ -24,6 +24,7 @@
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "optim/sgd.h"
+#include "quant/sim/int8_training.h"
 #include "quant/sim/prepare.h"
 
 namespace qat::apps {
@@ -107,6 +108,25 @@ void apply_quant_schedule(const QuantConfig& q, Module& model, int64_t epoch0) {
   if (!q.enabled) return;
   if (q.freeze_bn_epoch > 0 && epoch0 + 1 >= q.freeze_bn_epoch) quant::freeze_bn_stats(model);
   if (q.observer_off_epoch > 0 && epoch0 + 1 >= q.observer_off_epoch) quant::disable_observers(model);
+}
+
+// "int8": {layer: {clip_dw, clip_dx (latest), distance_dw, distance_dx,
+// lr_scale (epoch means)}, ...}; empty without INT8 layers.
+std::string int8_metrics_json(const std::vector<quant::Int8Layer>& layers) {
+  if (layers.empty()) return "";
+  std::string j = "\"int8\": {";
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const quant::Int8GradState::Means m = layers[i].state->take_means();
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "\"%s\": {\"clip_dw\": %.6g, \"clip_dx\": %.6g, \"distance_dw\": %.6g, \"distance_dx\": %.6g, "
+                  "\"lr_scale\": %.6g}",
+                  layers[i].name.c_str(), layers[i].state->clip(0), layers[i].state->clip(1), m.distance_dw,
+                  m.distance_dx, m.lr_scale);
+    j += (i ? ", " : "");
+    j += buf;
+  }
+  return j + "}";
 }
 
 void write_text(const std::string& path, const std::string& text) {
@@ -213,6 +233,17 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
   const quant::PrepareReport report = quant::prepare(*model, backend, make_qconfig(cfg.quant));
   if (print) std::printf("backend %s, method %s\n%s", backend.name.c_str(), quant::method_name(cfg.quant.method),
                          report.to_string().c_str());
+  const Int8TrainingConfig& i8 = cfg.quant.int8_training;
+  if (i8.enabled) {
+    const quant::Int8GradConfig gc{static_cast<int>(i8.gradient_bits), i8.rounding, i8.clipping, i8.period,
+                                   i8.lr_scaling, i8.alpha, i8.beta};
+    const auto layers = quant::enable_int8_training(*model, gc, i8.keep_float, cfg.train.seed);
+    if (print) {
+      std::printf("INT8 training (%s) on %zu layers:", layers.front().state->describe().c_str(), layers.size());
+      for (const auto& l : layers) std::printf(" %s", l.name.c_str());
+      std::printf("\n");
+    }
+  }
   return model;
 }
 
@@ -272,6 +303,7 @@ int run_train(const TrainArgs& args) {
               static_cast<long long>(train_set.classes().size()), num_threads());
   std::printf("run directory: %s\n", run_dir.c_str());
 
+  const std::vector<quant::Int8Layer> int8 = quant::int8_layers(*model);
   int64_t steps_this_run = 0;
   for (int64_t epoch = state.epoch; epoch < cfg.train.epochs; ++epoch) {
     model->train();
@@ -297,6 +329,8 @@ int run_train(const TrainArgs& args) {
       QAT_CHECK(std::isfinite(lv), "train: loss is ", lv, " at epoch ", epoch + 1, " step ", step + 1, "; stopping. ",
                 checkpoints_left(run_dir));
       loss.backward();
+      for (const quant::Int8Layer& l : int8)  // error-sensitive learning rates: phi(d) of this step
+        for (const Tensor& p : quant::int8_scaled_parameters(l)) optimizer->set_lr_scale(p, l.state->lr_scale());
       optimizer->step();
       const int64_t n = batch.labels.size(0);
       state.epoch_loss_sum += static_cast<double>(lv) * n;
@@ -332,6 +366,7 @@ int run_train(const TrainArgs& args) {
     m.epoch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     m.images_per_second = images_this_run / train_secs;
     m.data_wait_share = (train_loader.stats().wait_seconds - wait0) / train_secs;
+    m.extra_json = int8_metrics_json(int8);
     append_metrics(run_dir, m);
     std::printf("epoch %lld: train loss %.4f top-1 %.2f%% | val loss %.4f top-1 %.2f%% top-5 %.2f%% | lr %.5f | "
                 "%.1f img/s, data wait %.1f%%, %.0f s\n",

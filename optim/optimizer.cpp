@@ -1,5 +1,7 @@
 #include "optim/optimizer.h"
 
+#include <cmath>
+
 #include <set>
 
 namespace qat {
@@ -46,6 +48,20 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
     }
     state_[g].resize(groups_[g].params.size());
   }
+  lr_scale_.resize(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) lr_scale_[g].assign(groups_[g].params.size(), 1.f);
+}
+
+void Optimizer::set_lr_scale(const Tensor& param, float scale) {
+  QAT_CHECK(std::isfinite(scale) && scale >= 0.f, name(), "::set_lr_scale: scale must be finite and >= 0, got ",
+            scale);
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t i = 0; i < groups_[g].params.size(); ++i)
+      if (groups_[g].params[i].impl_ptr() == param.impl_ptr()) {
+        lr_scale_[g][i] = scale;
+        return;
+      }
+  QAT_FAIL(name(), "::set_lr_scale: the tensor is not one of the optimizer's parameters");
 }
 
 void Optimizer::step() {
@@ -70,7 +86,12 @@ void Optimizer::step() {
         for (size_t b = 0; b < nbuf; ++b) s.buffers.push_back(Tensor::zeros(p.sizes()));
       }
       ++s.step;
-      update(group, p.data<float>(), grad.data<float>(), p.numel(), s);
+      if (const float scale = lr_scale_[g][i]; scale != 1.f) {
+        const ParamGroup scaled{group.name, {}, group.lr * scale, group.weight_decay};
+        update(scaled, p.data<float>(), grad.data<float>(), p.numel(), s);
+      } else {
+        update(group, p.data<float>(), grad.data<float>(), p.numel(), s);
+      }
       p.bump_version();
     }
   }

@@ -62,6 +62,11 @@ class Optimizer {
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   int64_t steps_taken() const { return steps_; }
 
+  // Multiplies the lr of one parameter (by identity) from the next step on
+  // (INT8 training's error-sensitive learning rates); 1 restores it. Not part
+  // of the state dict: its owner sets it again before every step.
+  void set_lr_scale(const Tensor& param, float scale);
+
   TensorMap state_dict(const std::string& prefix = "optim.") const;
   void load_state_dict(const TensorMap& state, const std::string& prefix = "optim.");
 
@@ -76,6 +81,7 @@ class Optimizer {
  private:
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<ParamState>> state_;  // [group][param]
+  std::vector<std::vector<float>> lr_scale_;    // [group][param]
   int64_t steps_ = 0;
 };
 

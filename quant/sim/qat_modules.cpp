@@ -67,12 +67,12 @@ Tensor QatConv2d::forward(const Tensor& x_in) {
   Tensor x = input_fake_quant ? input_fake_quant->forward(x_in) : x_in;
   Tensor y;
   if (!bn) {
-    y = conv2d(x, weight_fake_quant->forward(weight), bias, params);
+    y = conv(x, weight_fake_quant->forward(weight), bias);
   } else {
     const int64_t O = weight.size(0);
     Tensor sf = fold_scale(true);
     Tensor w_fold = scale_channels(weight, sf, 0);
-    y = conv2d(x, weight_fake_quant->forward(w_fold), Tensor(), params);
+    y = conv(x, weight_fake_quant->forward(w_fold), Tensor());
     y = scale_channels(y, div(Tensor::ones({O}), sf), 1);
     if (bias.defined()) y = add(y, reshape(bias, {1, O, 1, 1}));
     const bool batch_stats = is_training() && !bn_frozen_;
@@ -80,6 +80,17 @@ Tensor QatConv2d::forward(const Tensor& x_in) {
   }
   if (relu) y = qat::relu(y);
   return activation_post_process ? activation_post_process->forward(y) : y;
+}
+
+void QatConv2d::set_int8(std::shared_ptr<Int8GradState> state, std::function<ActGrid()> grid) {
+  int8_state_ = register_module("int8", std::move(state));
+  int8_grid_ = std::move(grid);
+}
+
+// The float convolution, or its INT8-training twin on the integer GEMMs.
+Tensor QatConv2d::conv(const Tensor& x, const Tensor& wq, const Tensor& b) const {
+  if (!int8_state_) return conv2d(x, wq, b, params);
+  return int8_conv2d(x, int8_grid_(), wq, weight_fake_quant->qparams().scale, b, params, int8_state_);
 }
 
 Tensor QatConv2d::folded_weight() const {
@@ -107,6 +118,11 @@ QatLinear::QatLinear(const Linear& linear, bool relu_, const QuantizerConfig& we
                                       make_fake_quantizer(w, channels_for(w, weight.size(0))));
 }
 
+void QatLinear::set_int8(std::shared_ptr<Int8GradState> state, std::function<ActGrid()> grid) {
+  int8_state_ = register_module("int8", std::move(state));
+  int8_grid_ = std::move(grid);
+}
+
 std::string QatLinear::describe() const { return detail::cat(weight.size(1), "->", weight.size(0)); }
 
 void QatLinear::set_input_quantizer(std::shared_ptr<FakeQuantizer> q) {
@@ -120,7 +136,9 @@ void QatLinear::set_output_quantizer(std::shared_ptr<FakeQuantizer> q) {
 Tensor QatLinear::forward(const Tensor& x_in) {
   QAT_PROFILE("qat_linear");
   Tensor x = input_fake_quant ? input_fake_quant->forward(x_in) : x_in;
-  Tensor y = linear(x, weight_fake_quant->forward(weight), bias);
+  Tensor wq = weight_fake_quant->forward(weight);
+  Tensor y = int8_state_ ? int8_linear(x, int8_grid_(), wq, weight_fake_quant->qparams().scale, bias, int8_state_)
+                         : linear(x, wq, bias);
   if (relu) y = qat::relu(y);
   return activation_post_process ? activation_post_process->forward(y) : y;
 }

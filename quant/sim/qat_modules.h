@@ -14,10 +14,12 @@
 //        (freeze_bn_stats) or in eval — then it equals conv(x, FQ(w_fold)) + b_fold.
 //   A channel with gamma ~ 0 would divide by zero; gamma is nudged to
 //   +-1e-6 for the folding only (its gradient passes unchanged).
+#include <functional>
 #include <memory>
 
 #include "layers/layers.h"
 #include "quant/sim/fake_quantizer.h"
+#include "quant/sim/int8_ops.h"
 
 namespace qat::quant {
 
@@ -39,6 +41,11 @@ class QatConv2d : public Module {
   Tensor folded_weight() const;
   Tensor folded_bias() const;
 
+  // INT8 training (quant/sim/int8_training.h): set, the conv runs on the
+  // integer GEMMs, reading its input on the grid int8_grid() returns.
+  void set_int8(std::shared_ptr<Int8GradState> state, std::function<ActGrid()> grid);
+  const std::shared_ptr<Int8GradState>& int8_state() const { return int8_state_; }
+
   Tensor weight, bias;
   std::shared_ptr<BatchNorm2d> bn;
   std::shared_ptr<FakeQuantizer> weight_fake_quant, input_fake_quant, activation_post_process;
@@ -47,7 +54,10 @@ class QatConv2d : public Module {
 
  private:
   Tensor fold_scale(bool differentiable) const;
+  Tensor conv(const Tensor& x, const Tensor& wq, const Tensor& b) const;
   bool bn_frozen_ = false;
+  std::shared_ptr<Int8GradState> int8_state_;
+  std::function<ActGrid()> int8_grid_;
 };
 
 class QatLinear : public Module {
@@ -59,9 +69,16 @@ class QatLinear : public Module {
   void set_input_quantizer(std::shared_ptr<FakeQuantizer> q);
   void set_output_quantizer(std::shared_ptr<FakeQuantizer> q);
 
+  void set_int8(std::shared_ptr<Int8GradState> state, std::function<ActGrid()> grid);
+  const std::shared_ptr<Int8GradState>& int8_state() const { return int8_state_; }
+
   Tensor weight, bias;
   std::shared_ptr<FakeQuantizer> weight_fake_quant, input_fake_quant, activation_post_process;
   bool relu;
+
+ private:
+  std::shared_ptr<Int8GradState> int8_state_;
+  std::function<ActGrid()> int8_grid_;
 };
 
 }  // namespace qat::quant

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -45,6 +46,20 @@ TensorMap model_tensors(const std::string& ckpt) {
   for (auto& [k, t] : load_safetensors(ckpt).tensors)
     if (k.rfind("model.", 0) == 0) out[k] = t;
   return out;
+}
+
+// Every element as a double, whatever the dtype (float bits compare exactly:
+// float -> double is exact).
+std::vector<double> all_values(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  std::vector<double> v;
+  for (int64_t i = 0; i < c.numel(); ++i) switch (c.dtype()) {
+      case DType::f32: v.push_back(c.data<float>()[i]); break;
+      case DType::i32: v.push_back(c.data<int32_t>()[i]); break;
+      case DType::u8: v.push_back(c.data<uint8_t>()[i]); break;
+      case DType::i8: v.push_back(c.data<int8_t>()[i]); break;
+    }
+  return v;
 }
 
 }  // namespace
@@ -276,4 +291,53 @@ TEST_CASE("a non-finite loss stops the run and keeps the last good checkpoint", 
   const RunState st = load_run_state((dir / "run/last.safetensors").string(), *model, nullptr, "");
   REQUIRE(st.epoch == 1);
   REQUIRE(read_metrics((dir / "run").string()).size() == 1);
+}
+
+// INT8 training end to end: the gradient quantizers' state (clips, distances,
+// LR scales, the noise clock) is in the checkpoint, so a run interrupted
+// mid-epoch resumes to the same weights; metrics.jsonl carries each layer's
+// clip values, cosine distances and LR scales.
+TEST_CASE("INT8 training resumes bit-exactly and logs its gradient quantizers", "[e2e][int8train]") {
+  const std::string quant =
+      "quant:\n  enabled: true\n  int8_training: {enabled: true, period: 3, keep_float: [fc]}\n";
+  const fs::path a = fresh_dir("int8_straight"), b = fresh_dir("int8_resumed");
+  REQUIRE(run_train({write_config(a, quant), {}, ""}) == 0);
+  const std::string cfg_b = write_config(b, quant);
+  TrainArgs stop{cfg_b, {}, ""};
+  stop.stop_after_steps = 6;
+  REQUIRE(run_train(stop) == 130);
+  const std::string run_b = (b / "run").string();
+  REQUIRE(run_train({cfg_b, {}, run_b}) == 0);
+  const TensorMap ta = model_tensors((a / "run/last.safetensors").string());
+  const TensorMap tb = model_tensors(run_b + "/last.safetensors");
+  REQUIRE(ta.count("model.features.4.int8.clip_dw"));
+  REQUIRE(testing::int_values(ta.at("model.features.4.int8.steps")) == std::vector<int32_t>{8});
+  REQUIRE_FALSE(ta.count("model.fc.int8.clip_dw"));  // kept float
+  REQUIRE(ta.size() == tb.size());
+  for (auto& [k, t] : ta) {
+    INFO(k);
+    const Tensor& u = tb.at(k);
+    REQUIRE(u.dtype() == t.dtype());
+    REQUIRE(u.sizes() == t.sizes());
+    REQUIRE(all_values(u) == all_values(t));
+  }
+  std::ifstream jsonl((a / "run/metrics.jsonl").string());
+  std::string line;
+  std::getline(jsonl, line);
+  REQUIRE_THAT(line, Contains("\"int8\": {\"features.0\": {\"clip_dw\": ") && Contains("\"features.4\"") &&
+                         Contains("\"lr_scale\": ") && !Contains("\"fc\""));
+}
+
+TEST_CASE("INT8 training config errors name the key", "[e2e][int8train]") {
+  const fs::path d = fresh_dir("int8_errors");
+  REQUIRE_THROWS_WITH(load_config(write_config(d, "quant: {int8_training: {enabled: true}}\n")),
+                      Contains("quant.int8_training.enabled") && Contains("quant.enabled: true"));
+  REQUIRE_THROWS_WITH(load_config(write_config(d, "quant: {enabled: true, int8_training: {gradient_bits: 9}}\n")),
+                      Contains("quant.int8_training.gradient_bits"));
+  REQUIRE_THROWS_WITH(load_config(write_config(d, "quant: {enabled: true, int8_training: {clipping: mse}}\n")),
+                      Contains("quant.int8_training.clipping") && Contains("direction_sensitive"));
+  REQUIRE_THROWS_WITH(
+      run_train({write_config(d, "quant: {enabled: true, int8_training: {enabled: true, keep_float: [fc1]}}\n"), {},
+                 ""}),
+      Contains("keep_float") && Contains("fc1"));
 }

@@ -134,7 +134,7 @@ TEST_CASE("grad quant: floor(x + u) is exact at the rounding boundary", "[quant]
   CHECK(quantize_grad_value(kNaN, 1.0f, 127, GradRounding::nearest, 0.5f) == 0);
 }
 
-TEST_CASE("grad quant: sr_uniform is in [0 1) on a 2^-24 grid with uniform moments", "[quant][gradquant]") {
+TEST_CASE("grad quant: sr_uniform lies in 0 to 1 on a 2^-24 grid with uniform moments", "[quant][gradquant]") {
   constexpr int64_t N = 1000000;
   double sum = 0, sum2 = 0;
   float mn = 1, mx = 0;

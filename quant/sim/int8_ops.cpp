@@ -1,0 +1,455 @@
+#include "quant/sim/int8_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/autograd.h"
+#include "core/checked.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "core/profiler.h"
+#include "quant/integer/int8_gemm.h"
+
+namespace qat::quant {
+
+// ---------------------------------------------------------------- state
+Int8GradState::Int8GradState(const Int8GradConfig& cfg, uint64_t seed, std::string layer)
+    : cfg_(cfg), seed_(seed), layer_(std::move(layer)) {
+  QAT_CHECK(cfg.bits >= 2 && cfg.bits <= 8, "int8 training: gradient_bits must be in [2, 8], got ", cfg.bits);
+  QAT_CHECK(cfg.period >= 1, "int8 training: period must be >= 1, got ", cfg.period);
+  clip_dw_ = register_buffer("clip_dw", Tensor::zeros({1}));
+  clip_dx_ = register_buffer("clip_dx", Tensor::zeros({1}));
+  distance_dw_ = register_buffer("distance_dw", Tensor::zeros({1}));
+  distance_dx_ = register_buffer("distance_dx", Tensor::zeros({1}));
+  lr_scale_ = register_buffer("lr_scale", Tensor::ones({1}));
+  steps_ = register_buffer("steps", Tensor::zeros({1}, DType::i32));
+}
+
+std::string Int8GradState::describe() const {
+  return detail::cat("int", cfg_.bits, " gradients, ", enum_name(cfg_.rounding), " rounding, ",
+                     enum_name(cfg_.clipping), " clipping", cfg_.lr_scaling ? ", LR scaling" : "");
+}
+
+namespace {
+float& cell(Tensor& t) { return t.data<float>()[0]; }
+float cell(const Tensor& t) { return t.data<float>()[0]; }
+}  // namespace
+
+float Int8GradState::clip(int which) const { return cell(which == 0 ? clip_dw_ : clip_dx_); }
+float Int8GradState::distance(int which) const { return cell(which == 0 ? distance_dw_ : distance_dx_); }
+
+bool Int8GradState::clip_due(int which) const {
+  return cfg_.clipping == GradClipping::max || clip(which) <= 0.f || steps() % cfg_.period == 0;
+}
+
+void Int8GradState::refresh_clip(int which, const float* g, int64_t n) {
+  const float m = max_abs(g, n);
+  QAT_CHECK(std::isfinite(m), "int8 training: layer ", layer_, ": the output gradient holds ", m,
+            " (non-finite) at step ", steps());
+  cell(which == 0 ? clip_dw_ : clip_dx_) = cfg_.clipping == GradClipping::max ? m : search_clip(g, n, cfg_.bits).clip;
+}
+
+float Int8GradState::grad_scale(int which) const { return clip(which) / static_cast<float>(grad_qmax(cfg_.bits)); }
+
+// One key per (seed, step, quantizer): the noise of a step is a pure
+// function of the checkpointed state.
+uint64_t Int8GradState::noise_key(int which) const {
+  return seed_ ^ (static_cast<uint64_t>(steps()) * 0x9E3779B97F4A7C15ull) ^ (which ? 0xD1B54A32D192ED03ull : 0);
+}
+
+void Int8GradState::record(int which, const GradQuantStats& stats) {
+  cell(which == 0 ? distance_dw_ : distance_dx_) = static_cast<float>(cosine_distance(stats));
+}
+
+void Int8GradState::finish_step() {
+  cell(lr_scale_) = cfg_.lr_scaling ? static_cast<float>(lr_scale_for(distance(0), cfg_.alpha, cfg_.beta)) : 1.f;
+  sums_.distance_dw += distance(0);
+  sums_.distance_dx += distance(1);
+  sums_.lr_scale += lr_scale();
+  ++sums_.count;
+  steps_.data<int32_t>()[0] += 1;
+  for (Tensor* t : {&clip_dw_, &clip_dx_, &distance_dw_, &distance_dx_, &lr_scale_, &steps_}) t->bump_version();
+}
+
+Int8GradState::Means Int8GradState::take_means() {
+  Means m = sums_;
+  if (m.count > 0) {
+    m.distance_dw /= static_cast<double>(m.count);
+    m.distance_dx /= static_cast<double>(m.count);
+    m.lr_scale /= static_cast<double>(m.count);
+  }
+  sums_ = {};
+  return m;
+}
+
+// ---------------------------------------------------------------- geometry
+namespace {
+
+// dst (cols, rows) = src (rows, cols)^T in 32 x 32 tiles (cache friendly for
+// the 9216 x 4096 matrices of AlexNet's classifier).
+template <class T, class U, class F>
+void transpose_tiles(const T* src, int64_t rows, int64_t cols, U* dst, F convert) {
+  constexpr int64_t B = 32;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t r0 = 0; r0 < rows; r0 += B)
+    for (int64_t c0 = 0; c0 < cols; c0 += B)
+      for (int64_t r = r0; r < std::min(rows, r0 + B); ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + B); ++c) dst[c * rows + r] = convert(src[r * cols + c], c, r);
+}
+
+struct Geom {
+  int64_t n, c, h, w, o, kh, kw, oh, ow;
+  Conv2dParams p;
+  int64_t K() const { return c * kh * kw; }
+  int64_t P() const { return oh * ow; }
+  int64_t M() const { return n * P(); }
+};
+
+// x on `grid` as integers u (N, C, H, W); a value more than 1e-3 steps off
+// the grid or outside [0, levels) is an error: the layer's input must be what
+// a quantizer produced.
+std::vector<uint8_t> input_integers(const Tensor& x, const ActGrid& grid, const std::string& layer) {
+  const int64_t n = x.numel();
+  std::vector<uint8_t> u(static_cast<size_t>(n));
+  const float* px = x.data<float>();
+  const double inv = 1.0 / static_cast<double>(grid.scale);
+  int64_t bad = -1;
+#pragma omp parallel for schedule(static) if (n >= (1 << 15))
+  for (int64_t i = 0; i < n; ++i) {
+    const double t = static_cast<double>(px[i]) * inv + grid.zero;
+    const double r = std::nearbyint(t);
+    if (!(std::abs(t - r) <= 1e-3) || r < 0 || r >= grid.levels) {
+#pragma omp critical(int8_input_bad)
+      if (bad < 0 || i < bad) bad = i;
+      continue;
+    }
+    u[i] = static_cast<uint8_t>(r);
+  }
+  QAT_CHECK(bad < 0, "int8 training: layer ", layer, ": input value ", bad < 0 ? 0.f : px[bad], " at index ", bad,
+            " is not on its quantizer's grid (scale ", grid.scale, ", zero point ", grid.zero, ", ", grid.levels,
+            " levels); only quantizers, max pooling, dropout, flatten and ReLU may sit between a quantizer and an "
+            "INT8 layer");
+  return u;
+}
+
+// wq / s_w[o] as int8 (O, K) and its row sums.
+struct WeightInts {
+  std::vector<int8_t> w;
+  std::vector<int64_t> rowsum;
+  std::vector<double> scale;  // (O)
+};
+
+WeightInts weight_integers(const Tensor& wq, const Tensor& w_scale, int64_t O, int64_t K, const std::string& layer) {
+  QAT_CHECK(w_scale.numel() == O || w_scale.numel() == 1, "int8 training: layer ", layer, ": ", w_scale.numel(),
+            " weight scales for ", O, " output channels");
+  WeightInts r;
+  r.w.resize(static_cast<size_t>(O * K));
+  r.rowsum.assign(static_cast<size_t>(O), 0);
+  r.scale.resize(static_cast<size_t>(O));
+  const float* pw = wq.data<float>();
+  for (int64_t o = 0; o < O; ++o) {
+    const float s = w_scale.data<float>()[w_scale.numel() == 1 ? 0 : o];
+    r.scale[o] = s;
+    const double inv = 1.0 / static_cast<double>(s);
+    for (int64_t k = 0; k < K; ++k) {
+      const double t = static_cast<double>(pw[o * K + k]) * inv;
+      const double q = std::nearbyint(t);
+      QAT_CHECK(std::abs(t - q) <= 1e-3 && q >= -128 && q <= 127, "int8 training: layer ", layer, ": weight ",
+                pw[o * K + k], " (row ", o, ") is not on its int8 grid of scale ", s);
+      r.w[o * K + k] = static_cast<int8_t>(q);
+      r.rowsum[o] += static_cast<int64_t>(q);
+    }
+  }
+  return r;
+}
+
+// The padded input's integer at (n, c, iy, ix), `pad` outside.
+inline uint8_t at(const uint8_t* u, const Geom& g, int64_t n, int64_t c, int64_t iy, int64_t ix, uint8_t pad) {
+  if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) return pad;
+  return u[((n * g.c + c) * g.h + iy) * g.w + ix];
+}
+
+// rows (M, K): row m = (n, oy, ox), column k = (c, ki, kj).
+void im2row(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* rows) {
+  const int64_t K = g.K();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t oy = 0; oy < g.oh; ++oy)
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        uint8_t* r = rows + ((n * g.oh + oy) * g.ow + ox) * K;
+        for (int64_t c = 0; c < g.c; ++c)
+          for (int64_t ki = 0; ki < g.kh; ++ki)
+            for (int64_t kj = 0; kj < g.kw; ++kj)
+              *r++ = at(u, g, n, c, oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h,
+                        ox * g.p.stride_w - g.p.pad_w + kj * g.p.dil_w, pad);
+      }
+}
+
+// col (K, M): the transpose of rows, built directly.
+void im2col(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* col) {
+  const int64_t M = g.M();
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < g.K(); ++k) {
+    const int64_t c = k / (g.kh * g.kw), ki = (k / g.kw) % g.kh, kj = k % g.kw;
+    uint8_t* dst = col + k * M;
+    for (int64_t n = 0; n < g.n; ++n)
+      for (int64_t oy = 0; oy < g.oh; ++oy)
+        for (int64_t ox = 0; ox < g.ow; ++ox)
+          *dst++ = at(u, g, n, c, oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h,
+                      ox * g.p.stride_w - g.p.pad_w + kj * g.p.dil_w, pad);
+  }
+}
+
+// The real zero as the padding integer: convolutions pad with 0.0, which is
+// on the grid only when the zero point is an integer.
+uint8_t pad_integer(const ActGrid& grid, const Geom& g, const std::string& layer) {
+  const double z = std::nearbyint(grid.zero);
+  const bool padded = g.p.pad_h > 0 || g.p.pad_w > 0;
+  QAT_CHECK(!padded || (z == grid.zero && z >= 0 && z < grid.levels), "int8 training: layer ", layer,
+            " pads its input, whose grid has the fractional zero point ", grid.zero,
+            " (LSQ+): 0.0 is not on it; use quant.method lsq or an observer, or keep_float: [", layer, "]");
+  return static_cast<uint8_t>(std::clamp(z, 0.0, 255.0));
+}
+
+// ---------------------------------------------------------------- forward
+Tensor forward_int(const std::vector<uint8_t>& u, const ActGrid& grid, const WeightInts& wi, const Tensor& bias,
+                   const Geom& g, uint8_t pad) {
+  QAT_PROFILE("int8_train.forward_gemm");
+  const int64_t M = g.M(), K = g.K(), O = g.o, P = g.P();
+  std::vector<uint8_t> rows(static_cast<size_t>(M * K));
+  im2row(u.data(), g, pad, rows.data());
+  std::vector<int32_t> acc(static_cast<size_t>(M * O));
+  gemm_u8s8s32(best_gemm_kernel(), M, O, K, rows.data(), K, wi.w.data(), K, acc.data(), O);
+  Tensor y = Tensor::empty({g.n, O, g.oh, g.ow});
+  float* py = y.data<float>();
+  const float* pb = bias.defined() ? bias.data<float>() : nullptr;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t o = 0; o < O; ++o) {
+      const double s = static_cast<double>(grid.scale) * wi.scale[o];
+      const double corr = grid.zero * static_cast<double>(wi.rowsum[o]);
+      const float b = pb ? pb[o] : 0.f;
+      for (int64_t p = 0; p < P; ++p)
+        py[(n * O + o) * P + p] = static_cast<float>(s * (static_cast<double>(acc[(n * P + p) * O + o]) - corr)) + b;
+    }
+  return y;
+}
+
+// ---------------------------------------------------------------- backward
+// Quantizes dY (N, O, P) into G (O, M), row o holding the gradients of output
+// channel o; stats summed per row, rows in order (thread-count independent).
+GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int8GradState& st, int8_t* G) {
+  const int64_t O = g.o, P = g.P(), M = g.M();
+  const int qmax = grad_qmax(st.config().bits);
+  const float inv = 1.f / scale;
+  const uint64_t key = st.noise_key(0);
+  std::vector<GradQuantStats> per(static_cast<size_t>(O));
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < O; ++o) {
+    GradQuantStats s;
+    for (int64_t n = 0; n < g.n; ++n)
+      for (int64_t p = 0; p < P; ++p) {
+        const int64_t m = n * P + p;
+        const float v = dy[(n * O + o) * P + p];
+        const float r = st.config().rounding == GradRounding::stochastic ? sr_uniform(key, o * M + m) : 0.f;
+        const int8_t q = quantize_grad_value(v, inv, qmax, st.config().rounding, r);
+        G[o * M + m] = q;
+        s.dot += static_cast<double>(v) * q, s.qq += static_cast<double>(q) * q, s.gg += static_cast<double>(v) * v;
+      }
+    per[o] = s;
+  }
+  GradQuantStats total;
+  for (const GradQuantStats& s : per) total.add(s);
+  return total;
+}
+
+// Quantizes dY * s_w[o] into Gx (M, O); stats per image n, in order.
+GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<double>& ws, float scale,
+                           const Int8GradState& st, int8_t* Gx) {
+  const int64_t O = g.o, P = g.P();
+  const int qmax = grad_qmax(st.config().bits);
+  const float inv = 1.f / scale;
+  const uint64_t key = st.noise_key(1);
+  std::vector<GradQuantStats> per(static_cast<size_t>(g.n));
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < g.n; ++n) {
+    GradQuantStats s;
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t o = 0; o < O; ++o) {
+        const int64_t m = n * P + p;
+        const float v = dy[(n * O + o) * P + p] * static_cast<float>(ws[o]);
+        const float r = st.config().rounding == GradRounding::stochastic ? sr_uniform(key, m * O + o) : 0.f;
+        const int8_t q = quantize_grad_value(v, inv, qmax, st.config().rounding, r);
+        Gx[m * O + o] = q;
+        s.dot += static_cast<double>(v) * q, s.qq += static_cast<double>(q) * q, s.gg += static_cast<double>(v) * v;
+      }
+    per[n] = s;
+  }
+  GradQuantStats total;
+  for (const GradQuantStats& s : per) total.add(s);
+  return total;
+}
+
+// dWq (O, K) = s_G s_x (col G^T - zx colsum G), M summed in chunks of 2^16.
+Tensor weight_grad(const std::vector<uint8_t>& u, const ActGrid& grid, const int8_t* G, float scale_g, const Geom& g,
+                   uint8_t pad) {
+  QAT_PROFILE("int8_train.weight_grad_gemm");
+  const int64_t M = g.M(), K = g.K(), O = g.o;
+  std::vector<uint8_t> col(static_cast<size_t>(K * M));
+  im2col(u.data(), g, pad, col.data());
+  constexpr int64_t kChunk = int64_t{1} << 16;  // 2^16 * 255 * 127 < 2^31
+  std::vector<int32_t> acc(static_cast<size_t>(K * O));
+  std::vector<int64_t> total;
+  for (int64_t m0 = 0; m0 < M; m0 += kChunk) {
+    const int64_t len = std::min(kChunk, M - m0);
+    gemm_u8s8s32(best_gemm_kernel(), K, O, len, col.data() + m0, M, G + m0, M, acc.data(), O);
+    if (M <= kChunk) break;
+    if (total.empty()) total.assign(static_cast<size_t>(K * O), 0);
+    for (int64_t i = 0; i < K * O; ++i) total[i] += acc[i];
+  }
+  std::vector<int64_t> gsum(static_cast<size_t>(O), 0);
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t m = 0; m < M; ++m) gsum[o] += G[o * M + m];
+  Tensor dw = Tensor::empty({O, K});
+  const double s = static_cast<double>(scale_g) * static_cast<double>(grid.scale);
+  // (K, O) sums -> (O, K) gradients; element (k, o) lands at dw[o][k].
+  auto convert = [&](auto a, int64_t o, int64_t) {
+    return static_cast<float>(s * (static_cast<double>(a) - grid.zero * static_cast<double>(gsum[o])));
+  };
+  if (total.empty()) transpose_tiles(acc.data(), K, O, dw.data<float>(), convert);
+  else transpose_tiles(total.data(), K, O, dw.data<float>(), convert);
+  return dw;
+}
+
+// dXq = s_Gx * col2im(Gx W) with the col2im sums in int64.
+Tensor input_grad(const int8_t* Gx, float scale_gx, const WeightInts& wi, const Geom& g) {
+  QAT_PROFILE("int8_train.input_grad_gemm");
+  const int64_t M = g.M(), K = g.K(), O = g.o;
+  std::vector<int8_t> wt(static_cast<size_t>(K * O));
+  transpose_tiles(wi.w.data(), O, K, wt.data(), [](int8_t v, int64_t, int64_t) { return v; });
+  std::vector<int32_t> acc(static_cast<size_t>(M * K));
+  gemm_s8s8s32(best_gemm_kernel(), M, K, O, Gx, O, wt.data(), O, acc.data(), K);
+  std::vector<int64_t> sum(static_cast<size_t>(g.n * g.c * g.h * g.w), 0);
+  // Each (n, c) plane is owned by one thread.
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t c = 0; c < g.c; ++c) {
+      int64_t* plane = sum.data() + (n * g.c + c) * g.h * g.w;
+      for (int64_t oy = 0; oy < g.oh; ++oy)
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          const int32_t* row = acc.data() + ((n * g.oh + oy) * g.ow + ox) * K + c * g.kh * g.kw;
+          for (int64_t ki = 0; ki < g.kh; ++ki) {
+            const int64_t iy = oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h;
+            if (iy < 0 || iy >= g.h) continue;
+            for (int64_t kj = 0; kj < g.kw; ++kj) {
+              const int64_t ix = ox * g.p.stride_w - g.p.pad_w + kj * g.p.dil_w;
+              if (ix >= 0 && ix < g.w) plane[iy * g.w + ix] += row[ki * g.kw + kj];
+            }
+          }
+        }
+    }
+  Tensor dx = Tensor::empty({g.n, g.c, g.h, g.w});
+  float* pd = dx.data<float>();
+  const double s = static_cast<double>(scale_gx);
+  const int64_t total = dx.numel();
+#pragma omp parallel for schedule(static) if (total >= (1 << 15))
+  for (int64_t i = 0; i < total; ++i) pd[i] = static_cast<float>(s * static_cast<double>(sum[i]));
+  return dx;
+}
+
+Tensor bias_grad(const float* dy, const Geom& g) {
+  Tensor db = Tensor::empty({g.o});
+  const int64_t P = g.P();
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < g.o; ++o) {
+    double acc = 0;
+    for (int64_t n = 0; n < g.n; ++n)
+      for (int64_t p = 0; p < P; ++p) acc += dy[(n * g.o + o) * P + p];
+    db.data<float>()[o] = static_cast<float>(acc);
+  }
+  return db;
+}
+
+// The whole backward of one layer (dx, dwq, dbias in the shapes of x and wq).
+TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const ActGrid& grid, const WeightInts& wi,
+                    const Geom& g, uint8_t pad, Int8GradState& st, const NeedGrad& need, const Shape& x_shape,
+                    const Shape& w_shape) {
+  QAT_PROFILE("int8_train.backward");
+  Tensor gyc = gy.contiguous();
+  const float* dy = gyc.data<float>();
+  const int64_t n = gyc.numel(), M = g.M(), O = g.o;
+  TensorList r(3);
+  if (need[2]) r[2] = bias_grad(dy, g);
+  std::vector<int8_t> G, Gx;
+  if (need[1]) {
+    if (st.clip_due(0)) st.refresh_clip(0, dy, n);
+    const float scale = st.grad_scale(0);
+    G.assign(static_cast<size_t>(O * M), 0);
+    GradQuantStats stats;
+    if (scale > 0.f) stats = quantize_g(dy, g, scale, st, G.data());
+    st.record(0, stats);
+    r[1] = (scale > 0.f ? weight_grad(u, grid, G.data(), scale, g, pad) : Tensor::zeros({O, g.K()})).view(w_shape);
+    if (st.keep_last) st.last_g = G, st.last_scale_g = scale;
+  }
+  if (need[0]) {
+    if (st.clip_due(1)) {  // the clip of dY * s_w[o], the values Gx quantizes
+      std::vector<float> scaled(static_cast<size_t>(n));
+      const int64_t P = g.P();
+      for (int64_t i = 0; i < n; ++i) scaled[i] = dy[i] * static_cast<float>(wi.scale[(i / P) % O]);
+      st.refresh_clip(1, scaled.data(), n);
+    }
+    const float scale = st.grad_scale(1);
+    Gx.assign(static_cast<size_t>(M * O), 0);
+    GradQuantStats stats;
+    if (scale > 0.f) stats = quantize_gx(dy, g, wi.scale, scale, st, Gx.data());
+    st.record(1, stats);
+    r[0] = (scale > 0.f ? input_grad(Gx.data(), scale, wi, g) : Tensor::zeros({g.n, g.c, g.h, g.w})).view(x_shape);
+    if (st.keep_last) st.last_gx = Gx, st.last_scale_gx = scale;
+  }
+  st.finish_step();
+  return r;
+}
+
+Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
+                  const Geom& g, const std::shared_ptr<Int8GradState>& state) {
+  const std::string& layer = state->layer();
+  QAT_CHECK(g.K() <= (int64_t{1} << 16) && g.o <= (int64_t{1} << 16), "int8 training: layer ", layer,
+            ": K = ", g.K(), " and ", g.o, " outputs must be <= 65536 (int32 accumulators)");
+  Tensor xc = x.contiguous(), wc = wq.contiguous();
+  auto u = std::make_shared<std::vector<uint8_t>>(input_integers(xc, grid, layer));
+  auto wi = std::make_shared<WeightInts>(weight_integers(wc, w_scale.contiguous(), g.o, g.K(), layer));
+  const uint8_t pad = pad_integer(grid, g, layer);
+  Tensor y = forward_int(*u, grid, *wi, bias.defined() ? bias.contiguous() : Tensor(), g, pad);
+  return record(y, "int8_layer", {&x, &wq, &bias},
+                [u, wi, grid, g, pad, state, xs = x.sizes(), ws = wq.sizes()](const Tensor& gy, const NeedGrad& need) {
+                  return backward(gy, *u, grid, *wi, g, pad, *state, need, xs, ws);
+                });
+}
+
+}  // namespace
+
+Tensor int8_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
+                   const Conv2dParams& p, const std::shared_ptr<Int8GradState>& state) {
+  QAT_PROFILE("int8_conv2d");
+  QAT_CHECK(x.dim() == 4 && wq.dim() == 4 && p.groups == 1 && x.size(1) == wq.size(1), "int8 training: layer ",
+            state->layer(), ": expected input (N,C,H,W) and weight (O,C,KH,KW) with groups 1, got ", x.sizes(), " and ",
+            wq.sizes(), " groups ", p.groups);
+  Geom g{x.size(0), x.size(1), x.size(2), x.size(3), wq.size(0), wq.size(2), wq.size(3), 0, 0, p};
+  g.oh = conv_out_size(g.h, g.kh, p.stride_h, p.pad_h, p.dil_h, "int8_conv2d");
+  g.ow = conv_out_size(g.w, g.kw, p.stride_w, p.pad_w, p.dil_w, "int8_conv2d");
+  return int8_layer(x, grid, wq, w_scale, bias, g, state);
+}
+
+Tensor int8_linear(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
+                   const std::shared_ptr<Int8GradState>& state) {
+  QAT_PROFILE("int8_linear");
+  QAT_CHECK(x.dim() == 2 && wq.dim() == 2 && x.size(1) == wq.size(1), "int8 training: layer ", state->layer(),
+            ": expected input (N,K) and weight (O,K), got ", x.sizes(), " and ", wq.sizes());
+  // A linear layer is a 1x1 convolution of an (N, K, 1, 1) image.
+  Geom g{x.size(0), x.size(1), 1, 1, wq.size(0), 1, 1, 1, 1, Conv2dParams{}};
+  Tensor y = int8_layer(x, grid, wq, w_scale, bias, g, state);
+  return reshape(y, {x.size(0), wq.size(0)});
+}
+
+}  // namespace qat::quant

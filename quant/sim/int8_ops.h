@@ -1,0 +1,124 @@
+#pragma once
+// INT8 training ops (Zhu et al., CVPR 2020; docs/math/int8_training.md): a
+// quantized convolution or linear layer whose three GEMMs run on integers.
+//
+// Note [INT8 training GEMMs]
+// The layer's input x lies on an activation grid, x = s_x (u - zx) with u an
+// integer in [0, levels) (stored u8; zx may be fractional: LSQ+), and its
+// fake-quantized weight on a symmetric per-channel (or per-tensor) grid,
+// wq[o][k] = s_w[o] W[o][k], W int8. With M = batch x output positions and
+// K = the patch (C x KH x KW) or the input features:
+//   forward   Y[m][o]  = s_x s_w[o] (sum_k u[m][k] W[o][k] - zx sum_k W[o][k])  (u8 x s8)
+//   backward  dY is quantized twice, symmetric per tensor (s = clip / qmax),
+//             with stochastic or nearest rounding:
+//               G  = Q(dY)           for the weight gradient,
+//               Gx = Q(dY * s_w[o])  for the input gradient (the per-channel
+//                                    weight scales do not factor out of the
+//                                    sum over o; with one weight scale Gx is
+//                                    the same quantization of a scaled dY);
+//             dWq[o][k] = s_G s_x (sum_m G[m][o] u[m][k] - zx sum_m G[m][o])   (u8 x s8)
+//             dXq[m][k] = s_Gx sum_o Gx[m][o] W[o][k]                           (s8 x s8)
+//             then col2im sums dXq into the input's pixels in int64 and
+//             scales once: every gradient is ONE rounding of a double product
+//             (double(s_a) * double(s_b)) * integer, so it equals the float
+//             backward computed in double from the same integers exactly.
+// The bias gradient is the float sum of dY. The weight and input gradients
+// then flow through the fake quantizers' backward (STE / LSQ) as in QAT.
+// The dW sum runs over M in chunks of 2^16 rows (int32 accumulators, summed
+// in int64), the others have short sums (K, O <= 2^16, checked).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/enum_names.h"
+#include "core/window.h"
+#include "layers/module.h"
+#include "quant/sim/grad_quant.h"
+
+namespace qat::quant {
+
+// x = scale * (u - zero), u an integer in [0, levels).
+struct ActGrid {
+  float scale = 1.f;
+  double zero = 0.0;
+  int32_t levels = 256;
+};
+
+enum class GradClipping { max, direction_sensitive };
+constexpr auto enum_names(GradClipping) {
+  return std::to_array<EnumName<GradClipping>>(
+      {{GradClipping::max, "max"}, {GradClipping::direction_sensitive, "direction_sensitive"}});
+}
+
+struct Int8GradConfig {
+  int bits = 8;
+  GradRounding rounding = GradRounding::stochastic;
+  GradClipping clipping = GradClipping::direction_sensitive;
+  int64_t period = 100;  // direction-sensitive clips are searched every `period` backward steps
+  bool lr_scaling = true;
+  double alpha = 20.0, beta = 0.1;
+};
+
+// The gradient quantizers of one INT8 layer (for dW and for dX) and what
+// they measured. Buffers (in the state dict, so checkpoints carry them and
+// --resume continues bit-exactly):
+//   clip_dw, clip_dx        f32 (1)  the clip values in use (0: none yet)
+//   distance_dw, distance_dx f32 (1) 1 - cos(g, Q(g)) of the latest backward
+//   lr_scale                f32 (1)  phi(distance_dw) (1 without LR scaling)
+//   steps                   i32 (1)  backward steps taken: the period's clock
+//                                    and, with the seed, the rounding noise's key
+class Int8GradState : public Module {
+ public:
+  Int8GradState(const Int8GradConfig& cfg, uint64_t seed, std::string layer);
+  Tensor forward(const Tensor& x) override { return x; }
+  std::string type_name() const override { return "Int8GradState"; }
+  std::string describe() const override;
+  const Int8GradConfig& config() const { return cfg_; }
+  const std::string& layer() const { return layer_; }
+
+  // What one backward does with its output gradient, for the ops below.
+  // Quantizer `which` (0: dW, 1: dX) needs a new clip: every step under max
+  // clipping, every `period` steps (and while it has none) under
+  // direction-sensitive clipping.
+  bool clip_due(int which) const;
+  // Sets the clip from the gradient it will quantize (n values, any order).
+  void refresh_clip(int which, const float* g, int64_t n);
+  // clip / qmax: the gradient's scale (0 for an all-zero gradient).
+  float grad_scale(int which) const;
+  uint64_t noise_key(int which) const;
+  void record(int which, const GradQuantStats& stats);
+  void finish_step();  // after both quantizers: lr_scale, steps + 1
+
+  float clip(int which) const;
+  float distance(int which) const;
+  float lr_scale() const { return lr_scale_.data<float>()[0]; }
+  int64_t steps() const { return steps_.data<int32_t>()[0]; }
+
+  // Epoch means (not checkpointed: epochs start after a checkpoint).
+  struct Means { double distance_dw = 0, distance_dx = 0, lr_scale = 0; int64_t count = 0; };
+  Means take_means();
+
+  // Tests: keep the integers and scales of the last backward.
+  bool keep_last = false;
+  std::vector<int8_t> last_g, last_gx;  // G as (O, M), Gx as (M, O)
+  float last_scale_g = 0.f, last_scale_gx = 0.f;
+
+ private:
+  Int8GradConfig cfg_;
+  uint64_t seed_;
+  std::string layer_;
+  Tensor clip_dw_, clip_dx_, distance_dw_, distance_dx_, lr_scale_, steps_;
+  Means sums_;
+};
+
+// Conv (groups 1) and linear with integer GEMMs, Note [INT8 training GEMMs].
+// x: (N, C, H, W) / (N, K) float on `grid`; wq: the fake-quantized weight
+// (O, C, KH, KW) / (O, K), w_scale its (O) or (1) scales (zero points 0);
+// bias (O) or undefined. A value off its grid is an error naming `layer`.
+Tensor int8_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
+                   const Conv2dParams& p, const std::shared_ptr<Int8GradState>& state);
+Tensor int8_linear(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
+                   const std::shared_ptr<Int8GradState>& state);
+
+}  // namespace qat::quant

@@ -1,0 +1,117 @@
+#include "quant/sim/int8_training.h"
+
+#include <set>
+
+#include "core/error.h"
+#include "quant/sim/qat_modules.h"
+
+namespace qat::quant {
+
+namespace {
+
+// Calls f(layer) for a QatConv2d or QatLinear; false for anything else.
+template <class F>
+bool with_qat_layer(Module* m, F&& f) {
+  if (auto* c = dynamic_cast<QatConv2d*>(m)) return f(*c), true;
+  if (auto* l = dynamic_cast<QatLinear*>(m)) return f(*l), true;
+  return false;
+}
+
+// The grid an INT8 layer reads: its source quantizer's last qparams, scaled
+// by the training-time factor of the dropouts in between. Note [INT8 layer inputs].
+ActGrid grid_of(const FakeQuantizer& q, const std::vector<const Dropout*>& dropouts) {
+  const QParams qp = q.qparams();
+  const QuantSpec& spec = q.config().spec;
+  const float s = qp.scale.data<float>()[0];
+  ActGrid g;
+  g.levels = static_cast<int32_t>(spec.qmax() - spec.qmin() + 1);
+  // x = s (q - z) = s (u - (z - qmin)) with u = q - qmin; LSQ+: x = s q + beta.
+  const Tensor& beta = q.learned_offset();
+  g.zero = beta.defined() ? -static_cast<double>(spec.qmin()) - static_cast<double>(beta.data<float>()[0]) / s
+                          : static_cast<double>(qp.zero_point.data<int32_t>()[0] - spec.qmin());
+  double scale = s;
+  for (const Dropout* d : dropouts)
+    if (d->is_training() && d->p > 0.f && d->p < 1.f) scale *= static_cast<double>(1.f / (1.f - d->p));
+  g.scale = static_cast<float>(scale);
+  return g;
+}
+
+template <class L>
+void check_int8_layer(const L& l, const std::string& name, const std::shared_ptr<FakeQuantizer>& source) {
+  const QuantSpec& w = l.weight_fake_quant->config().spec;
+  QAT_CHECK(w.symmetric && w.bits <= 8, "quant.int8_training: layer ", name, " has ", w.bits, "-bit ",
+            w.symmetric ? "symmetric" : "affine",
+            " weights; INT8 training needs symmetric weights of at most 8 bits (zero point 0), or keep_float: [",
+            name, "]");
+  QAT_CHECK(source, "quant.int8_training: layer ", name,
+            " reads no quantized input (no quantized layer or input quantizer before it); add it to keep_float");
+  const QuantSpec& a = source->config().spec;
+  QAT_CHECK(!a.per_channel && a.bits <= 8, "quant.int8_training: layer ", name, " reads a ", a.bits, "-bit ",
+            a.per_channel ? "per-channel" : "per-tensor",
+            " activation; INT8 training needs per-tensor activations of at most 8 bits");
+  if constexpr (std::is_same_v<L, QatConv2d>)
+    QAT_CHECK(l.params.groups == 1, "quant.int8_training: layer ", name, " is a grouped convolution (groups ",
+              l.params.groups, "); add it to keep_float");
+}
+
+uint64_t layer_seed(uint64_t seed, size_t index) {
+  return (seed + 1) * 0xBF58476D1CE4E5B9ull + static_cast<uint64_t>(index) * 0x94D049BB133111EBull;
+}
+
+}  // namespace
+
+std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig& cfg,
+                                            const std::vector<std::string>& keep_float, uint64_t seed) {
+  std::set<std::string> keep(keep_float.begin(), keep_float.end()), seen;
+  std::vector<Int8Layer> out;
+  std::shared_ptr<FakeQuantizer> last;  // the quantizer whose grid the next layer reads
+  std::vector<const Dropout*> dropouts;
+  std::string inside;  // a QAT layer's name while its children are walked
+  size_t index = 0;
+  for (auto& [name, m] : model.named_modules()) {
+    if (!inside.empty() && name.rfind(inside + ".", 0) == 0) continue;
+    inside.clear();
+    if (auto* d = dynamic_cast<Dropout*>(m)) dropouts.push_back(d);
+    if (auto* sh = dynamic_cast<SharedFakeQuantizer*>(m)) last = sh->source();
+    with_qat_layer(m, [&](auto& l) {
+      inside = name;
+      seen.insert(name);
+      std::shared_ptr<FakeQuantizer> source = l.input_fake_quant ? l.input_fake_quant : last;
+      if (!keep.count(name)) {
+        check_int8_layer(l, name, source);
+        auto state = std::make_shared<Int8GradState>(cfg, layer_seed(seed, index), name);
+        l.set_int8(state, [source, ds = l.input_fake_quant ? std::vector<const Dropout*>{} : dropouts] {
+          return grid_of(*source, ds);
+        });
+        out.push_back({name, m, state});
+      }
+      ++index;
+      last = l.activation_post_process;
+      dropouts.clear();
+    });
+  }
+  for (const std::string& k : keep_float)
+    QAT_CHECK(seen.count(k), "quant.int8_training.keep_float: '", k, "' is not a quantized layer of the model");
+  QAT_CHECK(!out.empty(), "quant.int8_training: no layer left to train in INT8 (keep_float lists them all)");
+  return out;
+}
+
+std::vector<Int8Layer> int8_layers(Module& model) {
+  std::vector<Int8Layer> out;
+  for (auto& [name, m] : model.named_modules())
+    with_qat_layer(m, [&](auto& l) {
+      if (l.int8_state()) out.push_back({name, m, l.int8_state()});
+    });
+  return out;
+}
+
+std::vector<Tensor> int8_scaled_parameters(const Int8Layer& l) {
+  std::vector<Tensor> ps;
+  with_qat_layer(l.layer, [&](auto& q) {
+    ps.push_back(q.weight);
+    if (q.bias.defined()) ps.push_back(q.bias);
+  });
+  return ps;
+}
+
+}  // namespace qat::quant

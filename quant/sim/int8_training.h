@@ -1,0 +1,43 @@
+#pragma once
+// Switching a prepared QAT model to INT8 training (Zhu et al., CVPR 2020):
+// every quantized conv / linear layer, except those kept float, gets an
+// Int8GradState and runs its three GEMMs on integers (quant/sim/int8_ops.h).
+//
+// Note [INT8 layer inputs]
+// An INT8 layer reads its input as integers on the grid of the quantizer that
+// produced it: its own input quantizer (the first layer), else the output
+// quantizer of the quantized layer before it. In between, only modules that
+// keep values on that grid may sit: max pooling, flatten, ReLU, identity, an
+// average pool followed by its SharedFakeQuantize, and dropout, whose
+// training-time factor 1/(1-p) scales the grid. The walk below follows the
+// model's modules in order (sequential models: AlexNet, SmallCNN); the op
+// checks every value against the grid at run time, so a model the walk
+// misreads fails loudly, naming the layer, instead of training on wrong integers.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/module.h"
+#include "quant/sim/int8_ops.h"
+
+namespace qat::quant {
+
+struct Int8Layer {
+  std::string name;
+  Module* layer = nullptr;
+  std::shared_ptr<Int8GradState> state;
+};
+
+// Throws (naming the layer and the key) when a layer cannot be trained in
+// INT8: weights that are not symmetric (zero point 0), more than 8 bits, a
+// grouped convolution, no quantized input, or a keep_float name that is not
+// a quantized layer. seed: the run's seed (the gradient noise derives from it).
+std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig& cfg,
+                                            const std::vector<std::string>& keep_float, uint64_t seed);
+// The INT8 layers of a model (after enable_int8_training), in order.
+std::vector<Int8Layer> int8_layers(Module& model);
+// The parameters an INT8 layer's lr_scale applies to: its weight and bias.
+std::vector<Tensor> int8_scaled_parameters(const Int8Layer& l);
+
+}  // namespace qat::quant

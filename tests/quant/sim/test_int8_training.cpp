@@ -1,0 +1,280 @@
+// INT8 training ops (quant/sim/int8_ops.h): the forward equals the float
+// convolution of the fake-quantized values up to summation order, and the
+// input and weight gradients equal, bit for bit, the backward computed in
+// double from the very integers the op quantized.
+#include <cmath>
+
+#include "tests/test_util.h"
+
+#include "core/ops.h"
+#include "layers/layers.h"
+#include "models/models.h"
+#include "quant/sim/int8_ops.h"
+#include "quant/sim/int8_training.h"
+#include "quant/sim/prepare.h"
+#include "quant/sim/qat_modules.h"
+
+using namespace qat;
+using namespace qat::quant;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// A tensor on the grid x = s (u - zero), u in [0, 256), and its integers.
+struct OnGrid {
+  Tensor x;
+  std::vector<int64_t> u;
+};
+OnGrid on_grid(const Shape& shape, const ActGrid& grid, Generator& g) {
+  OnGrid r{Tensor::empty(shape), {}};
+  for (int64_t i = 0; i < r.x.numel(); ++i) {
+    const int64_t u = static_cast<int64_t>(g.below(256));
+    r.u.push_back(u);
+    r.x.data<float>()[i] = static_cast<float>(grid.scale * (static_cast<double>(u) - grid.zero));
+  }
+  return r;
+}
+
+// Symmetric per-channel int8 weights: wq = s_w[o] W.
+struct Weights {
+  Tensor wq, scale;
+  std::vector<int64_t> w;
+};
+Weights int8_weights(const Shape& shape, Generator& g) {
+  Weights r{Tensor::empty(shape), Tensor::empty({shape[0]}), {}};
+  const int64_t O = shape[0], K = r.wq.numel() / O;
+  for (int64_t o = 0; o < O; ++o) {
+    r.scale.data<float>()[o] = 0.01f * static_cast<float>(o + 1);
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t w = static_cast<int64_t>(g.below(256)) - 128;
+      r.w.push_back(w);
+      r.wq.data<float>()[o * K + k] = r.scale.data<float>()[o] * static_cast<float>(w);
+    }
+  }
+  return r;
+}
+
+std::shared_ptr<Int8GradState> state_keeping_integers(GradRounding rounding = GradRounding::stochastic) {
+  Int8GradConfig cfg;
+  cfg.rounding = rounding;
+  auto st = std::make_shared<Int8GradState>(cfg, 7, "test_layer");
+  st->keep_last = true;
+  return st;
+}
+
+}  // namespace
+
+TEST_CASE("INT8 conv forward equals the float conv of the fake-quantized values", "[quant][int8train]") {
+  Generator g(1);
+  const ActGrid grid{0.05f, 3.0, 256};
+  const OnGrid in = on_grid({2, 3, 9, 8}, grid, g);
+  const Weights w = int8_weights({4, 3, 3, 3}, g);
+  Tensor bias = Tensor::randn({4}, g);
+  for (const Conv2dParams& p : {Conv2dParams{}, Conv2dParams{2, 2, 1, 1, 1, 1, 1}, Conv2dParams{1, 2, 2, 0, 1, 1, 1}}) {
+    INFO("stride " << p.stride_h << "," << p.stride_w << " pad " << p.pad_h << "," << p.pad_w);
+    Tensor want = conv2d(in.x, w.wq, bias, p);
+    Tensor got = int8_conv2d(in.x, grid, w.wq, w.scale, bias, p, state_keeping_integers());
+    // One rounding of the exact integer sum against float32 sums of products.
+    testing::require_close(got, want, 1e-5, 1e-5, "int8 conv forward");
+  }
+}
+
+TEST_CASE("INT8 linear forward equals the float linear of the fake-quantized values", "[quant][int8train]") {
+  Generator g(2);
+  const ActGrid grid{0.02f, 0.0, 256};
+  const OnGrid in = on_grid({5, 37}, grid, g);
+  const Weights w = int8_weights({6, 37}, g);
+  Tensor bias = Tensor::randn({6}, g);
+  testing::require_close(int8_linear(in.x, grid, w.wq, w.scale, bias, state_keeping_integers()),
+                         linear(in.x, w.wq, bias), 1e-5, 1e-5, "int8 linear forward");
+}
+
+// dWq[o][k] = (s_G s_x) (sum_m G[o][m] u[m][k] - zx sum_m G[o][m]) and
+// dXq[n][c][y][x] = s_Gx sum over the windows covering the pixel of Gx W,
+// computed here in int64 / double from the op's own integers.
+TEST_CASE("INT8 conv gradients equal the double backward of the quantized integers exactly", "[quant][int8train]") {
+  Generator g(3);
+  const ActGrid grid{0.03f, 17.0, 256};
+  const int64_t N = 2, C = 3, H = 7, W = 6, O = 5, KH = 3, KW = 2;
+  const Conv2dParams p{2, 1, 1, 1, 1, 1, 1};  // stride (2, 1), padding (1, 1)
+  for (const GradRounding rounding : {GradRounding::stochastic, GradRounding::nearest}) {
+    INFO(enum_name(rounding));
+    OnGrid in = on_grid({N, C, H, W}, grid, g);
+    Weights w = int8_weights({O, C, KH, KW}, g);
+    Tensor x = in.x.clone().set_requires_grad(true);
+    Tensor wq = w.wq.clone().set_requires_grad(true);
+    auto st = state_keeping_integers(rounding);
+    Tensor y = int8_conv2d(x, grid, wq, w.scale, Tensor(), p, st);
+    const int64_t OH = y.size(2), OW = y.size(3), P = OH * OW, M = N * P, K = C * KH * KW;
+    // A long-tailed upstream gradient, as real ones are.
+    Tensor gy = Tensor::randn(y.sizes(), g);
+    for (int64_t i = 0; i < gy.numel(); i += 7) gy.data<float>()[i] *= 30.f;
+    sum(mul(y, gy)).backward();
+    REQUIRE(st->last_g.size() == static_cast<size_t>(O * M));
+    REQUIRE(st->last_gx.size() == static_cast<size_t>(M * O));
+    auto u_at = [&](int64_t n, int64_t c, int64_t iy, int64_t ix) -> double {
+      if (iy < 0 || iy >= H || ix < 0 || ix >= W) return grid.zero;  // padding: real 0
+      return static_cast<double>(in.u[((n * C + c) * H + iy) * W + ix]);
+    };
+    std::vector<float> dw_want(static_cast<size_t>(O * K)), dx_want(static_cast<size_t>(N * C * H * W));
+    std::vector<int64_t> dx_sum(dx_want.size(), 0);
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t ki = 0; ki < KH; ++ki)
+          for (int64_t kj = 0; kj < KW; ++kj) {
+            double acc = 0;  // integers (and integer zx): exact in double
+            for (int64_t n = 0; n < N; ++n)
+              for (int64_t oy = 0; oy < OH; ++oy)
+                for (int64_t ox = 0; ox < OW; ++ox) {
+                  const int64_t m = (n * OH + oy) * OW + ox, iy = oy * 2 - 1 + ki, ix = ox - 1 + kj;
+                  acc += st->last_g[o * M + m] * (u_at(n, c, iy, ix) - grid.zero);
+                  if (iy >= 0 && iy < H && ix >= 0 && ix < W)
+                    dx_sum[((n * C + c) * H + iy) * W + ix] +=
+                        int64_t{st->last_gx[m * O + o]} * w.w[o * K + (c * KH + ki) * KW + kj];
+                }
+            const double s = static_cast<double>(st->last_scale_g) * static_cast<double>(grid.scale);
+            dw_want[o * K + (c * KH + ki) * KW + kj] = static_cast<float>(s * acc);
+          }
+    for (size_t i = 0; i < dx_sum.size(); ++i)
+      dx_want[i] = static_cast<float>(static_cast<double>(st->last_scale_gx) * static_cast<double>(dx_sum[i]));
+    REQUIRE(wq.grad().to_vector() == dw_want);
+    REQUIRE(x.grad().to_vector() == dx_want);
+    // And the integers are dY (and dY * s_w) quantized with the recorded scales.
+    const int qmax = grad_qmax(8);
+    bool g_ok = true, gx_ok = true;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < O; ++o)
+        for (int64_t q = 0; q < P; ++q) {
+          const float v = gy.data<float>()[(n * O + o) * P + q];
+          const int64_t m = n * P + q;
+          const float t = v / st->last_scale_g;
+          const int8_t G = st->last_g[o * M + m];
+          g_ok = g_ok && (G == qmax || G == -qmax || std::abs(t - G) < 1.0001f);
+          const float tx = v * w.scale.data<float>()[o] / st->last_scale_gx;
+          const int8_t Gx = st->last_gx[m * O + o];
+          gx_ok = gx_ok && (Gx == qmax || Gx == -qmax || std::abs(tx - Gx) < 1.0001f);
+        }
+    REQUIRE(g_ok);
+    REQUIRE(gx_ok);
+  }
+}
+
+TEST_CASE("INT8 linear gradients equal the double backward of the quantized integers exactly", "[quant][int8train]") {
+  Generator g(4);
+  const ActGrid grid{0.04f, 0.0, 256};
+  const int64_t N = 6, K = 33, O = 7;
+  OnGrid in = on_grid({N, K}, grid, g);
+  Weights w = int8_weights({O, K}, g);
+  Tensor x = in.x.clone().set_requires_grad(true);
+  Tensor wq = w.wq.clone().set_requires_grad(true);
+  Tensor b = Tensor::randn({O}, g).set_requires_grad(true);
+  auto st = state_keeping_integers();
+  Tensor gy = Tensor::randn({N, O}, g);
+  sum(mul(int8_linear(x, grid, wq, w.scale, b, st), gy)).backward();
+  std::vector<float> dw(static_cast<size_t>(O * K)), dx(static_cast<size_t>(N * K)), db(static_cast<size_t>(O));
+  for (int64_t o = 0; o < O; ++o) {
+    double bsum = 0;
+    for (int64_t n = 0; n < N; ++n) bsum += gy.data<float>()[n * O + o];
+    db[o] = static_cast<float>(bsum);
+    for (int64_t k = 0; k < K; ++k) {
+      int64_t acc = 0;
+      for (int64_t n = 0; n < N; ++n) acc += int64_t{st->last_g[o * N + n]} * in.u[n * K + k];
+      dw[o * K + k] = static_cast<float>(static_cast<double>(st->last_scale_g) * static_cast<double>(grid.scale) *
+                                         static_cast<double>(acc));
+    }
+  }
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      int64_t acc = 0;
+      for (int64_t o = 0; o < O; ++o) acc += int64_t{st->last_gx[n * O + o]} * w.w[o * K + k];
+      dx[n * K + k] = static_cast<float>(static_cast<double>(st->last_scale_gx) * static_cast<double>(acc));
+    }
+  REQUIRE(wq.grad().to_vector() == dw);
+  REQUIRE(x.grad().to_vector() == dx);
+  REQUIRE(b.grad().to_vector() == db);
+  REQUIRE(st->steps() == 1);
+  REQUIRE(st->distance(0) > 0.f);
+  REQUIRE(st->distance(0) < 0.01f);  // 8-bit gradients keep the direction
+}
+
+TEST_CASE("an INT8 layer refuses inputs that are not on its grid", "[quant][int8train]") {
+  Generator g(5);
+  const ActGrid grid{0.05f, 0.0, 256};
+  OnGrid in = on_grid({2, 4}, grid, g);
+  in.x.data<float>()[3] += 0.4f * grid.scale;  // off the grid
+  const Weights w = int8_weights({3, 4}, g);
+  REQUIRE_THROWS_WITH(int8_linear(in.x, grid, w.wq, w.scale, Tensor(), state_keeping_integers()),
+                      Contains("test_layer") && Contains("not on its quantizer's grid") && Contains("index 3"));
+  Weights off = int8_weights({3, 4}, g);
+  off.wq.data<float>()[5] *= 1.3f;
+  OnGrid ok = on_grid({2, 4}, grid, g);
+  REQUIRE_THROWS_WITH(int8_linear(ok.x, grid, off.wq, off.scale, Tensor(), state_keeping_integers()),
+                      Contains("test_layer") && Contains("not on its int8 grid"));
+}
+
+namespace {
+// Losses of 40 SGD steps on one batch of a prepared SmallCNN, INT8 or not.
+std::vector<float> small_cnn_losses(bool int8, std::vector<Int8Layer>* layers_out = nullptr) {
+  ModulePtr m = make_model("small_cnn", 4, 1);
+  prepare(*m, testing::test_backend("default"), QConfig{});
+  std::vector<Int8Layer> layers;
+  if (int8) layers = enable_int8_training(*m, Int8GradConfig{}, {}, 11);
+  Generator g(6);
+  Tensor x = Tensor::randn({16, 3, 12, 12}, g);
+  Tensor labels = Tensor::from_vector_i32({0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}, {16});
+  m->train();
+  std::vector<float> losses;
+  for (int step = 0; step < 40; ++step) {
+    for (auto& [n, p] : m->named_parameters()) p.zero_grad();
+    Tensor loss = cross_entropy(m->forward(x), labels);
+    loss.backward();
+    NoGradGuard ng;
+    for (auto& [n, p] : m->named_parameters())
+      if (p.grad().defined()) p.add_(p.grad(), -0.3f);
+    losses.push_back(loss.item());
+  }
+  if (layers_out) *layers_out = layers;
+  return losses;
+}
+}  // namespace
+
+TEST_CASE("a prepared SmallCNN trains in INT8 with every quantized layer on integers and its loss falls",
+          "[quant][int8train]") {
+  std::vector<Int8Layer> layers;
+  const std::vector<float> int8 = small_cnn_losses(true, &layers);
+  const std::vector<float> fp = small_cnn_losses(false);
+  std::vector<std::string> names;
+  for (auto& l : layers) names.push_back(l.name);
+  REQUIRE(names == std::vector<std::string>{"features.0", "features.4", "fc"});
+  for (auto& l : layers) REQUIRE(l.state->steps() == 40);
+  INFO("INT8 loss " << int8.front() << " -> " << int8.back() << "; float QAT " << fp.front() << " -> " << fp.back());
+  // The same model and batch: the forward differs by float summation order,
+  // which can move a value across a rounding boundary of the next quantizer.
+  REQUIRE(int8.front() == Approx(fp.front()).epsilon(1e-3));
+  REQUIRE(int8.back() < 0.5f * int8.front());
+  REQUIRE(std::abs(int8.back() - fp.back()) < 0.1f * fp.front());  // tracks float QAT
+}
+
+TEST_CASE("INT8 training refuses layers it cannot run and names them", "[quant][int8train]") {
+  SECTION("affine weights") {
+    ModulePtr m = make_model("small_cnn", 4, 1);
+    QConfig q;
+    q.weight_symmetric = false;
+    prepare(*m, testing::test_backend("default"), q);
+    REQUIRE_THROWS_WITH(enable_int8_training(*m, Int8GradConfig{}, {}, 0),
+                        Contains("features.0") && Contains("symmetric weights"));
+  }
+  SECTION("an unknown keep_float layer") {
+    ModulePtr m = make_model("small_cnn", 4, 1);
+    prepare(*m, testing::test_backend("default"), QConfig{});
+    REQUIRE_THROWS_WITH(enable_int8_training(*m, Int8GradConfig{}, {"features.1"}, 0),
+                        Contains("keep_float") && Contains("features.1"));
+  }
+  SECTION("keep_float keeps a layer on float GEMMs") {
+    ModulePtr m = make_model("small_cnn", 4, 1);
+    prepare(*m, testing::test_backend("default"), QConfig{});
+    const auto layers = enable_int8_training(*m, Int8GradConfig{}, {"features.0", "fc"}, 0);
+    REQUIRE(layers.size() == 1);
+    REQUIRE(layers[0].name == "features.4");
+  }
+}
