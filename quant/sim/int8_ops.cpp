@@ -20,6 +20,8 @@ Int8GradState::Int8GradState(const Int8GradConfig& cfg, uint64_t seed, std::stri
   QAT_CHECK(cfg.period >= 1, "int8 training: period must be >= 1, got ", cfg.period);
   clip_dw_ = register_buffer("clip_dw", Tensor::zeros({1}));
   clip_dx_ = register_buffer("clip_dx", Tensor::zeros({1}));
+  ratio_dw_ = register_buffer("ratio_dw", Tensor::zeros({1}));
+  ratio_dx_ = register_buffer("ratio_dx", Tensor::zeros({1}));
   distance_dw_ = register_buffer("distance_dw", Tensor::zeros({1}));
   distance_dx_ = register_buffer("distance_dx", Tensor::zeros({1}));
   lr_scale_ = register_buffer("lr_scale", Tensor::ones({1}));
@@ -40,14 +42,23 @@ float Int8GradState::clip(int which) const { return cell(which == 0 ? clip_dw_ :
 float Int8GradState::distance(int which) const { return cell(which == 0 ? distance_dw_ : distance_dx_); }
 
 bool Int8GradState::clip_due(int which) const {
-  return cfg_.clipping == GradClipping::max || clip(which) <= 0.f || steps() % cfg_.period == 0;
+  return cfg_.clipping == GradClipping::max || cell(which == 0 ? ratio_dw_ : ratio_dx_) <= 0.f ||
+         steps() % cfg_.period == 0;
 }
 
 void Int8GradState::refresh_clip(int which, const float* g, int64_t n) {
   const float m = max_abs(g, n);
   QAT_CHECK(std::isfinite(m), "int8 training: layer ", layer_, ": the output gradient holds ", m,
             " (non-finite) at step ", steps());
-  cell(which == 0 ? clip_dw_ : clip_dx_) = cfg_.clipping == GradClipping::max ? m : search_clip(g, n, cfg_.bits).clip;
+  const float c = cfg_.clipping == GradClipping::max ? m : search_clip(g, n, cfg_.bits).clip;
+  cell(which == 0 ? clip_dw_ : clip_dx_) = c;
+  cell(which == 0 ? ratio_dw_ : ratio_dx_) = m > 0.f ? c / m : 0.f;
+}
+
+void Int8GradState::track_clip(int which, float max_abs_g) {
+  QAT_CHECK(std::isfinite(max_abs_g), "int8 training: layer ", layer_, ": the output gradient holds ", max_abs_g,
+            " (non-finite) at step ", steps());
+  cell(which == 0 ? clip_dw_ : clip_dx_) = cell(which == 0 ? ratio_dw_ : ratio_dx_) * max_abs_g;
 }
 
 float Int8GradState::grad_scale(int which) const { return clip(which) / static_cast<float>(grad_qmax(cfg_.bits)); }
@@ -69,7 +80,8 @@ void Int8GradState::finish_step() {
   sums_.lr_scale += lr_scale();
   ++sums_.count;
   steps_.data<int32_t>()[0] += 1;
-  for (Tensor* t : {&clip_dw_, &clip_dx_, &distance_dw_, &distance_dx_, &lr_scale_, &steps_}) t->bump_version();
+  for (Tensor* t : {&clip_dw_, &clip_dx_, &ratio_dw_, &ratio_dx_, &distance_dw_, &distance_dx_, &lr_scale_, &steps_})
+    t->bump_version();
 }
 
 Int8GradState::Means Int8GradState::take_means() {
@@ -384,6 +396,7 @@ TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const ActGr
   std::vector<int8_t> G, Gx;
   if (need[1]) {
     if (st.clip_due(0)) st.refresh_clip(0, dy, n);
+    else st.track_clip(0, max_abs(dy, n));
     const float scale = st.grad_scale(0);
     G.assign(static_cast<size_t>(O * M), 0);
     GradQuantStats stats;
@@ -398,6 +411,11 @@ TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const ActGr
       const int64_t P = g.P();
       for (int64_t i = 0; i < n; ++i) scaled[i] = dy[i] * static_cast<float>(wi.scale[(i / P) % O]);
       st.refresh_clip(1, scaled.data(), n);
+    } else {
+      float m = 0.f;
+      const int64_t P = g.P();
+      for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(dy[i] * static_cast<float>(wi.scale[(i / P) % O])));
+      st.track_clip(1, std::isfinite(max_abs(dy, n)) ? m : max_abs(dy, n));
     }
     const float scale = st.grad_scale(1);
     Gx.assign(static_cast<size_t>(M * O), 0);

@@ -64,6 +64,7 @@ struct Int8GradConfig {
 // they measured. Buffers (in the state dict, so checkpoints carry them and
 // --resume continues bit-exactly):
 //   clip_dw, clip_dx        f32 (1)  the clip values in use (0: none yet)
+//   ratio_dw, ratio_dx      f32 (1)  clip / max|g| of the last search
 //   distance_dw, distance_dx f32 (1) 1 - cos(g, Q(g)) of the latest backward
 //   lr_scale                f32 (1)  phi(distance_dw) (1 without LR scaling)
 //   steps                   i32 (1)  backward steps taken: the period's clock
@@ -82,8 +83,14 @@ class Int8GradState : public Module {
   // clipping, every `period` steps (and while it has none) under
   // direction-sensitive clipping.
   bool clip_due(int which) const;
-  // Sets the clip from the gradient it will quantize (n values, any order).
+  // Sets the clip from the gradient it will quantize (n values, any order):
+  // the searched (or max) clip, and its ratio to max|g|.
   void refresh_clip(int which, const float* g, int64_t n);
+  // Between searches the clip follows the gradient's magnitude: the last
+  // searched ratio times this step's max|g| (gradients grow and shrink
+  // by orders of magnitude within a period; a fixed clip would saturate
+  // them or round them all to zero).
+  void track_clip(int which, float max_abs_g);
   // clip / qmax: the gradient's scale (0 for an all-zero gradient).
   float grad_scale(int which) const;
   uint64_t noise_key(int which) const;
@@ -108,7 +115,7 @@ class Int8GradState : public Module {
   Int8GradConfig cfg_;
   uint64_t seed_;
   std::string layer_;
-  Tensor clip_dw_, clip_dx_, distance_dw_, distance_dx_, lr_scale_, steps_;
+  Tensor clip_dw_, clip_dx_, ratio_dw_, ratio_dx_, distance_dw_, distance_dx_, lr_scale_, steps_;
   Means sums_;
 };
 
