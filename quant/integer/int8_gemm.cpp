@@ -439,6 +439,7 @@ void gemm_s8s8s32(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const int8
     for (int64_t k = 0; k < K; ++k) a[m * K + k] = static_cast<uint8_t>(A[m * lda + k] + 128);
   gemm_u8s8s32(kernel, M, N, K, a, K, B, ldb, C, ldc);
   std::vector<int32_t> colsum(static_cast<size_t>(N));
+#pragma omp parallel for schedule(static) if (N * K >= (1 << 16))
   for (int64_t n = 0; n < N; ++n) {
     int32_t s = 0;
     for (int64_t k = 0; k < K; ++k) s += B[n * ldb + k];

@@ -98,17 +98,39 @@ Int8GradState::Means Int8GradState::take_means() {
 // ---------------------------------------------------------------- geometry
 namespace {
 
-// dst (cols, rows) = src (rows, cols)^T in 32 x 32 tiles (cache friendly for
-// the 9216 x 4096 matrices of AlexNet's classifier).
-template <class T, class U, class F>
-void transpose_tiles(const T* src, int64_t rows, int64_t cols, U* dst, F convert) {
-  constexpr int64_t B = 32;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t r0 = 0; r0 < rows; r0 += B)
-    for (int64_t c0 = 0; c0 < cols; c0 += B)
-      for (int64_t r = r0; r < std::min(rows, r0 + B); ++r)
-        for (int64_t c = c0; c < std::min(cols, c0 + B); ++c) dst[c * rows + r] = convert(src[r * cols + c], c, r);
+// dst (cols, rows) = src (rows, cols)^T for bytes: 64 x 64 tiles read by
+// rows into a local block and written by rows, so both sides stream (the
+// strided element-wise version cost 160 ms a step on AlexNet's classifier).
+void transpose_bytes(const int8_t* src, int64_t rows, int64_t cols, int8_t* dst) {
+  constexpr int64_t B = 64;
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < cols; c0 += B) {
+    alignas(64) int8_t tile[B][B];
+    const int64_t cn = std::min(B, cols - c0);
+    for (int64_t r0 = 0; r0 < rows; r0 += B) {
+      const int64_t rn = std::min(B, rows - r0);
+      for (int64_t r = 0; r < rn; ++r) std::memcpy(tile[r], src + (r0 + r) * cols + c0, static_cast<size_t>(cn));
+      for (int64_t c = 0; c < cn; ++c) {
+        int8_t* d = dst + (c0 + c) * rows + r0;
+        for (int64_t r = 0; r < rn; ++r) d[r] = tile[r][c];
+      }
+    }
+  }
 }
+
+// Per-thread buffers reused across steps (AlexNet's classifier needs 150 MB
+// of accumulators: a fresh zeroed vector every step page-faults and clears
+// all of it). Contents are garbage on return.
+enum Slot { kRows, kAcc, kCol, kWt, kSum, kSlots };
+template <class T>
+T* scratch(Slot slot, int64_t n) {
+  thread_local std::vector<unsigned char> bufs[kSlots];
+  std::vector<unsigned char>& b = bufs[slot];
+  const size_t bytes = static_cast<size_t>(n) * sizeof(T);
+  if (b.size() < bytes) b.resize(bytes);
+  return reinterpret_cast<T*>(b.data());
+}
+
 
 struct Geom {
   int64_t n, c, h, w, o, kh, kw, oh, ow;
@@ -122,6 +144,7 @@ struct Geom {
 // the grid or outside [0, levels) is an error: the layer's input must be what
 // a quantizer produced.
 std::vector<uint8_t> input_integers(const Tensor& x, const ActGrid& grid, const std::string& layer) {
+  QAT_PROFILE("int8_train.input_integers");
   const int64_t n = x.numel();
   std::vector<uint8_t> u(static_cast<size_t>(n));
   const float* px = x.data<float>();
@@ -153,6 +176,7 @@ struct WeightInts {
 };
 
 WeightInts weight_integers(const Tensor& wq, const Tensor& w_scale, int64_t O, int64_t K, const std::string& layer) {
+  QAT_PROFILE("int8_train.weight_integers");
   QAT_CHECK(w_scale.numel() == O || w_scale.numel() == 1, "int8 training: layer ", layer, ": ", w_scale.numel(),
             " weight scales for ", O, " output channels");
   WeightInts r;
@@ -160,19 +184,35 @@ WeightInts weight_integers(const Tensor& wq, const Tensor& w_scale, int64_t O, i
   r.rowsum.assign(static_cast<size_t>(O), 0);
   r.scale.resize(static_cast<size_t>(O));
   const float* pw = wq.data<float>();
+  int64_t bad = -1;
+#pragma omp parallel for schedule(static)
   for (int64_t o = 0; o < O; ++o) {
     const float s = w_scale.data<float>()[w_scale.numel() == 1 ? 0 : o];
     r.scale[o] = s;
-    const double inv = 1.0 / static_cast<double>(s);
+    // wq = s * W was one float product of an integer |W| <= 128, so
+    // wq * (1/s) lands within a few ulps of W.
+    const float inv = 1.f / s;
+    int64_t sum = 0;
+    bool ok = true;
     for (int64_t k = 0; k < K; ++k) {
-      const double t = static_cast<double>(pw[o * K + k]) * inv;
-      const double q = std::nearbyint(t);
-      QAT_CHECK(std::abs(t - q) <= 1e-3 && q >= -128 && q <= 127, "int8 training: layer ", layer, ": weight ",
-                pw[o * K + k], " (row ", o, ") is not on its int8 grid of scale ", s);
+      const float t = pw[o * K + k] * inv;
+      const float q = std::nearbyint(t);
+      ok &= std::abs(t - q) <= 1e-3f && q >= -128.f && q <= 127.f;
       r.w[o * K + k] = static_cast<int8_t>(q);
-      r.rowsum[o] += static_cast<int64_t>(q);
+      sum += static_cast<int64_t>(q);
+    }
+    r.rowsum[o] = sum;
+    if (!ok) {
+#pragma omp critical(int8_weight_bad)
+      if (bad < 0 || o < bad) bad = o;
     }
   }
+  if (bad >= 0)
+    for (int64_t k = 0; k < K; ++k) {
+      const double s = r.scale[bad], t = static_cast<double>(pw[bad * K + k]) / s, q = std::nearbyint(t);
+      QAT_CHECK(std::abs(t - q) <= 1e-3 && q >= -128 && q <= 127, "int8 training: layer ", layer, ": weight ",
+                pw[bad * K + k], " (row ", bad, ") is not on its int8 grid of scale ", s);
+    }
   return r;
 }
 
@@ -184,6 +224,7 @@ inline uint8_t at(const uint8_t* u, const Geom& g, int64_t n, int64_t c, int64_t
 
 // rows (M, K): row m = (n, oy, ox), column k = (c, ki, kj).
 void im2row(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* rows) {
+  QAT_PROFILE("int8_train.im2row");
   const int64_t K = g.K();
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t n = 0; n < g.n; ++n)
@@ -198,18 +239,20 @@ void im2row(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* rows) {
       }
 }
 
-// col (K, M): the transpose of rows, built directly.
-void im2col(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* col) {
+// col (K, M): the transpose of rows, built directly, stored as u - 128 (s8)
+// for the s8 x s8 weight-gradient GEMM.
+void im2col(const uint8_t* u, const Geom& g, uint8_t pad, int8_t* col) {
+  QAT_PROFILE("int8_train.im2col");
   const int64_t M = g.M();
 #pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < g.K(); ++k) {
     const int64_t c = k / (g.kh * g.kw), ki = (k / g.kw) % g.kh, kj = k % g.kw;
-    uint8_t* dst = col + k * M;
+    int8_t* dst = col + k * M;
     for (int64_t n = 0; n < g.n; ++n)
       for (int64_t oy = 0; oy < g.oh; ++oy)
         for (int64_t ox = 0; ox < g.ow; ++ox)
-          *dst++ = at(u, g, n, c, oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h,
-                      ox * g.p.stride_w - g.p.pad_w + kj * g.p.dil_w, pad);
+          *dst++ = static_cast<int8_t>(at(u, g, n, c, oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h,
+                                          ox * g.p.stride_w - g.p.pad_w + kj * g.p.dil_w, pad) - 128);
   }
 }
 
@@ -229,10 +272,13 @@ Tensor forward_int(const std::vector<uint8_t>& u, const ActGrid& grid, const Wei
                    const Geom& g, uint8_t pad) {
   QAT_PROFILE("int8_train.forward_gemm");
   const int64_t M = g.M(), K = g.K(), O = g.o, P = g.P();
-  std::vector<uint8_t> rows(static_cast<size_t>(M * K));
-  im2row(u.data(), g, pad, rows.data());
-  std::vector<int32_t> acc(static_cast<size_t>(M * O));
-  gemm_u8s8s32(best_gemm_kernel(), M, O, K, rows.data(), K, wi.w.data(), K, acc.data(), O);
+  uint8_t* rows = scratch<uint8_t>(kRows, M * K);
+  im2row(u.data(), g, pad, rows);
+  int32_t* acc = scratch<int32_t>(kAcc, M * O);
+  {
+    QAT_PROFILE("int8_train.gemm_fwd");
+  gemm_u8s8s32(best_gemm_kernel(), M, O, K, rows, K, wi.w.data(), K, acc, O);
+  }
   Tensor y = Tensor::empty({g.n, O, g.oh, g.ow});
   float* py = y.data<float>();
   const float* pb = bias.defined() ? bias.data<float>() : nullptr;
@@ -251,7 +297,9 @@ Tensor forward_int(const std::vector<uint8_t>& u, const ActGrid& grid, const Wei
 // ---------------------------------------------------------------- backward
 // Quantizes dY (N, O, P) into G (O, M), row o holding the gradients of output
 // channel o; stats summed per row, rows in order (thread-count independent).
-GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int8GradState& st, int8_t* G) {
+GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int8GradState& st, int8_t* G,
+                          int64_t* gsum) {
+  QAT_PROFILE("int8_train.quantize_g");
   const int64_t O = g.o, P = g.P(), M = g.M();
   const int qmax = grad_qmax(st.config().bits);
   const float inv = 1.f / scale;
@@ -260,6 +308,7 @@ GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int
 #pragma omp parallel for schedule(static)
   for (int64_t o = 0; o < O; ++o) {
     GradQuantStats s;
+    int64_t qsum = 0;
     for (int64_t n = 0; n < g.n; ++n)
       for (int64_t p = 0; p < P; ++p) {
         const int64_t m = n * P + p;
@@ -267,9 +316,11 @@ GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int
         const float r = st.config().rounding == GradRounding::stochastic ? sr_uniform(key, o * M + m) : 0.f;
         const int8_t q = quantize_grad_value(v, inv, qmax, st.config().rounding, r);
         G[o * M + m] = q;
+        qsum += q;
         s.dot += static_cast<double>(v) * q, s.qq += static_cast<double>(q) * q, s.gg += static_cast<double>(v) * v;
       }
     per[o] = s;
+    gsum[o] = qsum;
   }
   GradQuantStats total;
   for (const GradQuantStats& s : per) total.add(s);
@@ -279,6 +330,7 @@ GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int
 // Quantizes dY * s_w[o] into Gx (M, O); stats per image n, in order.
 GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<double>& ws, float scale,
                            const Int8GradState& st, int8_t* Gx) {
+  QAT_PROFILE("int8_train.quantize_gx");
   const int64_t O = g.o, P = g.P();
   const int qmax = grad_qmax(st.config().bits);
   const float inv = 1.f / scale;
@@ -303,34 +355,39 @@ GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<dou
   return total;
 }
 
-// dWq (O, K) = s_G s_x (col G^T - zx colsum G), M summed in chunks of 2^16.
-Tensor weight_grad(const std::vector<uint8_t>& u, const ActGrid& grid, const int8_t* G, float scale_g, const Geom& g,
-                   uint8_t pad) {
+// dWq (O, K) = s_G s_x (sum_m G[o][m] u[m][k] - zx gsum[o]) as one s8 x s8
+// GEMM of G (O, M) and col = u - 128 (K, M): sum_m G u = C + 128 gsum[o].
+// M is summed in chunks of 2^16 (int32 accumulators), chunks in int64.
+Tensor weight_grad(const std::vector<uint8_t>& u, const ActGrid& grid, const int8_t* G, const int64_t* gsum,
+                   float scale_g, const Geom& g, uint8_t pad) {
   QAT_PROFILE("int8_train.weight_grad_gemm");
   const int64_t M = g.M(), K = g.K(), O = g.o;
-  std::vector<uint8_t> col(static_cast<size_t>(K * M));
-  im2col(u.data(), g, pad, col.data());
-  constexpr int64_t kChunk = int64_t{1} << 16;  // 2^16 * 255 * 127 < 2^31
-  std::vector<int32_t> acc(static_cast<size_t>(K * O));
+  int8_t* col = scratch<int8_t>(kCol, K * M);
+  im2col(u.data(), g, pad, col);
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  int32_t* acc = scratch<int32_t>(kAcc, O * K);
   std::vector<int64_t> total;
   for (int64_t m0 = 0; m0 < M; m0 += kChunk) {
     const int64_t len = std::min(kChunk, M - m0);
-    gemm_u8s8s32(best_gemm_kernel(), K, O, len, col.data() + m0, M, G + m0, M, acc.data(), O);
+    {
+      QAT_PROFILE("int8_train.gemm_dw");
+      gemm_s8s8s32(best_gemm_kernel(), O, K, len, G + m0, M, col + m0, M, acc, K);
+    }
     if (M <= kChunk) break;
     if (total.empty()) total.assign(static_cast<size_t>(K * O), 0);
     for (int64_t i = 0; i < K * O; ++i) total[i] += acc[i];
   }
-  std::vector<int64_t> gsum(static_cast<size_t>(O), 0);
-  for (int64_t o = 0; o < O; ++o)
-    for (int64_t m = 0; m < M; ++m) gsum[o] += G[o * M + m];
   Tensor dw = Tensor::empty({O, K});
+  float* pd = dw.data<float>();
   const double s = static_cast<double>(scale_g) * static_cast<double>(grid.scale);
-  // (K, O) sums -> (O, K) gradients; element (k, o) lands at dw[o][k].
-  auto convert = [&](auto a, int64_t o, int64_t) {
-    return static_cast<float>(s * (static_cast<double>(a) - grid.zero * static_cast<double>(gsum[o])));
-  };
-  if (total.empty()) transpose_tiles(acc.data(), K, O, dw.data<float>(), convert);
-  else transpose_tiles(total.data(), K, O, dw.data<float>(), convert);
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < O; ++o) {
+    const double corr = (128.0 - grid.zero) * static_cast<double>(gsum[o]);
+    for (int64_t k = 0; k < K; ++k) {
+      const double a = total.empty() ? static_cast<double>(acc[o * K + k]) : static_cast<double>(total[o * K + k]);
+      pd[o * K + k] = static_cast<float>(s * (a + corr));
+    }
+  }
   return dw;
 }
 
@@ -338,19 +395,28 @@ Tensor weight_grad(const std::vector<uint8_t>& u, const ActGrid& grid, const int
 Tensor input_grad(const int8_t* Gx, float scale_gx, const WeightInts& wi, const Geom& g) {
   QAT_PROFILE("int8_train.input_grad_gemm");
   const int64_t M = g.M(), K = g.K(), O = g.o;
-  std::vector<int8_t> wt(static_cast<size_t>(K * O));
-  transpose_tiles(wi.w.data(), O, K, wt.data(), [](int8_t v, int64_t, int64_t) { return v; });
-  std::vector<int32_t> acc(static_cast<size_t>(M * K));
-  gemm_s8s8s32(best_gemm_kernel(), M, K, O, Gx, O, wt.data(), O, acc.data(), K);
-  std::vector<int64_t> sum(static_cast<size_t>(g.n * g.c * g.h * g.w), 0);
+  int8_t* wt = scratch<int8_t>(kWt, K * O);
+  {
+    QAT_PROFILE("int8_train.transpose_w");
+    transpose_bytes(wi.w.data(), O, K, wt);
+  }
+  int32_t* acc = scratch<int32_t>(kAcc, M * K);
+  {
+    QAT_PROFILE("int8_train.gemm_dx");
+  gemm_s8s8s32(best_gemm_kernel(), M, K, O, Gx, O, wt, O, acc, K);
+  }
+  QAT_PROFILE("int8_train.col2im");
+  const int64_t pixels = g.n * g.c * g.h * g.w;
+  int64_t* sum = scratch<int64_t>(kSum, pixels);
+  std::fill(sum, sum + pixels, int64_t{0});
   // Each (n, c) plane is owned by one thread.
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t n = 0; n < g.n; ++n)
     for (int64_t c = 0; c < g.c; ++c) {
-      int64_t* plane = sum.data() + (n * g.c + c) * g.h * g.w;
+      int64_t* plane = sum + (n * g.c + c) * g.h * g.w;
       for (int64_t oy = 0; oy < g.oh; ++oy)
         for (int64_t ox = 0; ox < g.ow; ++ox) {
-          const int32_t* row = acc.data() + ((n * g.oh + oy) * g.ow + ox) * K + c * g.kh * g.kw;
+          const int32_t* row = acc + ((n * g.oh + oy) * g.ow + ox) * K + c * g.kh * g.kw;
           for (int64_t ki = 0; ki < g.kh; ++ki) {
             const int64_t iy = oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h;
             if (iy < 0 || iy >= g.h) continue;
@@ -399,10 +465,12 @@ TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const ActGr
     else st.track_clip(0, max_abs(dy, n));
     const float scale = st.grad_scale(0);
     G.assign(static_cast<size_t>(O * M), 0);
+    std::vector<int64_t> gsum(static_cast<size_t>(O), 0);
     GradQuantStats stats;
-    if (scale > 0.f) stats = quantize_g(dy, g, scale, st, G.data());
+    if (scale > 0.f) stats = quantize_g(dy, g, scale, st, G.data(), gsum.data());
     st.record(0, stats);
-    r[1] = (scale > 0.f ? weight_grad(u, grid, G.data(), scale, g, pad) : Tensor::zeros({O, g.K()})).view(w_shape);
+    r[1] = (scale > 0.f ? weight_grad(u, grid, G.data(), gsum.data(), scale, g, pad) : Tensor::zeros({O, g.K()}))
+               .view(w_shape);
     if (st.keep_last) st.last_g = G, st.last_scale_g = scale;
   }
   if (need[0]) {
