@@ -69,6 +69,8 @@ TEST_CASE("compare reads each run's config.yaml through the config loader", "[co
   CHECK(s.layer_weight_bits == std::map<std::string, int>{{"fc", 8}, {"features.0", 8}});
   CHECK(s.layer_activation_bits == std::map<std::string, int>{{"fc", 8}});
   CHECK_THAT(markdown_table({s}), Contains("| 4/4, fc W8A8, features.0 W8 |"));
+  fs::path i8 = make_run("int8", "quant: {enabled: true, int8_training: {enabled: true, clipping: max}}\n", {0.5});
+  CHECK(summarize_run(i8.string()).method == "moving_average + INT8 training (G8 max, LR scaling)");
 }
 
 TEST_CASE("truncate_metrics keeps the rows of saved epochs only", "[compare]") {
