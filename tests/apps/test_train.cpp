@@ -11,6 +11,7 @@
 #include "tests/test_util.h"
 
 #include "apps/config.h"
+#include "apps/integer_cmd.h"
 #include "apps/metrics_log.h"
 #include "apps/run_lock.h"
 #include "apps/run_state.h"
@@ -326,6 +327,16 @@ TEST_CASE("INT8 training resumes bit-exactly and logs its gradient quantizers", 
   std::getline(jsonl, line);
   REQUIRE_THAT(line, Contains("\"int8\": {\"features.0\": {\"clip_dw\": ") && Contains("\"features.4\"") &&
                          Contains("\"lr_scale\": ") && !Contains("\"fc\""));
+  // An INT8-trained model freezes like any QAT model: the integer model agrees
+  // with it layer by layer on the 100 sample images.
+  LayerComparison cmp;
+  REQUIRE(run_compare_layers({write_config(a, quant), (a / "run/last.safetensors").string(), {}, 0}, &cmp) == 0);
+  REQUIRE(cmp.images == 100);
+  for (const quant::LayerDiff& d : cmp.layers) {
+    INFO(d.name << ": " << d.differ << " of " << d.count << " differ, max " << d.max_diff);
+    if (!d.logits) CHECK(d.max_diff <= 1);
+  }
+  REQUIRE(cmp.layers.back().top1_agree >= 99);
 }
 
 TEST_CASE("INT8 training config errors name the key", "[e2e][int8train]") {
