@@ -216,12 +216,6 @@ WeightInts weight_integers(const Tensor& wq, const Tensor& w_scale, int64_t O, i
   return r;
 }
 
-// The padded input's integer at (n, c, iy, ix), `pad` outside.
-inline uint8_t at(const uint8_t* u, const Geom& g, int64_t n, int64_t c, int64_t iy, int64_t ix, uint8_t pad) {
-  if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) return pad;
-  return u[((n * g.c + c) * g.h + iy) * g.w + ix];
-}
-
 // rows (M, K): row m = (n, oy, ox), column k = (c, ki, kj).
 void im2row(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* rows) {
   QAT_PROFILE("int8_train.im2row");
@@ -231,28 +225,57 @@ void im2row(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* rows) {
     for (int64_t oy = 0; oy < g.oh; ++oy)
       for (int64_t ox = 0; ox < g.ow; ++ox) {
         uint8_t* r = rows + ((n * g.oh + oy) * g.ow + ox) * K;
+        const int64_t x0 = ox * g.p.stride_w - g.p.pad_w;
+        const bool inside_x = g.p.dil_w == 1 && x0 >= 0 && x0 + g.kw <= g.w;
         for (int64_t c = 0; c < g.c; ++c)
-          for (int64_t ki = 0; ki < g.kh; ++ki)
-            for (int64_t kj = 0; kj < g.kw; ++kj)
-              *r++ = at(u, g, n, c, oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h,
-                        ox * g.p.stride_w - g.p.pad_w + kj * g.p.dil_w, pad);
+          for (int64_t ki = 0; ki < g.kh; ++ki, r += g.kw) {
+            const int64_t iy = oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h;
+            if (iy < 0 || iy >= g.h) {
+              std::memset(r, pad, static_cast<size_t>(g.kw));
+              continue;
+            }
+            const uint8_t* xrow = u + ((n * g.c + c) * g.h + iy) * g.w;
+            if (inside_x) {
+              std::memcpy(r, xrow + x0, static_cast<size_t>(g.kw));
+              continue;
+            }
+            for (int64_t kj = 0; kj < g.kw; ++kj) {
+              const int64_t ix = x0 + kj * g.p.dil_w;
+              r[kj] = ix >= 0 && ix < g.w ? xrow[ix] : pad;
+            }
+          }
       }
 }
 
 // col (K, M): the transpose of rows, built directly, stored as u - 128 (s8)
-// for the s8 x s8 weight-gradient GEMM.
+// for the s8 x s8 weight-gradient GEMM (u ^ 0x80 is u - 128 in two's complement).
 void im2col(const uint8_t* u, const Geom& g, uint8_t pad, int8_t* col) {
   QAT_PROFILE("int8_train.im2col");
   const int64_t M = g.M();
+  const int8_t pad8 = static_cast<int8_t>(pad ^ 0x80);
 #pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < g.K(); ++k) {
     const int64_t c = k / (g.kh * g.kw), ki = (k / g.kw) % g.kh, kj = k % g.kw;
     int8_t* dst = col + k * M;
+    const int64_t x0 = kj * g.p.dil_w - g.p.pad_w;
+    const bool inside_x = g.p.stride_w == 1 && x0 >= 0 && x0 + g.ow <= g.w;
     for (int64_t n = 0; n < g.n; ++n)
-      for (int64_t oy = 0; oy < g.oh; ++oy)
-        for (int64_t ox = 0; ox < g.ow; ++ox)
-          *dst++ = static_cast<int8_t>(at(u, g, n, c, oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h,
-                                          ox * g.p.stride_w - g.p.pad_w + kj * g.p.dil_w, pad) - 128);
+      for (int64_t oy = 0; oy < g.oh; ++oy, dst += g.ow) {
+        const int64_t iy = oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h;
+        if (iy < 0 || iy >= g.h) {
+          std::memset(dst, static_cast<unsigned char>(pad8), static_cast<size_t>(g.ow));
+          continue;
+        }
+        const uint8_t* xrow = u + ((n * g.c + c) * g.h + iy) * g.w;
+        if (inside_x) {
+          for (int64_t ox = 0; ox < g.ow; ++ox) dst[ox] = static_cast<int8_t>(xrow[x0 + ox] ^ 0x80);
+          continue;
+        }
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          const int64_t ix = x0 + ox * g.p.stride_w;
+          dst[ox] = ix >= 0 && ix < g.w ? static_cast<int8_t>(xrow[ix] ^ 0x80) : pad8;
+        }
+      }
   }
 }
 
