@@ -266,7 +266,7 @@ std::vector<Field> quant_and_output_fields() {
       enumeration("quant.int8_training.clipping", QAT_CFG(quant.int8_training.clipping)),
       boolean("quant.int8_training.lr_scaling.enabled", QAT_CFG(quant.int8_training.lr_scaling)),
       real("quant.int8_training.lr_scaling.alpha", QAT_CFG(quant.int8_training.alpha), at_least(0)),
-      real("quant.int8_training.lr_scaling.beta", QAT_CFG(quant.int8_training.beta), in_range(0, 1, true)),
+      real("quant.int8_training.lr_scaling.beta", QAT_CFG(quant.int8_training.beta), in_open_closed(0, 1)),
       integer_in("quant.int8_training.period", QAT_CFG(quant.int8_training.period), 1, int64_t{1} << 30),
       keep_float(),
       text("output.dir", QAT_CFG(output.dir), true),

@@ -112,19 +112,44 @@ void apply_quant_schedule(const QuantConfig& q, Module& model, int64_t epoch0) {
 
 // "int8": {layer: {clip_dw, clip_dx (latest), distance_dw, distance_dx,
 // lr_scale (epoch means)}, ...}; empty without INT8 layers.
+// A JSON string's body: quotes, backslashes and control characters escaped.
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (const char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(ch)));
+      out += b;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
 std::string int8_metrics_json(const std::vector<quant::Int8Layer>& layers) {
   if (layers.empty()) return "";
+  auto num = [](double v, bool measured) {
+    if (!measured) return std::string("null");  // no step of the epoch measured it
+    char b[32];
+    std::snprintf(b, sizeof b, "%.6g", v);
+    return std::string(b);
+  };
   std::string j = "\"int8\": {";
   for (size_t i = 0; i < layers.size(); ++i) {
+    const quant::Int8GradState& st = *layers[i].state;
     const quant::Int8GradState::Means m = layers[i].state->take_means();
-    char buf[320];
-    std::snprintf(buf, sizeof buf,
-                  "\"%s\": {\"clip_dw\": %.6g, \"clip_dx\": %.6g, \"distance_dw\": %.6g, \"distance_dx\": %.6g, "
-                  "\"lr_scale\": %.6g}",
-                  layers[i].name.c_str(), layers[i].state->clip(0), layers[i].state->clip(1), m.distance_dw,
-                  m.distance_dx, m.lr_scale);
-    j += (i ? ", " : "");
-    j += buf;
+    // (appended piece by piece: GCC 12 warns falsely on "literal" + std::string)
+    for (const std::string& piece :
+         {std::string(i ? ", \"" : "\""), json_escape(layers[i].name), std::string("\": {\"clip_dw\": "),
+          num(st.clip(0), true), std::string(", \"clip_dx\": "), num(st.clip(1), true),
+          std::string(", \"distance_dw\": "), num(m.distance_dw, m.count_dw > 0), std::string(", \"distance_dx\": "),
+          num(m.distance_dx, m.count_dx > 0), std::string(", \"lr_scale\": "), num(m.lr_scale, m.count_dw > 0),
+          std::string("}")})
+      j += piece;
   }
   return j + "}";
 }

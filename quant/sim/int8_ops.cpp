@@ -26,6 +26,7 @@ Int8GradState::Int8GradState(const Int8GradConfig& cfg, uint64_t seed, std::stri
   distance_dx_ = register_buffer("distance_dx", Tensor::zeros({1}));
   lr_scale_ = register_buffer("lr_scale", Tensor::ones({1}));
   steps_ = register_buffer("steps", Tensor::zeros({1}, DType::i32));
+  epoch_sums_ = register_buffer("epoch_sums", Tensor::zeros({5}));
 }
 
 std::string Int8GradState::describe() const {
@@ -73,25 +74,28 @@ void Int8GradState::record(int which, const GradQuantStats& stats) {
   cell(which == 0 ? distance_dw_ : distance_dx_) = static_cast<float>(cosine_distance(stats));
 }
 
-void Int8GradState::finish_step() {
-  cell(lr_scale_) = cfg_.lr_scaling ? static_cast<float>(lr_scale_for(distance(0), cfg_.alpha, cfg_.beta)) : 1.f;
-  sums_.distance_dw += distance(0);
-  sums_.distance_dx += distance(1);
-  sums_.lr_scale += lr_scale();
-  ++sums_.count;
+void Int8GradState::finish_step(bool had_dw, bool had_dx) {
+  float* sums = epoch_sums_.data<float>();
+  if (had_dw) {
+    cell(lr_scale_) = cfg_.lr_scaling ? static_cast<float>(lr_scale_for(distance(0), cfg_.alpha, cfg_.beta)) : 1.f;
+    sums[0] += distance(0), sums[2] += lr_scale(), sums[3] += 1.f;
+  }
+  if (had_dx) sums[1] += distance(1), sums[4] += 1.f;
   steps_.data<int32_t>()[0] += 1;
-  for (Tensor* t : {&clip_dw_, &clip_dx_, &ratio_dw_, &ratio_dx_, &distance_dw_, &distance_dx_, &lr_scale_, &steps_})
+  for (Tensor* t : {&clip_dw_, &clip_dx_, &ratio_dw_, &ratio_dx_, &distance_dw_, &distance_dx_, &lr_scale_, &steps_,
+                    &epoch_sums_})
     t->bump_version();
 }
 
 Int8GradState::Means Int8GradState::take_means() {
-  Means m = sums_;
-  if (m.count > 0) {
-    m.distance_dw /= static_cast<double>(m.count);
-    m.distance_dx /= static_cast<double>(m.count);
-    m.lr_scale /= static_cast<double>(m.count);
-  }
-  sums_ = {};
+  float* sums = epoch_sums_.data<float>();
+  Means m;
+  m.count_dw = static_cast<int64_t>(sums[3]);
+  m.count_dx = static_cast<int64_t>(sums[4]);
+  if (m.count_dw > 0) m.distance_dw = sums[0] / sums[3], m.lr_scale = sums[2] / sums[3];
+  if (m.count_dx > 0) m.distance_dx = sums[1] / sums[4];
+  for (int i = 0; i < 5; ++i) sums[i] = 0.f;
+  epoch_sums_.bump_version();
   return m;
 }
 
@@ -197,9 +201,11 @@ WeightInts weight_integers(const Tensor& wq, const Tensor& w_scale, int64_t O, i
     for (int64_t k = 0; k < K; ++k) {
       const float t = pw[o * K + k] * inv;
       const float q = std::nearbyint(t);
-      ok &= std::abs(t - q) <= 1e-3f && q >= -128.f && q <= 127.f;
-      r.w[o * K + k] = static_cast<int8_t>(q);
-      sum += static_cast<int64_t>(q);
+      const bool on_grid = std::abs(t - q) <= 1e-3f && q >= -128.f && q <= 127.f;  // false for NaN
+      ok &= on_grid;
+      const int8_t w = on_grid ? static_cast<int8_t>(q) : int8_t{0};  // (the cast of an out-of-range float is UB)
+      r.w[o * K + k] = w;
+      sum += w;
     }
     r.rowsum[o] = sum;
     if (!ok) {
@@ -516,7 +522,7 @@ TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const ActGr
     r[0] = (scale > 0.f ? input_grad(Gx.data(), scale, wi, g) : Tensor::zeros({g.n, g.c, g.h, g.w})).view(x_shape);
     if (st.keep_last) st.last_gx = Gx, st.last_scale_gx = scale;
   }
-  st.finish_step();
+  st.finish_step(need[1], need[0]);
   return r;
 }
 

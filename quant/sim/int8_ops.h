@@ -67,6 +67,7 @@ struct Int8GradConfig {
 //   ratio_dw, ratio_dx      f32 (1)  clip / max|g| of the last search
 //   distance_dw, distance_dx f32 (1) 1 - cos(g, Q(g)) of the latest backward
 //   lr_scale                f32 (1)  phi(distance_dw) (1 without LR scaling)
+//   epoch_sums              f32 (5)  what take_means() averages
 //   steps                   i32 (1)  backward steps taken: the period's clock
 //                                    and, with the seed, the rounding noise's key
 class Int8GradState : public Module {
@@ -95,15 +96,20 @@ class Int8GradState : public Module {
   float grad_scale(int which) const;
   uint64_t noise_key(int which) const;
   void record(int which, const GradQuantStats& stats);
-  void finish_step();  // after both quantizers: lr_scale, steps + 1
+  // After the quantizers that ran this step (dW: the weight needed a
+  // gradient; dX: the input did): lr_scale from this step's dW distance,
+  // the epoch sums, steps + 1.
+  void finish_step(bool had_dw, bool had_dx);
 
   float clip(int which) const;
   float distance(int which) const;
   float lr_scale() const { return lr_scale_.data<float>()[0]; }
   int64_t steps() const { return steps_.data<int32_t>()[0]; }
 
-  // Epoch means (not checkpointed: epochs start after a checkpoint).
-  struct Means { double distance_dw = 0, distance_dx = 0, lr_scale = 0; int64_t count = 0; };
+  // Means over the steps since the last call (the epoch), and a reset. The
+  // sums are a checkpointed buffer: a run interrupted mid-epoch and resumed
+  // logs the same means. count_dw / count_dx: steps that measured each.
+  struct Means { double distance_dw = 0, distance_dx = 0, lr_scale = 0; int64_t count_dw = 0, count_dx = 0; };
   Means take_means();
 
   // Tests: keep the integers and scales of the last backward.
@@ -116,7 +122,7 @@ class Int8GradState : public Module {
   uint64_t seed_;
   std::string layer_;
   Tensor clip_dw_, clip_dx_, ratio_dw_, ratio_dx_, distance_dw_, distance_dx_, lr_scale_, steps_;
-  Means sums_;
+  Tensor epoch_sums_;  // f32 (5): sum d_dw, sum d_dx, sum lr_scale, steps with dW, steps with dX
 };
 
 // Conv (groups 1) and linear with integer GEMMs, Note [INT8 training GEMMs].

@@ -72,7 +72,10 @@ std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig&
     if (!inside.empty() && name.rfind(inside + ".", 0) == 0) continue;
     inside.clear();
     if (auto* d = dynamic_cast<Dropout*>(m)) dropouts.push_back(d);
-    if (auto* sh = dynamic_cast<SharedFakeQuantizer*>(m)) last = sh->source();
+    if (auto* sh = dynamic_cast<SharedFakeQuantizer*>(m)) {
+      last = sh->source();  // re-quantized onto the source's grid: earlier dropouts no longer scale it
+      dropouts.clear();
+    }
     with_qat_layer(m, [&](auto& l) {
       inside = name;
       seen.insert(name);

@@ -197,6 +197,41 @@ TEST_CASE("INT8 linear gradients equal the double backward of the quantized inte
   REQUIRE(st->distance(0) < 0.01f);  // 8-bit gradients keep the direction
 }
 
+// M = 70,000 output positions: the weight gradient sums two chunks of 2^16
+// rows (int32 each, int64 across), on any thread count the same.
+TEST_CASE("the INT8 weight gradient sums more than 2^16 rows exactly on any thread count", "[quant][int8train]") {
+  Generator g(8);
+  const ActGrid grid{0.01f, 5.0, 256};
+  const int64_t N = 7, C = 2, H = 100, W = 100, O = 3;
+  OnGrid in = on_grid({N, C, H, W}, grid, g);
+  Weights w = int8_weights({O, C, 1, 1}, g);
+  Tensor gy = Tensor::randn({N, O, H, W}, g);
+  std::vector<std::vector<float>> dws;
+  for (const int threads : {1, 2}) {
+    testing::ThreadsGuard tg(threads);
+    Tensor wq = w.wq.clone().set_requires_grad(true);
+    auto st = state_keeping_integers();
+    sum(mul(int8_conv2d(in.x, grid, wq, w.scale, Tensor(), Conv2dParams{}, st), gy)).backward();
+    const int64_t M = N * H * W;
+    std::vector<float> want(static_cast<size_t>(O * C));
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t c = 0; c < C; ++c) {
+        int64_t acc = 0, gsum = 0;
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t p = 0; p < H * W; ++p) {
+            const int64_t G = st->last_g[o * M + n * H * W + p];
+            acc += G * in.u[(n * C + c) * H * W + p];
+            gsum += G;
+          }
+        const double s = static_cast<double>(st->last_scale_g) * static_cast<double>(grid.scale);
+        want[o * C + c] = static_cast<float>(s * (static_cast<double>(acc) - grid.zero * static_cast<double>(gsum)));
+      }
+    REQUIRE(wq.grad().to_vector() == want);
+    dws.push_back(wq.grad().to_vector());
+  }
+  REQUIRE(dws[0] == dws[1]);
+}
+
 TEST_CASE("an INT8 layer refuses inputs that are not on its grid", "[quant][int8train]") {
   Generator g(5);
   const ActGrid grid{0.05f, 0.0, 256};
