@@ -306,19 +306,30 @@ Tensor forward_int(const std::vector<uint8_t>& u, const ActGrid& grid, const Wei
   int32_t* acc = scratch<int32_t>(kAcc, M * O);
   {
     QAT_PROFILE("int8_train.gemm_fwd");
-  gemm_u8s8s32(best_gemm_kernel(), M, O, K, rows, K, wi.w.data(), K, acc, O);
+    gemm_u8s8s32(best_gemm_kernel(), M, O, K, rows, K, wi.w.data(), K, acc, O);
   }
   Tensor y = Tensor::empty({g.n, O, g.oh, g.ow});
   float* py = y.data<float>();
   const float* pb = bias.defined() ? bias.data<float>() : nullptr;
+  std::vector<double> s(static_cast<size_t>(O)), corr(static_cast<size_t>(O));
+  for (int64_t o = 0; o < O; ++o) {
+    s[o] = static_cast<double>(grid.scale) * wi.scale[o];
+    corr[o] = grid.zero * static_cast<double>(wi.rowsum[o]);
+  }
+  // acc (M, O) -> y (N, O, P) in blocks of 32 positions: the block's rows of
+  // acc stay in cache while each channel's run of y is written.
+  constexpr int64_t B = 32;
+  const int64_t blocks = (P + B - 1) / B;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t n = 0; n < g.n; ++n)
-    for (int64_t o = 0; o < O; ++o) {
-      const double s = static_cast<double>(grid.scale) * wi.scale[o];
-      const double corr = grid.zero * static_cast<double>(wi.rowsum[o]);
-      const float b = pb ? pb[o] : 0.f;
-      for (int64_t p = 0; p < P; ++p)
-        py[(n * O + o) * P + p] = static_cast<float>(s * (static_cast<double>(acc[(n * P + p) * O + o]) - corr)) + b;
+    for (int64_t pb0 = 0; pb0 < blocks; ++pb0) {
+      const int64_t p0 = pb0 * B, p1 = std::min(P, p0 + B);
+      for (int64_t o = 0; o < O; ++o) {
+        const float b = pb ? pb[o] : 0.f;
+        for (int64_t p = p0; p < p1; ++p)
+          py[(n * O + o) * P + p] =
+              static_cast<float>(s[o] * (static_cast<double>(acc[(n * P + p) * O + o]) - corr[o])) + b;
+      }
     }
   return y;
 }
