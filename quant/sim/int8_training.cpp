@@ -68,7 +68,10 @@ std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig&
   std::vector<const Dropout*> dropouts;
   std::string inside;  // a QAT layer's name while its children are walked
   size_t index = 0;
-  for (auto& [name, m] : model.named_modules()) {
+  // (no structured bindings: Clang 14 cannot capture them in the lambda below)
+  for (auto& entry : model.named_modules()) {
+    const std::string& name = entry.first;
+    Module* m = entry.second;
     if (!inside.empty() && name.rfind(inside + ".", 0) == 0) continue;
     inside.clear();
     if (auto* d = dynamic_cast<Dropout*>(m)) dropouts.push_back(d);
@@ -101,9 +104,9 @@ std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig&
 
 std::vector<Int8Layer> int8_layers(Module& model) {
   std::vector<Int8Layer> out;
-  for (auto& [name, m] : model.named_modules())
-    with_qat_layer(m, [&](auto& l) {
-      if (l.int8_state()) out.push_back({name, m, l.int8_state()});
+  for (auto& entry : model.named_modules())
+    with_qat_layer(entry.second, [&](auto& l) {
+      if (l.int8_state()) out.push_back({entry.first, entry.second, l.int8_state()});
     });
   return out;
 }
