@@ -329,6 +329,9 @@ int run_train(const TrainArgs& args) {
   std::printf("run directory: %s\n", run_dir.c_str());
 
   const std::vector<quant::Int8Layer> int8 = quant::int8_layers(*model);
+  std::vector<std::pair<Tensor, std::shared_ptr<quant::Int8GradState>>> int8_lr_params;
+  for (const quant::Int8Layer& l : int8)
+    for (const Tensor& p : quant::int8_scaled_parameters(l)) int8_lr_params.emplace_back(p, l.state);
   int64_t steps_this_run = 0;
   for (int64_t epoch = state.epoch; epoch < cfg.train.epochs; ++epoch) {
     model->train();
@@ -354,8 +357,8 @@ int run_train(const TrainArgs& args) {
       QAT_CHECK(std::isfinite(lv), "train: loss is ", lv, " at epoch ", epoch + 1, " step ", step + 1, "; stopping. ",
                 checkpoints_left(run_dir));
       loss.backward();
-      for (const quant::Int8Layer& l : int8)  // error-sensitive learning rates: phi(d) of this step
-        for (const Tensor& p : quant::int8_scaled_parameters(l)) optimizer->set_lr_scale(p, l.state->lr_scale());
+      for (const auto& [p, state] : int8_lr_params)  // error-sensitive learning rates: phi(d) of this step
+        optimizer->set_lr_scale(p, state->lr_scale());
       optimizer->step();
       const int64_t n = batch.labels.size(0);
       state.epoch_loss_sum += static_cast<double>(lv) * n;

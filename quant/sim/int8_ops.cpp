@@ -222,6 +222,22 @@ WeightInts weight_integers(const Tensor& wq, const Tensor& w_scale, int64_t O, i
   return r;
 }
 
+// dst[j] = f(xrow[x0 + j step]) for j < count, f(pad) where x0 + j step falls
+// outside [0, w): one input row's run of a window, copied whole when it is
+// contiguous and inside.
+template <class T, class F>
+inline void gather_run(const uint8_t* xrow, int64_t w, int64_t x0, int64_t step, int64_t count, uint8_t pad, T* dst,
+                       F f) {
+  if (step == 1 && x0 >= 0 && x0 + count <= w) {
+    for (int64_t j = 0; j < count; ++j) dst[j] = f(xrow[x0 + j]);
+    return;
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t ix = x0 + j * step;
+    dst[j] = f(ix >= 0 && ix < w ? xrow[ix] : pad);
+  }
+}
+
 // rows (M, K): row m = (n, oy, ox), column k = (c, ki, kj).
 void im2row(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* rows) {
   QAT_PROFILE("int8_train.im2row");
@@ -232,7 +248,6 @@ void im2row(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* rows) {
       for (int64_t ox = 0; ox < g.ow; ++ox) {
         uint8_t* r = rows + ((n * g.oh + oy) * g.ow + ox) * K;
         const int64_t x0 = ox * g.p.stride_w - g.p.pad_w;
-        const bool inside_x = g.p.dil_w == 1 && x0 >= 0 && x0 + g.kw <= g.w;
         for (int64_t c = 0; c < g.c; ++c)
           for (int64_t ki = 0; ki < g.kh; ++ki, r += g.kw) {
             const int64_t iy = oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h;
@@ -240,15 +255,8 @@ void im2row(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* rows) {
               std::memset(r, pad, static_cast<size_t>(g.kw));
               continue;
             }
-            const uint8_t* xrow = u + ((n * g.c + c) * g.h + iy) * g.w;
-            if (inside_x) {
-              std::memcpy(r, xrow + x0, static_cast<size_t>(g.kw));
-              continue;
-            }
-            for (int64_t kj = 0; kj < g.kw; ++kj) {
-              const int64_t ix = x0 + kj * g.p.dil_w;
-              r[kj] = ix >= 0 && ix < g.w ? xrow[ix] : pad;
-            }
+            gather_run(u + ((n * g.c + c) * g.h + iy) * g.w, g.w, x0, g.p.dil_w, g.kw, pad, r,
+                       [](uint8_t v) { return v; });
           }
       }
 }
@@ -264,7 +272,6 @@ void im2col(const uint8_t* u, const Geom& g, uint8_t pad, int8_t* col) {
     const int64_t c = k / (g.kh * g.kw), ki = (k / g.kw) % g.kh, kj = k % g.kw;
     int8_t* dst = col + k * M;
     const int64_t x0 = kj * g.p.dil_w - g.p.pad_w;
-    const bool inside_x = g.p.stride_w == 1 && x0 >= 0 && x0 + g.ow <= g.w;
     for (int64_t n = 0; n < g.n; ++n)
       for (int64_t oy = 0; oy < g.oh; ++oy, dst += g.ow) {
         const int64_t iy = oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h;
@@ -272,15 +279,8 @@ void im2col(const uint8_t* u, const Geom& g, uint8_t pad, int8_t* col) {
           std::memset(dst, static_cast<unsigned char>(pad8), static_cast<size_t>(g.ow));
           continue;
         }
-        const uint8_t* xrow = u + ((n * g.c + c) * g.h + iy) * g.w;
-        if (inside_x) {
-          for (int64_t ox = 0; ox < g.ow; ++ox) dst[ox] = static_cast<int8_t>(xrow[x0 + ox] ^ 0x80);
-          continue;
-        }
-        for (int64_t ox = 0; ox < g.ow; ++ox) {
-          const int64_t ix = x0 + ox * g.p.stride_w;
-          dst[ox] = ix >= 0 && ix < g.w ? static_cast<int8_t>(xrow[ix] ^ 0x80) : pad8;
-        }
+        gather_run(u + ((n * g.c + c) * g.h + iy) * g.w, g.w, x0, g.p.stride_w, g.ow, pad, dst,
+                   [](uint8_t v) { return static_cast<int8_t>(v ^ 0x80); });
       }
   }
 }
@@ -335,6 +335,16 @@ Tensor forward_int(const std::vector<uint8_t>& u, const ActGrid& grid, const Wei
 }
 
 // ---------------------------------------------------------------- backward
+// One gradient value to its integer (noise index `index` of this step's key),
+// its cosine sums added to `s`.
+inline int8_t quantize_one(float v, float inv, int qmax, GradRounding rounding, uint64_t key, uint64_t index,
+                           GradQuantStats& s) {
+  const float r = rounding == GradRounding::stochastic ? sr_uniform(key, index) : 0.f;
+  const int8_t q = quantize_grad_value(v, inv, qmax, rounding, r);
+  s.dot += static_cast<double>(v) * q, s.qq += static_cast<double>(q) * q, s.gg += static_cast<double>(v) * v;
+  return q;
+}
+
 // Quantizes dY (N, O, P) into G (O, M), row o holding the gradients of output
 // channel o; stats summed per row, rows in order (thread-count independent).
 GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int8GradState& st, int8_t* G,
@@ -353,11 +363,9 @@ GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int
       for (int64_t p = 0; p < P; ++p) {
         const int64_t m = n * P + p;
         const float v = dy[(n * O + o) * P + p];
-        const float r = st.config().rounding == GradRounding::stochastic ? sr_uniform(key, o * M + m) : 0.f;
-        const int8_t q = quantize_grad_value(v, inv, qmax, st.config().rounding, r);
+        const int8_t q = quantize_one(v, inv, qmax, st.config().rounding, key, o * M + m, s);
         G[o * M + m] = q;
         qsum += q;
-        s.dot += static_cast<double>(v) * q, s.qq += static_cast<double>(q) * q, s.gg += static_cast<double>(v) * v;
       }
     per[o] = s;
     gsum[o] = qsum;
@@ -383,10 +391,7 @@ GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<dou
       for (int64_t o = 0; o < O; ++o) {
         const int64_t m = n * P + p;
         const float v = dy[(n * O + o) * P + p] * static_cast<float>(ws[o]);
-        const float r = st.config().rounding == GradRounding::stochastic ? sr_uniform(key, m * O + o) : 0.f;
-        const int8_t q = quantize_grad_value(v, inv, qmax, st.config().rounding, r);
-        Gx[m * O + o] = q;
-        s.dot += static_cast<double>(v) * q, s.qq += static_cast<double>(q) * q, s.gg += static_cast<double>(v) * v;
+        Gx[m * O + o] = quantize_one(v, inv, qmax, st.config().rounding, key, m * O + o, s);
       }
     per[n] = s;
   }
@@ -514,16 +519,19 @@ TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const ActGr
     if (st.keep_last) st.last_g = G, st.last_scale_g = scale;
   }
   if (need[0]) {
-    if (st.clip_due(1)) {  // the clip of dY * s_w[o], the values Gx quantizes
-      std::vector<float> scaled(static_cast<size_t>(n));
-      const int64_t P = g.P();
-      for (int64_t i = 0; i < n; ++i) scaled[i] = dy[i] * static_cast<float>(wi.scale[(i / P) % O]);
-      st.refresh_clip(1, scaled.data(), n);
+    // The clip of dY * s_w[o], the values Gx quantizes.
+    auto scaled = [&](int64_t i) { return dy[i] * static_cast<float>(wi.scale[(i / g.P()) % O]); };
+    if (st.clip_due(1)) {
+      std::vector<float> v(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) v[i] = scaled(i);
+      st.refresh_clip(1, v.data(), n);
     } else {
-      float m = 0.f;
-      const int64_t P = g.P();
-      for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(dy[i] * static_cast<float>(wi.scale[(i / P) % O])));
-      st.track_clip(1, std::isfinite(max_abs(dy, n)) ? m : max_abs(dy, n));
+      float m = 0.f;  // max |scaled|; a non-finite value is passed on (track_clip reports it)
+      for (int64_t i = 0; i < n && std::isfinite(m); ++i) {
+        const float a = std::abs(scaled(i));
+        m = std::isfinite(a) ? std::max(m, a) : a;
+      }
+      st.track_clip(1, m);
     }
     const float scale = st.grad_scale(1);
     Gx.assign(static_cast<size_t>(M * O), 0);
