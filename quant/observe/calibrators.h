@@ -1,0 +1,72 @@
+#pragma once
+// Post-training calibrators: each chooses a saturation threshold T from a
+// histogram of |x| (histogram.h), in units of bins; T = i * bin width,
+// capped at the observed max |x| (docs/math/calibration.md, REFERENCES.md §6).
+//   max         T = the observed max |x|
+//   percentile  the smallest i whose bins 0..i-1 hold >= p % of the counts (p = 99.99)
+//   mse         the i minimising the expected squared error of a quantizer
+//               clipping at T with L positive levels (step s = T / L): bins
+//               below T contribute s^2 / 12 (uniform rounding noise) per
+//               count, bins above (their centres) the squared clipping error
+//   entropy     TensorRT's KL search (Migacz, GTC 2017): for i from 128 to
+//               the number of bins, P = bins 0..i-1 with every count beyond
+//               folded into bin i-1, Q = the unfolded bins merged into L + 1
+//               groups (bin j in group floor(j (L + 1) / i)) and spread
+//               evenly over each group's non-empty bins; the i with the
+//               smallest KL(P || Q) (ties: the smallest i)
+// L, the levels above zero: 127 for int8 symmetric (also narrow and
+// unsigned-symmetric), 255 for uint8 affine over non-negative data (after a
+// ReLU), (qmax - qmin) / 2 for an affine grid over data of both signs.
+//
+// Weights are not calibrated from histograms: their grid takes the max per
+// channel (a min/max observer).
+#include <cstdint>
+#include <vector>
+
+#include "core/enum_names.h"
+#include "quant/qparams.h"
+#include "quant/spec.h"
+
+namespace qat::quant {
+
+enum class Calibrator { max, percentile, mse, entropy };
+constexpr auto enum_names(Calibrator) {
+  return std::to_array<EnumName<Calibrator>>({{Calibrator::max, "max"},
+                                              {Calibrator::percentile, "percentile"},
+                                              {Calibrator::mse, "mse"},
+                                              {Calibrator::entropy, "entropy"}});
+}
+const char* calibrator_name(Calibrator c);
+
+struct CalibratorOptions {
+  double percentile = 99.99;     // (0, 100]
+  int64_t entropy_start_bin = 128;
+};
+
+// The calibrators on raw counts (bins of equal width); each returns the
+// number of bins i below the threshold (1..counts.size()). An all-zero
+// histogram gives counts.size().
+int64_t percentile_bins(const std::vector<uint64_t>& counts, double percentile);
+int64_t mse_bins(const std::vector<uint64_t>& counts, int64_t levels);
+// levels: the quantized levels Q of the KL search (L + 1: 128 for int8).
+int64_t entropy_bins(const std::vector<uint64_t>& counts, int64_t levels, int64_t start_bin);
+
+// L for a spec and the observed minimum (see above).
+int64_t positive_levels(const QuantSpec& spec, float observed_min);
+
+class AbsHistogram;
+// T for one calibrator on one histogram; levels: positive_levels().
+float choose_threshold(const AbsHistogram& h, Calibrator c, const CalibratorOptions& o, int64_t levels);
+
+// The calibration cache stores TensorRT's scale, T / 127, per tensor
+// (calibration_cache.h). qat applies the scale it stored, so that a
+// calibration and a later read of its cache give the same bits:
+//   cache_scale(T) = T / 127 (float32)
+//   qparams_for_cache_scale: T' = c * 127; a symmetric minmax grid whose half
+//   range (qmax - qmin) / 2 is 127 (int8 narrow, TensorRT) takes s = c itself, as
+//   TensorRT does; any other grid the qparams (qparams.h) of the observed
+//   range [min_val, max_val] clipped to [-T', T'] (a symmetric one: [-T', T']).
+float cache_scale(float threshold);
+QParams qparams_for_cache_scale(const QuantSpec& spec, float scale, float min_val, float max_val);
+
+}  // namespace qat::quant

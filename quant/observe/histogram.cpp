@@ -1,0 +1,149 @@
+#include "quant/observe/histogram.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/profiler.h"
+#include "quant/observe/minmax.h"
+
+namespace qat::quant {
+
+namespace {
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr int64_t kPiece = int64_t{1} << 16;  // elements per parallel work item
+
+// Bin of |v| (v finite) for `bins` bins over [0, range]; the top bin is closed.
+inline int64_t bin_of(float av, float per_unit, int64_t bins) {
+  const int64_t j = static_cast<int64_t>(av * per_unit);
+  return j < bins ? j : bins - 1;
+}
+}  // namespace
+
+AbsHistogram::AbsHistogram(int64_t bins) : counts_(static_cast<size_t>(bins), 0) {
+  QAT_CHECK(bins >= 2, "histogram: bins must be >= 2, got ", bins);
+}
+
+void AbsHistogram::grow_to(float amax) {
+  if (!started_ || range_ == 0) {  // nothing but zeros so far: they stay in bin 0
+    range_ = amax;
+    started_ = true;
+    return;
+  }
+  if (amax <= range_) return;
+  // The smallest integer k >= 2 with k R >= amax; k old bins -> one new bin.
+  const int64_t k = std::max<int64_t>(2, static_cast<int64_t>(std::ceil(static_cast<double>(amax) / range_)));
+  std::vector<uint64_t> merged(counts_.size(), 0);
+  for (size_t j = 0; j < counts_.size(); ++j) merged[j / static_cast<size_t>(k)] += counts_[j];
+  counts_.swap(merged);
+  range_ = static_cast<float>(static_cast<double>(range_) * static_cast<double>(k));
+}
+
+void AbsHistogram::add(const float* x, int64_t n, float amax, const std::string& where) {
+  QAT_CHECK(std::isfinite(amax), "histogram of ", where, ": the tensor holds an infinity (max |x| = ", amax,
+            "); no finite threshold covers it");
+  if (n == 0) return;
+  grow_to(amax);
+  amax_ = std::max(amax_, amax);
+  const int64_t B = bins();
+  const float per_unit = range_ > 0 ? static_cast<float>(static_cast<double>(B) / range_) : 0.f;
+  const int64_t items = (n + kPiece - 1) / kPiece;
+  uint64_t counted = 0;
+#pragma omp parallel reduction(+ : counted)
+  {
+    std::vector<uint64_t> local(static_cast<size_t>(B), 0);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t lo = it * kPiece, hi = std::min(n, lo + kPiece);
+      for (int64_t i = lo; i < hi; ++i) {
+        const float v = x[i];
+        if (std::isnan(v)) continue;
+        ++local[static_cast<size_t>(bin_of(std::fabs(v), per_unit, B))];
+        ++counted;
+      }
+    }
+#pragma omp critical
+    for (int64_t j = 0; j < B; ++j) counts_[static_cast<size_t>(j)] += local[static_cast<size_t>(j)];
+  }
+  total_ += counted;
+}
+
+void AbsHistogram::merge(const AbsHistogram& other) {
+  QAT_CHECK(other.bins() == bins(), "histogram merge: ", other.bins(), " bins into ", bins());
+  if (other.empty()) return;
+  grow_to(other.range_ > 0 ? other.range_ : 0.f);
+  amax_ = std::max(amax_, other.amax_);
+  const int64_t B = bins();
+  const double w_other = static_cast<double>(other.range_) / static_cast<double>(B);
+  const double per_unit = range_ > 0 ? static_cast<double>(B) / range_ : 0.0;
+  for (int64_t j = 0; j < B; ++j) {
+    const uint64_t c = other.counts_[static_cast<size_t>(j)];
+    if (c == 0) continue;
+    // Same range: the same bin (j + 0.5 lands inside bin j). Otherwise the bin holding the centre.
+    const int64_t t = std::min<int64_t>(B - 1, static_cast<int64_t>((static_cast<double>(j) + 0.5) * w_other * per_unit));
+    counts_[static_cast<size_t>(t)] += c;
+  }
+  total_ += other.total_;
+}
+
+// ---------------------------------------------------------------- observer
+HistogramObserver::HistogramObserver(const QuantSpec& spec, Calibrator calibrator, CalibratorOptions options,
+                                     int64_t bins)
+    : Observer(spec, 1),
+      calibrator_(calibrator),
+      options_(options),
+      hist_(bins),
+      min_val_(Tensor::full({1}, kInf)),
+      max_val_(Tensor::full({1}, -kInf)) {
+  QAT_CHECK(!spec.per_channel, "histogram observer: per-tensor only (activations); got ", spec.describe());
+}
+
+void HistogramObserver::update(const Tensor& x) {
+  QAT_PROFILE("observer.histogram");
+  const Tensor c = x.contiguous();
+  float mn = kInf, mx = -kInf;
+  reduce_minmax(c, false, 0, &mn, &mx);
+  if (mn > mx) return;  // only NaNs
+  float* lo = min_val_.data<float>();
+  float* hi = max_val_.data<float>();
+  lo[0] = std::min(lo[0], mn);
+  hi[0] = std::max(hi[0], mx);
+  min_val_.bump_version();
+  max_val_.bump_version();
+  hist_.add(c.data<float>(), c.numel(), std::max(-mn, mx), "histogram observer (" + spec_.describe() + ")");
+}
+
+void HistogramObserver::reset() {
+  hist_ = AbsHistogram(hist_.bins());
+  min_val_.data<float>()[0] = kInf;
+  max_val_.data<float>()[0] = -kInf;
+  min_val_.bump_version();
+  max_val_.bump_version();
+}
+
+float HistogramObserver::threshold(Calibrator c, const CalibratorOptions& o) const {
+  QAT_CHECK(!hist_.empty(), "histogram observer: nothing observed; no threshold to choose");
+  return choose_threshold(hist_, c, o, positive_levels(spec_, min_val_.data<float>()[0]));
+}
+
+QParams HistogramObserver::qparams() const {
+  if (hist_.empty()) return Observer::qparams();  // s = 1, z = 0 like every observer that saw nothing
+  const float lo = min_val_.data<float>()[0], hi = max_val_.data<float>()[0];
+  const float t = threshold();
+  if (t == 0) return compute_qparams(spec_, min_val_, max_val_);  // only zeros seen: the floor scale
+  return qparams_for_cache_scale(spec_, cache_scale(t), lo, hi);
+}
+
+std::string HistogramObserver::describe() const {
+  std::ostringstream s;
+  s << "HistogramObserver(" << hist_.bins() << " bins, " << calibrator_name(calibrator_);
+  if (calibrator_ == Calibrator::percentile) s << " " << options_.percentile;
+  s << ")";
+  return s.str();
+}
+
+}  // namespace qat::quant

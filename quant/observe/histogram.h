@@ -1,0 +1,81 @@
+#pragma once
+// Histogram observer for post-training calibration (docs/math/calibration.md):
+// a histogram of |x| over every tensor seen, from which a calibrator
+// (calibrators.h: max, percentile, mse, entropy) chooses the saturation
+// threshold T; the qparams are then those of the observed range clipped to
+// [-T, T].
+//
+// AbsHistogram: `bins` bins (2048 by default) over [0, R]; bin j holds the
+// values with j w <= |x| < (j + 1) w, w = R / bins, the top bin also |x| = R.
+// R is the first tensor's max |x|. A later tensor with a larger max grows R
+// by the smallest integer factor k >= 2 that covers it: every k old bins
+// merge into one new bin, exactly (an old bin lies inside one new bin), so no
+// count is lost or moved across an edge. Counts are integers: the result does
+// not depend on the thread count. NaNs are not counted; an infinity is an
+// error (no finite threshold covers it).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "quant/observe/calibrators.h"
+#include "quant/observe/observer.h"
+
+namespace qat::quant {
+
+class AbsHistogram {
+ public:
+  explicit AbsHistogram(int64_t bins = 2048);
+
+  // Adds |x[i]| for i < n; amax: max |x[i]| over the finite values (the
+  // caller has it from its min/max pass), where: named in errors.
+  void add(const float* x, int64_t n, float amax, const std::string& where);
+  // Adds another histogram's counts: this grows (as add does) to cover its
+  // range, then each of its bins goes, whole, into the bin holding its
+  // centre. Keeps every count; exact when both have the same range.
+  void merge(const AbsHistogram& other);
+
+  int64_t bins() const { return static_cast<int64_t>(counts_.size()); }
+  const std::vector<uint64_t>& counts() const { return counts_; }
+  float range() const { return range_; }   // R (0: nothing but zeros seen yet)
+  float amax() const { return amax_; }     // the largest |x| counted
+  uint64_t total() const { return total_; }
+  bool empty() const { return total_ == 0; }
+
+ private:
+  void grow_to(float amax);
+  std::vector<uint64_t> counts_;
+  float range_ = 0, amax_ = 0;
+  uint64_t total_ = 0;
+  bool started_ = false;
+};
+
+// Per-tensor only. State (registered by the owning quantizer, so a
+// checkpoint's layout is that of a min/max observer): min_val, max_val (1),
+// the observed range. qparams(): the range clipped to the calibrator's
+// threshold (threshold() below).
+class HistogramObserver final : public Observer {
+ public:
+  HistogramObserver(const QuantSpec& spec, Calibrator calibrator = Calibrator::entropy,
+                    CalibratorOptions options = {}, int64_t bins = 2048);
+  Range range() const override { return {min_val_, max_val_}; }
+  QParams qparams() const override;
+  void reset() override;
+  NamedTensors state() const override { return {{"min_val", min_val_}, {"max_val", max_val_}}; }
+  std::string describe() const override;
+
+  const AbsHistogram& histogram() const { return hist_; }
+  // The chosen threshold for a calibrator (this observer's own by default).
+  float threshold(Calibrator c, const CalibratorOptions& o) const;
+  float threshold() const { return threshold(calibrator_, options_); }
+
+ protected:
+  void update(const Tensor& x) override;
+
+ private:
+  Calibrator calibrator_;
+  CalibratorOptions options_;
+  AbsHistogram hist_;
+  Tensor min_val_, max_val_;
+};
+
+}  // namespace qat::quant

@@ -1,0 +1,231 @@
+// Post-training calibrators (quant/observe/calibrators.h) and the histogram
+// they read (histogram.h). The percentile, MSE and entropy searches are
+// checked against an independent numpy reference written from the published
+// algorithms (tests/golden/gen_calibration.py): the chosen bin counts must be
+// equal. The histogram's growth and merge must keep every count.
+#include <catch2/catch.hpp>
+
+#include "tests/test_util.h"
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/generator.h"
+#include "core/safetensors.h"
+#include "quant/observe/calibrators.h"
+#include "quant/observe/histogram.h"
+
+namespace {
+
+using namespace qat;
+using namespace qat::quant;
+
+std::vector<uint64_t> golden_counts(const testing::GoldenCase& c) {
+  std::vector<uint64_t> out;
+  for (float v : c.get("hist").to_vector()) out.push_back(static_cast<uint64_t>(v));
+  return out;
+}
+
+int64_t golden_bins(const testing::GoldenCase& c, const std::string& key) {
+  return testing::int_values(c.get(key)).at(0);
+}
+
+uint64_t sum_of(const std::vector<uint64_t>& v) { return std::accumulate(v.begin(), v.end(), uint64_t{0}); }
+
+QuantSpec tensorrt_activation() {
+  QuantSpec s;
+  s.bits = 8;
+  s.is_signed = true;
+  s.symmetric = true;
+  s.narrow_range = true;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("calibrators choose the thresholds of the numpy reference", "[quant][calibration][golden]") {
+  const SafetensorsFile& f = testing::golden_file("calibration.safetensors");
+  const auto cases = testing::golden_case_names(f, "", ".hist");
+  REQUIRE(cases.size() == 5);
+  for (const std::string& name : cases) {
+    INFO("case " << name);
+    const testing::GoldenCase c(f, name);
+    const std::vector<uint64_t> counts = golden_counts(c);
+    REQUIRE(counts.size() == 2048);
+    CHECK(entropy_bins(counts, 128, 128) == golden_bins(c, "entropy128"));
+    CHECK(entropy_bins(counts, 8, 128) == golden_bins(c, "entropy8"));
+    CHECK(percentile_bins(counts, 99.99) == golden_bins(c, "pct9999"));
+    CHECK(percentile_bins(counts, 99.9) == golden_bins(c, "pct999"));
+    CHECK(mse_bins(counts, 127) == golden_bins(c, "mse127"));
+    CHECK(mse_bins(counts, 7) == golden_bins(c, "mse7"));
+  }
+}
+
+TEST_CASE("calibrators on known distributions", "[quant][calibration]") {
+  SECTION("a point mass: percentile and MSE keep exactly its bin; every entropy candidate ties, the first wins") {
+    std::vector<uint64_t> counts(2048, 0);
+    counts[99] = 1000;
+    CHECK(percentile_bins(counts, 99.99) == 100);
+    CHECK(percentile_bins(counts, 0.001) == 100);
+    CHECK(mse_bins(counts, 127) == 100);
+    CHECK(entropy_bins(counts, 128, 128) == 128);
+  }
+  SECTION("uniform counts: the percentile is the share of the bins") {
+    std::vector<uint64_t> counts(2048, 7);
+    CHECK(percentile_bins(counts, 50.0) == 1024);
+    CHECK(percentile_bins(counts, 100.0) == 2048);
+    CHECK(percentile_bins(counts, 25.0) == 512);
+  }
+  SECTION("uniform counts: MSE balances rounding against clipping") {
+    // Continuous optimum of T^3 / (12 L^2 R) + (R - T)^3 / (3 R): T = R 2L / (2L + 1).
+    std::vector<uint64_t> counts(2048, 5);
+    for (int64_t L : {7, 15, 127}) {
+      const double t = 2048.0 * 2 * L / (2 * L + 1);
+      INFO("L = " << L << ", continuous optimum " << t << " bins");
+      CHECK(std::abs(static_cast<double>(mse_bins(counts, L)) - t) <= 1.0);
+    }
+  }
+  SECTION("a few far outliers: the percentile clips them, max keeps them") {
+    // (The entropy search on long tails is the golden's long_tail case. With a
+    // handful of outliers it keeps them: every candidate whose last kept bin
+    // is empty has KL = inf, and the bulk ends below the first candidate.)
+    AbsHistogram h;
+    std::vector<float> x(100000);
+    Generator g(3);
+    for (auto& v : x) v = g.normal();
+    for (int k = 0; k < 5; ++k) x[static_cast<size_t>(17 * k)] = 40.f + 10.f * static_cast<float>(k);
+    h.add(x.data(), static_cast<int64_t>(x.size()), 80.f, "test");
+    CHECK(choose_threshold(h, Calibrator::max, {}, 127) == 80.f);
+    const float t = choose_threshold(h, Calibrator::percentile, {}, 127);
+    CHECK(t > 3.f);
+    CHECK(t < 5.f);
+  }
+}
+
+TEST_CASE("the histogram keeps every count when its range grows", "[quant][calibration]") {
+  AbsHistogram h(2048);
+  std::vector<float> a(10000);
+  Generator g(5);
+  for (auto& v : a) v = g.uniform(-1.f, 1.f);
+  a[0] = 1.f;
+  h.add(a.data(), static_cast<int64_t>(a.size()), 1.f, "a");
+  REQUIRE(h.range() == 1.f);
+  const std::vector<uint64_t> before = h.counts();
+  // max 2.5: the range grows by k = 3, every 3 old bins into one new bin.
+  const float b[] = {2.5f, std::nanf(""), 0.f};
+  h.add(b, 3, 2.5f, "b");
+  CHECK(h.range() == 3.f);
+  CHECK(h.amax() == 2.5f);
+  CHECK(h.total() == 10002);  // the NaN is not counted
+  std::vector<uint64_t> expect(2048, 0);
+  for (size_t j = 0; j < before.size(); ++j) expect[j / 3] += before[j];
+  expect[static_cast<size_t>(2.5 / 3.0 * 2048)] += 1;
+  expect[0] += 1;
+  CHECK(h.counts() == expect);
+  CHECK(sum_of(h.counts()) == h.total());
+}
+
+TEST_CASE("a histogram of only zeros takes the range of the first non-zero tensor", "[quant][calibration]") {
+  AbsHistogram h(16);
+  const float z[] = {0.f, -0.f, 0.f};
+  h.add(z, 3, 0.f, "zeros");
+  CHECK(h.range() == 0.f);
+  CHECK(choose_threshold(h, Calibrator::entropy, {}, 127) == 0.f);
+  const float v[] = {4.f, 1.f};
+  h.add(v, 2, 4.f, "v");
+  CHECK(h.range() == 4.f);
+  std::vector<uint64_t> expect(16, 0);
+  expect[0] = 3, expect[4] = 1, expect[15] = 1;
+  CHECK(h.counts() == expect);
+}
+
+TEST_CASE("merging histograms keeps every count", "[quant][calibration]") {
+  Generator g(9);
+  auto filled = [&](float scale, int n) {
+    AbsHistogram h(2048);
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = scale * g.normal();
+    float amax = 0;
+    for (float v : x) amax = std::max(amax, std::fabs(v));
+    h.add(x.data(), n, amax, "x");
+    return h;
+  };
+  SECTION("same range: the counts add bin by bin") {
+    AbsHistogram a(2048), b(2048);
+    std::vector<float> x(5000), y(7000);
+    for (auto& v : x) v = g.uniform(-2.f, 2.f);
+    for (auto& v : y) v = g.uniform(-2.f, 2.f);
+    x[0] = y[0] = 2.f;
+    a.add(x.data(), 5000, 2.f, "x");
+    b.add(y.data(), 7000, 2.f, "y");
+    std::vector<uint64_t> expect = a.counts();
+    for (size_t j = 0; j < expect.size(); ++j) expect[j] += b.counts()[j];
+    a.merge(b);
+    CHECK(a.counts() == expect);
+    CHECK(a.total() == 12000);
+  }
+  SECTION("different ranges, either way round") {
+    AbsHistogram a = filled(1.f, 20000), b = filled(7.f, 30000);
+    AbsHistogram a2 = a;
+    a.merge(b);
+    CHECK(a.total() == 50000);
+    CHECK(sum_of(a.counts()) == 50000);
+    CHECK(a.range() >= b.range());
+    CHECK(a.amax() == b.amax());
+    b.merge(a2);
+    CHECK(sum_of(b.counts()) == 50000);
+  }
+}
+
+TEST_CASE("an infinity in a calibrated tensor is an error naming it", "[quant][calibration]") {
+  AbsHistogram h;
+  const float x[] = {1.f, std::numeric_limits<float>::infinity()};
+  REQUIRE_THROWS_WITH(h.add(x, 2, std::numeric_limits<float>::infinity(), "features.3.output_quant"),
+                      Catch::Contains("features.3.output_quant") && Catch::Contains("infinity"));
+}
+
+TEST_CASE("TensorRT's scale: amax / 127, the cache's value applied bit for bit", "[quant][calibration]") {
+  const QuantSpec trt = tensorrt_activation();
+  HistogramObserver obs(trt, Calibrator::max);
+  Generator g(11);
+  Tensor x = Tensor::empty({4, 1000});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = g.normal();
+  x.data<float>()[5] = -6.3f;
+  obs.observe(x);
+  const QParams q = obs.qparams();
+  CHECK(q.scale.data<float>()[0] == 6.3f / 127.0f);
+  CHECK(q.zero_point.data<int32_t>()[0] == 0);
+  // Any scale a cache holds comes back unchanged on TensorRT's grid, and a
+  // threshold's trip through the cache gives the scale TensorRT computes.
+  for (int k = 0; k < 2000; ++k) {
+    const float c = g.uniform(1e-4f, 1.f);
+    REQUIRE(qparams_for_cache_scale(trt, c, 0.f, 0.f).scale.data<float>()[0] == c);
+    const float t = g.uniform(1e-3f, 100.f);
+    REQUIRE(qparams_for_cache_scale(trt, cache_scale(t), -t, t).scale.data<float>()[0] == t / 127.0f);
+  }
+}
+
+TEST_CASE("the histogram observer clips an affine grid to the threshold on both sides", "[quant][calibration]") {
+  QuantSpec u8;  // uint8 affine (the default backend's activations)
+  u8.is_signed = false;
+  u8.symmetric = false;
+  HistogramObserver obs(u8, Calibrator::percentile, {75.0, 128});
+  Tensor x = Tensor::empty({2048});
+  for (int64_t i = 0; i < 2048; ++i) x.data<float>()[i] = static_cast<float>(i) / 2047.f * 8.f - 2.f;  // [-2, 6]
+  obs.observe(x);
+  // |x| has density 2 on [0, 2] and 1 on [2, 6]: 75% of it lies below 4.
+  const float t = obs.threshold();
+  CHECK(t > 3.99f);
+  CHECK(t < 4.01f);
+  const QParams q = obs.qparams();
+  float s;
+  int32_t z;
+  qparams_from_range(u8, -2.f, cache_scale(t) * 127.f, s, z);
+  CHECK(q.scale.data<float>()[0] == s);
+  CHECK(q.zero_point.data<int32_t>()[0] == z);
+  CHECK(positive_levels(u8, -2.f) == 127);
+  CHECK(positive_levels(u8, 0.f) == 255);
+}
