@@ -163,6 +163,7 @@ std::optional<quant::ScaleFormula> formula_value(FormulaChoice f) {
     case FormulaChoice::auto_: return std::nullopt;
     case FormulaChoice::minmax: return quant::ScaleFormula::minmax;
     case FormulaChoice::power_of_two: return quant::ScaleFormula::power_of_two;
+    case FormulaChoice::amax_over_qmax: return quant::ScaleFormula::amax_over_qmax;
   }
   return std::nullopt;
 }

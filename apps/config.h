@@ -87,11 +87,12 @@ constexpr auto enum_names(Choice) {
   return std::to_array<EnumName<Choice>>({{Choice::auto_, "auto"}, {Choice::yes, "true"}, {Choice::no, "false"}});
 }
 std::optional<bool> choice_value(Choice c);
-enum class FormulaChoice { auto_, minmax, power_of_two };
+enum class FormulaChoice { auto_, minmax, power_of_two, amax_over_qmax };
 constexpr auto enum_names(FormulaChoice) {
   return std::to_array<EnumName<FormulaChoice>>({{FormulaChoice::auto_, "auto"},
                                                  {FormulaChoice::minmax, "minmax"},
-                                                 {FormulaChoice::power_of_two, "power_of_two"}});
+                                                 {FormulaChoice::power_of_two, "power_of_two"},
+                                                 {FormulaChoice::amax_over_qmax, "amax_over_qmax"}});
 }
 std::optional<quant::ScaleFormula> formula_value(FormulaChoice f);
 

@@ -38,10 +38,10 @@ QuantSpec make_spec(const Backend& b, const TensorRule& r, const QConfig& q, con
   if (q.formula && r.formula && *q.formula != *r.formula)
     QAT_FAIL("prepare: layer ", layer, ": backend '", b.name, "' requires ", kind, " scales by ", enum_name(*r.formula));
   s.formula = q.formula ? *q.formula : (r.formula ? *r.formula : ScaleFormula::minmax);
-  // Power-of-two scales come with a zero point of 0, so "auto" means symmetric then.
+  // Power-of-two and amax/qmax scales come with a zero point of 0, so "auto" means symmetric then.
   const std::string sym = std::string(kind) + ".symmetric";
   s.symmetric = resolve(weight ? q.weight_symmetric : q.activation_symmetric, r.symmetric,
-                        weight || s.formula == ScaleFormula::power_of_two, b.name, layer, sym.c_str());
+                        weight || s.formula != ScaleFormula::minmax, b.name, layer, sym.c_str());
   s.validate("prepare: layer " + layer + " (" + kind + ")");
   return s;
 }

@@ -70,6 +70,9 @@ struct QConfig {
   // Learned quantizers (lsq, lsq_plus) have no observer and ignore it. How a
   // new Observer subclass plugs in.
   ObserverFactory observer;
+  // When set, activation quantizers use this one instead (post-training
+  // calibration: histograms for activations, min/max for weights).
+  ObserverFactory activation_observer;
 };
 
 // The specs a layer gets; throws naming `layer` on a violated constraint.

@@ -51,6 +51,11 @@ void qparams_from_range(const QuantSpec& spec, float min_val, float max_val, flo
     return;
   }
 
+  if (spec.formula == ScaleFormula::amax_over_qmax) {  // TensorRT: amax / 127 at int8, a float32 division
+    scale = std::max(std::max(-lo, hi) / static_cast<float>(qmax), floor_s);
+    zero_point = 0;
+    return;
+  }
   if (spec.symmetric) {
     // PyTorch: max_val_pos / (float(quant_max - quant_min) / 2), a float32 division.
     const float half_range = static_cast<float>(static_cast<double>(qmax - qmin) / 2.0);

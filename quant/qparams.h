@@ -17,6 +17,8 @@
 //                       covers absmax up to less than one step (clipped by round/clamp).
 //                       s is then clamped up to the smallest power of two >= floor; absmax == 0
 //                       gives exactly that smallest scale (2^-23 when min_scale <= 2^-23).
+//   amax_over_qmax (TensorRT; needs signed symmetric): s = max(max(-lo, hi) / qmax, floor), z = 0
+//                       (int8: amax / 127 with [-128, 127], where PyTorch's symmetric int8 divides by 127.5)
 // Uninitialised range (min = +inf, max = -inf, an observer that saw nothing):
 // s = 1, z = 0 for every channel, as PyTorch (which returns shape (1) even
 // for per-channel observers; here the shape stays (C)).

@@ -17,6 +17,8 @@ void QuantSpec::validate(const std::string& where) const {
   QAT_CHECK(!narrow_range || is_signed, where, ": narrow range needs a signed type");
   QAT_CHECK(formula != ScaleFormula::power_of_two || symmetric, where,
             ": power_of_two scales need symmetric quantization (zero point 0)");
+  QAT_CHECK(formula != ScaleFormula::amax_over_qmax || (symmetric && is_signed), where,
+            ": amax_over_qmax scales need signed symmetric quantization (zero point 0)");
   QAT_CHECK(min_scale >= 0.f, where, ": min_scale must be >= 0, got ", min_scale);
   QAT_CHECK(axis >= 0, where, ": channel axis must be >= 0, got ", axis);
 }
@@ -27,6 +29,7 @@ std::string QuantSpec::describe() const {
   s += per_channel ? " per-channel(" + std::to_string(axis) + ")" : " per-tensor";
   if (narrow_range) s += " narrow";
   if (formula == ScaleFormula::power_of_two) s += " pow2";
+  if (formula == ScaleFormula::amax_over_qmax) s += " amax/qmax";
   return s;
 }
 

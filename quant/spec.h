@@ -2,7 +2,8 @@
 // QuantSpec: how one tensor is quantized (docs/math/fake_quant.md §1-2).
 //   signed b-bit:   [-2^(b-1), 2^(b-1)-1]; narrow range drops -2^(b-1)
 //   unsigned b-bit: [0, 2^b - 1]
-// Scale formulas: minmax ("Google"/TFLite) and power_of_two ("Cambricon").
+// Scale formulas: minmax ("Google"/TFLite/PyTorch), power_of_two ("Cambricon")
+// and amax_over_qmax (TensorRT: symmetric s = max|x| / qmax, int8: / 127).
 #include <cstdint>
 #include <string>
 
@@ -10,10 +11,12 @@
 
 namespace qat::quant {
 
-enum class ScaleFormula { minmax, power_of_two };
+enum class ScaleFormula { minmax, power_of_two, amax_over_qmax };
 constexpr auto enum_names(ScaleFormula) {
   return std::to_array<EnumName<ScaleFormula>>(
-      {{ScaleFormula::minmax, "minmax"}, {ScaleFormula::power_of_two, "power_of_two"}});
+      {{ScaleFormula::minmax, "minmax"},
+       {ScaleFormula::power_of_two, "power_of_two"},
+       {ScaleFormula::amax_over_qmax, "amax_over_qmax"}});
 }
 enum class SteKind { clipped, plain };  // clipped: zero gradient outside [qmin, qmax] (PyTorch)
 constexpr auto enum_names(SteKind) {

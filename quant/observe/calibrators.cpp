@@ -135,7 +135,7 @@ QParams qparams_for_cache_scale(const QuantSpec& spec, float scale, float min_va
   const float t = scale * 127.0f;
   if (spec.symmetric) {
     qparams_from_range(spec, -t, t, s, z);
-    if (spec.formula == ScaleFormula::minmax && static_cast<int64_t>(spec.qmax()) - spec.qmin() == 254) s = std::max(scale, scale_floor(spec));
+    if (spec.formula == ScaleFormula::amax_over_qmax && spec.qmax() == 127) s = std::max(scale, scale_floor(spec));
     return q;
   }
   QAT_CHECK(min_val <= max_val, "calibration: an affine grid needs the observed range, got [", min_val, ", ",

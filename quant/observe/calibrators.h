@@ -62,9 +62,9 @@ float choose_threshold(const AbsHistogram& h, Calibrator c, const CalibratorOpti
 // (calibration_cache.h). qat applies the scale it stored, so that a
 // calibration and a later read of its cache give the same bits:
 //   cache_scale(T) = T / 127 (float32)
-//   qparams_for_cache_scale: T' = c * 127; a symmetric minmax grid whose half
-//   range (qmax - qmin) / 2 is 127 (int8 narrow, TensorRT) takes s = c itself, as
-//   TensorRT does; any other grid the qparams (qparams.h) of the observed
+//   qparams_for_cache_scale: T' = c * 127; TensorRT's int8 grid (formula
+//   amax_over_qmax, qmax 127) takes s = c itself, as TensorRT does (not
+//   T' / 127, which can be one ulp off); any other grid the qparams (qparams.h) of the observed
 //   range [min_val, max_val] clipped to [-T', T'] (a symmetric one: [-T', T']).
 float cache_scale(float threshold);
 QParams qparams_for_cache_scale(const QuantSpec& spec, float scale, float min_val, float max_val);

@@ -68,6 +68,14 @@ void FakeQuantizer::store_qparams(const Tensor& scale, const Tensor& zero_point)
   zero_point_.copy_(zero_point.view(zero_point_.sizes()));
 }
 
+void FakeQuantizer::set_qparams(const QParams& q) {
+  QAT_CHECK(q.scale.numel() == scale_.numel() && q.zero_point.numel() == zero_point_.numel(),
+            "FakeQuantizer::set_qparams: ", q.scale.numel(), " scales for ", scale_.numel(), " channels");
+  store_qparams(q.scale, q.zero_point);
+  set_observer_enabled(false);
+  set_initialized();
+}
+
 Tensor FakeQuantizer::apply_frozen(const Tensor& x) const {
   return fake_quantize(x, scale_, zero_point_, cfg_.spec, cfg_.ste);
 }
@@ -90,7 +98,7 @@ std::string ObserverFakeQuantizer::describe() const {
 
 Tensor ObserverFakeQuantizer::forward(const Tensor& x) {
   QAT_PROFILE("fake_quantizer");
-  observer_->enabled = observer_enabled() && is_training();
+  observer_->enabled = observer_enabled() && (is_training() || calibrating_);
   if (!fake_quant_enabled()) {
     if (observer_->enabled) observer_->observe(x);
     if (observer_->initialized()) {
@@ -99,10 +107,9 @@ Tensor ObserverFakeQuantizer::forward(const Tensor& x) {
     }
     return x;
   }
-  // Before anything was observed (an eval pass of a fresh model) the stored
-  // qparams are all there is; otherwise the observer's current ones.
-  if (!observer_->enabled && !observer_->initialized())
-    return fake_quantize(x, scale_, zero_point_, cfg_.spec, cfg_.ste);
+  // Observer off (eval, frozen, calibrated): the stored qparams, those of the
+  // last forward with it on (equal to the observer's then) or set_qparams().
+  if (!observer_->enabled) return fake_quantize(x, scale_, zero_point_, cfg_.spec, cfg_.ste);
   QParams used;
   Tensor y = observe_and_fake_quantize(*observer_, x, cfg_.ste, &used);
   store_qparams(used.scale, used.zero_point);

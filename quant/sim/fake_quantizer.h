@@ -4,7 +4,8 @@
 // by make_fake_quantizer() from the config's method:
 //   ObserverFakeQuantizer (minmax, moving_average, or any Observer from
 //     QuantizerConfig::observer): the observer tracks the range; qparams
-//     follow it while the observer is on and freeze when it is switched off.
+//     follow it while the observer is on (in training mode, or calibrating)
+//     and stay those last stored while it is off.
 //   LsqFakeQuantizer, LsqPlusFakeQuantizer (lsq, lsq_plus): the step (and
 //     offset) are parameters the optimizer trains (initialised from the
 //     first tensor seen; docs/math/lsq.md).
@@ -41,6 +42,15 @@ class FakeQuantizer : public Module {
 
   void set_observer_enabled(bool on);
   void set_fake_quant_enabled(bool on);
+  // Post-training calibration (quant/sim/calibration.h): observe in eval
+  // mode too (BN on running statistics, dropout off). Not saved.
+  void set_calibrating(bool on) { calibrating_ = on; }
+  bool calibrating() const { return calibrating_; }
+  // Fixes the qparams (calibration, a calibration cache): stores them as
+  // those of the last forward and switches the observer off, so every later
+  // forward and freeze() use exactly these. scale f32, zero_point i32, the
+  // shape of qparams().
+  void set_qparams(const QParams& q);
   bool observer_enabled() const;
   bool fake_quant_enabled() const;
   const QuantizerConfig& config() const { return cfg_; }
@@ -60,6 +70,7 @@ class FakeQuantizer : public Module {
   void set_initialized();
   QuantizerConfig cfg_;
   Tensor scale_, zero_point_, observer_on_, fake_quant_on_, initialized_;
+  bool calibrating_ = false;
 
  private:
   Tensor undefined_;

@@ -90,7 +90,9 @@ struct Rewriter {
 
 std::shared_ptr<FakeQuantizer> activation_quantizer(const Backend& b, const QConfig& q, const std::string& layer) {
   return make_fake_quantizer(
-      QuantizerConfig{activation_spec(b, q, layer), q.method, q.ste, q.averaging_constant, false, q.observer}, 1);
+      QuantizerConfig{activation_spec(b, q, layer), q.method, q.ste, q.averaging_constant, false,
+                      q.activation_observer ? q.activation_observer : q.observer},
+      1);
 }
 
 // Note [activation overrides]

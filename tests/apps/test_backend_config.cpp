@@ -72,7 +72,7 @@ TEST_CASE("backend_config: errors name the file, the key path and the line", "[b
   };
   const std::vector<Case> cases = {
       {5, "  symmetric: maybe", "line 5: weight.symmetric: expected one of auto, true, false, got 'maybe'"},
-      {7, "  formula: log", "line 7: weight.formula: expected one of auto, minmax, power_of_two, got 'log'"},
+      {7, "  formula: log", "line 7: weight.formula: expected one of auto, minmax, power_of_two, amax_over_qmax, got 'log'"},
       {2, "patterns: [conv, conv+bnn]", "line 2: patterns[1]: expected one of conv, conv+relu, conv+bn, conv+bn+relu"},
       {4, "  dtype: int4", "line 4: weight.dtype: expected int8 or uint8, got 'int4'"},
       {4, "  dtypo: int8", "line 4: unknown key 'weight.dtypo' (known: dtype, symmetric,"},

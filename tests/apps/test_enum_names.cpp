@@ -34,14 +34,14 @@ void check_table(const std::string& names) {
 TEST_CASE("enum tables: every enum's names, and name -> value -> name", "[enum_names]") {
   check_table<quant::QuantMethod>("minmax, moving_average, lsq, lsq_plus");
   check_table<quant::SteKind>("clipped, plain");
-  check_table<quant::ScaleFormula>("minmax, power_of_two");
+  check_table<quant::ScaleFormula>("minmax, power_of_two, amax_over_qmax");
   check_table<quant::Pattern>("conv, conv+relu, conv+bn, conv+bn+relu, linear, linear+relu");
   check_table<quant::GemmKernel>("reference, avx2, avx512_vnni");
   check_table<apps::OptimizerKind>("sgd, adamw");
   check_table<LrScheduleKind>("constant, step, multistep, cosine");
   check_table<apps::BadImagePolicy>("error, skip");
   check_table<apps::Choice>("auto, true, false");
-  check_table<apps::FormulaChoice>("auto, minmax, power_of_two");
+  check_table<apps::FormulaChoice>("auto, minmax, power_of_two, amax_over_qmax");
 }
 
 TEST_CASE("enum tables: the quant name functions read the tables", "[enum_names]") {
@@ -57,4 +57,5 @@ TEST_CASE("enum tables: auto choices map to the quant config's optionals", "[enu
   CHECK_FALSE(apps::formula_value(apps::FormulaChoice::auto_).has_value());
   CHECK(apps::formula_value(apps::FormulaChoice::minmax) == quant::ScaleFormula::minmax);
   CHECK(apps::formula_value(apps::FormulaChoice::power_of_two) == quant::ScaleFormula::power_of_two);
+  CHECK(apps::formula_value(apps::FormulaChoice::amax_over_qmax) == quant::ScaleFormula::amax_over_qmax);
 }

@@ -40,7 +40,7 @@ QuantSpec tensorrt_activation() {
   s.bits = 8;
   s.is_signed = true;
   s.symmetric = true;
-  s.narrow_range = true;
+  s.formula = ScaleFormula::amax_over_qmax;  // configs/backends/tensorrt.yaml
   return s;
 }
 
@@ -198,6 +198,12 @@ TEST_CASE("TensorRT's scale: amax / 127, the cache's value applied bit for bit",
   const QParams q = obs.qparams();
   CHECK(q.scale.data<float>()[0] == 6.3f / 127.0f);
   CHECK(q.zero_point.data<int32_t>()[0] == 0);
+  CHECK(trt.qmin() == -128);  // TensorRT clamps activations to [-128, 127]
+  float s;
+  int32_t z;
+  qparams_from_range(trt, -2.f, 6.3f, s, z);  // the formula itself, from an observed range
+  CHECK(s == 6.3f / 127.0f);
+  CHECK(z == 0);
   // Any scale a cache holds comes back unchanged on TensorRT's grid, and a
   // threshold's trip through the cache gives the scale TensorRT computes.
   for (int k = 0; k < 2000; ++k) {

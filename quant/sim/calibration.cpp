@@ -1,0 +1,83 @@
+#include "quant/sim/calibration.h"
+
+#include <set>
+
+#include "core/error.h"
+#include "quant/sim/prepare.h"
+
+namespace qat::quant {
+
+QConfig calibration_qconfig(const QConfig& base, int64_t bins) {
+  QConfig q = base;
+  q.method = QuantMethod::minmax;
+  q.observer = nullptr;
+  q.activation_observer = [bins](const QuantSpec& spec, int64_t channels) -> std::unique_ptr<Observer> {
+    QAT_CHECK(channels == 1, "calibration: activations are per-tensor, got ", channels, " channels");
+    return std::make_unique<HistogramObserver>(spec, Calibrator::entropy, CalibratorOptions{}, bins);
+  };
+  return q;
+}
+
+void begin_calibration(Module& model) {
+  for (FakeQuantizer* f : fake_quantizers(model)) {
+    f->set_fake_quant_enabled(false);
+    f->set_observer_enabled(true);
+    f->set_calibrating(true);
+  }
+}
+
+float CalibratedTensor::observed_min() const { return observer->range().min_val.data<float>()[0]; }
+float CalibratedTensor::observed_max() const { return observer->range().max_val.data<float>()[0]; }
+
+std::vector<CalibratedTensor> calibrated_tensors(Module& model) {
+  std::vector<CalibratedTensor> out;
+  for (auto& [name, m] : model.named_modules()) {
+    auto* q = dynamic_cast<ObserverFakeQuantizer*>(m);
+    if (!q || q->config().is_weight) continue;
+    out.push_back({name, q, dynamic_cast<const HistogramObserver*>(&q->observer())});
+  }
+  return out;
+}
+
+std::map<std::string, float> choose_scales(const std::vector<CalibratedTensor>& tensors, Calibrator c,
+                                           const CalibratorOptions& o) {
+  std::map<std::string, float> out;
+  for (const CalibratedTensor& t : tensors) {
+    QAT_CHECK(t.observer, "calibration: ", t.name, " has no histogram observer (prepare with calibration_qconfig)");
+    QAT_CHECK(!t.observer->histogram().empty(), "calibration: ", t.name,
+              " saw no finite value; forward calibration images first");
+    const float thr = t.observer->threshold(c, o);
+    // An all-zero tensor: the smallest scale the spec allows (compute_qparams).
+    out[t.name] = thr > 0 ? cache_scale(thr) : scale_floor(t.observer->spec());
+  }
+  return out;
+}
+
+void apply_calibration(Module& model, const std::map<std::string, float>& scales,
+                       const std::map<std::string, std::pair<float, float>>& observed) {
+  const std::vector<CalibratedTensor> tensors = calibrated_tensors(model);
+  std::set<std::string> names;
+  for (const CalibratedTensor& t : tensors) {
+    names.insert(t.name);
+    const auto it = scales.find(t.name);
+    QAT_CHECK(it != scales.end(), "calibration: no scale for tensor ", t.name);
+    float lo = 0, hi = 0;
+    if (const auto o = observed.find(t.name); o != observed.end()) lo = o->second.first, hi = o->second.second;
+    else if (t.observer && !t.observer->histogram().empty()) lo = t.observed_min(), hi = t.observed_max();
+    else QAT_CHECK(t.quantizer->config().spec.symmetric, "calibration: ", t.name, " is affine and its observed range is unknown");
+    t.quantizer->set_qparams(qparams_for_cache_scale(t.quantizer->config().spec, it->second, lo, hi));
+  }
+  for (const auto& [name, s] : scales)
+    QAT_CHECK(names.count(name), "calibration: scale for ", name, ", which is not a calibrated tensor of the model");
+  for (FakeQuantizer* f : fake_quantizers(model)) {
+    f->set_calibrating(false);
+    f->set_fake_quant_enabled(true);
+    if (!f->config().is_weight) continue;
+    const auto* o = dynamic_cast<ObserverFakeQuantizer*>(f);
+    QAT_CHECK(o && o->observer().initialized(),
+              "calibration: a weight quantizer saw no weights; forward at least one batch first");
+    f->set_qparams(f->qparams());  // the weights' max per channel, stored by the calibration forward
+  }
+}
+
+}  // namespace qat::quant

@@ -1,0 +1,60 @@
+#pragma once
+// Post-training calibration of a prepared model (docs/math/calibration.md):
+//   1. prepare() with calibration_qconfig(): min/max observers (max per
+//      channel) on the weights, histogram observers on the activations;
+//   2. begin_calibration(): fake quantization off, every observer on, also
+//      in eval mode: the forward passes are the float network's (BN on
+//      running statistics, dropout off) while the observers collect;
+//   3. forward the calibration images (eval mode, no grad);
+//   4. apply_calibration(): each activation's scale from a calibrator (or
+//      from a calibration cache), the weights' from their observers; then
+//      fake quantization on and every observer off, so that the model's
+//      forward, freeze() and a saved checkpoint all use exactly these
+//      qparams. apply_calibration() may run again with another calibrator on
+//      the same histograms (qat calibrate --compare).
+// The checkpoint of the result has the layout of a min/max-observed QAT
+// model (state: min_val, max_val, scale, zero_point, flags), so a config with
+// quant.method minmax (or moving_average) loads it.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "layers/module.h"
+#include "quant/backend.h"
+#include "quant/observe/calibrators.h"
+#include "quant/observe/histogram.h"
+#include "quant/sim/fake_quantizer.h"
+
+namespace qat::quant {
+
+// `base` with method minmax and histogram observers (`bins` bins) on every
+// activation.
+QConfig calibration_qconfig(const QConfig& base, int64_t bins = 2048);
+
+void begin_calibration(Module& model);
+
+// One activation quantizer of a model being calibrated, in forward order.
+struct CalibratedTensor {
+  std::string name;  // module name of the quantizer, e.g. "features.0.input_quant"
+  FakeQuantizer* quantizer;
+  const HistogramObserver* observer;  // nullptr: not a histogram-observed quantizer
+  float observed_min() const;
+  float observed_max() const;
+};
+std::vector<CalibratedTensor> calibrated_tensors(Module& model);
+
+// Activation scales (name -> TensorRT scale, calibrators.h cache_scale) from
+// one calibrator; every calibrated tensor must have seen something.
+std::map<std::string, float> choose_scales(const std::vector<CalibratedTensor>& tensors, Calibrator c,
+                                           const CalibratorOptions& o);
+
+// Writes the activations' qparams (qparams_for_cache_scale of each scale and
+// the observed range) and the weights' (their observers'), turns observers
+// off and fake quantization on. `scales` must name exactly the model's
+// calibrated tensors (an error names the first one missing or unknown).
+// observed: name -> [min, max] where the tensor was not observed in this
+// process (a cache read back); empty: the observers' ranges.
+void apply_calibration(Module& model, const std::map<std::string, float>& scales,
+                       const std::map<std::string, std::pair<float, float>>& observed = {});
+
+}  // namespace qat::quant
