@@ -10,21 +10,19 @@
 
 namespace qat::apps {
 
-std::string sha256_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  QAT_CHECK(in, "cannot open ", path, " to compute its digest");
-  const std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+namespace {
+using Ctx = std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)>;
+
+Ctx new_sha256() {
+  Ctx ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   QAT_CHECK(ctx && EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) == 1, "sha256: cannot initialise OpenSSL");
-  std::vector<char> buf(size_t{1} << 20);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    if (in.gcount() > 0)
-      QAT_CHECK(EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(in.gcount())) == 1, "sha256: ", path);
-  }
-  QAT_CHECK(in.eof(), "error reading ", path, " to compute its digest");
+  return ctx;
+}
+
+std::string hex_digest(EVP_MD_CTX* ctx, const std::string& what) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  QAT_CHECK(EVP_DigestFinal_ex(ctx.get(), md, &len) == 1, "sha256: ", path);
+  QAT_CHECK(EVP_DigestFinal_ex(ctx, md, &len) == 1, "sha256: ", what);
   static const char* hex = "0123456789abcdef";
   std::string out(2 * len, '0');
   for (unsigned int i = 0; i < len; ++i) {
@@ -32,6 +30,27 @@ std::string sha256_file(const std::string& path) {
     out[2 * i + 1] = hex[md[i] & 15];
   }
   return out;
+}
+}  // namespace
+
+std::string sha256_text(const std::string& text) {
+  const Ctx ctx = new_sha256();
+  QAT_CHECK(EVP_DigestUpdate(ctx.get(), text.data(), text.size()) == 1, "sha256 of a text");
+  return hex_digest(ctx.get(), "a text");
+}
+
+std::string sha256_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  QAT_CHECK(in, "cannot open ", path, " to compute its digest");
+  const Ctx ctx = new_sha256();
+  std::vector<char> buf(size_t{1} << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    if (in.gcount() > 0)
+      QAT_CHECK(EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(in.gcount())) == 1, "sha256: ", path);
+  }
+  QAT_CHECK(in.eof(), "error reading ", path, " to compute its digest");
+  return hex_digest(ctx.get(), path);
 }
 
 }  // namespace qat::apps

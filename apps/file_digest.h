@@ -7,5 +7,7 @@ namespace qat::apps {
 
 // 64 lowercase hex digits; throws naming the file when it cannot be read.
 std::string sha256_file(const std::string& path);
+// 64 lowercase hex digits of the bytes of `text`.
+std::string sha256_text(const std::string& text);
 
 }  // namespace qat::apps

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "apps/bench.h"
+#include "apps/calibrate_cmd.h"
 #include "apps/compare.h"
 #include "apps/data_cmd.h"
 #include "apps/integer_cmd.h"
@@ -89,6 +90,27 @@ int main(int argc, char** argv) {
   cls->add_option("--images", cl.images, "Validation images to compare (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cls->add_option("--set", cl.overrides, "Override a config key (repeatable)");
 
+  qat::apps::CalibrateArgs cal;
+  std::string calibrator;
+  auto* ca = app.add_subcommand("calibrate",
+                                "Post-training quantization: calibrate activation ranges of an FP32 checkpoint on "
+                                "training images (TensorRT's calibrators and cache)");
+  ca->add_option("config", cal.config, "Experiment config (YAML) with a quant: section")->required()->check(CLI::ExistingFile);
+  ca->add_option("--checkpoint", cal.checkpoint, "FP32 checkpoint (.safetensors)")->required()->check(CLI::ExistingFile);
+  ca->add_option("--calibrator", calibrator,
+                 "Threshold choice: " + qat::enum_name_list<qat::quant::Calibrator>() + " (default entropy)");
+  ca->add_option("--percentile", cal.percentile, "Percentile of the percentile calibrator")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-9, 100.0));
+  ca->add_option("--images", cal.images, "Calibration images from the training set (balanced across classes)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  ca->add_option("--cache", cal.cache,
+                 "Calibration cache: read when it exists (calibration skipped), else written (default OUT/calibration.cache)");
+  ca->add_option("--out", cal.out_dir, "Output folder (default <output.dir>-ptq)");
+  ca->add_flag("--compare", cal.compare, "Every calibrator on the same images: val accuracy table and chart");
+  ca->add_option("--set", cal.overrides, "Override a config key (repeatable)");
+
   qat::apps::add_data_command(app);
 
   try {
@@ -102,6 +124,15 @@ int main(int argc, char** argv) {
     if (ex->parsed()) return qat::apps::run_export(exp);
     if (in->parsed()) return qat::apps::run_infer(inf);
     if (cls->parsed()) return qat::apps::run_compare_layers(cl);
+    if (ca->parsed()) {
+      if (!calibrator.empty()) {
+        const auto c = qat::enum_from_name<qat::quant::Calibrator>(calibrator);
+        if (!c) throw qat::Error("calibrate: --calibrator must be one of " +
+                                 qat::enum_name_list<qat::quant::Calibrator>() + ", got '" + calibrator + "'");
+        cal.calibrator = *c;
+      }
+      return qat::apps::run_calibrate(cal);
+    }
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const qat::Error& e) {

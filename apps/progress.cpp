@@ -14,6 +14,14 @@ Progress::Progress(std::string label, int64_t total_steps, int64_t every)
       start_(std::chrono::steady_clock::now()) {}
 
 void Progress::update(int64_t step, double loss, double top1, int64_t images) {
+  char m[64];
+  std::snprintf(m, sizeof m, tty_ ? " loss %.4f top1 %5.1f%%" : " loss %.4f top1 %.1f%%", loss, 100 * top1);
+  print(step, images, m);
+}
+
+void Progress::update(int64_t step, int64_t images) { print(step, images, ""); }
+
+void Progress::print(int64_t step, int64_t images, const std::string& metrics) {
   const bool last = step == total_;
   if (!tty_ && step % every_ != 0 && !last) return;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -24,11 +32,11 @@ void Progress::update(int64_t step, double loss, double top1, int64_t images) {
     const int filled = total_ > 0 ? static_cast<int>(width * step / total_) : width;
     std::string bar(filled, '#');
     bar.resize(width, '.');
-    std::printf("\r%s [%s] %lld/%lld loss %.4f top1 %5.1f%% %6.1f img/s ETA %4.0fs  ", label_.c_str(), bar.c_str(),
-                static_cast<long long>(step), static_cast<long long>(total_), loss, 100 * top1, ips, eta);
+    std::printf("\r%s [%s] %lld/%lld%s %6.1f img/s ETA %4.0fs  ", label_.c_str(), bar.c_str(),
+                static_cast<long long>(step), static_cast<long long>(total_), metrics.c_str(), ips, eta);
   } else {
-    std::printf("%s step %lld/%lld loss %.4f top1 %.1f%% %.1f img/s ETA %.0fs\n", label_.c_str(),
-                static_cast<long long>(step), static_cast<long long>(total_), loss, 100 * top1, ips, eta);
+    std::printf("%s step %lld/%lld%s %.1f img/s ETA %.0fs\n", label_.c_str(), static_cast<long long>(step),
+                static_cast<long long>(total_), metrics.c_str(), ips, eta);
   }
   std::fflush(stdout);
 }

@@ -77,7 +77,7 @@ std::string first_non_finite(const Module& model, const Optimizer* optimizer) {
 }
 
 void save_run_state(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& s,
-                    const std::string& config_hash) {
+                    const std::string& config_hash, const Metadata& extra) {
   Metadata m{{"format", "qat-train-1"},
              {"epoch", std::to_string(s.epoch)},
              {"step", std::to_string(s.step)},
@@ -88,6 +88,7 @@ void save_run_state(const std::string& path, Module& model, const Optimizer* opt
              {"config_hash", config_hash}};
   const auto gens = model_generators(model);
   for (size_t i = 0; i < gens.size(); ++i) m["generator" + std::to_string(i)] = hex_state(*gens[i]);
+  for (const auto& [k, v] : extra) m[k] = v;
   save_checkpoint(path, model, optimizer, m);
 }
 

@@ -30,8 +30,9 @@ struct RunState {
 // with such a tensor (train.cpp).
 std::string first_non_finite(const Module& model, const Optimizer* optimizer);
 
+// extra: more metadata (e.g. "calibrator" on a calibrated checkpoint).
 void save_run_state(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& state,
-                    const std::string& config_hash);
+                    const std::string& config_hash, const Metadata& extra = {});
 // expected_hash empty: accept any config (eval). Otherwise a different hash is
 // an error naming the file and both hashes.
 RunState load_run_state(const std::string& path, Module& model, Optimizer* optimizer,

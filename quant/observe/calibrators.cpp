@@ -117,8 +117,14 @@ float choose_threshold(const AbsHistogram& h, Calibrator c, const CalibratorOpti
   int64_t i = 0;
   switch (c) {
     case Calibrator::percentile: i = percentile_bins(h.counts(), o.percentile); break;
-    case Calibrator::mse: i = mse_bins(h.counts(), levels); break;
-    case Calibrator::entropy: i = entropy_bins(h.counts(), levels + 1, o.entropy_start_bin); break;
+    // Exact zeros (ReLU outputs: often half of them) are exact on every grid:
+    // they carry no rounding or clipping error, and in the KL search their
+    // spike in bin 0, spread over its group by Q, would drive T to the first
+    // candidate. Both searches leave them out.
+    case Calibrator::mse: i = mse_bins(h.nonzero_counts(), levels); break;
+    case Calibrator::entropy:  // uint8 over non-negative data: 256 levels, so the search starts at bin 256
+      i = entropy_bins(h.nonzero_counts(), levels + 1, std::max(o.entropy_start_bin, levels + 1));
+      break;
     case Calibrator::max: break;
   }
   const double t = static_cast<double>(h.range()) * static_cast<double>(i) / static_cast<double>(h.bins());

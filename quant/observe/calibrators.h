@@ -8,12 +8,16 @@
 //               clipping at T with L positive levels (step s = T / L): bins
 //               below T contribute s^2 / 12 (uniform rounding noise) per
 //               count, bins above (their centres) the squared clipping error
-//   entropy     TensorRT's KL search (Migacz, GTC 2017): for i from 128 to
+//   entropy     TensorRT's KL search (Migacz, GTC 2017): for i from 128 (or
+//               L + 1 when larger: 256 for uint8 after a ReLU) to
 //               the number of bins, P = bins 0..i-1 with every count beyond
 //               folded into bin i-1, Q = the unfolded bins merged into L + 1
 //               groups (bin j in group floor(j (L + 1) / i)) and spread
 //               evenly over each group's non-empty bins; the i with the
 //               smallest KL(P || Q) (ties: the smallest i)
+// Exact zeros (counted in bin 0) are left out of the mse and entropy searches
+// (they are exact on every grid; in the KL search the ReLU zero spike would
+// pick the first candidate); percentile counts them.
 // L, the levels above zero: 127 for int8 symmetric (also narrow and
 // unsigned-symmetric), 255 for uint8 affine over non-negative data (after a
 // ReLU), (qmax - qmin) / 2 for an affine grid over data of both signs.

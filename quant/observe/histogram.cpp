@@ -52,8 +52,8 @@ void AbsHistogram::add(const float* x, int64_t n, float amax, const std::string&
   const int64_t B = bins();
   const float per_unit = range_ > 0 ? static_cast<float>(static_cast<double>(B) / range_) : 0.f;
   const int64_t items = (n + kPiece - 1) / kPiece;
-  uint64_t counted = 0;
-#pragma omp parallel reduction(+ : counted)
+  uint64_t counted = 0, zeros = 0;
+#pragma omp parallel reduction(+ : counted, zeros)
   {
     std::vector<uint64_t> local(static_cast<size_t>(B), 0);
 #pragma omp for schedule(static)
@@ -62,6 +62,7 @@ void AbsHistogram::add(const float* x, int64_t n, float amax, const std::string&
       for (int64_t i = lo; i < hi; ++i) {
         const float v = x[i];
         if (std::isnan(v)) continue;
+        zeros += v == 0.f ? 1 : 0;
         ++local[static_cast<size_t>(bin_of(std::fabs(v), per_unit, B))];
         ++counted;
       }
@@ -70,6 +71,13 @@ void AbsHistogram::add(const float* x, int64_t n, float amax, const std::string&
     for (int64_t j = 0; j < B; ++j) counts_[static_cast<size_t>(j)] += local[static_cast<size_t>(j)];
   }
   total_ += counted;
+  zeros_ += zeros;
+}
+
+std::vector<uint64_t> AbsHistogram::nonzero_counts() const {
+  std::vector<uint64_t> c = counts_;
+  c[0] -= zeros_;
+  return c;
 }
 
 void AbsHistogram::merge(const AbsHistogram& other) {
@@ -88,6 +96,7 @@ void AbsHistogram::merge(const AbsHistogram& other) {
     counts_[static_cast<size_t>(t)] += c;
   }
   total_ += other.total_;
+  zeros_ += other.zeros_;
 }
 
 // ---------------------------------------------------------------- observer

@@ -39,13 +39,17 @@ class AbsHistogram {
   float range() const { return range_; }   // R (0: nothing but zeros seen yet)
   float amax() const { return amax_; }     // the largest |x| counted
   uint64_t total() const { return total_; }
+  uint64_t zeros() const { return zeros_; }  // exact zeros, counted in bin 0
+  // counts() without the exact zeros (bin 0 less zeros()): what the entropy
+  // and MSE searches read (calibrators.h).
+  std::vector<uint64_t> nonzero_counts() const;
   bool empty() const { return total_ == 0; }
 
  private:
   void grow_to(float amax);
   std::vector<uint64_t> counts_;
   float range_ = 0, amax_ = 0;
-  uint64_t total_ = 0;
+  uint64_t total_ = 0, zeros_ = 0;
   bool started_ = false;
 };
 

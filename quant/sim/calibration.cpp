@@ -26,6 +26,11 @@ void begin_calibration(Module& model) {
   }
 }
 
+void stop_observing_weights(Module& model) {
+  for (FakeQuantizer* f : fake_quantizers(model))
+    if (f->config().is_weight) f->set_observer_enabled(false);
+}
+
 float CalibratedTensor::observed_min() const { return observer->range().min_val.data<float>()[0]; }
 float CalibratedTensor::observed_max() const { return observer->range().max_val.data<float>()[0]; }
 
@@ -76,7 +81,7 @@ void apply_calibration(Module& model, const std::map<std::string, float>& scales
     const auto* o = dynamic_cast<ObserverFakeQuantizer*>(f);
     QAT_CHECK(o && o->observer().initialized(),
               "calibration: a weight quantizer saw no weights; forward at least one batch first");
-    f->set_qparams(f->qparams());  // the weights' max per channel, stored by the calibration forward
+    f->set_qparams(o->observer().qparams());  // the weights' max per channel
   }
 }
 

@@ -32,6 +32,10 @@ namespace qat::quant {
 QConfig calibration_qconfig(const QConfig& base, int64_t bins = 2048);
 
 void begin_calibration(Module& model);
+// After the first calibration batch: the weights' observers stop (the weights
+// do not change while calibrating; their max per channel is known), so later
+// batches do not re-read every weight.
+void stop_observing_weights(Module& model);
 
 // One activation quantizer of a model being calibrated, in forward order.
 struct CalibratedTensor {

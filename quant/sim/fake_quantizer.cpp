@@ -101,7 +101,9 @@ Tensor ObserverFakeQuantizer::forward(const Tensor& x) {
   observer_->enabled = observer_enabled() && (is_training() || calibrating_);
   if (!fake_quant_enabled()) {
     if (observer_->enabled) observer_->observe(x);
-    if (observer_->initialized()) {
+    // Calibrating: the qparams come from apply_calibration(), after the last
+    // batch (a histogram observer's qparams() runs a threshold search).
+    if (observer_->initialized() && !calibrating_) {
       const QParams q = observer_->qparams();
       store_qparams(q.scale, q.zero_point);
     }

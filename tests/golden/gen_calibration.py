@@ -14,6 +14,9 @@ bin is non-empty): j = min(floor(float64(a) * B / float64(R)), B - 1), i.e. a = 
   long_tail   999,000 N(0,1), then 1,000 outliers U[20,60] times a random sign (+-1)
   relu_spike  max(x, 0) of 1,000,000 N(0.2,1): ~42% exact zeros, all in bin 0
   sparse      20,000 N(0,1): many empty bins in the tail
+  relu_nonzero  relu_spike without its exact zeros (no new draws): how qat's histogram feeds
+              the entropy and MSE searches (exact zeros, exactly representable on any grid, are
+              left out of them)
 
 Every case stores, under "<case>.<name>" (c = the counts as float64, thresholds as a bin COUNT i,
 threshold T = i * w):
@@ -27,6 +30,7 @@ threshold T = i * w):
                 P, Q divided by their sums (Q's sum 0 -> KL = +inf);
                 KL = sum_{p_j > 0} p_j log(p_j / q_j), +inf if such a q_j is 0.
               The i with the smallest KL; exact ties -> the smallest i.
+  entropy256  int32 (1): the same with Q = 256 levels and candidates i = 256..2048 (uint8 after a ReLU)
   pct9999     int32 (1): percentile p = 99.99 / 99.9: i = k + 1 for the smallest k with
   pct999        c_0 + ... + c_k >= total * p / 100.0 (float64, total = sum of all counts).
   mse127      int32 (1): L = 127 / 7 positive levels, in bin units (w = 1), bin centres
@@ -60,6 +64,7 @@ def draw_cases(rng):
     cases["long_tail"] = np.concatenate([body, outliers])
     cases["relu_spike"] = np.maximum(rng.normal(0.2, 1.0, 1_000_000), 0.0)
     cases["sparse"] = rng.normal(0.0, 1.0, 20_000)
+    cases["relu_nonzero"] = cases["relu_spike"][cases["relu_spike"] != 0.0]
     return {k: v.astype(np.float32) for k, v in cases.items()}
 
 
@@ -95,9 +100,9 @@ def kl_divergence_candidate(c, i, levels):
     return float(np.sum(p[support] * np.log(p[support] / q[support])))
 
 
-def entropy_threshold(c, levels):
-    """Bin count i in ENTROPY_START..BINS with the smallest KL (first on ties)."""
-    candidates = range(ENTROPY_START, BINS + 1)
+def entropy_threshold(c, levels, start=ENTROPY_START):
+    """Bin count i in start..BINS with the smallest KL (first on ties)."""
+    candidates = range(start, BINS + 1)
     kl = np.array([kl_divergence_candidate(c, i, levels) for i in candidates])
     return candidates[int(np.argmin(kl))]  # argmin: first minimum -> smallest i
 
@@ -129,6 +134,7 @@ def main():
     for name, x in draw_cases(rng).items():
         c, r = abs_histogram(x)
         res = {"entropy128": entropy_threshold(c, 128), "entropy8": entropy_threshold(c, 8),
+               "entropy256": entropy_threshold(c, 256, 256),
                "pct9999": percentile_threshold(c, 99.99), "pct999": percentile_threshold(c, 99.9),
                "mse127": mse_threshold(c, 127), "mse7": mse_threshold(c, 7)}
         arrays[f"{name}.hist"] = c.astype("<f4")

@@ -49,7 +49,7 @@ QuantSpec tensorrt_activation() {
 TEST_CASE("calibrators choose the thresholds of the numpy reference", "[quant][calibration][golden]") {
   const SafetensorsFile& f = testing::golden_file("calibration.safetensors");
   const auto cases = testing::golden_case_names(f, "", ".hist");
-  REQUIRE(cases.size() == 5);
+  REQUIRE(cases.size() == 6);
   for (const std::string& name : cases) {
     INFO("case " << name);
     const testing::GoldenCase c(f, name);
@@ -57,6 +57,7 @@ TEST_CASE("calibrators choose the thresholds of the numpy reference", "[quant][c
     REQUIRE(counts.size() == 2048);
     CHECK(entropy_bins(counts, 128, 128) == golden_bins(c, "entropy128"));
     CHECK(entropy_bins(counts, 8, 128) == golden_bins(c, "entropy8"));
+    CHECK(entropy_bins(counts, 256, 256) == golden_bins(c, "entropy256"));
     CHECK(percentile_bins(counts, 99.99) == golden_bins(c, "pct9999"));
     CHECK(percentile_bins(counts, 99.9) == golden_bins(c, "pct999"));
     CHECK(mse_bins(counts, 127) == golden_bins(c, "mse127"));
@@ -126,6 +127,33 @@ TEST_CASE("the histogram keeps every count when its range grows", "[quant][calib
   expect[0] += 1;
   CHECK(h.counts() == expect);
   CHECK(sum_of(h.counts()) == h.total());
+}
+
+TEST_CASE("entropy and MSE leave exact zeros out, percentile counts them", "[quant][calibration][golden]") {
+  // relu_nonzero is relu_spike without its exact zeros: a histogram of the
+  // spike's samples must search as the reference did on relu_nonzero.
+  const SafetensorsFile& f = testing::golden_file("calibration.safetensors");
+  const testing::GoldenCase spike(f, "relu_spike"), nonzero(f, "relu_nonzero");
+  std::vector<uint64_t> counts = golden_counts(spike);
+  const std::vector<uint64_t> without = golden_counts(nonzero);
+  const uint64_t zeros = counts[0] - without[0];
+  REQUIRE(zeros > 400000);
+  for (size_t j = 1; j < counts.size(); ++j) REQUIRE(counts[j] == without[j]);
+  // Rebuild it as AbsHistogram would hold it: the zeros as values, the rest at bin centres.
+  const float R = spike.get("range").data<float>()[0];
+  std::vector<float> values(static_cast<size_t>(zeros), 0.f);
+  for (size_t j = 0; j < without.size(); ++j)
+    values.insert(values.end(), without[j], (static_cast<float>(j) + 0.5f) * R / 2048.f);
+  values.back() = R;  // the top bin's value at R itself, so the range is R
+  AbsHistogram h;
+  h.add(values.data(), static_cast<int64_t>(values.size()), R, "relu");
+  REQUIRE(h.counts() == counts);
+  CHECK(h.zeros() == zeros);
+  const double w = static_cast<double>(R) / 2048;
+  CHECK(choose_threshold(h, Calibrator::entropy, {}, 127) == static_cast<float>(w * golden_bins(nonzero, "entropy128")));
+  CHECK(choose_threshold(h, Calibrator::entropy, {}, 255) == static_cast<float>(w * golden_bins(nonzero, "entropy256")));
+  CHECK(choose_threshold(h, Calibrator::mse, {}, 127) == static_cast<float>(w * golden_bins(nonzero, "mse127")));
+  CHECK(choose_threshold(h, Calibrator::percentile, {}, 127) == static_cast<float>(w * golden_bins(spike, "pct9999")));
 }
 
 TEST_CASE("a histogram of only zeros takes the range of the first non-zero tensor", "[quant][calibration]") {

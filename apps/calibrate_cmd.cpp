@@ -1,0 +1,313 @@
+#include "apps/calibrate_cmd.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+
+#include "apps/backend_config.h"
+#include "apps/calibrate_report.h"
+#include "apps/calibration_record.h"
+#include "apps/config.h"
+#include "apps/file_digest.h"
+#include "apps/progress.h"
+#include "apps/run_state.h"
+#include "apps/train.h"
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/text_file.h"
+#include "core/threads.h"
+#include "data/image_folder.h"
+#include "data/loader.h"
+#include "models/checkpoint.h"
+#include "models/models.h"
+#include "quant/convert/freeze.h"
+#include "quant/observe/calibration_cache.h"
+#include "quant/sim/calibration.h"
+#include "quant/sim/prepare.h"
+
+namespace qat::apps {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+constexpr quant::Calibrator kAllCalibrators[] = {quant::Calibrator::max, quant::Calibrator::percentile,
+                                                 quant::Calibrator::mse, quant::Calibrator::entropy};
+
+// `n` sample indices spread evenly over the classes: each class's images in
+// a seeded shuffle, taken round robin; returned ascending.
+std::vector<int64_t> calibration_indices(const data::ImageFolder& f, int64_t n, uint64_t seed) {
+  Generator g(seed);
+  std::vector<std::vector<int64_t>> per_class;
+  for (int32_t c = 0; c < static_cast<int32_t>(f.num_classes()); ++c) {
+    std::vector<int64_t> idx = f.indices_of(c);
+    for (size_t i = idx.size(); i > 1; --i) std::swap(idx[i - 1], idx[g.below(i)]);
+    per_class.push_back(std::move(idx));
+  }
+  std::vector<int64_t> out;
+  for (size_t round = 0; static_cast<int64_t>(out.size()) < n; ++round) {
+    bool any = false;
+    for (const auto& idx : per_class)
+      if (round < idx.size() && static_cast<int64_t>(out.size()) < n) out.push_back(idx[round]), any = true;
+    if (!any) break;  // fewer images than asked for: all of them
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The images, decoded and transformed as for validation: (N, 3, S, S).
+Tensor load_images(const data::ImageFolder& f, const std::vector<int64_t>& idx, const data::TransformSpec& spec) {
+  const int64_t S = spec.image_size, per = 3 * S * S;
+  Tensor x = Tensor::empty({static_cast<int64_t>(idx.size()), 3, S, S});
+  std::vector<char> ok(idx.size(), 0);
+  std::string first_error;
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t i = 0; i < static_cast<int64_t>(idx.size()); ++i) {
+    try {
+      Generator unused(0);  // the validation transform draws nothing
+      if (auto img = f.load(idx[i])) {
+        data::apply_transform(*img, spec, false, unused, x.data<float>() + i * per);
+        ok[i] = 1;
+      }
+    } catch (const Error& e) {
+#pragma omp critical
+      if (first_error.empty()) first_error = e.what();
+    }
+  }
+  QAT_CHECK(first_error.empty(), "calibrate: ", first_error);
+  int64_t kept = 0;  // skipped bad images (data.on_bad_image: skip) close the gaps
+  for (size_t i = 0; i < idx.size(); ++i)
+    if (ok[i]) {
+      if (kept != static_cast<int64_t>(i))
+        std::copy_n(x.data<float>() + i * per, per, x.data<float>() + kept * per);
+      ++kept;
+    }
+  QAT_CHECK(kept > 0, "calibrate: none of the ", idx.size(), " calibration images could be read");
+  return x.narrow(0, 0, kept).contiguous();
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+struct Setup {
+  ExperimentConfig cfg;
+  ModulePtr model;  // prepared for calibration, FP32 weights loaded
+  quant::PrepareReport report;
+  std::vector<int64_t> indices;
+  CalibrationSources sources;
+};
+
+Setup set_up(const CalibrateArgs& args) {
+  Setup s{load_config(args.config, args.overrides), nullptr, {}, {}, {}};
+  const ExperimentConfig& cfg = s.cfg;
+  QAT_CHECK(cfg.quant.enabled, "calibrate: config ", args.config,
+            " has quant.enabled false; the quant: section says what to quantize (backend, bits)");
+  QAT_CHECK(args.images > 0, "calibrate: --images must be > 0, got ", args.images);
+  set_num_threads(static_cast<int>(cfg.train.threads));
+  s.model = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
+  load_checkpoint(args.checkpoint, *s.model, nullptr);
+  const std::string config_dir = fs::path(cfg.source_path).parent_path().string();
+  const quant::Backend backend = load_backend(cfg.quant.backend, config_dir.empty() ? "." : config_dir);
+  s.report = quant::prepare(*s.model, backend, quant::calibration_qconfig(make_qconfig(cfg.quant)));
+  s.model->eval();
+  const data::ImageFolder train = image_folder(cfg.data, cfg.data.train);
+  s.indices = calibration_indices(train, args.images, cfg.train.seed);
+  std::string image_list = std::to_string(s.indices.size()) + "\n";
+  for (int64_t i : s.indices) image_list += fs::relative(train.path(i), train.root()).string() + "\n";
+  const DataConfig& d = cfg.data;
+  s.sources = {sha256_text(cfg.model.name + "/" + std::to_string(cfg.model.num_classes) + "/" + backend.name + "\n" +
+                           s.report.to_string()),
+               sha256_file(args.checkpoint),
+               sha256_text(std::to_string(d.image_size) + " " + std::to_string(d.resize) + " " +
+                           fmt("%.9g", d.mean[0]) + fmt(" %.9g", d.mean[1]) + fmt(" %.9g", d.mean[2]) +
+                           fmt(" %.9g", d.std[0]) + fmt(" %.9g", d.std[1]) + fmt(" %.9g", d.std[2])),
+               sha256_text(image_list)};
+  return s;
+}
+
+// Forward passes over x in batches (eval mode, no grad); returns seconds.
+// after_first: called after the first batch.
+double forward_all(Module& m, const Tensor& x, int64_t batch, const std::string& label,
+                   const std::function<void()>& after_first = {}) {
+  NoGradGuard ng;
+  const int64_t n = x.size(0), steps = (n + batch - 1) / batch;
+  Progress progress(label, steps, 1);
+  const auto t0 = Clock::now();
+  for (int64_t k = 0; k < steps; ++k) {
+    const int64_t lo = k * batch, len = std::min(batch, n - lo);
+    m.forward(x.narrow(0, lo, len).contiguous());
+    if (k == 0 && after_first) after_first();
+    progress.update(k + 1, lo + len);
+  }
+  progress.finish();
+  return seconds_since(t0);
+}
+
+// observed: the ranges (from the observers, or a cache's record).
+void print_thresholds(const std::vector<quant::CalibratedTensor>& tensors, const std::map<std::string, float>& scales,
+                      const std::map<std::string, std::pair<float, float>>& observed, quant::Calibrator c) {
+  std::printf("%-40s %12s %12s %8s %12s\n", "tensor", "observed max", "threshold", "ratio", "scale");
+  for (const auto& t : tensors) {
+    const auto [lo, hi] = observed.at(t.name);
+    const float amax = std::max(-lo, hi);
+    const float thr = scales.at(t.name) * 127.0f;  // the cache's scale is T / 127
+    const float s = t.quantizer->qparams().scale.data<float>()[0];
+    std::printf("%-40s %12.5g %12.5g %8.3f %12.6g\n", t.name.c_str(), amax, thr, amax > 0 ? thr / amax : 0.f, s);
+  }
+  std::printf("(calibrator %s; threshold: max |x| kept unclipped; scale: the grid's step)\n",
+              quant::calibrator_name(c));
+}
+
+// Reads a cache that matches this calibration, or fails naming what differs.
+std::map<std::string, float> read_matching_cache(const std::string& path, const Setup& s, const CalibrateArgs& args,
+                                                 CalibrationRecord& rec) {
+  const quant::CalibrationCache cache = quant::read_cache(path);
+  const auto tensors = quant::calibrated_tensors(*s.model);
+  std::map<std::string, float> scales(cache.scales.begin(), cache.scales.end());
+  for (const auto& t : tensors)
+    QAT_CHECK(scales.count(t.name), "calibration cache ", path, " does not match the model: it has no line for ",
+              t.name, " (the first of the model's ", tensors.size(), " calibrated tensors it lacks)");
+  for (const auto& [name, v] : cache.scales) {
+    bool known = false;
+    for (const auto& t : tensors) known = known || t.name == name;
+    QAT_CHECK(known, "calibration cache ", path, " does not match the model: it names tensor ", name,
+              ", which the model does not have");
+  }
+  const std::string rp = record_path(path);
+  QAT_CHECK(fs::exists(rp), "calibration cache ", path, " has no source record ", rp,
+            "; qat cannot tell whether it is stale (delete the cache to calibrate again)");
+  rec = read_record(rp);
+  check_sources(rec, s.sources, path);
+  QAT_CHECK(rec.calibrator == cache.calibrator, "calibration cache ", path, " says ",
+            quant::calibrator_name(cache.calibrator), " but its record ", rp, " says ",
+            quant::calibrator_name(rec.calibrator));
+  QAT_CHECK(!args.calibrator || *args.calibrator == cache.calibrator, "calibration cache ", path, " holds ",
+            quant::calibrator_name(cache.calibrator), " scales but --calibrator asks for ",
+            quant::calibrator_name(*args.calibrator), "; name another --cache to calibrate afresh");
+  return scales;
+}
+
+void save_outputs(const Setup& s, const std::string& out_dir, const std::string& cache_path,
+                  const CalibrationRecord& rec, const std::map<std::string, float>& scales, bool write_cache) {
+  ExperimentConfig out = s.cfg;  // what qat eval / export / compare-layers prepare the checkpoint with
+  out.quant.method = quant::QuantMethod::minmax;
+  out.quant.init_from.clear();
+  out.quant.int8_training.enabled = false;
+  out.output.dir = out_dir;
+  write_text_file_atomic(out_dir + "/config.yaml", config_to_yaml(out));
+  save_run_state(out_dir + "/calibrated.safetensors", *s.model, nullptr, RunState{}, config_hash(out),
+                 {{"calibrator", quant::calibrator_name(rec.calibrator)}});
+  if (!write_cache) return;
+  quant::CalibrationCache cache;
+  cache.calibrator = rec.calibrator;
+  for (const auto& t : quant::calibrated_tensors(*s.model)) cache.scales.emplace_back(t.name, scales.at(t.name));
+  quant::write_cache(cache_path, cache);
+  write_record(record_path(cache_path), rec);
+}
+
+CalibrationRecord record_of(const Setup& s, const CalibrateArgs& args, quant::Calibrator c) {
+  CalibrationRecord r;
+  r.calibrator = c;
+  r.percentile = args.percentile;
+  r.images = static_cast<int64_t>(s.indices.size());
+  r.sources = s.sources;
+  for (const auto& t : quant::calibrated_tensors(*s.model)) r.ranges[t.name] = {t.observed_min(), t.observed_max()};
+  return r;
+}
+
+// Val top-1/top-5 of the frozen integer model of every calibrator.
+void compare_calibrators(Setup& s, const CalibrateArgs& args, CalibrateReport& rep) {
+  const ExperimentConfig& cfg = s.cfg;
+  const data::ImageFolder val = image_folder(cfg.data, cfg.data.val);
+  data::DataLoader loader(val, transform_spec(cfg.data), loader_options(cfg, false));
+  ModulePtr fp32 = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
+  load_checkpoint(args.checkpoint, *fp32, nullptr);
+  fp32->eval();
+  const EvalSummary f = evaluate(*fp32, loader, cfg.model.num_classes);
+  rep.fp32_top1 = f.top1, rep.fp32_top5 = f.top5;
+  std::printf("FP32: val top-1 %.2f%%, top-5 %.2f%% (%lld images)\n", 100 * f.top1, 100 * f.top5,
+              static_cast<long long>(f.images));
+  const auto tensors = quant::calibrated_tensors(*s.model);
+  for (quant::Calibrator c : kAllCalibrators) {
+    const auto t0 = Clock::now();
+    const auto scales = quant::choose_scales(tensors, c, {args.percentile, 128});
+    const double search = seconds_since(t0);
+    quant::apply_calibration(*s.model, scales);
+    const quant::IntegerModel im = quant::freeze(*s.model);
+    const EvalSummary r =
+        evaluate([&](const Tensor& x) { return im.forward(x); }, loader, cfg.model.num_classes);
+    rep.results.push_back({c, r.top1, r.top5, rep.collect_seconds + search});
+    std::printf("%-10s integer model: val top-1 %.2f%% (%+.2f vs FP32), top-5 %.2f%%; search %.2f s\n",
+                quant::calibrator_name(c), 100 * r.top1, 100 * (r.top1 - f.top1), 100 * r.top5, search);
+  }
+  const std::string title = cfg.model.name + ", " + s.cfg.quant.backend + " backend, W" +
+                            std::to_string(s.report.layers.front().weight.bits) + "A" +
+                            std::to_string(s.report.layers.front().output ? s.report.layers.front().output->bits : 8) +
+                            ", " + std::to_string(s.indices.size()) + " calibration images";
+  write_calibrator_report(rep, title, rep.out_dir);
+}
+
+}  // namespace
+
+int run_calibrate(const CalibrateArgs& args, CalibrateReport* report) {
+  QAT_CHECK(!(args.compare && !args.cache.empty()),
+            "calibrate: --compare calibrates afresh with every calibrator; it takes no --cache");
+  Setup s = set_up(args);
+  CalibrateReport rep;
+  rep.out_dir = args.out_dir.empty() ? s.cfg.output.dir + "-ptq" : args.out_dir;
+  std::error_code ec;
+  fs::create_directories(rep.out_dir, ec);
+  QAT_CHECK(!ec && fs::is_directory(rep.out_dir), "calibrate: --out ", rep.out_dir, " cannot be made a folder");
+  const std::string cache_path = args.cache.empty() ? rep.out_dir + "/calibration.cache" : args.cache;
+  const bool from_cache = !args.compare && fs::exists(cache_path);
+  std::printf("calibrate %s: %s, %zu calibration images from %s (balanced across classes, seed %llu)\n",
+              args.checkpoint.c_str(), s.cfg.model.name.c_str(), s.indices.size(), s.cfg.data.train.c_str(),
+              static_cast<unsigned long long>(s.cfg.train.seed));
+  const data::ImageFolder train = image_folder(s.cfg.data, s.cfg.data.train);
+  const Tensor x = load_images(train, from_cache ? std::vector<int64_t>{s.indices.front()} : s.indices,
+                               transform_spec(s.cfg.data));
+  quant::begin_calibration(*s.model);
+  rep.collect_seconds = forward_all(*s.model, x, s.cfg.train.batch_size, "calibrate",
+                                    [&] { quant::stop_observing_weights(*s.model); });
+  quant::Calibrator c = args.calibrator.value_or(quant::Calibrator::entropy);
+  std::map<std::string, float> scales;
+  CalibrationRecord rec;
+  if (from_cache) {
+    scales = read_matching_cache(cache_path, s, args, rec);
+    c = rec.calibrator;
+    std::printf("read calibration cache %s (%s): calibration skipped\n", cache_path.c_str(),
+                quant::calibrator_name(c));
+    quant::apply_calibration(*s.model, scales, rec.ranges);
+  } else {
+    ModulePtr fp32 = make_model(s.cfg.model.name, s.cfg.model.num_classes, s.cfg.train.seed);
+    load_checkpoint(args.checkpoint, *fp32, nullptr);
+    fp32->eval();
+    rep.float_seconds = forward_all(*fp32, x, s.cfg.train.batch_size, "fp32 inference");
+    std::printf("calibration passes %.2f s, FP32 inference of the same %lld images %.2f s (x%.2f)\n",
+                rep.collect_seconds, static_cast<long long>(x.size(0)), rep.float_seconds,
+                rep.collect_seconds / std::max(1e-9, rep.float_seconds));
+    if (args.compare) compare_calibrators(s, args, rep);
+    scales = quant::choose_scales(quant::calibrated_tensors(*s.model), c, {args.percentile, 128});
+    rec = record_of(s, args, c);
+    quant::apply_calibration(*s.model, scales);
+  }
+  print_thresholds(quant::calibrated_tensors(*s.model), scales, rec.ranges, c);
+  save_outputs(s, rep.out_dir, cache_path, rec, scales, !from_cache);
+  std::printf("wrote %s/calibrated.safetensors and %s/config.yaml%s\n", rep.out_dir.c_str(), rep.out_dir.c_str(),
+              from_cache ? "" : (", cache " + cache_path + " (+ .source.yaml)").c_str());
+  std::printf("next: qat eval %s/config.yaml --checkpoint %s/calibrated.safetensors\n", rep.out_dir.c_str(),
+              rep.out_dir.c_str());
+  if (report) *report = rep;
+  return 0;
+}
+
+}  // namespace qat::apps
