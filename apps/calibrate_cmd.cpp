@@ -249,10 +249,12 @@ void compare_calibrators(Setup& s, const CalibrateArgs& args, CalibrateReport& r
     std::printf("%-10s integer model: val top-1 %.2f%% (%+.2f vs FP32), top-5 %.2f%%; search %.2f s\n",
                 quant::calibrator_name(c), 100 * r.top1, 100 * (r.top1 - f.top1), 100 * r.top5, search);
   }
-  const std::string title = cfg.model.name + ", " + s.cfg.quant.backend + " backend, W" +
-                            std::to_string(s.report.layers.front().weight.bits) + "A" +
-                            std::to_string(s.report.layers.front().output ? s.report.layers.front().output->bits : 8) +
-                            ", " + std::to_string(s.indices.size()) + " calibration images";
+  const QuantConfig& q = cfg.quant;
+  std::string title = cfg.model.name + ", " + q.backend + " backend, W" +
+                      std::to_string(q.weight.bits > 0 ? q.weight.bits : q.bits) + "A" +
+                      std::to_string(q.activation.bits > 0 ? q.activation.bits : q.bits);
+  if (!q.overrides.empty()) title += " (" + std::to_string(q.overrides.size()) + " layers overridden)";
+  title += ", " + std::to_string(s.indices.size()) + " calibration images";
   write_calibrator_report(rep, title, rep.out_dir);
 }
 

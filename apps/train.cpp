@@ -25,6 +25,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/sgd.h"
 #include "quant/sim/int8_training.h"
+#include "quant/sim/calibration.h"
 #include "quant/sim/prepare.h"
 
 namespace qat::apps {
@@ -249,13 +250,26 @@ data::LoaderOptions loader_options(const ExperimentConfig& cfg, bool train) {
 ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
   ModulePtr model = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
   if (!cfg.quant.enabled) return model;
-  if (load_init && !cfg.quant.init_from.empty()) {
+  // A `qat calibrate` checkpoint (metadata "calibrator") is a prepared model:
+  // it is read after prepare(), below.
+  const bool from_calibration =
+      load_init && !cfg.quant.init_from.empty() && load_safetensors(cfg.quant.init_from).metadata.count("calibrator");
+  if (load_init && !cfg.quant.init_from.empty() && !from_calibration) {
     load_checkpoint(cfg.quant.init_from, *model, nullptr);
     if (print) std::printf("initialised from %s\n", cfg.quant.init_from.c_str());
   }
   const std::string config_dir = std::filesystem::path(cfg.source_path).parent_path().string();
   const quant::Backend backend = load_backend(cfg.quant.backend, config_dir.empty() ? "." : config_dir);
   const quant::PrepareReport report = quant::prepare(*model, backend, make_qconfig(cfg.quant));
+  if (from_calibration) {
+    ModulePtr calibrated = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
+    quant::prepare(*calibrated, backend, quant::calibration_qconfig(make_qconfig(cfg.quant)));
+    load_checkpoint(cfg.quant.init_from, *calibrated, nullptr);
+    const int64_t n = quant::start_from_calibration(*model, *calibrated);
+    if (print)
+      std::printf("initialised from the calibration %s: weights, and %lld activation quantizers from its scales\n",
+                  cfg.quant.init_from.c_str(), static_cast<long long>(n));
+  }
   if (print) std::printf("backend %s, method %s\n%s", backend.name.c_str(), quant::method_name(cfg.quant.method),
                          report.to_string().c_str());
   const Int8TrainingConfig& i8 = cfg.quant.int8_training;

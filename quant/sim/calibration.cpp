@@ -1,6 +1,9 @@
 #include "quant/sim/calibration.h"
 
+#include <map>
 #include <set>
+
+#include "core/autograd.h"
 
 #include "core/error.h"
 #include "quant/sim/prepare.h"
@@ -67,8 +70,16 @@ void apply_calibration(Module& model, const std::map<std::string, float>& scales
     const auto it = scales.find(t.name);
     QAT_CHECK(it != scales.end(), "calibration: no scale for tensor ", t.name);
     float lo = 0, hi = 0;
-    if (const auto o = observed.find(t.name); o != observed.end()) lo = o->second.first, hi = o->second.second;
-    else if (t.observer && !t.observer->histogram().empty()) lo = t.observed_min(), hi = t.observed_max();
+    if (const auto o = observed.find(t.name); o != observed.end()) {
+      lo = o->second.first, hi = o->second.second;
+      // The observer state a checkpoint carries: the recorded range, as if observed here.
+      for (auto& [buf, v] : t.quantizer->named_buffers()) {
+        if (buf != "min_val" && buf != "max_val") continue;
+        Tensor b = v;
+        b.data<float>()[0] = buf == "min_val" ? lo : hi;
+        b.bump_version();
+      }
+    } else if (t.observer && !t.observer->histogram().empty()) lo = t.observed_min(), hi = t.observed_max();
     else QAT_CHECK(t.quantizer->config().spec.symmetric, "calibration: ", t.name, " is affine and its observed range is unknown");
     t.quantizer->set_qparams(qparams_for_cache_scale(t.quantizer->config().spec, it->second, lo, hi));
   }
@@ -83,6 +94,50 @@ void apply_calibration(Module& model, const std::map<std::string, float>& scales
               "calibration: a weight quantizer saw no weights; forward at least one batch first");
     f->set_qparams(o->observer().qparams());  // the weights' max per channel
   }
+}
+
+int64_t start_from_calibration(Module& qat_model, Module& calibrated) {
+  std::map<std::string, FakeQuantizer*> source;
+  for (auto& [name, m] : calibrated.named_modules())
+    if (auto* f = dynamic_cast<FakeQuantizer*>(m)) source[name] = f;
+  std::set<std::string> weight_quantizers;
+  for (auto& [name, m] : qat_model.named_modules())
+    if (auto* f = dynamic_cast<FakeQuantizer*>(m); f && f->config().is_weight) weight_quantizers.insert(name + ".");
+  const TensorMap from = calibrated.state_dict();
+  NoGradGuard ng;
+  auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  // params: the network's must all be there (a learned quantizer's step and
+  // offset are not: start_from sets them); buffers: those that are.
+  auto copy_matching = [&](const NamedTensors& into, bool params) {
+    for (const auto& [name, t] : into) {
+      bool in_weight_quantizer = false;
+      for (const std::string& w : weight_quantizers) in_weight_quantizer = in_weight_quantizer || name.rfind(w, 0) == 0;
+      if (in_weight_quantizer) continue;
+      const auto it = from.find(name);
+      const bool match = it != from.end() && it->second.sizes() == t.sizes() && it->second.dtype() == t.dtype();
+      if (!match && params && !ends_with(name, ".step") && !ends_with(name, ".offset"))
+        QAT_FAIL("start_from_calibration: the calibrated model has no tensor ", name, " of shape ", t.sizes(),
+                 it == from.end() ? std::string(" (missing)") : " (it has shape " + shape_str(it->second.sizes()) + ")");
+      if (!match) continue;
+      Tensor dst = t;
+      dst.copy_(it->second);
+    }
+  };
+  copy_matching(qat_model.named_parameters(), true);
+  copy_matching(qat_model.named_buffers(), false);
+  int64_t started = 0;
+  for (auto& [name, m] : qat_model.named_modules()) {
+    auto* f = dynamic_cast<FakeQuantizer*>(m);
+    if (!f || f->config().is_weight) continue;
+    const auto it = source.find(name);
+    QAT_CHECK(it != source.end(), "start_from_calibration: the calibrated model has no quantizer ", name,
+              " (was it calibrated with another model or backend?)");
+    f->start_from(it->second->qparams());
+    ++started;
+  }
+  return started;
 }
 
 }  // namespace qat::quant

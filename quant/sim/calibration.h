@@ -57,8 +57,20 @@ std::map<std::string, float> choose_scales(const std::vector<CalibratedTensor>& 
 // off and fake quantization on. `scales` must name exactly the model's
 // calibrated tensors (an error names the first one missing or unknown).
 // observed: name -> [min, max] where the tensor was not observed in this
-// process (a cache read back); empty: the observers' ranges.
+// process (a cache read back; also written into the observer's state, so the
+// checkpoint equals the calibration's); empty: the observers' ranges.
 void apply_calibration(Module& model, const std::map<std::string, float>& scales,
                        const std::map<std::string, std::pair<float, float>>& observed = {});
+
+// QAT from a calibration (quant.init_from naming a `qat calibrate`
+// checkpoint): `calibrated` is a model prepared with calibration_qconfig and
+// loaded from it. Copies every tensor of the same name, shape and dtype
+// (float weights, BN statistics, the activation quantizers' qparams and
+// state) into the QAT model `qat_model`, except the weight quantizers' (they
+// start afresh from the weights, which train); then each activation
+// quantizer start_from()s its calibrated qparams: observed kinds keep them
+// fixed (observer off), learned ones (lsq, lsq_plus) start their steps there.
+// Returns the number of activation quantizers started.
+int64_t start_from_calibration(Module& qat_model, Module& calibrated);
 
 }  // namespace qat::quant

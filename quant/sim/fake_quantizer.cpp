@@ -125,6 +125,15 @@ LearnedFakeQuantizer::LearnedFakeQuantizer(const QuantizerConfig& cfg, int64_t c
   step_ = register_parameter("step", Tensor::ones({channels}));
 }
 
+void LearnedFakeQuantizer::start_from(const QParams& q) {
+  NoGradGuard ng;
+  QAT_CHECK(q.scale.numel() == step_.numel(), "start_from: ", q.scale.numel(), " scales for ", step_.numel(),
+            " steps");
+  step_.copy_(q.scale.view(step_.sizes()));
+  store_qparams(q.scale, q.zero_point);
+  set_initialized();
+}
+
 Tensor LearnedFakeQuantizer::zero_points(const Tensor&) const {
   return Tensor::zeros(zero_point_.sizes(), DType::i32);
 }
@@ -164,6 +173,14 @@ void LsqPlusFakeQuantizer::initialize_from(const Tensor& x) {
   const LsqPlusParams p = lsq_plus_init(x, cfg_.spec);
   step_.copy_(p.step.view(step_.sizes()));
   offset_.copy_(p.offset.view(offset_.sizes()));
+}
+
+void LsqPlusFakeQuantizer::start_from(const QParams& q) {
+  LearnedFakeQuantizer::start_from(q);
+  NoGradGuard ng;
+  for (int64_t c = 0; c < offset_.numel(); ++c)  // beta = -z s: the affine grid's zero point
+    offset_.data<float>()[c] = -static_cast<float>(q.zero_point.data<int32_t>()[c]) * q.scale.data<float>()[c];
+  offset_.bump_version();
 }
 
 // v̂ = v̄ s + β  <=>  q = v̄ - round(β/s) with x̂ = (q - z) s and z = -round(β / s).

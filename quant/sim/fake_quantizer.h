@@ -51,6 +51,10 @@ class FakeQuantizer : public Module {
   // forward and freeze() use exactly these. scale f32, zero_point i32, the
   // shape of qparams().
   void set_qparams(const QParams& q);
+  // QAT from a calibration (start_from_calibration): observed kinds take the
+  // qparams as set_qparams() does (fixed); learned kinds start their step
+  // (and LSQ+ offset -z s) there and go on learning.
+  virtual void start_from(const QParams& q) { set_qparams(q); }
   bool observer_enabled() const;
   bool fake_quant_enabled() const;
   const QuantizerConfig& config() const { return cfg_; }
@@ -94,6 +98,7 @@ class ObserverFakeQuantizer final : public FakeQuantizer {
 class LearnedFakeQuantizer : public FakeQuantizer {
  public:
   Tensor forward(const Tensor& x) override;
+  void start_from(const QParams& q) override;
 
  protected:
   LearnedFakeQuantizer(const QuantizerConfig& cfg, int64_t channels);
@@ -117,6 +122,7 @@ class LsqPlusFakeQuantizer final : public LearnedFakeQuantizer {
  public:
   LsqPlusFakeQuantizer(const QuantizerConfig& cfg, int64_t channels);
   const Tensor& learned_offset() const override { return offset_; }
+  void start_from(const QParams& q) override;
   // On the LSQ+ grid v = s q + beta, whose zero point -beta / s is fractional.
   Tensor apply_frozen(const Tensor& x) const override;
 

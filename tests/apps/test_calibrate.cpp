@@ -1,0 +1,241 @@
+// End-to-end: `qat calibrate` on the committed sample data (small_cnn at
+// 32 px, an FP32 model trained for a few steps): the outputs load in qat eval
+// and export, a cache read back reproduces the calibration bit for bit, a
+// stale or mismatched cache is refused naming what differs (and nothing is
+// written), --compare reports every calibrator, and QAT starts from a
+// calibration (quant.init_from).
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "tests/test_util.h"
+
+#include "apps/calibrate_cmd.h"
+#include "apps/integer_cmd.h"
+#include "apps/train.h"
+#include "core/safetensors.h"
+#include "core/text_file.h"
+#include "models/checkpoint.h"
+#include "models/models.h"
+#include "quant/sim/fake_quantizer.h"
+#include "quant/sim/prepare.h"
+
+using namespace qat;
+using namespace qat::apps;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSample = testing::sample_data_dir();
+
+std::string write_config(const fs::path& dir, const std::string& name, const std::string& quant) {
+  const std::string path = (dir / name).string();
+  std::ofstream f(path);
+  f << "model: {name: small_cnn, num_classes: 10}\n"
+    << "data:\n  train: " << kSample << "/train\n  val: " << kSample << "/val\n"
+    << "  image_size: 32\n  resize: 36\n  workers: 2\n  cache: true\n"
+    << "train:\n  epochs: 1\n  batch_size: 16\n  lr: 0.05\n  seed: 3\n  threads: 1\n  max_steps_per_epoch: 4\n"
+    << quant << "output: {dir: " << (dir / "run").string() << "}\n";
+  return path;
+}
+
+// One FP32 model per test process (a few training steps), and its folder.
+const fs::path& fp32_dir() {
+  static const fs::path dir = [] {
+    const fs::path d = testing::fresh_temp_dir("qat_calib_", "fp32");
+    REQUIRE(run_train({write_config(d, "fp32.yaml", ""), {}, ""}) == 0);
+    return d;
+  }();
+  return dir;
+}
+std::string fp32_checkpoint() { return (fp32_dir() / "run" / "best.safetensors").string(); }
+
+const char* kTensorRt = "quant: {enabled: true, backend: tensorrt, method: minmax}\n";
+
+CalibrateArgs args_for(const std::string& config, const fs::path& out, int64_t images = 48) {
+  CalibrateArgs a;
+  a.config = config;
+  a.checkpoint = fp32_checkpoint();
+  a.images = images;
+  a.out_dir = out.string();
+  return a;
+}
+
+TensorMap model_tensors(const std::string& ckpt) {
+  TensorMap out;
+  for (auto& [k, t] : load_safetensors(ckpt).tensors)
+    if (k.rfind("model.", 0) == 0) out[k] = t;
+  return out;
+}
+
+const void* bytes_of(const Tensor& t) {
+  switch (t.dtype()) {
+    case DType::f32: return t.data<float>();
+    case DType::i32: return t.data<int32_t>();
+    case DType::u8: return t.data<uint8_t>();
+    case DType::i8: return t.data<int8_t>();
+  }
+  return nullptr;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
+  const Tensor ca = a.contiguous(), cb = b.contiguous();
+  return std::memcmp(bytes_of(ca), bytes_of(cb), ca.nbytes()) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("qat calibrate writes what eval and export load; its cache reproduces it bit for bit", "[e2e][calibration]") {
+  const fs::path dir = testing::fresh_temp_dir("qat_calib_", "roundtrip");
+  const std::string cfg = write_config(dir, "q.yaml", kTensorRt);
+  CalibrateArgs a = args_for(cfg, dir / "out");
+  a.calibrator = quant::Calibrator::percentile;
+  REQUIRE(run_calibrate(a) == 0);
+  const fs::path out = dir / "out";
+  for (const char* f : {"calibrated.safetensors", "config.yaml", "calibration.cache", "calibration.cache.source.yaml"})
+    REQUIRE(fs::exists(out / f));
+  CHECK(read_text_file((out / "calibration.cache").string()).rfind("TRT-8601-PercentileCalibration\n", 0) == 0);
+  const EvalSummary e = eval_checkpoint({(out / "config.yaml").string(), {}, (out / "calibrated.safetensors").string()});
+  CHECK(e.images > 0);
+  REQUIRE(run_export({(out / "config.yaml").string(), (out / "calibrated.safetensors").string(),
+                      (dir / "export").string(), {}}) == 0);
+
+  // The cache, read back into another folder: calibration skipped, same checkpoint.
+  CalibrateArgs b = args_for(cfg, dir / "again");
+  b.cache = (out / "calibration.cache").string();
+  REQUIRE(run_calibrate(b) == 0);
+  CHECK_FALSE(fs::exists(dir / "again" / "calibration.cache"));
+  const TensorMap first = model_tensors((out / "calibrated.safetensors").string());
+  const TensorMap second = model_tensors((dir / "again" / "calibrated.safetensors").string());
+  REQUIRE(first.size() == second.size());
+  for (const auto& [k, t] : first) {
+    INFO(k);
+    REQUIRE(second.count(k));
+    CHECK(same_bits(t, second.at(k)));
+  }
+}
+
+TEST_CASE("a stale or mismatched calibration cache is refused naming what changed", "[e2e][calibration]") {
+  const fs::path dir = testing::fresh_temp_dir("qat_calib_", "stale");
+  const std::string cfg = write_config(dir, "q.yaml", kTensorRt);
+  REQUIRE(run_calibrate(args_for(cfg, dir / "out")) == 0);
+  const std::string cache = (dir / "out" / "calibration.cache").string();
+  const std::string text = read_text_file(cache);
+  auto refused = [&](CalibrateArgs a, const std::string& what) {
+    a.cache = a.cache.empty() ? cache : a.cache;
+    INFO(what);
+    REQUIRE_THROWS_WITH(run_calibrate(a), Contains(what));
+    CHECK_FALSE(fs::exists(fs::path(a.out_dir) / "calibrated.safetensors"));
+  };
+  SECTION("other calibration images") {
+    refused(args_for(cfg, dir / "x", 32), "is stale: the calibration images");
+  }
+  SECTION("other preprocessing") {
+    CalibrateArgs a = args_for(cfg, dir / "x");
+    a.overrides = {"data.resize=40"};
+    refused(a, "is stale: the preprocessing");
+  }
+  SECTION("other weights") {
+    ModulePtr m = make_model("small_cnn", 10, 0);
+    load_checkpoint(fp32_checkpoint(), *m, nullptr);
+    {
+      Tensor w = m->named_parameters().front().second;
+      w.data<float>()[0] += 1e-3f;
+    }
+    const std::string other = (dir / "other.safetensors").string();
+    save_checkpoint(other, *m, nullptr);
+    CalibrateArgs a = args_for(cfg, dir / "x");
+    a.checkpoint = other;
+    refused(a, "is stale: the FP32 checkpoint's contents");
+  }
+  SECTION("another backend") {
+    refused(args_for(write_config(dir, "d.yaml", "quant: {enabled: true, backend: default, method: minmax}\n"), dir / "x"),
+            "is stale: the model or its quantization");
+  }
+  SECTION("a tensor missing from the cache") {
+    const std::string edited = (dir / "edited.cache").string();
+    write_text_file_atomic(edited, text.substr(0, text.rfind('\n', text.size() - 2) + 1));  // drop the last line
+    fs::copy_file(cache + ".source.yaml", edited + ".source.yaml");
+    CalibrateArgs a = args_for(cfg, dir / "x");
+    a.cache = edited;
+    refused(a, "does not match the model: it has no line for features.4.activation_post_process");
+  }
+  SECTION("a tensor the model does not have") {
+    const std::string edited = (dir / "edited.cache").string();
+    write_text_file_atomic(edited, text + "features.99.activation_post_process: 3c000000\n");
+    fs::copy_file(cache + ".source.yaml", edited + ".source.yaml");
+    CalibrateArgs a = args_for(cfg, dir / "x");
+    a.cache = edited;
+    refused(a, "names tensor features.99.activation_post_process, which the model does not have");
+  }
+  SECTION("garbage hex, a wrong header, no record, another calibrator") {
+    const std::string edited = (dir / "edited.cache").string();
+    fs::copy_file(cache + ".source.yaml", edited + ".source.yaml");
+    CalibrateArgs a = args_for(cfg, dir / "x");
+    a.cache = edited;
+    std::string bad = text;
+    bad.replace(bad.find(": ") + 2, 8, "3c0z0000");
+    write_text_file_atomic(edited, bad);
+    refused(a, "line 2: tensor features.0.input_fake_quant has scale '3c0z0000', not 8 hex digits");
+    write_text_file_atomic(edited, "TRT-8601-Legacy\n" + text.substr(text.find('\n') + 1));
+    refused(a, "names calibrator 'Legacy'");
+    write_text_file_atomic(edited, text);
+    a.calibrator = quant::Calibrator::max;
+    refused(a, "holds entropy scales but --calibrator asks for max");
+    a.calibrator.reset();
+    fs::remove(edited + ".source.yaml");
+    refused(a, "has no source record");
+  }
+}
+
+TEST_CASE("qat calibrate --compare reports every calibrator against FP32", "[e2e][calibration]") {
+  const fs::path dir = testing::fresh_temp_dir("qat_calib_", "compare");
+  CalibrateArgs a = args_for(write_config(dir, "q.yaml", "quant: {enabled: true, backend: default, method: minmax}\n"),
+                             dir / "out");
+  a.compare = true;
+  CalibrateReport rep;
+  REQUIRE(run_calibrate(a, &rep) == 0);
+  REQUIRE(rep.results.size() == 4);
+  const EvalSummary fp32 = eval_checkpoint({(fp32_dir() / "fp32.yaml").string(), {}, fp32_checkpoint()});
+  CHECK(rep.fp32_top1 == fp32.top1);
+  const std::string table = read_text_file((dir / "out" / "calibrators.md").string());
+  for (const char* c : {"| max |", "| percentile |", "| mse |", "| entropy |", "| FP32 (no quantization) |"})
+    CHECK_THAT(table, Contains(c));
+  CHECK(read_text_file((dir / "out" / "calibrators.svg").string()).find("<svg") == 0);
+  // The checkpoint written is the entropy calibration: qat eval gives the table's figure.
+  const EvalSummary e = eval_checkpoint({(dir / "out" / "config.yaml").string(), {},
+                                         (dir / "out" / "calibrated.safetensors").string()});
+  CHECK(e.top1 >= 0);
+  a.cache = "x.cache";
+  REQUIRE_THROWS_WITH(run_calibrate(a), Contains("takes no --cache"));
+}
+
+TEST_CASE("QAT starts from a calibration: activation scales from it, LSQ steps learned from there", "[e2e][calibration]") {
+  const fs::path dir = testing::fresh_temp_dir("qat_calib_", "init");
+  const std::string quant = "quant: {enabled: true, backend: default, method: minmax, bits: 4}\n";
+  REQUIRE(run_calibrate(args_for(write_config(dir, "q.yaml", quant), dir / "cal")) == 0);
+  const std::string calibrated = (dir / "cal" / "calibrated.safetensors").string();
+  const std::string lsq = "quant: {enabled: true, backend: default, method: lsq, bits: 4, init_from: " + calibrated + "}\n";
+  const ExperimentConfig cfg = load_config(write_config(dir, "lsq.yaml", lsq));
+  ModulePtr m = build_model(cfg, true, false);
+  const TensorMap cal = model_tensors(calibrated);
+  int64_t checked = 0;
+  for (auto& [name, mod] : m->named_modules()) {
+    auto* f = dynamic_cast<quant::FakeQuantizer*>(mod);
+    if (!f || f->config().is_weight) continue;
+    INFO(name);
+    CHECK(same_bits(f->qparams().scale, cal.at("model." + name + ".scale")));
+    for (auto& [p, t] : f->named_parameters())
+      if (p == "step") CHECK(same_bits(t, cal.at("model." + name + ".scale")));
+    ++checked;
+  }
+  CHECK(checked == 3);
+  // The float weights are the FP32 model's.
+  const TensorMap fp32 = model_tensors(fp32_checkpoint());
+  for (auto& [name, t] : m->named_parameters())
+    if (fp32.count("model." + name)) CHECK(same_bits(t, fp32.at("model." + name)));
+  // And it trains.
+  REQUIRE(run_train({(dir / "lsq.yaml").string(), {}, ""}) == 0);
+}
