@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -n "${FUZZ_RUNS:-}" ]; then budget=(-runs="$FUZZ_RUNS" -seed=1); else budget=(-max_total_time="${FUZZ_SECONDS:-30}"); fi
-targets=${FUZZ_TARGETS:-"safetensors image config export"}
+targets=${FUZZ_TARGETS:-"safetensors image config export calibration"}
 cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DQAT_FUZZ=ON -DQAT_BUILD_TESTS=OFF >/dev/null
 for t in $targets; do cmake --build build-fuzz -j"${JOBS:-2}" --target "fuzz_$t"; done
