@@ -11,7 +11,7 @@
 #include "apps/calibration_record.h"
 #include "apps/config.h"
 #include "apps/file_digest.h"
-#include "apps/progress.h"
+#include "apps/ptq.h"
 #include "apps/run_state.h"
 #include "apps/train.h"
 #include "core/autograd.h"
@@ -40,58 +40,6 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 constexpr quant::Calibrator kAllCalibrators[] = {quant::Calibrator::max, quant::Calibrator::percentile,
                                                  quant::Calibrator::mse, quant::Calibrator::entropy};
 
-// `n` sample indices spread evenly over the classes: each class's images in
-// a seeded shuffle, taken round robin; returned ascending.
-std::vector<int64_t> calibration_indices(const data::ImageFolder& f, int64_t n, uint64_t seed) {
-  Generator g(seed);
-  std::vector<std::vector<int64_t>> per_class;
-  for (int32_t c = 0; c < static_cast<int32_t>(f.num_classes()); ++c) {
-    std::vector<int64_t> idx = f.indices_of(c);
-    for (size_t i = idx.size(); i > 1; --i) std::swap(idx[i - 1], idx[g.below(i)]);
-    per_class.push_back(std::move(idx));
-  }
-  std::vector<int64_t> out;
-  for (size_t round = 0; static_cast<int64_t>(out.size()) < n; ++round) {
-    bool any = false;
-    for (const auto& idx : per_class)
-      if (round < idx.size() && static_cast<int64_t>(out.size()) < n) out.push_back(idx[round]), any = true;
-    if (!any) break;  // fewer images than asked for: all of them
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// The images, decoded and transformed as for validation: (N, 3, S, S).
-Tensor load_images(const data::ImageFolder& f, const std::vector<int64_t>& idx, const data::TransformSpec& spec) {
-  const int64_t S = spec.image_size, per = 3 * S * S;
-  Tensor x = Tensor::empty({static_cast<int64_t>(idx.size()), 3, S, S});
-  std::vector<char> ok(idx.size(), 0);
-  std::string first_error;
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t i = 0; i < static_cast<int64_t>(idx.size()); ++i) {
-    try {
-      Generator unused(0);  // the validation transform draws nothing
-      if (auto img = f.load(idx[i])) {
-        data::apply_transform(*img, spec, false, unused, x.data<float>() + i * per);
-        ok[i] = 1;
-      }
-    } catch (const Error& e) {
-#pragma omp critical
-      if (first_error.empty()) first_error = e.what();
-    }
-  }
-  QAT_CHECK(first_error.empty(), "calibrate: ", first_error);
-  int64_t kept = 0;  // skipped bad images (data.on_bad_image: skip) close the gaps
-  for (size_t i = 0; i < idx.size(); ++i)
-    if (ok[i]) {
-      if (kept != static_cast<int64_t>(i))
-        std::copy_n(x.data<float>() + i * per, per, x.data<float>() + kept * per);
-      ++kept;
-    }
-  QAT_CHECK(kept > 0, "calibrate: none of the ", idx.size(), " calibration images could be read");
-  return x.narrow(0, 0, kept).contiguous();
-}
-
 std::string fmt(const char* f, double v) {
   char b[64];
   std::snprintf(b, sizeof b, f, v);
@@ -113,14 +61,17 @@ Setup set_up(const CalibrateArgs& args) {
             " has quant.enabled false; the quant: section says what to quantize (backend, bits)");
   QAT_CHECK(args.images > 0, "calibrate: --images must be > 0, got ", args.images);
   set_num_threads(static_cast<int>(cfg.train.threads));
-  s.model = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
-  load_checkpoint(args.checkpoint, *s.model, nullptr);
+  {
+    ModulePtr fp32 = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
+    load_checkpoint(args.checkpoint, *fp32, nullptr);
+    PtqModel p = prepare_for_calibration(cfg, fp32->state_dict());
+    s.model = p.model;
+    s.report = p.report;
+  }
   const std::string config_dir = fs::path(cfg.source_path).parent_path().string();
   const quant::Backend backend = load_backend(cfg.quant.backend, config_dir.empty() ? "." : config_dir);
-  s.report = quant::prepare(*s.model, backend, quant::calibration_qconfig(make_qconfig(cfg.quant)));
-  s.model->eval();
   const data::ImageFolder train = image_folder(cfg.data, cfg.data.train);
-  s.indices = calibration_indices(train, args.images, cfg.train.seed);
+  s.indices = balanced_indices(train, args.images, cfg.train.seed);
   std::string image_list = std::to_string(s.indices.size()) + "\n";
   for (int64_t i : s.indices) image_list += fs::relative(train.path(i), train.root()).string() + "\n";
   const DataConfig& d = cfg.data;
@@ -132,24 +83,6 @@ Setup set_up(const CalibrateArgs& args) {
                            fmt(" %.9g", d.std[0]) + fmt(" %.9g", d.std[1]) + fmt(" %.9g", d.std[2])),
                sha256_text(image_list)};
   return s;
-}
-
-// Forward passes over x in batches (eval mode, no grad); returns seconds.
-// after_first: called after the first batch.
-double forward_all(Module& m, const Tensor& x, int64_t batch, const std::string& label,
-                   const std::function<void()>& after_first = {}) {
-  NoGradGuard ng;
-  const int64_t n = x.size(0), steps = (n + batch - 1) / batch;
-  Progress progress(label, steps, 1);
-  const auto t0 = Clock::now();
-  for (int64_t k = 0; k < steps; ++k) {
-    const int64_t lo = k * batch, len = std::min(batch, n - lo);
-    m.forward(x.narrow(0, lo, len).contiguous());
-    if (k == 0 && after_first) after_first();
-    progress.update(k + 1, lo + len);
-  }
-  progress.finish();
-  return seconds_since(t0);
 }
 
 // observed: the ranges (from the observers, or a cache's record).
@@ -275,8 +208,9 @@ int run_calibrate(const CalibrateArgs& args, CalibrateReport* report) {
               args.checkpoint.c_str(), s.cfg.model.name.c_str(), s.indices.size(), s.cfg.data.train.c_str(),
               static_cast<unsigned long long>(s.cfg.train.seed));
   const data::ImageFolder train = image_folder(s.cfg.data, s.cfg.data.train);
-  const Tensor x = load_images(train, from_cache ? std::vector<int64_t>{s.indices.front()} : s.indices,
-                               transform_spec(s.cfg.data));
+  const Tensor x = load_image_set(train, from_cache ? std::vector<int64_t>{s.indices.front()} : s.indices,
+                                  transform_spec(s.cfg.data))
+                       .images;
   quant::begin_calibration(*s.model);
   rep.collect_seconds = forward_all(*s.model, x, s.cfg.train.batch_size, "calibrate",
                                     [&] { quant::stop_observing_weights(*s.model); });
