@@ -15,24 +15,30 @@ namespace qat::apps {
 
 namespace fs = std::filesystem;
 
-namespace {
+std::string bytes_str(int64_t b) {
+  char buf[32];
+  if (b >= 1000000) return std::snprintf(buf, sizeof buf, "%.1f MB", b / 1e6), buf;
+  if (b >= 1000) return std::snprintf(buf, sizeof buf, "%.1f kB", b / 1e3), buf;
+  return std::to_string(b) + " B";
+}
 
-// Weights (tensors with >= 2 dims) at their layer's bits, every other
-// parameter float32.
-int64_t weight_storage_bytes(const RunSummary& s) {
-  ModulePtr m = make_model(s.model, s.num_classes, 0);
+int64_t weight_storage_bytes(const std::string& model, int64_t num_classes, int weight_bits,
+                             const std::map<std::string, int>& layer_weight_bits) {
+  ModulePtr m = make_model(model, num_classes, 0);
   int64_t bits_total = 0;
   for (auto& [name, t] : m->named_parameters()) {
     int bits = 32;
     if (t.dim() >= 2) {
-      bits = s.weight_bits;
-      for (auto& [layer, b] : s.layer_weight_bits)
+      bits = weight_bits;
+      for (auto& [layer, b] : layer_weight_bits)
         if (name == layer + ".weight") bits = b;
     }
     bits_total += t.numel() * bits;
   }
   return (bits_total + 7) / 8;
 }
+
+namespace {
 
 // ", classifier.6 W8A8, features.0 W8": per-layer overrides, A the bits of
 // the activation the layer reads.
@@ -51,11 +57,6 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-std::string bytes_str(int64_t b) {
-  if (b >= 1000000) return fmt("%.1f MB", b / 1e6);
-  if (b >= 1000) return fmt("%.1f kB", b / 1e3);
-  return std::to_string(b) + " B";
-}
 
 }  // namespace
 
@@ -92,7 +93,7 @@ RunSummary summarize_run(const std::string& run_dir) {
   }
   s.final_top1 = rows.back().val_top1;
   s.final_top5 = rows.back().val_top5;
-  s.weight_bytes = weight_storage_bytes(s);
+  s.weight_bytes = weight_storage_bytes(s.model, s.num_classes, s.weight_bits, s.layer_weight_bits);
   return s;
 }
 

@@ -27,6 +27,14 @@ struct RunSummary {
   std::vector<double> val_top1;  // per epoch
 };
 
+// "57.1 MB", "4.1 kB", "996 B" (decimal units).
+std::string bytes_str(int64_t bytes);
+
+// Weights (parameters of >= 2 dims) at their layer's bits (`weight_bits`
+// unless the layer is in `layer_weight_bits`), every other parameter float32.
+int64_t weight_storage_bytes(const std::string& model, int64_t num_classes, int weight_bits,
+                             const std::map<std::string, int>& layer_weight_bits);
+
 RunSummary summarize_run(const std::string& run_dir);
 std::string markdown_table(const std::vector<RunSummary>& runs);
 std::string svg_chart(const std::vector<RunSummary>& runs);

@@ -8,6 +8,7 @@
 #include "apps/calibrate_cmd.h"
 #include "apps/compare.h"
 #include "apps/data_cmd.h"
+#include "apps/sensitivity_cmd.h"
 #include "apps/integer_cmd.h"
 #include "apps/sweep.h"
 #include "apps/train.h"
@@ -111,6 +112,30 @@ int main(int argc, char** argv) {
   ca->add_flag("--compare", cal.compare, "Every calibrator on the same images: val accuracy table and chart");
   ca->add_option("--set", cal.overrides, "Override a config key (repeatable)");
 
+  qat::apps::SensitivityArgs sens;
+  std::string sens_calibrator;
+  auto* se = app.add_subcommand("sensitivity",
+                                "Which layers can go to low bits: each layer alone at --bits (post-training), a "
+                                "ranking, and a mixed-precision config within a budget");
+  se->add_option("config", sens.config, "Experiment config (YAML) with a quant: section")->required()->check(CLI::ExistingFile);
+  se->add_option("--checkpoint", sens.checkpoint, "FP32 checkpoint (.safetensors)")->required()->check(CLI::ExistingFile);
+  se->add_option("--bits", sens.bits, "Low bit width tried per layer")->capture_default_str()->check(CLI::Range(2, 7));
+  se->add_option("--high-bits", sens.high_bits, "Bit width of every other layer")->capture_default_str()->check(CLI::Range(3, 8));
+  se->add_option("--images", sens.images, "Validation images scored (balanced across classes)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  se->add_option("--calib-images", sens.calib_images, "Training images calibrating each variant")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  se->add_option("--calibrator", sens_calibrator,
+                 "Activation thresholds: " + qat::enum_name_list<qat::quant::Calibrator>() + " (default mse)");
+  se->add_option("--max-drop", sens.max_drop, "Budget: top-1 points below the high-bit model")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  se->add_option("--size-mb", sens.size_mb, "Budget instead: MB of weights (1 MB = 10^6 bytes)")->check(CLI::PositiveNumber);
+  se->add_option("--out", sens.out_dir, "Output folder (default <output.dir>-sensitivity)");
+  se->add_option("--set", sens.overrides, "Override a config key (repeatable)");
+
   qat::apps::add_data_command(app);
 
   try {
@@ -132,6 +157,15 @@ int main(int argc, char** argv) {
         cal.calibrator = *c;
       }
       return qat::apps::run_calibrate(cal);
+    }
+    if (se->parsed()) {
+      if (!sens_calibrator.empty()) {
+        const auto c = qat::enum_from_name<qat::quant::Calibrator>(sens_calibrator);
+        if (!c) throw qat::Error("sensitivity: --calibrator must be one of " +
+                                 qat::enum_name_list<qat::quant::Calibrator>() + ", got '" + sens_calibrator + "'");
+        sens.calibrator = *c;
+      }
+      return qat::apps::run_sensitivity(sens);
     }
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

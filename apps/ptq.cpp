@@ -9,6 +9,7 @@
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/generator.h"
+#include "core/ops/loss.h"
 #include "core/ops/metrics.h"
 #include "models/models.h"
 #include "quant/convert/freeze.h"
@@ -103,16 +104,24 @@ PtqModel calibrated_model(const ExperimentConfig& cfg, const TensorMap& fp32, co
   return p;
 }
 
-double integer_top1(Module& calibrated, const ImageSet& set, int64_t batch) {
-  const quant::IntegerModel im = quant::freeze(calibrated);
+Score score(const std::function<Tensor(const Tensor&)>& forward, const ImageSet& set, int64_t batch) {
+  NoGradGuard ng;
   const int64_t n = set.images.size(0);
   int64_t correct = 0;
+  double loss = 0;
   for (int64_t lo = 0; lo < n; lo += batch) {
     const int64_t len = std::min(batch, n - lo);
-    correct += topk_correct(im.forward(set.images.narrow(0, lo, len).contiguous()),
-                            set.labels.narrow(0, lo, len).contiguous(), 1);
+    const Tensor logits = forward(set.images.narrow(0, lo, len).contiguous());
+    const Tensor labels = set.labels.narrow(0, lo, len).contiguous();
+    correct += topk_correct(logits, labels, 1);
+    loss += cross_entropy(logits, labels).item() * static_cast<double>(len);
   }
-  return static_cast<double>(correct) / static_cast<double>(n);
+  return {static_cast<double>(correct) / static_cast<double>(n), loss / static_cast<double>(n)};
+}
+
+Score integer_score(Module& calibrated, const ImageSet& set, int64_t batch) {
+  const quant::IntegerModel im = quant::freeze(calibrated);
+  return score([&](const Tensor& x) { return im.forward(x); }, set, batch);
 }
 
 }  // namespace qat::apps

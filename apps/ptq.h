@@ -47,7 +47,12 @@ PtqModel prepare_for_calibration(const ExperimentConfig& cfg, const TensorMap& f
 PtqModel calibrated_model(const ExperimentConfig& cfg, const TensorMap& fp32, const Tensor& calib,
                           quant::Calibrator c, const quant::CalibratorOptions& o = {});
 
-// Top-1 of the frozen integer model of a calibrated model on a preloaded set.
-double integer_top1(Module& calibrated, const ImageSet& set, int64_t batch);
+// Top-1 and mean cross-entropy of the frozen integer model of a calibrated
+// model (or of any logits function) on a preloaded set.
+struct Score {
+  double top1 = 0, loss = 0;
+};
+Score score(const std::function<Tensor(const Tensor&)>& forward, const ImageSet& set, int64_t batch);
+Score integer_score(Module& calibrated, const ImageSet& set, int64_t batch);
 
 }  // namespace qat::apps

@@ -1,0 +1,231 @@
+#include "apps/sensitivity_cmd.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "apps/compare.h"
+#include "apps/config.h"
+#include "apps/ptq.h"
+#include "apps/train.h"
+#include "core/error.h"
+#include "core/text_file.h"
+#include "core/threads.h"
+#include "models/checkpoint.h"
+#include "models/models.h"
+
+namespace qat::apps {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char b[96];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+// The config's quantization with every layer at `bits` and the layers of
+// `keep` at `keep_bits` (weights and the activation each reads).
+ExperimentConfig with_bits(const ExperimentConfig& cfg, int64_t bits, const std::vector<std::string>& keep,
+                           int64_t keep_bits) {
+  ExperimentConfig c = cfg;
+  c.quant.bits = bits;
+  c.quant.weight.bits = c.quant.activation.bits = 0;
+  c.quant.overrides.clear();
+  for (const std::string& l : keep)
+    c.quant.overrides[l] = {static_cast<int>(keep_bits), static_cast<int>(keep_bits)};
+  return c;
+}
+
+struct Context {
+  const SensitivityArgs& args;
+  ExperimentConfig cfg;
+  TensorMap fp32;
+  Tensor calib;
+  ImageSet scored;
+
+  Score ptq_score(const ExperimentConfig& c) const {
+    PtqModel p = calibrated_model(c, fp32, calib, args.calibrator);
+    return integer_score(*p.model, scored, c.train.batch_size);
+  }
+  int64_t bytes(int64_t bits, const std::vector<std::string>& keep) const {
+    std::map<std::string, int> per_layer;
+    for (const std::string& l : keep) per_layer[l] = static_cast<int>(args.high_bits);
+    return weight_storage_bytes(cfg.model.name, cfg.model.num_classes, static_cast<int>(bits), per_layer);
+  }
+};
+
+// The mixed choice: the most sensitive layers kept high, as few as the budget allows.
+void choose_mixed(const Context& ctx, SensitivityReport& rep) {
+  const SensitivityArgs& a = ctx.args;
+  std::vector<std::string> ranked;
+  for (const auto& l : rep.layers) ranked.push_back(l.layer);
+  std::vector<std::string> keep;
+  Score s{};
+  if (a.size_mb > 0) {
+    const auto budget = static_cast<int64_t>(a.size_mb * 1e6);
+    const int64_t all_low = ctx.bytes(a.bits, {});
+    QAT_CHECK(all_low <= budget, "sensitivity: --size-mb ", a.size_mb, ": even every layer at ", a.bits,
+              " bits needs ", bytes_str(all_low), " of weights");
+    for (const std::string& l : ranked) {
+      std::vector<std::string> k = keep;
+      k.push_back(l);
+      if (ctx.bytes(a.bits, k) <= budget) keep = k;
+    }
+    s = ctx.ptq_score(with_bits(ctx.cfg, a.bits, keep, a.high_bits));
+  } else {
+    for (size_t k = 0; k <= ranked.size(); ++k) {
+      keep.assign(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(k));
+      if (k == ranked.size()) {  // every layer high: the baseline itself
+        s = {rep.base_top1, rep.base_loss};
+        break;
+      }
+      s = ctx.ptq_score(with_bits(ctx.cfg, a.bits, keep, a.high_bits));
+      std::printf("  %zu layer(s) kept at %lld bits: top-1 %.2f%% (%+.2f vs W%lldA%lld)\n", k,
+                  static_cast<long long>(a.high_bits), 100 * s.top1, 100 * (s.top1 - rep.base_top1),
+                  static_cast<long long>(a.high_bits), static_cast<long long>(a.high_bits));
+      if (100 * (rep.base_top1 - s.top1) <= a.max_drop + 1e-9) break;  // (0.776 - 0.771) * 100 > 0.5 in doubles
+    }
+  }
+  rep.keep_high = keep;
+  rep.mixed_top1 = s.top1;
+  rep.mixed_loss = s.loss;
+  rep.mixed_bytes = ctx.bytes(a.bits, keep);
+}
+
+std::string table(const SensitivityReport& r, const SensitivityArgs& a, int64_t scored) {
+  const std::string lo = std::to_string(a.bits), hi = std::to_string(a.high_bits);
+  std::string s = "Per-layer sensitivity to " + lo + " bits (post-training, " + quant::calibrator_name(a.calibrator) +
+                  " calibration, " + std::to_string(scored) + " validation images; every other layer at " + hi +
+                  " bits)\n\n";
+  s += "| rank | layer | weights | top-1, this layer at " + lo + " bits | Δ top-1 | loss | Δ loss |\n";
+  s += "|---:|---|---:|---:|---:|---:|---:|\n";
+  for (size_t i = 0; i < r.layers.size(); ++i) {
+    const LayerSensitivity& l = r.layers[i];
+    s += "| " + std::to_string(i + 1) + " | " + l.layer + " | " + std::to_string(l.weights) + " | " +
+         fmt("%.2f%%", 100 * l.top1) + " | " + fmt("%+.2f", -100 * l.drop) + " | " + fmt("%.4f", l.loss) + " | " +
+         fmt("%+.4f", l.loss_increase) + " |\n";
+  }
+  s += "\nFP32: top-1 " + fmt("%.2f%%", 100 * r.fp32_top1) + ", loss " + fmt("%.4f", r.fp32_loss) + ". Every layer at " +
+       hi + " bits: top-1 " + fmt("%.2f%%", 100 * r.base_top1) + ", loss " + fmt("%.4f", r.base_loss) + ", weights " +
+       bytes_str(r.base_bytes) + ". Every layer at " + lo + " bits: weights " +
+       bytes_str(r.low_bytes) + ".\n\n";
+  std::string kept;
+  for (const auto& k : r.keep_high) kept += (kept.empty() ? "" : ", ") + k;
+  s += "Mixed precision (" +
+       (a.size_mb > 0 ? "weights within " + bytes_str(static_cast<int64_t>(a.size_mb * 1e6)) : "at most " + fmt("%.2f", a.max_drop) +
+                                                                             " points below W" + hi + "A" + hi) +
+       "): " + (kept.empty() ? std::string("no layer") : kept) + " at " + hi + " bits, the rest at " + lo +
+       ": top-1 " + fmt("%.2f%%", 100 * r.mixed_top1) + " (" + fmt("%+.2f", 100 * (r.mixed_top1 - r.base_top1)) +
+       "), weights " + bytes_str(r.mixed_bytes) + " (" +
+       fmt("%.0f%%", 100.0 * static_cast<double>(r.mixed_bytes) / static_cast<double>(r.base_bytes)) + " of W" + hi +
+       "A" + hi + ").\n";
+  return s;
+}
+
+std::string chart(const SensitivityReport& r, const SensitivityArgs& a) {
+  const double left = 150, top = 40, bar = 20, gap = 8, pw = 400, W = left + pw + 90;
+  const double H = top + (bar + gap) * static_cast<double>(r.layers.size()) + 30;
+  double hi = 1e-9;
+  for (const auto& l : r.layers) hi = std::max(hi, l.loss_increase);
+  std::string s = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\"", W) + fmt(" height=\"%.0f\"", H) +
+                  " font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s += "<text x=\"10\" y=\"18\" font-size=\"14\">validation loss increase with one layer at " + std::to_string(a.bits) +
+       " bits</text>\n";
+  s += "<text x=\"10\" y=\"33\" fill=\"#555\">the rest at " + std::to_string(a.high_bits) +
+       " bits; red: kept at " + std::to_string(a.high_bits) + " bits in the mixed choice</text>\n";
+  for (size_t i = 0; i < r.layers.size(); ++i) {
+    const LayerSensitivity& l = r.layers[i];
+    const bool kept = std::find(r.keep_high.begin(), r.keep_high.end(), l.layer) != r.keep_high.end();
+    const double y = top + (bar + gap) * static_cast<double>(i), w = pw * std::max(0.0, l.loss_increase) / hi;
+    s += fmt("<text x=\"%.1f\"", left - 8) + fmt(" y=\"%.1f\" text-anchor=\"end\">", y + bar / 2 + 4) + l.layer +
+         "</text>\n";
+    s += fmt("<rect x=\"%.1f\"", left) + fmt(" y=\"%.1f\"", y) + fmt(" width=\"%.1f\"", w) +
+         fmt(" height=\"%.1f\" fill=\"", bar) + (kept ? "#d62728" : "#1f77b4") + "\"/>\n";
+    s += fmt("<text x=\"%.1f\"", left + w + 5) + fmt(" y=\"%.1f\">", y + bar / 2 + 4) +
+         fmt("%+.4f</text>\n", l.loss_increase);
+  }
+  return s + "</svg>\n";
+}
+
+void write_outputs(const Context& ctx, const SensitivityReport& r) {
+  const SensitivityArgs& a = ctx.args;
+  write_text_file_atomic(r.out_dir + "/sensitivity.md", table(r, a, ctx.scored.images.size(0)));
+  write_text_file_atomic(r.out_dir + "/sensitivity.svg", chart(r, a));
+  std::string snippet = "# qat sensitivity: the most sensitive layers kept at " + std::to_string(a.high_bits) +
+                        " bits, the rest at " + std::to_string(a.bits) + "\nquant:\n  bits: " + std::to_string(a.bits) +
+                        "\n  overrides:" + (r.keep_high.empty() ? " {}\n" : "\n");
+  for (const std::string& l : r.keep_high)
+    snippet += "    " + l + ": {weight_bits: " + std::to_string(a.high_bits) +
+               ", activation_bits: " + std::to_string(a.high_bits) + "}\n";
+  write_text_file_atomic(r.out_dir + "/overrides.yaml", snippet);
+  ExperimentConfig mixed = with_bits(ctx.cfg, a.bits, r.keep_high, a.high_bits);
+  mixed.output.dir = ctx.cfg.output.dir + "_mixed";
+  write_text_file_atomic(r.out_dir + "/mixed.yaml", config_to_yaml(mixed));
+}
+
+}  // namespace
+
+int run_sensitivity(const SensitivityArgs& a, SensitivityReport* report) {
+  QAT_CHECK(a.bits >= 2 && a.bits < a.high_bits && a.high_bits <= 8, "sensitivity: need 2 <= --bits < --high-bits <= 8, got ",
+            a.bits, " and ", a.high_bits);
+  QAT_CHECK(a.images > 0 && a.calib_images > 0, "sensitivity: --images and --calib-images must be > 0");
+  Context ctx{a, load_config(a.config, a.overrides), {}, {}, {}};
+  QAT_CHECK(ctx.cfg.quant.enabled, "sensitivity: config ", a.config,
+            " has quant.enabled false; the quant: section says what to quantize (backend, method)");
+  set_num_threads(static_cast<int>(ctx.cfg.train.threads));
+  SensitivityReport rep;
+  rep.out_dir = a.out_dir.empty() ? ctx.cfg.output.dir + "-sensitivity" : a.out_dir;
+  std::error_code ec;
+  fs::create_directories(rep.out_dir, ec);
+  QAT_CHECK(!ec && fs::is_directory(rep.out_dir), "sensitivity: --out ", rep.out_dir, " cannot be made a folder");
+
+  ModulePtr fp32 = make_model(ctx.cfg.model.name, ctx.cfg.model.num_classes, ctx.cfg.train.seed);
+  load_checkpoint(a.checkpoint, *fp32, nullptr);
+  fp32->eval();
+  ctx.fp32 = fp32->state_dict();
+  const data::TransformSpec spec = transform_spec(ctx.cfg.data);
+  const data::ImageFolder train = image_folder(ctx.cfg.data, ctx.cfg.data.train);
+  ctx.calib = load_image_set(train, balanced_indices(train, a.calib_images, ctx.cfg.train.seed), spec).images;
+  const data::ImageFolder val = image_folder(ctx.cfg.data, ctx.cfg.data.val);
+  ctx.scored = load_image_set(val, balanced_indices(val, a.images, ctx.cfg.train.seed), spec);
+  const int64_t batch = ctx.cfg.train.batch_size;
+
+  const Score f = score([&](const Tensor& x) { return fp32->forward(x); }, ctx.scored, batch);
+  rep.fp32_top1 = f.top1, rep.fp32_loss = f.loss;
+  const ExperimentConfig base = with_bits(ctx.cfg, a.high_bits, {}, a.high_bits);
+  const PtqModel b = calibrated_model(base, ctx.fp32, ctx.calib, a.calibrator);
+  const Score bs = integer_score(*b.model, ctx.scored, batch);
+  rep.base_top1 = bs.top1, rep.base_loss = bs.loss;
+  rep.base_bytes = ctx.bytes(a.high_bits, {});
+  rep.low_bytes = ctx.bytes(a.bits, {});
+  std::printf("%lld validation images: FP32 top-1 %.2f%%, every layer at %lld bits %.2f%%\n",
+              static_cast<long long>(ctx.scored.images.size(0)), 100 * f.top1, static_cast<long long>(a.high_bits),
+              100 * bs.top1);
+  for (const quant::PreparedLayer& l : b.report.layers) {
+    LayerSensitivity s;
+    s.layer = l.name;
+    const auto w = ctx.fp32.find(l.name + ".weight");
+    s.weights = w != ctx.fp32.end() ? w->second.numel() : 0;
+    const Score sc = ctx.ptq_score(with_bits(ctx.cfg, a.high_bits, {l.name}, a.bits));
+    s.top1 = sc.top1, s.loss = sc.loss;
+    s.drop = rep.base_top1 - sc.top1, s.loss_increase = sc.loss - rep.base_loss;
+    std::printf("  %-16s at %lld bits: top-1 %.2f%% (%+.2f), loss %+.4f\n", l.name.c_str(),
+                static_cast<long long>(a.bits), 100 * sc.top1, -100 * s.drop, s.loss_increase);
+    rep.layers.push_back(s);
+  }
+  std::stable_sort(rep.layers.begin(), rep.layers.end(), [](const LayerSensitivity& x, const LayerSensitivity& y) {
+    return x.loss_increase > y.loss_increase;
+  });
+  choose_mixed(ctx, rep);
+  write_outputs(ctx, rep);
+  std::printf("\n%s\nwrote %s/{sensitivity.md, sensitivity.svg, overrides.yaml, mixed.yaml}\nnext: qat train %s/mixed.yaml\n",
+              table(rep, a, ctx.scored.images.size(0)).c_str(), rep.out_dir.c_str(), rep.out_dir.c_str());
+  if (report) *report = rep;
+  return 0;
+}
+
+}  // namespace qat::apps

@@ -1,0 +1,138 @@
+// End-to-end: `qat sensitivity` on the committed sample data. One layer of a
+// small trained CNN is made fragile on purpose without changing what the
+// float network computes: input channel 0 of features.4 is silenced (its BN
+// shift -100 before the ReLU) and features.4's weights on that channel are
+// set to 20x each output channel's largest. They multiply zeros, but they set
+// the per-channel grid: at 4 bits (step 20 max / 7.5) every other weight
+// rounds to zero, at 8 bits (20 max / 127.5) they keep about 6 levels. The
+// ranking must put the layer first, the mixed choice must keep it at 8 bits,
+// and the written overrides and config must load and prepare.
+#include <filesystem>
+#include <fstream>
+
+#include "tests/test_util.h"
+
+#include "apps/config.h"
+#include "apps/sensitivity_cmd.h"
+#include "apps/train.h"
+#include "core/autograd.h"
+#include "models/checkpoint.h"
+#include "models/models.h"
+#include "quant/sim/prepare.h"
+
+using namespace qat;
+using namespace qat::apps;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSample = testing::sample_data_dir();
+
+std::string write_config(const fs::path& dir, const std::string& name, const std::string& quant, int64_t epochs) {
+  const std::string path = (dir / name).string();
+  std::ofstream f(path);
+  f << "model: {name: small_cnn, num_classes: 10}\n"
+    << "data:\n  train: " << kSample << "/train\n  val: " << kSample << "/val\n"
+    << "  image_size: 32\n  resize: 36\n  workers: 2\n  cache: true\n"
+    << "train:\n  epochs: " << epochs << "\n  batch_size: 16\n  lr: 0.05\n  seed: 3\n  threads: 1\n"
+    << quant << "output: {dir: " << (dir / "run").string() << "}\n";
+  return path;
+}
+
+// A small CNN trained for a few epochs on the sample, then features.4 made fragile.
+std::string fragile_checkpoint(const fs::path& dir) {
+  REQUIRE(run_train({write_config(dir, "fp32.yaml", "", 4), {}, ""}) == 0);
+  ModulePtr m = make_model("small_cnn", 10, 0);
+  load_checkpoint((dir / "run" / "best.safetensors").string(), *m, nullptr);
+  NoGradGuard ng;
+  for (auto& [name, t] : m->named_parameters()) {
+    if (name == "features.1.bias") t.data<float>()[0] = -100.f;  // channel 0 of the first block: always 0 after ReLU
+    if (name != "features.4.weight") continue;
+    const int64_t per = t.numel() / t.size(0), kernel = t.size(2) * t.size(3);  // (O, I, KH, KW)
+    for (int64_t o = 0; o < t.size(0); ++o) {
+      float* w = t.data<float>() + o * per;
+      float mx = 0;
+      for (int64_t i = 0; i < per; ++i) mx = std::max(mx, std::fabs(w[i]));
+      for (int64_t k = 0; k < kernel; ++k) w[k] = 20 * mx;  // input channel 0
+    }
+  }
+  const std::string out = (dir / "fragile.safetensors").string();
+  save_checkpoint(out, *m, nullptr);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("qat sensitivity ranks a fragile layer first and keeps it at 8 bits", "[e2e][sensitivity]") {
+  const fs::path dir = testing::fresh_temp_dir("qat_sens_", "fragile");
+  const std::string ckpt = fragile_checkpoint(dir);
+  const std::string cfg = write_config(dir, "q.yaml", "quant: {enabled: true, backend: default, method: lsq, bits: 4}\n", 1);
+  SensitivityArgs a;
+  a.config = cfg;
+  a.checkpoint = ckpt;
+  a.images = 100;
+  a.calib_images = 64;
+  a.max_drop = 0;
+  a.out_dir = (dir / "sens").string();
+  SensitivityReport r;
+  REQUIRE(run_sensitivity(a, &r) == 0);
+  REQUIRE(r.layers.size() == 3);
+  CHECK(r.layers.front().layer == "features.4");
+  CHECK(r.layers.front().loss_increase > 2 * r.layers[1].loss_increase);
+  CHECK(std::find(r.keep_high.begin(), r.keep_high.end(), "features.4") != r.keep_high.end());
+  CHECK(r.mixed_top1 >= r.base_top1);  // max_drop 0
+  CHECK(r.low_bytes < r.mixed_bytes);
+  CHECK(r.mixed_bytes <= r.base_bytes);
+  for (const char* f : {"sensitivity.md", "sensitivity.svg", "overrides.yaml", "mixed.yaml"})
+    REQUIRE(fs::exists(dir / "sens" / f));
+
+  // The mixed config loads, keeps the method and training settings, and prepares.
+  const ExperimentConfig mixed = load_config((dir / "sens" / "mixed.yaml").string());
+  CHECK(mixed.quant.bits == 4);
+  CHECK(mixed.quant.method == quant::QuantMethod::lsq);
+  REQUIRE(mixed.quant.overrides.count("features.4"));
+  CHECK(mixed.quant.overrides.at("features.4").weight_bits == 8);
+  CHECK(mixed.quant.overrides.size() == r.keep_high.size());
+  ModulePtr m = build_model(mixed, false, false);
+  CHECK(!quant::fake_quantizers(*m).empty());
+  // The snippet is the quant: section of a config.
+  std::ofstream(dir / "with_snippet.yaml") << "model: {name: small_cnn, num_classes: 10}\n"
+                                           << "data: {train: " << kSample << "/train, val: " << kSample << "/val}\n"
+                                           << "train: {epochs: 1}\noutput: {dir: x}\n"
+                                           << "quant:\n  enabled: true\n"
+                                           << [&] {
+                                                std::ifstream in(dir / "sens" / "overrides.yaml");
+                                                std::string s, line;
+                                                while (std::getline(in, line))
+                                                  if (line.rfind("  ", 0) == 0) s += line + "\n";
+                                                return s;
+                                              }();
+  const ExperimentConfig snip = load_config((dir / "with_snippet.yaml").string());
+  CHECK(snip.quant.overrides.size() == r.keep_high.size());
+}
+
+TEST_CASE("qat sensitivity with a size budget keeps what fits, and refuses one nothing fits", "[e2e][sensitivity]") {
+  const fs::path dir = testing::fresh_temp_dir("qat_sens_", "size");
+  REQUIRE(run_train({write_config(dir, "fp32.yaml", "", 1), {}, ""}) == 0);
+  SensitivityArgs a;
+  a.config = write_config(dir, "q.yaml", "quant: {enabled: true, backend: default, method: minmax}\n", 1);
+  a.checkpoint = (dir / "run" / "best.safetensors").string();
+  a.images = 50;
+  a.calib_images = 32;
+  a.out_dir = (dir / "sens").string();
+  SensitivityReport r;
+  a.size_mb = 1e-6;
+  REQUIRE_THROWS_WITH(run_sensitivity(a, &r), Contains("--size-mb") && Contains("even every layer at 4 bits"));
+  a.size_mb = 1e3;  // everything fits: every layer kept at 8 bits
+  REQUIRE(run_sensitivity(a, &r) == 0);
+  CHECK(r.keep_high.size() == 3);
+  CHECK(r.mixed_bytes == r.base_bytes);
+  // Half way between all-4 and all-8: the most sensitive layers that fit, in rank order.
+  const double budget = static_cast<double>(r.low_bytes + r.base_bytes) / 2;
+  a.size_mb = budget / 1e6;
+  REQUIRE(run_sensitivity(a, &r) == 0);
+  CHECK(static_cast<double>(r.mixed_bytes) <= budget);
+  CHECK(r.keep_high.size() < 3);
+  CHECK(r.low_bytes <= r.mixed_bytes);
+}
