@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "apps/compare_report.h"
 #include "apps/config.h"
 #include "apps/metrics_log.h"
 #include "core/error.h"
@@ -94,7 +95,33 @@ RunSummary summarize_run(const std::string& run_dir) {
   s.final_top1 = rows.back().val_top1;
   s.final_top5 = rows.back().val_top5;
   s.weight_bytes = weight_storage_bytes(s.model, s.num_classes, s.weight_bits, s.layer_weight_bits);
+  s.init_from = cfg.quant.enabled ? cfg.quant.init_from : std::string();
   return s;
+}
+
+void align_runs(std::vector<RunSummary>& runs, const std::vector<std::string>& run_dirs) {
+  auto parent_of = [&](const RunSummary& r) -> int {
+    if (r.init_from.empty()) return -1;
+    const fs::path folder = fs::path(r.init_from).lexically_normal().parent_path();
+    std::error_code ec;
+    for (size_t j = 0; j < runs.size(); ++j) {
+      if (&runs[j] == &r) continue;
+      if (fs::equivalent(folder, run_dirs[j], ec)) return static_cast<int>(j);
+    }
+    for (size_t j = 0; j < runs.size(); ++j)
+      if (&runs[j] != &r && folder.filename().string() == runs[j].name) return static_cast<int>(j);
+    return -1;
+  };
+  for (auto& r : runs) r.parent = parent_of(r);
+  // Offsets along each chain (a cycle, which only hand-edited configs make, is cut).
+  for (size_t i = 0; i < runs.size(); ++i) {
+    int64_t offset = 0;
+    size_t guard = 0;
+    for (int p = runs[i].parent; p >= 0 && guard < runs.size(); p = runs[p].parent, ++guard)
+      offset += static_cast<int64_t>(runs[p].val_top1.size());
+    if (guard >= runs.size()) runs[i].parent = -1, offset = 0;
+    runs[i].epoch_offset = offset;
+  }
 }
 
 std::string markdown_table(const std::vector<RunSummary>& runs) {
@@ -130,7 +157,7 @@ std::string svg_chart(const std::vector<RunSummary>& runs) {
   size_t max_epochs = 1;
   double lo = 1, hi = 0;
   for (const auto& r : runs) {
-    max_epochs = std::max(max_epochs, r.val_top1.size());
+    max_epochs = std::max(max_epochs, static_cast<size_t>(r.epoch_offset) + r.val_top1.size());
     for (double v : r.val_top1) lo = std::min(lo, v), hi = std::max(hi, v);
   }
   lo = std::max(0.0, std::floor(lo * 10) / 10);
@@ -155,9 +182,18 @@ std::string svg_chart(const std::vector<RunSummary>& runs) {
   s += fmt("<text x=\"%.1f\"", left + pw / 2) + fmt(" y=\"%.1f\" text-anchor=\"middle\">epoch</text>\n", H - 10);
   for (size_t i = 0; i < runs.size(); ++i) {
     const char* c = colors[i % 8];
+    const RunSummary& r = runs[i];
+    const double off = static_cast<double>(r.epoch_offset);
     std::string pts;
-    for (size_t e = 0; e < runs[i].val_top1.size(); ++e)
-      pts += fmt("%.1f,", X(e + 1)) + fmt("%.1f ", Y(runs[i].val_top1[e]));
+    if (r.parent >= 0 && !runs[r.parent].val_top1.empty()) {
+      // A fine-tune starts where its parent ended: from that point, with a ring on it.
+      const double x0 = X(off), y0 = Y(runs[r.parent].val_top1.back());
+      pts += fmt("%.1f,", x0) + fmt("%.1f ", y0);
+      s += fmt("<circle cx=\"%.1f\"", x0) + fmt(" cy=\"%.1f\" r=\"5\" fill=\"white\" stroke=\"", y0) + c +
+           "\" stroke-width=\"2\"><title>" + r.name + " starts from " + runs[r.parent].name + "</title></circle>\n";
+    }
+    for (size_t e = 0; e < r.val_top1.size(); ++e)
+      pts += fmt("%.1f,", X(off + static_cast<double>(e) + 1)) + fmt("%.1f ", Y(r.val_top1[e]));
     s += "<polyline fill=\"none\" stroke=\"" + std::string(c) + "\" stroke-width=\"2\" points=\"" + pts + "\"/>\n";
     const double ly = top + 16 * i + 10;
     s += fmt("<line x1=\"%.1f\"", left + pw + 15) + fmt(" x2=\"%.1f\"", left + pw + 35) + fmt(" y1=\"%.1f\"", ly) +
@@ -171,15 +207,22 @@ int run_compare(const CompareArgs& args) {
   QAT_CHECK(!args.runs.empty(), "compare: give at least one run directory");
   std::vector<RunSummary> runs;
   for (const auto& r : args.runs) runs.push_back(summarize_run(r));
+  align_runs(runs, args.runs);
   const std::string table = markdown_table(runs);
   fs::create_directories(args.out_dir);
+  const std::string curves = svg_chart(runs), tradeoff = tradeoff_chart(runs);
+  const std::string page = html_report("qat compare: " + std::to_string(runs.size()) + " runs", table,
+                                       {{"val top-1 per epoch (a fine-tune continues the run it started from)", curves},
+                                        {"accuracy against weight storage", tradeoff}});
   for (const auto& [name, text] : {std::pair<std::string, std::string>{"/compare.md", table},
-                                    {"/val_top1.svg", svg_chart(runs)}}) {
+                                    {"/val_top1.svg", curves},
+                                    {"/tradeoff.svg", tradeoff},
+                                    {"/index.html", page}}) {
     std::ofstream f(args.out_dir + name);
     f << text;
     QAT_CHECK(f.good(), "compare: cannot write ", args.out_dir, name);
   }
-  std::printf("%s\nwrote %s/compare.md and %s/val_top1.svg\n", table.c_str(), args.out_dir.c_str(),
+  std::printf("%s\nwrote %s/{compare.md, val_top1.svg, tradeoff.svg, index.html}\n", table.c_str(),
               args.out_dir.c_str());
   return 0;
 }

@@ -25,7 +25,18 @@ struct RunSummary {
   double train_seconds = 0;
   int64_t weight_bytes = 0;    // weights at weight_bits, everything else float32
   std::vector<double> val_top1;  // per epoch
+  std::string init_from;         // quant.init_from as recorded ("" when none)
+  // Set by align_runs(): a fine-tune of another compared run continues its
+  // curve: epoch e of this run is drawn at x = epoch_offset + e.
+  int64_t epoch_offset = 0;
+  int parent = -1;  // index of the run it continues, -1: none
 };
+
+// The run `init_from` names among `runs`: its checkpoint's folder is the run
+// folder (compared by path, else by folder name: results/ keeps the run
+// folders' names). Sets epoch_offset (the parent's offset + its epochs) and
+// parent; a chain of fine-tunes adds up.
+void align_runs(std::vector<RunSummary>& runs, const std::vector<std::string>& run_dirs);
 
 // "57.1 MB", "4.1 kB", "996 B" (decimal units).
 std::string bytes_str(int64_t bytes);

@@ -5,6 +5,7 @@
 #include "tests/test_util.h"
 
 #include "apps/compare.h"
+#include "apps/compare_report.h"
 #include "apps/metrics_log.h"
 
 using namespace qat::apps;
@@ -85,4 +86,51 @@ TEST_CASE("truncate_metrics keeps the rows of saved epochs only", "[compare]") {
   REQUIRE(lines == 2);
   truncate_metrics(d.string(), 0);
   REQUIRE(read_metrics(d.string()).empty());
+}
+
+TEST_CASE("a fine-tune of a compared run continues its curve; unrelated runs keep their own x", "[compare]") {
+  fs::path fp = make_run("base_fp32", "", {0.3, 0.5, 0.6});
+  // init_from as training recorded it (relative to where qat ran): matched by the run folder's name.
+  fs::path ft = make_run("ft_w8", "quant: {enabled: true, init_from: runs/base_fp32/best.safetensors}\n", {0.62, 0.64});
+  fs::path ft2 = make_run("ft_w4", "quant: {enabled: true, bits: 4, init_from: " + (ft / "best.safetensors").string() + "}\n",
+                          {0.55});
+  fs::path other = make_run("scratch_w8", "quant: {enabled: true, init_from: /elsewhere/x/best.safetensors}\n", {0.2, 0.4});
+  const std::vector<std::string> dirs = {fp.string(), ft.string(), ft2.string(), other.string()};
+  std::vector<RunSummary> runs;
+  for (const auto& d : dirs) runs.push_back(summarize_run(d));
+  align_runs(runs, dirs);
+  CHECK(runs[0].parent == -1);
+  CHECK(runs[0].epoch_offset == 0);
+  CHECK(runs[1].parent == 0);  // by folder name
+  CHECK(runs[1].epoch_offset == 3);
+  CHECK(runs[2].parent == 1);  // by path; a chain adds up
+  CHECK(runs[2].epoch_offset == 5);
+  CHECK(runs[3].parent == -1);
+  CHECK(runs[3].epoch_offset == 0);
+  // Drawn: the fine-tune's line starts at its parent's last point, with a ring there.
+  const std::string svg = svg_chart(runs);
+  CHECK_THAT(svg, Contains("ft_w8 starts from base_fp32") && Contains("ft_w4 starts from ft_w8"));
+}
+
+TEST_CASE("the Pareto front of size against accuracy", "[compare]") {
+  // (MB, top-1): b is beaten by a (smaller and better), d by c; e ties a and comes later.
+  const std::vector<std::pair<double, double>> pts = {{28, 0.77}, {57, 0.76}, {57, 0.78}, {228, 0.762}, {28, 0.77},
+                                                      {14, 0.70}, {228, 0.79}};
+  CHECK(pareto_front(pts) == std::vector<size_t>{5, 0, 2, 6});
+  CHECK(pareto_front({}).empty());
+  CHECK(pareto_front({{1, 0.5}}) == std::vector<size_t>{0});
+}
+
+TEST_CASE("qat compare writes one self-contained page with the table and both charts", "[compare]") {
+  fs::path fp = make_run("page_fp32", "", {0.5, 0.7});
+  fs::path q = make_run("page_w8", "quant: {enabled: true, init_from: runs/page_fp32/best.safetensors}\n", {0.71});
+  const fs::path out = fp.parent_path() / "report";
+  REQUIRE(run_compare({{fp.string(), q.string()}, out.string()}) == 0);
+  std::ifstream in(out / "index.html");
+  const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK_THAT(html, Contains("<table>") && Contains("<td>page_w8</td>") && Contains("<th>run</th>"));
+  CHECK(html.find("src=") == std::string::npos);  // nothing fetched: no script, image or style sheet to load
+  CHECK(html.find("href") == std::string::npos);
+  CHECK_THAT(html, Contains("Pareto front") && Contains("page_w8 starts from page_fp32"));
+  CHECK(fs::exists(out / "tradeoff.svg"));
 }

@@ -1,0 +1,128 @@
+#include "apps/compare_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace qat::apps {
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char b[96];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+std::string escape_html(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else o += c;
+  }
+  return o;
+}
+
+std::vector<std::string> cells_of(const std::string& row) {
+  std::vector<std::string> cells;
+  size_t p = row.find('|');
+  while (p != std::string::npos) {
+    const size_t q = row.find('|', p + 1);
+    if (q == std::string::npos) break;
+    std::string c = row.substr(p + 1, q - p - 1);
+    const size_t a = c.find_first_not_of(' '), b = c.find_last_not_of(' ');
+    cells.push_back(a == std::string::npos ? "" : c.substr(a, b - a + 1));
+    p = q;
+  }
+  return cells;
+}
+
+}  // namespace
+
+std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& pts) {
+  std::vector<size_t> order(pts.size());
+  for (size_t i = 0; i < pts.size(); ++i) order[i] = i;
+  // By size ascending, then accuracy descending: a point is on the front
+  // when it is more accurate than everything smaller before it.
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (pts[a].first != pts[b].first) return pts[a].first < pts[b].first;
+    return pts[a].second > pts[b].second;
+  });
+  std::vector<size_t> front;
+  double best = -INFINITY;
+  for (size_t i : order)
+    if (pts[i].second > best) front.push_back(i), best = pts[i].second;
+  return front;
+}
+
+std::string tradeoff_chart(const std::vector<RunSummary>& runs) {
+  const double W = 640, H = 420, left = 70, right = 30, top = 40, bottom = 50;
+  const double pw = W - left - right, ph = H - top - bottom;
+  std::vector<std::pair<double, double>> pts;
+  double xmax = 0, lo = 1, hi = 0;
+  for (const auto& r : runs) {
+    pts.emplace_back(static_cast<double>(r.weight_bytes) / 1e6, r.best_top1);
+    xmax = std::max(xmax, pts.back().first);
+    lo = std::min(lo, r.best_top1), hi = std::max(hi, r.best_top1);
+  }
+  xmax = xmax > 0 ? xmax * 1.1 : 1;
+  lo = std::max(0.0, std::floor(lo * 100 - 1) / 100);
+  hi = std::min(1.0, std::ceil(hi * 100 + 1) / 100);
+  auto X = [&](double v) { return left + pw * v / xmax; };
+  auto Y = [&](double v) { return top + ph * (1 - (v - lo) / (hi - lo)); };
+  std::string s = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\"", W) + fmt(" height=\"%.0f\"", H) +
+                  " font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s += fmt("<text x=\"%.0f\" y=\"18\" font-size=\"14\">", left) +
+       "best val top-1 against weight storage (dashed line: the Pareto front)</text>\n";
+  for (int k = 0; k <= 4; ++k) {
+    const double v = lo + (hi - lo) * k / 4, x = xmax * k / 4;
+    s += fmt("<line x1=\"%.1f\"", left) + fmt(" x2=\"%.1f\"", left + pw) + fmt(" y1=\"%.1f\"", Y(v)) +
+         fmt(" y2=\"%.1f\" stroke=\"#ddd\"/>\n", Y(v));
+    s += fmt("<text x=\"%.1f\"", left - 8) + fmt(" y=\"%.1f\" text-anchor=\"end\">", Y(v) + 4) +
+         fmt("%.1f%%</text>\n", 100 * v);
+    s += fmt("<text x=\"%.1f\"", X(x)) + fmt(" y=\"%.1f\" text-anchor=\"middle\">", top + ph + 18) +
+         fmt("%.0f</text>\n", x);
+  }
+  s += fmt("<text x=\"%.1f\"", left + pw / 2) + fmt(" y=\"%.1f\" text-anchor=\"middle\">weights (MB)</text>\n", H - 10);
+  std::string line;
+  for (size_t i : pareto_front(pts)) line += fmt("%.1f,", X(pts[i].first)) + fmt("%.1f ", Y(pts[i].second));
+  s += "<polyline fill=\"none\" stroke=\"#d62728\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\" points=\"" + line +
+       "\"/>\n";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const double x = X(pts[i].first), y = Y(pts[i].second);
+    s += fmt("<circle cx=\"%.1f\"", x) + fmt(" cy=\"%.1f\" r=\"5\" fill=\"#1f77b4\"/>\n", y);
+    s += fmt("<text x=\"%.1f\"", x + 8) + fmt(" y=\"%.1f\">", y - 6) + escape_html(runs[i].name) +
+         fmt(" (%.2f%%)</text>\n", 100 * pts[i].second);
+  }
+  return s + "</svg>\n";
+}
+
+std::string html_report(const std::string& title, const std::string& markdown_table,
+                        const std::vector<std::pair<std::string, std::string>>& svgs) {
+  std::string h = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + escape_html(title) +
+                  "</title>\n<style>body{font-family:sans-serif;margin:2em;max-width:1100px}"
+                  "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
+                  "td:first-child,th:first-child{text-align:left}</style></head><body>\n<h1>" +
+                  escape_html(title) + "</h1>\n<table>\n";
+  size_t pos = 0;
+  int row = 0;
+  while (pos < markdown_table.size()) {
+    size_t end = markdown_table.find('\n', pos);
+    if (end == std::string::npos) end = markdown_table.size();
+    const std::string line = markdown_table.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.rfind('|', 0) != 0) continue;
+    if (line.find("---") != std::string::npos) continue;  // the separator row
+    const char* tag = row++ == 0 ? "th" : "td";
+    h += "<tr>";
+    for (const std::string& c : cells_of(line)) h += std::string("<") + tag + ">" + escape_html(c) + "</" + tag + ">";
+    h += "</tr>\n";
+  }
+  h += "</table>\n";
+  for (const auto& [t, svg] : svgs) h += "<h2>" + escape_html(t) + "</h2>\n" + svg;
+  return h + "</body></html>\n";
+}
+
+}  // namespace qat::apps
