@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "apps/compare_report.h"
+#include "apps/compare_sqnr.h"
 #include "apps/config.h"
 #include "apps/metrics_log.h"
 #include "core/error.h"
@@ -211,19 +212,32 @@ int run_compare(const CompareArgs& args) {
   const std::string table = markdown_table(runs);
   fs::create_directories(args.out_dir);
   const std::string curves = svg_chart(runs), tradeoff = tradeoff_chart(runs);
-  const std::string page = html_report("qat compare: " + std::to_string(runs.size()) + " runs", table,
-                                       {{"val top-1 per epoch (a fine-tune continues the run it started from)", curves},
-                                        {"accuracy against weight storage", tradeoff}});
+  std::vector<std::pair<std::string, std::string>> svgs = {
+      {"val top-1 per epoch (a fine-tune continues the run it started from)", curves},
+      {"accuracy against weight storage", tradeoff}};
+  std::string sqnr_md, sqnr_svg;
+  if (args.sqnr_images > 0) {
+    const auto s = layer_sqnr(runs, args.runs, args.sqnr_images);
+    QAT_CHECK(!s.empty(), "compare --sqnr-images: needs an FP32 run and a quantized run with best.safetensors");
+    sqnr_md = sqnr_table(s, args.sqnr_images);
+    sqnr_svg = sqnr_chart(s);
+    svgs.emplace_back("per-layer output error against FP32", sqnr_svg);
+  }
+  const std::string page =
+      html_report("qat compare: " + std::to_string(runs.size()) + " runs", table + "\n" + sqnr_md, svgs);
   for (const auto& [name, text] : {std::pair<std::string, std::string>{"/compare.md", table},
                                     {"/val_top1.svg", curves},
                                     {"/tradeoff.svg", tradeoff},
-                                    {"/index.html", page}}) {
+                                    {"/index.html", page},
+                                    {"/sqnr.md", sqnr_md},
+                                    {"/sqnr.svg", sqnr_svg}}) {
+    if (text.empty()) continue;
     std::ofstream f(args.out_dir + name);
     f << text;
     QAT_CHECK(f.good(), "compare: cannot write ", args.out_dir, name);
   }
-  std::printf("%s\nwrote %s/{compare.md, val_top1.svg, tradeoff.svg, index.html}\n", table.c_str(),
-              args.out_dir.c_str());
+  std::printf("%s\n%s\nwrote %s/{compare.md, val_top1.svg, tradeoff.svg, index.html%s}\n", table.c_str(),
+              sqnr_md.c_str(), args.out_dir.c_str(), sqnr_md.empty() ? "" : ", sqnr.md, sqnr.svg");
   return 0;
 }
 

@@ -11,6 +11,7 @@ namespace qat::apps {
 struct CompareArgs {
   std::vector<std::string> runs;
   std::string out_dir = "reports/compare";
+  int64_t sqnr_images = 0;  // > 0: the per-layer SQNR panel on this many validation images
 };
 
 struct RunSummary {

@@ -61,6 +61,10 @@ int main(int argc, char** argv) {
   auto* cmp = app.add_subcommand("compare", "Compare runs: Markdown table and val top-1 chart");
   cmp->add_option("runs", compare.runs, "Run directories")->required()->check(CLI::ExistingDirectory);
   cmp->add_option("--out", compare.out_dir, "Report folder")->capture_default_str();
+  cmp->add_option("--sqnr-images", compare.sqnr_images,
+                  "Per-layer output SQNR of each quantized run against the FP32 run on this many validation images "
+                  "(needs the runs' best.safetensors)")
+      ->check(CLI::NonNegativeNumber);
 
   qat::apps::SweepArgs sweep;
   auto* sw = app.add_subcommand("sweep", "Train every combination of a config's sweep: lists (resumable)");
