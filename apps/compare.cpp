@@ -218,7 +218,8 @@ int run_compare(const CompareArgs& args) {
   std::string sqnr_md, sqnr_svg;
   if (args.sqnr_images > 0) {
     const auto s = layer_sqnr(runs, args.runs, args.sqnr_images);
-    QAT_CHECK(!s.empty(), "compare --sqnr-images: needs an FP32 run and a quantized run with best.safetensors");
+    QAT_CHECK(!s.empty(), "compare --sqnr-images: needs an FP32 run and a fine-tune of it (quant.init_from), both "
+                          "with best.safetensors");
     sqnr_md = sqnr_table(s, args.sqnr_images);
     sqnr_svg = sqnr_chart(s);
     svgs.emplace_back("per-layer output error against FP32", sqnr_svg);

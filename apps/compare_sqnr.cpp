@@ -89,9 +89,17 @@ std::vector<RunSqnr> layer_sqnr(const std::vector<RunSummary>& runs, const std::
   fp32->eval();
   const data::ImageFolder val = image_folder(rcfg.data, rcfg.data.val);
   const ImageSet set = load_image_set(val, balanced_indices(val, images, rcfg.train.seed), transform_spec(rcfg.data));
+  // Only fine-tunes of the reference (directly or through a chain): a run
+  // trained from scratch is another network, its layers not comparable.
+  auto descends = [&](size_t i) {
+    size_t guard = 0;
+    for (int p = runs[i].parent; p >= 0 && guard++ < runs.size(); p = runs[p].parent)
+      if (p == ref) return true;
+    return false;
+  };
   std::vector<RunSqnr> out;
   for (size_t i = 0; i < runs.size(); ++i) {
-    if (runs[i].method == "fp32" || !fs::exists(run_dirs[i] + "/best.safetensors")) continue;
+    if (runs[i].method == "fp32" || !descends(i) || !fs::exists(run_dirs[i] + "/best.safetensors")) continue;
     const ExperimentConfig cfg = load_config(run_dirs[i] + "/config.yaml", {}, DataPaths::as_recorded);
     ModulePtr q = build_model(cfg, false, false);
     load_run_state(run_dirs[i] + "/best.safetensors", *q, nullptr, "");

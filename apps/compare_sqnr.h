@@ -31,9 +31,11 @@ struct RunSqnr {
   std::vector<LayerSqnr> layers;
 };
 
-// For every quantized run of `runs` (run_dirs: their folders) that has a
-// best.safetensors, against the FP32 run's best.safetensors. Empty when no
-// FP32 run with a checkpoint is among them.
+// For every quantized run of `runs` (run_dirs: their folders; align_runs()
+// done) that has a best.safetensors and descends from the FP32 run (its
+// quant.init_from chain reaches it: a run trained from scratch is another
+// network), against the FP32 run's best.safetensors. Empty when there is
+// no such pair.
 std::vector<RunSqnr> layer_sqnr(const std::vector<RunSummary>& runs, const std::vector<std::string>& run_dirs,
                                 int64_t images);
 std::string sqnr_table(const std::vector<RunSqnr>& s, int64_t images);

@@ -56,6 +56,8 @@ TEST_CASE("qat compare --sqnr-images: 8-bit layers closer to FP32 than 4-bit one
   const std::vector<std::string> dirs = {(dir / "fp32").string(), (dir / "w8").string(), (dir / "w4").string()};
   std::vector<RunSummary> runs;
   for (const auto& d : dirs) runs.push_back(summarize_run(d));
+  CHECK(layer_sqnr(runs, dirs, 40).empty());  // not aligned: nothing known to descend from fp32
+  align_runs(runs, dirs);
   const auto s = layer_sqnr(runs, dirs, 40);
   REQUIRE(s.size() == 2);
   REQUIRE(s[0].layers.size() == 3);
