@@ -90,8 +90,6 @@ double time_training(Module& model, const BenchOptions& opt, const char* label) 
   return ips;
 }
 
-namespace {
-
 // Images per second of `forward` on one fixed batch (median of the timed passes).
 double time_inference(const std::function<Tensor(const Tensor&)>& forward, const Tensor& x, const BenchOptions& opt,
                       const char* label) {
@@ -108,6 +106,8 @@ double time_inference(const std::function<Tensor(const Tensor&)>& forward, const
   std::printf("infer %s: %.1f img/s  (%.2f ms/batch, median of %d)\n", label, ips, 1000.0 * med, opt.steps);
   return ips;
 }
+
+namespace {
 
 // The QAT model the integer model is frozen from: the config's (and its
 // checkpoint) or the default backend at 8 bits, observers set by a few

@@ -1,7 +1,10 @@
 #pragma once
 // `qat bench`: FP32 training-step throughput on synthetic data; with --infer,
 // FP32 vs integer inference throughput.
+#include <functional>
 #include <string>
+
+#include "core/tensor.h"
 
 namespace qat::apps {
 
@@ -19,6 +22,12 @@ struct BenchOptions {
   bool infer = false;  // time inference instead: FP32 eval forward vs the frozen integer model
   std::string checkpoint;  // --infer with --config: freeze this checkpoint (else a calibrated random init)
 };
+
+// Images per second of `forward` on one fixed batch x (opt.batch images):
+// opt.warmup untimed passes, then the median of opt.steps timed ones; prints
+// a line with `label`.
+double time_inference(const std::function<Tensor(const Tensor&)>& forward, const Tensor& x, const BenchOptions& opt,
+                      const char* label);
 
 // What a bench measured (images per second; 0 where not measured).
 struct BenchFigures {

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "apps/compare_report.h"
+#include "apps/compare_speed.h"
 #include "apps/compare_sqnr.h"
 #include "apps/config.h"
 #include "apps/metrics_log.h"
@@ -133,9 +134,12 @@ std::string markdown_table(const std::vector<RunSummary>& runs) {
       ref = &r;
       break;
     }
+  bool speed = false;
+  for (const auto& r : runs) speed = speed || r.infer_img_s > 0;
   std::string t =
       "| run | bits W/A | method | best top-1 | best top-5 | final top-1 | final top-5 | Δ best top-1 vs " + ref->name +
-      " | weights | train time |\n|---|---|---|---|---|---|---|---|---|---|\n";
+      " | weights | train time |" + (speed ? " inference |" : "") + "\n|---|---|---|---|---|---|---|---|---|---|" +
+      (speed ? "---|" : "") + "\n";
   for (const auto& r : runs) {
     std::string bits = r.method == "fp32" ? "32/32" : std::to_string(r.weight_bits) + "/" +
                                                           std::to_string(r.activation_bits);
@@ -143,7 +147,9 @@ std::string markdown_table(const std::vector<RunSummary>& runs) {
     t += "| " + r.name + " | " + bits + " | " + r.method + " | " + fmt("%.2f%%", 100 * r.best_top1) + " | " +
          fmt("%.2f%%", 100 * r.best_top5) + " | " + fmt("%.2f%%", 100 * r.final_top1) + " | " +
          fmt("%.2f%%", 100 * r.final_top5) + " | " + fmt("%+.2f", 100 * (r.best_top1 - ref->best_top1)) + " | " +
-         bytes_str(r.weight_bytes) + " | " + fmt("%.1f min", r.train_seconds / 60) + " |\n";
+         bytes_str(r.weight_bytes) + " | " + fmt("%.1f min", r.train_seconds / 60) + " |";
+    if (speed) t += r.infer_img_s > 0 ? fmt(" %.0f img/s |", r.infer_img_s) : std::string(" |");
+    t += "\n";
   }
   return t;
 }
@@ -209,12 +215,15 @@ int run_compare(const CompareArgs& args) {
   std::vector<RunSummary> runs;
   for (const auto& r : args.runs) runs.push_back(summarize_run(r));
   align_runs(runs, args.runs);
+  if (args.speed_batch > 0) measure_speed(runs, args.runs, static_cast<int>(args.speed_batch));
   const std::string table = markdown_table(runs);
   fs::create_directories(args.out_dir);
   const std::string curves = svg_chart(runs), tradeoff = tradeoff_chart(runs);
   std::vector<std::pair<std::string, std::string>> svgs = {
       {"val top-1 per epoch (a fine-tune continues the run it started from)", curves},
       {"accuracy against weight storage", tradeoff}};
+  const std::string speed = speed_chart(runs);
+  if (!speed.empty()) svgs.emplace_back("accuracy against inference throughput", speed);
   std::string sqnr_md, sqnr_svg;
   if (args.sqnr_images > 0) {
     const auto s = layer_sqnr(runs, args.runs, args.sqnr_images);
@@ -231,6 +240,7 @@ int run_compare(const CompareArgs& args) {
                                     {"/tradeoff.svg", tradeoff},
                                     {"/index.html", page},
                                     {"/sqnr.md", sqnr_md},
+                                    {"/speed.svg", speed},
                                     {"/sqnr.svg", sqnr_svg}}) {
     if (text.empty()) continue;
     std::ofstream f(args.out_dir + name);

@@ -12,6 +12,7 @@ struct CompareArgs {
   std::vector<std::string> runs;
   std::string out_dir = "reports/compare";
   int64_t sqnr_images = 0;  // > 0: the per-layer SQNR panel on this many validation images
+  int64_t speed_batch = 0;  // > 0: time inference (FP32 model / frozen integer model) at this batch
 };
 
 struct RunSummary {
@@ -31,6 +32,7 @@ struct RunSummary {
   // curve: epoch e of this run is drawn at x = epoch_offset + e.
   int64_t epoch_offset = 0;
   int parent = -1;  // index of the run it continues, -1: none
+  double infer_img_s = 0;  // inference throughput (qat compare --speed-batch); 0: not measured
 };
 
 // The run `init_from` names among `runs`: its checkpoint's folder is the run

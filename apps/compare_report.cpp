@@ -57,15 +57,21 @@ std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& p
   return front;
 }
 
-std::string tradeoff_chart(const std::vector<RunSummary>& runs) {
+namespace {
+
+// Accuracy against x, one labelled point per run, the Pareto front dashed;
+// larger_x_better: throughput (else size).
+std::string accuracy_chart(const std::vector<std::string>& names, const std::vector<double>& x,
+                           const std::vector<double>& acc, const std::string& title, const std::string& x_label,
+                           bool larger_x_better) {
   const double W = 640, H = 420, left = 70, right = 30, top = 40, bottom = 50;
   const double pw = W - left - right, ph = H - top - bottom;
   std::vector<std::pair<double, double>> pts;
   double xmax = 0, lo = 1, hi = 0;
-  for (const auto& r : runs) {
-    pts.emplace_back(static_cast<double>(r.weight_bytes) / 1e6, r.best_top1);
-    xmax = std::max(xmax, pts.back().first);
-    lo = std::min(lo, r.best_top1), hi = std::max(hi, r.best_top1);
+  for (size_t i = 0; i < x.size(); ++i) {
+    pts.emplace_back(larger_x_better ? -x[i] : x[i], acc[i]);
+    xmax = std::max(xmax, x[i]);
+    lo = std::min(lo, acc[i]), hi = std::max(hi, acc[i]);
   }
   xmax = xmax > 0 ? xmax * 1.1 : 1;
   lo = std::max(0.0, std::floor(lo * 100 - 1) / 100);
@@ -74,29 +80,55 @@ std::string tradeoff_chart(const std::vector<RunSummary>& runs) {
   auto Y = [&](double v) { return top + ph * (1 - (v - lo) / (hi - lo)); };
   std::string s = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\"", W) + fmt(" height=\"%.0f\"", H) +
                   " font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  s += fmt("<text x=\"%.0f\" y=\"18\" font-size=\"14\">", left) +
-       "best val top-1 against weight storage (dashed line: the Pareto front)</text>\n";
+  s += fmt("<text x=\"%.0f\" y=\"18\" font-size=\"14\">", left) + title + " (dashed line: the Pareto front)</text>\n";
   for (int k = 0; k <= 4; ++k) {
-    const double v = lo + (hi - lo) * k / 4, x = xmax * k / 4;
+    const double v = lo + (hi - lo) * k / 4, xv = xmax * k / 4;
     s += fmt("<line x1=\"%.1f\"", left) + fmt(" x2=\"%.1f\"", left + pw) + fmt(" y1=\"%.1f\"", Y(v)) +
          fmt(" y2=\"%.1f\" stroke=\"#ddd\"/>\n", Y(v));
     s += fmt("<text x=\"%.1f\"", left - 8) + fmt(" y=\"%.1f\" text-anchor=\"end\">", Y(v) + 4) +
          fmt("%.1f%%</text>\n", 100 * v);
-    s += fmt("<text x=\"%.1f\"", X(x)) + fmt(" y=\"%.1f\" text-anchor=\"middle\">", top + ph + 18) +
-         fmt("%.0f</text>\n", x);
+    s += fmt("<text x=\"%.1f\"", X(xv)) + fmt(" y=\"%.1f\" text-anchor=\"middle\">", top + ph + 18) +
+         fmt("%.0f</text>\n", xv);
   }
-  s += fmt("<text x=\"%.1f\"", left + pw / 2) + fmt(" y=\"%.1f\" text-anchor=\"middle\">weights (MB)</text>\n", H - 10);
+  s += fmt("<text x=\"%.1f\"", left + pw / 2) + fmt(" y=\"%.1f\" text-anchor=\"middle\">", H - 10) + x_label +
+       "</text>\n";
   std::string line;
-  for (size_t i : pareto_front(pts)) line += fmt("%.1f,", X(pts[i].first)) + fmt("%.1f ", Y(pts[i].second));
+  for (size_t i : pareto_front(pts)) line += fmt("%.1f,", X(x[i])) + fmt("%.1f ", Y(acc[i]));
   s += "<polyline fill=\"none\" stroke=\"#d62728\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\" points=\"" + line +
        "\"/>\n";
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const double x = X(pts[i].first), y = Y(pts[i].second);
-    s += fmt("<circle cx=\"%.1f\"", x) + fmt(" cy=\"%.1f\" r=\"5\" fill=\"#1f77b4\"/>\n", y);
-    s += fmt("<text x=\"%.1f\"", x + 8) + fmt(" y=\"%.1f\">", y - 6) + escape_html(runs[i].name) +
-         fmt(" (%.2f%%)</text>\n", 100 * pts[i].second);
+  for (size_t i = 0; i < x.size(); ++i) {
+    s += fmt("<circle cx=\"%.1f\"", X(x[i])) + fmt(" cy=\"%.1f\" r=\"5\" fill=\"#1f77b4\"/>\n", Y(acc[i]));
+    s += fmt("<text x=\"%.1f\"", X(x[i]) + 8) + fmt(" y=\"%.1f\">", Y(acc[i]) - 6) + escape_html(names[i]) +
+         fmt(" (%.2f%%)</text>\n", 100 * acc[i]);
   }
   return s + "</svg>\n";
+}
+
+}  // namespace
+
+std::string tradeoff_chart(const std::vector<RunSummary>& runs) {
+  std::vector<std::string> names;
+  std::vector<double> x, acc;
+  for (const auto& r : runs) {
+    names.push_back(r.name);
+    x.push_back(static_cast<double>(r.weight_bytes) / 1e6);
+    acc.push_back(r.best_top1);
+  }
+  return accuracy_chart(names, x, acc, "best val top-1 against weight storage", "weights (MB)", false);
+}
+
+std::string speed_chart(const std::vector<RunSummary>& runs) {
+  std::vector<std::string> names;
+  std::vector<double> x, acc;
+  for (const auto& r : runs)
+    if (r.infer_img_s > 0) {
+      names.push_back(r.name);
+      x.push_back(r.infer_img_s);
+      acc.push_back(r.best_top1);
+    }
+  if (names.empty()) return "";
+  return accuracy_chart(names, x, acc, "best val top-1 against inference throughput",
+                        "images per second (FP32 model / frozen integer model)", true);
 }
 
 std::string html_report(const std::string& title, const std::string& markdown_table,

@@ -18,6 +18,9 @@ std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& s
 // Best val top-1 against weight storage, one labelled point per run, the
 // Pareto front drawn through its points.
 std::string tradeoff_chart(const std::vector<RunSummary>& runs);
+// The same against inference throughput (runs with infer_img_s only;
+// faster and more accurate is better); empty when no run has a figure.
+std::string speed_chart(const std::vector<RunSummary>& runs);
 
 // index.html: the Markdown table as an HTML table, then the given SVGs
 // (title, svg text) inline.

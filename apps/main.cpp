@@ -65,6 +65,10 @@ int main(int argc, char** argv) {
                   "Per-layer output SQNR of each quantized run against the FP32 run on this many validation images "
                   "(needs the runs' best.safetensors)")
       ->check(CLI::NonNegativeNumber);
+  cmp->add_option("--speed-batch", compare.speed_batch,
+                  "Time inference of each run with a best.safetensors (FP32 model / frozen integer model) at this "
+                  "batch: accuracy-vs-throughput chart")
+      ->check(CLI::NonNegativeNumber);
 
   qat::apps::SweepArgs sweep;
   auto* sw = app.add_subcommand("sweep", "Train every combination of a config's sweep: lists (resumable)");

@@ -1,4 +1,5 @@
 // qat compare on hand-made run directories.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -133,4 +134,24 @@ TEST_CASE("qat compare writes one self-contained page with the table and both ch
   CHECK(html.find("href") == std::string::npos);
   CHECK_THAT(html, Contains("Pareto front") && Contains("page_w8 starts from page_fp32"));
   CHECK(fs::exists(out / "tradeoff.svg"));
+}
+
+TEST_CASE("the accuracy-vs-throughput chart: faster and more accurate is better", "[compare]") {
+  std::vector<RunSummary> runs(3);
+  runs[0].name = "slow_best", runs[0].best_top1 = 0.8, runs[0].infer_img_s = 100;
+  runs[1].name = "fast_good", runs[1].best_top1 = 0.78, runs[1].infer_img_s = 400;
+  runs[2].name = "unmeasured", runs[2].best_top1 = 0.9;
+  const std::string svg = speed_chart(runs);
+  CHECK_THAT(svg, Contains("slow_best") && Contains("fast_good") && Contains("Pareto front"));
+  CHECK(svg.find("unmeasured") == std::string::npos);
+  // Both points on the front (neither beats the other): the dashed line has two points.
+  const size_t p = svg.find("stroke-dasharray");
+  REQUIRE(p != std::string::npos);
+  const std::string pts = svg.substr(svg.find("points=\"", p) + 8, svg.find("\"/>", p) - svg.find("points=\"", p) - 8);
+  CHECK(std::count(pts.begin(), pts.end(), ',') == 2);
+  for (auto& r : runs) r.infer_img_s = 0;
+  CHECK(speed_chart(runs).empty());
+  CHECK(markdown_table(runs).find("inference") == std::string::npos);
+  runs[1].infer_img_s = 400;
+  CHECK_THAT(markdown_table(runs), Contains("| 400 img/s |"));
 }
