@@ -140,6 +140,9 @@ int main(int argc, char** argv) {
   se->add_option("--max-drop", sens.max_drop, "Budget: top-1 points below the high-bit model")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  se->add_option("--finetune-steps", sens.finetune_steps,
+                 "Also train each variant this many QAT steps from its calibration before scoring (slower)")
+      ->check(CLI::NonNegativeNumber);
   se->add_option("--size-mb", sens.size_mb, "Budget instead: MB of weights (1 MB = 10^6 bytes)")->check(CLI::PositiveNumber);
   se->add_option("--out", sens.out_dir, "Output folder (default <output.dir>-sensitivity)");
   se->add_option("--set", sens.overrides, "Override a config key (repeatable)");

@@ -8,6 +8,7 @@
 #include "apps/compare.h"
 #include "apps/config.h"
 #include "apps/ptq.h"
+#include "apps/run_state.h"
 #include "apps/train.h"
 #include "core/error.h"
 #include "core/text_file.h"
@@ -46,10 +47,34 @@ struct Context {
   TensorMap fp32;
   Tensor calib;
   ImageSet scored;
+  std::string out_dir;
 
   Score ptq_score(const ExperimentConfig& c) const {
     PtqModel p = calibrated_model(c, fp32, calib, args.calibrator);
+    if (args.finetune_steps > 0) return finetuned_score(c, *p.model);
     return integer_score(*p.model, scored, c.train.batch_size);
+  }
+
+  // QAT for finetune_steps steps from the calibration (qat train on a
+  // config whose quant.init_from is the calibrated checkpoint), then scored.
+  Score finetuned_score(const ExperimentConfig& c, Module& calibrated) const {
+    const std::string dir = out_dir + "/finetune";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    ExperimentConfig t = c;
+    t.quant.init_from = dir + "/calibrated.safetensors";
+    t.train.epochs = 1;
+    t.train.max_steps_per_epoch = args.finetune_steps;
+    t.output.dir = dir + "/run";
+    save_run_state(t.quant.init_from, calibrated, nullptr, RunState{}, config_hash(t),
+                   {{"calibrator", quant::calibrator_name(args.calibrator)}});
+    write_text_file_atomic(dir + "/config.yaml", config_to_yaml(t));
+    QAT_CHECK(run_train({dir + "/config.yaml", {}, ""}) == 0, "sensitivity: the fine-tune in ", dir, " stopped");
+    const ExperimentConfig trained = load_config(t.output.dir + "/config.yaml");
+    ModulePtr m = build_model(trained, false, false);
+    load_run_state(t.output.dir + "/last.safetensors", *m, nullptr, "");
+    m->eval();
+    return integer_score(*m, scored, c.train.batch_size);
   }
   int64_t bytes(int64_t bits, const std::vector<std::string>& keep) const {
     std::map<std::string, int> per_layer;
@@ -98,8 +123,9 @@ void choose_mixed(const Context& ctx, SensitivityReport& rep) {
 
 std::string table(const SensitivityReport& r, const SensitivityArgs& a, int64_t scored) {
   const std::string lo = std::to_string(a.bits), hi = std::to_string(a.high_bits);
-  std::string s = "Per-layer sensitivity to " + lo + " bits (post-training, " + quant::calibrator_name(a.calibrator) +
-                  " calibration, " + std::to_string(scored) + " validation images; every other layer at " + hi +
+  std::string s = "Per-layer sensitivity to " + lo + " bits (" +
+                  (a.finetune_steps > 0 ? std::to_string(a.finetune_steps) + " QAT steps after " : std::string("post-training, ")) +
+                  quant::calibrator_name(a.calibrator) + " calibration, " + std::to_string(scored) + " validation images; every other layer at " + hi +
                   " bits)\n\n";
   s += "| rank | layer | weights | top-1, this layer at " + lo + " bits | Δ top-1 | loss | Δ loss |\n";
   s += "|---:|---|---:|---:|---:|---:|---:|\n";
@@ -173,7 +199,7 @@ int run_sensitivity(const SensitivityArgs& a, SensitivityReport* report) {
   QAT_CHECK(a.bits >= 2 && a.bits < a.high_bits && a.high_bits <= 8, "sensitivity: need 2 <= --bits < --high-bits <= 8, got ",
             a.bits, " and ", a.high_bits);
   QAT_CHECK(a.images > 0 && a.calib_images > 0, "sensitivity: --images and --calib-images must be > 0");
-  Context ctx{a, load_config(a.config, a.overrides), {}, {}, {}};
+  Context ctx{a, load_config(a.config, a.overrides), {}, {}, {}, {}};
   QAT_CHECK(ctx.cfg.quant.enabled, "sensitivity: config ", a.config,
             " has quant.enabled false; the quant: section says what to quantize (backend, method)");
   set_num_threads(static_cast<int>(ctx.cfg.train.threads));
@@ -182,6 +208,7 @@ int run_sensitivity(const SensitivityArgs& a, SensitivityReport* report) {
   std::error_code ec;
   fs::create_directories(rep.out_dir, ec);
   QAT_CHECK(!ec && fs::is_directory(rep.out_dir), "sensitivity: --out ", rep.out_dir, " cannot be made a folder");
+  ctx.out_dir = rep.out_dir;
 
   ModulePtr fp32 = make_model(ctx.cfg.model.name, ctx.cfg.model.num_classes, ctx.cfg.train.seed);
   load_checkpoint(a.checkpoint, *fp32, nullptr);
@@ -198,7 +225,7 @@ int run_sensitivity(const SensitivityArgs& a, SensitivityReport* report) {
   rep.fp32_top1 = f.top1, rep.fp32_loss = f.loss;
   const ExperimentConfig base = with_bits(ctx.cfg, a.high_bits, {}, a.high_bits);
   const PtqModel b = calibrated_model(base, ctx.fp32, ctx.calib, a.calibrator);
-  const Score bs = integer_score(*b.model, ctx.scored, batch);
+  const Score bs = ctx.ptq_score(base);
   rep.base_top1 = bs.top1, rep.base_loss = bs.loss;
   rep.base_bytes = ctx.bytes(a.high_bits, {});
   rep.low_bytes = ctx.bytes(a.bits, {});

@@ -10,7 +10,9 @@
 // images; top-1 beside it). Then the mixed-precision choice: every layer at
 // low bits except the most sensitive ones, as few kept high as --max-drop
 // (top-1 points below the baseline) allows, or as many as fit --size-mb of
-// weights. Writes to --out: sensitivity.md, sensitivity.svg, overrides.yaml
+// weights. --finetune-steps K: every variant also trains K steps (QAT from
+// its calibration) before scoring: slower, closer to what training will
+// give. Writes to --out: sensitivity.md, sensitivity.svg, overrides.yaml
 // (the quant.overrides snippet) and mixed.yaml (the config with it, ready
 // for qat train).
 #include <cstdint>
@@ -31,6 +33,10 @@ struct SensitivityArgs {
   quant::Calibrator calibrator = quant::Calibrator::mse;
   double max_drop = 0.5;  // top-1 points below the high-bit baseline
   double size_mb = 0;     // > 0: a weight-size budget instead of max_drop
+  // > 0: each variant (and the baseline and mixed candidates) also trains
+  // this many steps from its calibration (the config's method, optimizer and
+  // lr; quant.init_from = the calibration) before it is scored.
+  int64_t finetune_steps = 0;
   std::string out_dir;    // empty: <output.dir>-sensitivity
 };
 

@@ -7,6 +7,7 @@
 // rounds to zero, at 8 bits (20 max / 127.5) they keep about 6 levels. The
 // ranking must put the layer first, the mixed choice must keep it at 8 bits,
 // and the written overrides and config must load and prepare.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -135,4 +136,28 @@ TEST_CASE("qat sensitivity with a size budget keeps what fits, and refuses one n
   CHECK(static_cast<double>(r.mixed_bytes) <= budget);
   CHECK(r.keep_high.size() < 3);
   CHECK(r.low_bytes <= r.mixed_bytes);
+}
+
+TEST_CASE("qat sensitivity --finetune-steps trains each variant from its calibration before scoring", "[e2e][sensitivity]") {
+  const fs::path dir = testing::fresh_temp_dir("qat_sens_", "finetune");
+  REQUIRE(run_train({write_config(dir, "fp32.yaml", "", 1), {}, ""}) == 0);
+  SensitivityArgs a;
+  a.config = write_config(dir, "q.yaml", "quant: {enabled: true, backend: default, method: lsq}\n", 1);
+  a.checkpoint = (dir / "run" / "best.safetensors").string();
+  a.images = 40;
+  a.calib_images = 32;
+  a.finetune_steps = 2;
+  a.out_dir = (dir / "sens").string();
+  SensitivityReport r;
+  REQUIRE(run_sensitivity(a, &r) == 0);
+  REQUIRE(r.layers.size() == 3);
+  for (const auto& l : r.layers) CHECK(std::isfinite(l.loss));
+  // The last variant's fine-tune ran its 2 steps from the calibration.
+  const ExperimentConfig t = load_config((dir / "sens" / "finetune" / "config.yaml").string());
+  CHECK(t.train.max_steps_per_epoch == 2);
+  CHECK(t.quant.init_from == (dir / "sens" / "finetune" / "calibrated.safetensors").string());
+  CHECK(fs::exists(dir / "sens" / "finetune" / "run" / "last.safetensors"));
+  std::ifstream in(dir / "sens" / "sensitivity.md");
+  const std::string md((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK_THAT(md, Contains("2 QAT steps after"));
 }
