@@ -120,6 +120,11 @@ std::map<std::string, float> read_matching_cache(const std::string& path, const 
             "; qat cannot tell whether it is stale (delete the cache to calibrate again)");
   rec = read_record(rp);
   check_sources(rec, s.sources, path);
+  for (const auto& t : tensors)
+    QAT_CHECK(rec.ranges.count(t.name), "calibration record ", rp, " has no observed range for tensor ", t.name);
+  QAT_CHECK(rec.calibrator != quant::Calibrator::percentile || rec.percentile == args.percentile, "calibration cache ",
+            path, " holds percentile ", rec.percentile, " scales but --percentile asks for ", args.percentile,
+            "; name another --cache to calibrate afresh");
   QAT_CHECK(rec.calibrator == cache.calibrator, "calibration cache ", path, " says ",
             quant::calibrator_name(cache.calibrator), " but its record ", rp, " says ",
             quant::calibrator_name(rec.calibrator));
@@ -138,7 +143,7 @@ void save_outputs(const Setup& s, const std::string& out_dir, const std::string&
   out.output.dir = out_dir;
   write_text_file_atomic(out_dir + "/config.yaml", config_to_yaml(out));
   save_run_state(out_dir + "/calibrated.safetensors", *s.model, nullptr, RunState{}, config_hash(out),
-                 {{"calibrator", quant::calibrator_name(rec.calibrator)}});
+                 {{"calibrator", quant::calibrator_name(rec.calibrator)}, {"prepared", s.report.to_string()}});
   if (!write_cache) return;
   quant::CalibrationCache cache;
   cache.calibrator = rec.calibrator;

@@ -137,22 +137,29 @@ std::string html_report(const std::string& title, const std::string& markdown_ta
                   "</title>\n<style>body{font-family:sans-serif;margin:2em;max-width:1100px}"
                   "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
                   "td:first-child,th:first-child{text-align:left}</style></head><body>\n<h1>" +
-                  escape_html(title) + "</h1>\n<table>\n";
+                  escape_html(title) + "</h1>\n";
+  // Markdown: each run of '|' lines is one table (its first row the header),
+  // other non-empty lines paragraphs.
   size_t pos = 0;
-  int row = 0;
+  int row = -1;  // -1: not in a table
   while (pos < markdown_table.size()) {
     size_t end = markdown_table.find('\n', pos);
     if (end == std::string::npos) end = markdown_table.size();
     const std::string line = markdown_table.substr(pos, end - pos);
     pos = end + 1;
-    if (line.rfind('|', 0) != 0) continue;
+    if (line.rfind('|', 0) != 0) {
+      if (row >= 0) h += "</table>\n", row = -1;
+      if (!line.empty()) h += "<p>" + escape_html(line) + "</p>\n";
+      continue;
+    }
+    if (row < 0) h += "<table>\n", row = 0;
     if (line.find("---") != std::string::npos) continue;  // the separator row
     const char* tag = row++ == 0 ? "th" : "td";
     h += "<tr>";
     for (const std::string& c : cells_of(line)) h += std::string("<") + tag + ">" + escape_html(c) + "</" + tag + ">";
     h += "</tr>\n";
   }
-  h += "</table>\n";
+  if (row >= 0) h += "</table>\n";
   for (const auto& [t, svg] : svgs) h += "<h2>" + escape_html(t) + "</h2>\n" + svg;
   return h + "</body></html>\n";
 }

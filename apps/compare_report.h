@@ -22,8 +22,8 @@ std::string tradeoff_chart(const std::vector<RunSummary>& runs);
 // faster and more accurate is better); empty when no run has a figure.
 std::string speed_chart(const std::vector<RunSummary>& runs);
 
-// index.html: the Markdown table as an HTML table, then the given SVGs
-// (title, svg text) inline.
+// index.html: the Markdown text (tables as HTML tables, their first row the
+// header; other lines paragraphs), then the given SVGs (title, svg text) inline.
 std::string html_report(const std::string& title, const std::string& markdown_table,
                         const std::vector<std::pair<std::string, std::string>>& svgs);
 

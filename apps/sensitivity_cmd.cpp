@@ -67,7 +67,8 @@ struct Context {
     t.train.max_steps_per_epoch = args.finetune_steps;
     t.output.dir = dir + "/run";
     save_run_state(t.quant.init_from, calibrated, nullptr, RunState{}, config_hash(t),
-                   {{"calibrator", quant::calibrator_name(args.calibrator)}});
+                   {{"calibrator", quant::calibrator_name(args.calibrator)},
+                    {"prepared", prepare_for_calibration(c, fp32).report.to_string()}});
     write_text_file_atomic(dir + "/config.yaml", config_to_yaml(t));
     QAT_CHECK(run_train({dir + "/config.yaml", {}, ""}) == 0, "sensitivity: the fine-tune in ", dir, " stopped");
     const ExperimentConfig trained = load_config(t.output.dir + "/config.yaml");

@@ -252,8 +252,9 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
   if (!cfg.quant.enabled) return model;
   // A `qat calibrate` checkpoint (metadata "calibrator") is a prepared model:
   // it is read after prepare(), below.
-  const bool from_calibration =
-      load_init && !cfg.quant.init_from.empty() && load_safetensors(cfg.quant.init_from).metadata.count("calibrator");
+  Metadata init_meta;
+  if (load_init && !cfg.quant.init_from.empty()) init_meta = load_safetensors(cfg.quant.init_from).metadata;
+  const bool from_calibration = init_meta.count("calibrator") > 0;
   if (load_init && !cfg.quant.init_from.empty() && !from_calibration) {
     load_checkpoint(cfg.quant.init_from, *model, nullptr);
     if (print) std::printf("initialised from %s\n", cfg.quant.init_from.c_str());
@@ -263,7 +264,14 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
   const quant::PrepareReport report = quant::prepare(*model, backend, make_qconfig(cfg.quant));
   if (from_calibration) {
     ModulePtr calibrated = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
-    quant::prepare(*calibrated, backend, quant::calibration_qconfig(make_qconfig(cfg.quant)));
+    const quant::PrepareReport cal_report =
+        quant::prepare(*calibrated, backend, quant::calibration_qconfig(make_qconfig(cfg.quant)));
+    // Scales calibrated for other grids (bits, backend, overrides) would be applied wrongly: refuse them.
+    const auto prepared = init_meta.find("prepared");
+    QAT_CHECK(prepared == init_meta.end() || prepared->second == cal_report.to_string(), "quant.init_from ",
+              cfg.quant.init_from, " was calibrated for other quantization than this config's (quant: backend, bits, "
+              "overrides);\nit was calibrated for:\n", prepared == init_meta.end() ? "" : prepared->second,
+              "this config prepares:\n", cal_report.to_string());
     load_checkpoint(cfg.quant.init_from, *calibrated, nullptr);
     const int64_t n = quant::start_from_calibration(*model, *calibrated);
     if (print)

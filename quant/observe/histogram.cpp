@@ -19,8 +19,8 @@ constexpr int64_t kPiece = int64_t{1} << 16;  // elements per parallel work item
 
 // Bin of |v| (v finite) for `bins` bins over [0, range]; the top bin is closed.
 inline int64_t bin_of(float av, float per_unit, int64_t bins) {
-  const int64_t j = static_cast<int64_t>(av * per_unit);
-  return j < bins ? j : bins - 1;
+  const float f = av * per_unit;  // finite: av <= R (+ rounding), per_unit <= 1e30
+  return f < static_cast<float>(bins) ? static_cast<int64_t>(f) : bins - 1;
 }
 }  // namespace
 
@@ -35,8 +35,17 @@ void AbsHistogram::grow_to(float amax) {
     return;
   }
   if (amax <= range_) return;
+  const double ratio = static_cast<double>(amax) / range_;
+  if (ratio >= static_cast<double>(bins())) {  // every old bin lands in new bin 0
+    uint64_t all = 0;
+    for (uint64_t c : counts_) all += c;
+    std::fill(counts_.begin(), counts_.end(), 0);
+    counts_[0] = all;
+    range_ = amax;
+    return;
+  }
   // The smallest integer k >= 2 with k R >= amax; k old bins -> one new bin.
-  const int64_t k = std::max<int64_t>(2, static_cast<int64_t>(std::ceil(static_cast<double>(amax) / range_)));
+  const int64_t k = std::max<int64_t>(2, static_cast<int64_t>(std::ceil(ratio)));
   std::vector<uint64_t> merged(counts_.size(), 0);
   for (size_t j = 0; j < counts_.size(); ++j) merged[j / static_cast<size_t>(k)] += counts_[j];
   counts_.swap(merged);
@@ -50,7 +59,9 @@ void AbsHistogram::add(const float* x, int64_t n, float amax, const std::string&
   grow_to(amax);
   amax_ = std::max(amax_, amax);
   const int64_t B = bins();
-  const float per_unit = range_ > 0 ? static_cast<float>(static_cast<double>(B) / range_) : 0.f;
+  // (a tiny range: B / R may overflow float; such a product then saturates at the top bin)
+  const double per_unit_d = range_ > 0 ? static_cast<double>(B) / range_ : 0.0;
+  const float per_unit = static_cast<float>(std::min(per_unit_d, 1e30));
   const int64_t items = (n + kPiece - 1) / kPiece;
   uint64_t counted = 0, zeros = 0;
 #pragma omp parallel reduction(+ : counted, zeros)

@@ -102,8 +102,9 @@ Tensor ObserverFakeQuantizer::forward(const Tensor& x) {
   if (!fake_quant_enabled()) {
     if (observer_->enabled) observer_->observe(x);
     // Calibrating: the qparams come from apply_calibration(), after the last
-    // batch (a histogram observer's qparams() runs a threshold search).
-    if (observer_->initialized() && !calibrating_) {
+    // batch (a histogram observer's qparams() runs a threshold search). An
+    // observer that is off keeps the stored ones (a calibration's).
+    if (observer_->enabled && observer_->initialized() && !calibrating_) {
       const QParams q = observer_->qparams();
       store_qparams(q.scale, q.zero_point);
     }

@@ -188,6 +188,42 @@ TEST_CASE("a stale or mismatched calibration cache is refused naming what change
     fs::remove(edited + ".source.yaml");
     refused(a, "has no source record");
   }
+  SECTION("a record without a tensor's range") {
+    const std::string edited = (dir / "edited.cache").string();
+    write_text_file_atomic(edited, text);
+    std::string rec = read_text_file(cache + ".source.yaml");
+    rec.erase(rec.find("  features.4.activation_post_process:"));
+    write_text_file_atomic(edited + ".source.yaml", rec);
+    CalibrateArgs a = args_for(cfg, dir / "x");
+    a.cache = edited;
+    refused(a, "has no observed range for tensor features.4.activation_post_process");
+  }
+}
+
+TEST_CASE("a percentile cache is reused only at the same percentile", "[e2e][calibration]") {
+  const fs::path dir = testing::fresh_temp_dir("qat_calib_", "pct");
+  const std::string cfg = write_config(dir, "q.yaml", kTensorRt);
+  CalibrateArgs a = args_for(cfg, dir / "out");
+  a.calibrator = quant::Calibrator::percentile;
+  a.percentile = 99.9;
+  REQUIRE(run_calibrate(a) == 0);
+  CalibrateArgs b = args_for(cfg, dir / "again");
+  b.cache = (dir / "out" / "calibration.cache").string();
+  b.calibrator = quant::Calibrator::percentile;
+  b.percentile = 99.99;
+  REQUIRE_THROWS_WITH(run_calibrate(b), Contains("holds percentile 99.9 scales but --percentile asks for 99.99"));
+  b.percentile = 99.9;
+  CHECK(run_calibrate(b) == 0);
+}
+
+TEST_CASE("QAT refuses a calibration made for other quantization", "[e2e][calibration]") {
+  const fs::path dir = testing::fresh_temp_dir("qat_calib_", "mismatch");
+  REQUIRE(run_calibrate(args_for(write_config(dir, "q8.yaml", "quant: {enabled: true, bits: 8}\n"), dir / "cal")) == 0);
+  const std::string calibrated = (dir / "cal" / "calibrated.safetensors").string();
+  const ExperimentConfig w4 = load_config(
+      write_config(dir, "w4.yaml", "quant: {enabled: true, method: lsq, bits: 4, init_from: " + calibrated + "}\n"));
+  REQUIRE_THROWS_WITH(build_model(w4, true, false), Contains("was calibrated for other quantization") &&
+                                                        Contains("uint4") && Contains("uint8"));
 }
 
 TEST_CASE("qat calibrate --compare reports every calibrator against FP32", "[e2e][calibration]") {

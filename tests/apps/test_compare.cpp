@@ -155,3 +155,13 @@ TEST_CASE("the accuracy-vs-throughput chart: faster and more accurate is better"
   runs[1].infer_img_s = 400;
   CHECK_THAT(markdown_table(runs), Contains("| 400 img/s |"));
 }
+
+TEST_CASE("index.html renders each Markdown table apart", "[compare]") {
+  const std::string html = html_report("t", "| a | b |\n|---|---|\n| 1 | 2 |\n\nCaption line\n\n| x | y | z |\n|---|---|---|\n| 3 | 4 | 5 |\n", {});
+  CHECK(std::count(html.begin(), html.end(), '\n') > 0);
+  size_t tables = 0;
+  for (size_t p = html.find("<table>"); p != std::string::npos; p = html.find("<table>", p + 1)) ++tables;
+  CHECK(tables == 2);
+  CHECK_THAT(html, Contains("<th>a</th><th>b</th>") && Contains("<th>x</th><th>y</th><th>z</th>") &&
+                       Contains("<td>3</td>") && Contains("<p>Caption line</p>"));
+}

@@ -170,6 +170,19 @@ TEST_CASE("a histogram of only zeros takes the range of the first non-zero tenso
   CHECK(h.counts() == expect);
 }
 
+TEST_CASE("a histogram started on a tiny range grows without losing a count", "[quant][calibration]") {
+  AbsHistogram h(2048);
+  const float tiny[] = {1e-37f, 5e-38f, 0.f};
+  h.add(tiny, 3, 1e-37f, "tiny");
+  const float big[] = {1.f, 0.5f};
+  h.add(big, 2, 1.f, "big");  // ratio 1e37: every old bin into bin 0
+  CHECK(h.range() == 1.f);
+  CHECK(h.total() == 5);
+  CHECK(h.counts()[0] == 3);
+  CHECK(h.counts()[1024] == 1);
+  CHECK(h.counts()[2047] == 1);
+}
+
 TEST_CASE("merging histograms keeps every count", "[quant][calibration]") {
   Generator g(9);
   auto filled = [&](float scale, int n) {
