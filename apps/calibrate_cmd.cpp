@@ -12,6 +12,7 @@
 #include "apps/config.h"
 #include "apps/file_digest.h"
 #include "apps/ptq.h"
+#include "apps/report_format.h"
 #include "apps/run_state.h"
 #include "apps/train.h"
 #include "core/autograd.h"
@@ -40,14 +41,9 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 constexpr quant::Calibrator kAllCalibrators[] = {quant::Calibrator::max, quant::Calibrator::percentile,
                                                  quant::Calibrator::mse, quant::Calibrator::entropy};
 
-std::string fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-
 struct Setup {
   ExperimentConfig cfg;
+  ModulePtr fp32;   // the float model (eval mode), loaded once
   ModulePtr model;  // prepared for calibration, FP32 weights loaded
   quant::PrepareReport report;
   std::vector<int64_t> indices;
@@ -55,19 +51,18 @@ struct Setup {
 };
 
 Setup set_up(const CalibrateArgs& args) {
-  Setup s{load_config(args.config, args.overrides), nullptr, {}, {}, {}};
+  Setup s{load_config(args.config, args.overrides), nullptr, nullptr, {}, {}, {}};
   const ExperimentConfig& cfg = s.cfg;
   QAT_CHECK(cfg.quant.enabled, "calibrate: config ", args.config,
             " has quant.enabled false; the quant: section says what to quantize (backend, bits)");
   QAT_CHECK(args.images > 0, "calibrate: --images must be > 0, got ", args.images);
   set_num_threads(static_cast<int>(cfg.train.threads));
-  {
-    ModulePtr fp32 = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
-    load_checkpoint(args.checkpoint, *fp32, nullptr);
-    PtqModel p = prepare_for_calibration(cfg, fp32->state_dict());
-    s.model = p.model;
-    s.report = p.report;
-  }
+  s.fp32 = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
+  load_checkpoint(args.checkpoint, *s.fp32, nullptr);
+  s.fp32->eval();
+  PtqModel p = prepare_for_calibration(cfg, s.fp32->state_dict());
+  s.model = p.model;
+  s.report = p.report;
   const std::string config_dir = fs::path(cfg.source_path).parent_path().string();
   const quant::Backend backend = load_backend(cfg.quant.backend, config_dir.empty() ? "." : config_dir);
   const data::ImageFolder train = image_folder(cfg.data, cfg.data.train);
@@ -167,10 +162,7 @@ void compare_calibrators(Setup& s, const CalibrateArgs& args, CalibrateReport& r
   const ExperimentConfig& cfg = s.cfg;
   const data::ImageFolder val = image_folder(cfg.data, cfg.data.val);
   data::DataLoader loader(val, transform_spec(cfg.data), loader_options(cfg, false));
-  ModulePtr fp32 = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
-  load_checkpoint(args.checkpoint, *fp32, nullptr);
-  fp32->eval();
-  const EvalSummary f = evaluate(*fp32, loader, cfg.model.num_classes);
+  const EvalSummary f = evaluate(*s.fp32, loader, cfg.model.num_classes);
   rep.fp32_top1 = f.top1, rep.fp32_top5 = f.top5;
   std::printf("FP32: val top-1 %.2f%%, top-5 %.2f%% (%lld images)\n", 100 * f.top1, 100 * f.top5,
               static_cast<long long>(f.images));
@@ -229,10 +221,7 @@ int run_calibrate(const CalibrateArgs& args, CalibrateReport* report) {
                 quant::calibrator_name(c));
     quant::apply_calibration(*s.model, scales, rec.ranges);
   } else {
-    ModulePtr fp32 = make_model(s.cfg.model.name, s.cfg.model.num_classes, s.cfg.train.seed);
-    load_checkpoint(args.checkpoint, *fp32, nullptr);
-    fp32->eval();
-    rep.float_seconds = forward_all(*fp32, x, s.cfg.train.batch_size, "fp32 inference");
+    rep.float_seconds = forward_all(*s.fp32, x, s.cfg.train.batch_size, "fp32 inference");
     std::printf("calibration passes %.2f s, FP32 inference of the same %lld images %.2f s (x%.2f)\n",
                 rep.collect_seconds, static_cast<long long>(x.size(0)), rep.float_seconds,
                 rep.collect_seconds / std::max(1e-9, rep.float_seconds));

@@ -4,17 +4,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include "apps/report_format.h"
+
 #include "core/text_file.h"
 
 namespace qat::apps {
-
-namespace {
-std::string fmt(const char* f, double v) {
-  char b[96];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-}  // namespace
 
 std::string calibrator_table(const CalibrateReport& r, const std::string& title) {
   std::string s = "Post-training calibration: " + title + "\n\n";
@@ -41,8 +35,7 @@ std::string calibrator_chart(const CalibrateReport& r, const std::string& title)
   hi = std::min(1.0, std::ceil(hi * 10 + 1e-9) / 10);
   if (hi <= 0) hi = 1;
   auto X = [&](double v) { return left + pw * v / hi; };
-  std::string s = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\"", W) + fmt(" height=\"%.0f\"", H) +
-                  " font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::string s = svg_begin(W, H);
   s += "<text x=\"10\" y=\"18\" font-size=\"14\">val top-1 of the integer model per calibrator</text>\n";
   s += "<text x=\"10\" y=\"33\" fill=\"#555\">" + title + "</text>\n";
   auto row = [&](size_t i, const std::string& name, double v, const char* color) {

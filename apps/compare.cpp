@@ -11,6 +11,7 @@
 #include "apps/compare_sqnr.h"
 #include "apps/config.h"
 #include "apps/metrics_log.h"
+#include "apps/report_format.h"
 #include "core/error.h"
 #include "models/models.h"
 
@@ -19,9 +20,8 @@ namespace qat::apps {
 namespace fs = std::filesystem;
 
 std::string bytes_str(int64_t b) {
-  char buf[32];
-  if (b >= 1000000) return std::snprintf(buf, sizeof buf, "%.1f MB", b / 1e6), buf;
-  if (b >= 1000) return std::snprintf(buf, sizeof buf, "%.1f kB", b / 1e3), buf;
+  if (b >= 1000000) return fmt("%.1f MB", b / 1e6);
+  if (b >= 1000) return fmt("%.1f kB", b / 1e3);
   return std::to_string(b) + " B";
 }
 
@@ -52,12 +52,6 @@ std::string override_label(const RunSummary& r) {
   std::string out;
   for (auto& [layer, p] : parts) out += ", " + layer + " " + p;
   return out;
-}
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
 }
 
 
@@ -173,8 +167,7 @@ std::string svg_chart(const std::vector<RunSummary>& runs) {
   auto X = [&](double e) { return left + (max_epochs == 1 ? pw / 2 : pw * (e - 1) / (max_epochs - 1)); };
   auto Y = [&](double v) { return top + ph * (1 - (v - lo) / (hi - lo)); };
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
-  std::string s = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\"", W) + fmt(" height=\"%.0f\"", H) +
-                  " font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::string s = svg_begin(W, H);
   s += fmt("<text x=\"%.0f\" y=\"18\" font-size=\"14\">val top-1 per epoch</text>\n", left);
   for (int i = 0; i <= 5; ++i) {
     const double v = lo + (hi - lo) * i / 5;

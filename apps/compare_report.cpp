@@ -4,15 +4,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include "apps/report_format.h"
+
 namespace qat::apps {
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char b[96];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
 
 std::string escape_html(const std::string& s) {
   std::string o;
@@ -78,8 +74,7 @@ std::string accuracy_chart(const std::vector<std::string>& names, const std::vec
   hi = std::min(1.0, std::ceil(hi * 100 + 1) / 100);
   auto X = [&](double v) { return left + pw * v / xmax; };
   auto Y = [&](double v) { return top + ph * (1 - (v - lo) / (hi - lo)); };
-  std::string s = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\"", W) + fmt(" height=\"%.0f\"", H) +
-                  " font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::string s = svg_begin(W, H);
   s += fmt("<text x=\"%.0f\" y=\"18\" font-size=\"14\">", left) + title + " (dashed line: the Pareto front)</text>\n";
   for (int k = 0; k <= 4; ++k) {
     const double v = lo + (hi - lo) * k / 4, xv = xmax * k / 4;

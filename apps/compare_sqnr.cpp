@@ -8,6 +8,7 @@
 
 #include "apps/config.h"
 #include "apps/ptq.h"
+#include "apps/report_format.h"
 #include "apps/run_state.h"
 #include "apps/train.h"
 #include "core/autograd.h"
@@ -31,12 +32,6 @@ Tensor trace_into(Module& m, const Tensor& x, const std::string& prefix, std::ma
     out[full] = h;
   }
   return h;
-}
-
-std::string fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
 }
 
 // Quantized layer name -> where its output is compared: after the Identity
@@ -145,7 +140,8 @@ std::string sqnr_table(const std::vector<RunSqnr>& s, int64_t images) {
     t += "| " + name + " |";
     for (const auto& r : s) {
       auto it = std::find_if(r.layers.begin(), r.layers.end(), [&](const LayerSqnr& l) { return l.layer == name; });
-      t += it == r.layers.end() ? " |" : " " + fmt("%.1f", it->db) + " |";
+      if (it != r.layers.end()) (t += ' ') += fmt("%.1f", it->db);  // piecewise: GCC 12 warns falsely on " " + string
+      t += " |";
     }
     t += "\n";
   }
@@ -164,8 +160,7 @@ std::string sqnr_chart(const std::vector<RunSqnr>& s) {
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"};
   const double left = 110, top = 40, group = 14.0 * static_cast<double>(s.size()) + 10, pw = 420;
   const double W = left + pw + 200, H = top + group * static_cast<double>(layers.size()) + 30;
-  std::string o = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\"", W) + fmt(" height=\"%.0f\"", H) +
-                  " font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::string o = svg_begin(W, H);
   o += "<text x=\"10\" y=\"18\" font-size=\"14\">per-layer output SQNR against FP32 (dB; longer is closer)</text>\n";
   for (size_t li = 0; li < layers.size(); ++li) {
     const double y0 = top + group * static_cast<double>(li);

@@ -8,6 +8,7 @@
 #include "apps/compare.h"
 #include "apps/config.h"
 #include "apps/ptq.h"
+#include "apps/report_format.h"
 #include "apps/run_state.h"
 #include "apps/train.h"
 #include "core/error.h"
@@ -21,12 +22,6 @@ namespace qat::apps {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char b[96];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
 
 // The config's quantization with every layer at `bits` and the layers of
 // `keep` at `keep_bits` (weights and the activation each reads).
@@ -51,13 +46,16 @@ struct Context {
 
   Score ptq_score(const ExperimentConfig& c) const {
     PtqModel p = calibrated_model(c, fp32, calib, args.calibrator);
-    if (args.finetune_steps > 0) return finetuned_score(c, *p.model);
+    return score_calibrated(c, p);
+  }
+  Score score_calibrated(const ExperimentConfig& c, PtqModel& p) const {
+    if (args.finetune_steps > 0) return finetuned_score(c, p);
     return integer_score(*p.model, scored, c.train.batch_size);
   }
 
   // QAT for finetune_steps steps from the calibration (qat train on a
   // config whose quant.init_from is the calibrated checkpoint), then scored.
-  Score finetuned_score(const ExperimentConfig& c, Module& calibrated) const {
+  Score finetuned_score(const ExperimentConfig& c, PtqModel& calibrated) const {
     const std::string dir = out_dir + "/finetune";
     fs::remove_all(dir);
     fs::create_directories(dir);
@@ -66,9 +64,8 @@ struct Context {
     t.train.epochs = 1;
     t.train.max_steps_per_epoch = args.finetune_steps;
     t.output.dir = dir + "/run";
-    save_run_state(t.quant.init_from, calibrated, nullptr, RunState{}, config_hash(t),
-                   {{"calibrator", quant::calibrator_name(args.calibrator)},
-                    {"prepared", prepare_for_calibration(c, fp32).report.to_string()}});
+    save_run_state(t.quant.init_from, *calibrated.model, nullptr, RunState{}, config_hash(t),
+                   {{"calibrator", quant::calibrator_name(args.calibrator)}, {"prepared", calibrated.report.to_string()}});
     write_text_file_atomic(dir + "/config.yaml", config_to_yaml(t));
     QAT_CHECK(run_train({dir + "/config.yaml", {}, ""}) == 0, "sensitivity: the fine-tune in ", dir, " stopped");
     const ExperimentConfig trained = load_config(t.output.dir + "/config.yaml");
@@ -158,8 +155,7 @@ std::string chart(const SensitivityReport& r, const SensitivityArgs& a) {
   const double H = top + (bar + gap) * static_cast<double>(r.layers.size()) + 30;
   double hi = 1e-9;
   for (const auto& l : r.layers) hi = std::max(hi, l.loss_increase);
-  std::string s = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\"", W) + fmt(" height=\"%.0f\"", H) +
-                  " font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::string s = svg_begin(W, H);
   s += "<text x=\"10\" y=\"18\" font-size=\"14\">validation loss increase with one layer at " + std::to_string(a.bits) +
        " bits</text>\n";
   s += "<text x=\"10\" y=\"33\" fill=\"#555\">the rest at " + std::to_string(a.high_bits) +
@@ -225,8 +221,8 @@ int run_sensitivity(const SensitivityArgs& a, SensitivityReport* report) {
   const Score f = score([&](const Tensor& x) { return fp32->forward(x); }, ctx.scored, batch);
   rep.fp32_top1 = f.top1, rep.fp32_loss = f.loss;
   const ExperimentConfig base = with_bits(ctx.cfg, a.high_bits, {}, a.high_bits);
-  const PtqModel b = calibrated_model(base, ctx.fp32, ctx.calib, a.calibrator);
-  const Score bs = ctx.ptq_score(base);
+  PtqModel b = calibrated_model(base, ctx.fp32, ctx.calib, a.calibrator);
+  const Score bs = ctx.score_calibrated(base, b);
   rep.base_top1 = bs.top1, rep.base_loss = bs.loss;
   rep.base_bytes = ctx.bytes(a.high_bits, {});
   rep.low_bytes = ctx.bytes(a.bits, {});

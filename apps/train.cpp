@@ -253,7 +253,7 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
   // A `qat calibrate` checkpoint (metadata "calibrator") is a prepared model:
   // it is read after prepare(), below.
   Metadata init_meta;
-  if (load_init && !cfg.quant.init_from.empty()) init_meta = load_safetensors(cfg.quant.init_from).metadata;
+  if (load_init && !cfg.quant.init_from.empty()) init_meta = load_safetensors_metadata(cfg.quant.init_from);
   const bool from_calibration = init_meta.count("calibrator") > 0;
   if (load_init && !cfg.quant.init_from.empty() && !from_calibration) {
     load_checkpoint(cfg.quant.init_from, *model, nullptr);

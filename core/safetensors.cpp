@@ -160,7 +160,10 @@ void save_safetensors(const std::string& path, const TensorMap& tensors, const M
   }
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
+namespace {
+
+// The header always (validated whole); the tensors' bytes when with_tensors.
+SafetensorsFile read_safetensors(const std::string& path, bool with_tensors) {
   std::error_code ec;
   QAT_CHECK(std::filesystem::is_regular_file(path, ec), "load_safetensors '", path,
             "': no such file (or not a regular file)");
@@ -203,6 +206,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
     }
   }
   check_layout(path, entries, data_size);
+  if (!with_tensors) return out;
 
   for (const Entry& e : entries) {
     Tensor t = Tensor::empty(e.shape, e.dtype);
@@ -214,6 +218,12 @@ SafetensorsFile load_safetensors(const std::string& path) {
   }
   return out;
 }
+
+}  // namespace
+
+SafetensorsFile load_safetensors(const std::string& path) { return read_safetensors(path, true); }
+
+Metadata load_safetensors_metadata(const std::string& path) { return read_safetensors(path, false).metadata; }
 
 const Tensor& expect_tensor(const SafetensorsFile& f, const std::string& path, const std::string& name, DType dtype,
                             const Shape& shape) {

@@ -22,6 +22,8 @@ struct SafetensorsFile {
 // Errors (qat::Error) name the file and, where it applies, the tensor.
 void save_safetensors(const std::string& path, const TensorMap& tensors, const Metadata& metadata = {});
 SafetensorsFile load_safetensors(const std::string& path);
+// Only the metadata (the header is read and checked whole; no tensor data).
+Metadata load_safetensors_metadata(const std::string& path);
 
 // Looks up `name` in a loaded file and checks its dtype and shape; the error
 // names the file, the tensor and both shapes/dtypes.

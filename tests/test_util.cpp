@@ -3,6 +3,8 @@
 #include "apps/backend_config.h"
 
 #include <atomic>
+#include <cstring>
+#include <fstream>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -143,6 +145,47 @@ std::filesystem::path fresh_temp_dir(const std::string& prefix, const std::strin
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;
+}
+
+std::string write_sample_config(const std::filesystem::path& dir, const std::string& name, const std::string& quant,
+                                int64_t epochs, int64_t max_steps, const std::string& run_dir,
+                                const std::string& train_extra) {
+  const std::string path = (dir / name).string();
+  std::ofstream f(path);
+  f << "model: {name: small_cnn, num_classes: 10}\n"
+    << "data:\n  train: " << sample_data_dir() << "/train\n  val: " << sample_data_dir() << "/val\n"
+    << "  image_size: 32\n  resize: 36\n  workers: 2\n  cache: true\n"
+    << "train:\n  epochs: " << epochs << "\n  batch_size: 16\n  seed: 3\n  threads: 1\n"
+    << "  max_steps_per_epoch: " << max_steps << "\n"
+    << (train_extra.find("lr:") == std::string::npos ? "  lr: 0.05\n" : "") << train_extra << quant
+    << "output: {dir: " << (dir / run_dir).string() << "}\n";
+  REQUIRE(f.good());
+  return path;
+}
+
+TensorMap checkpoint_model_tensors(const std::string& path) {
+  TensorMap out;
+  for (auto& [k, t] : load_safetensors(path).tensors)
+    if (k.rfind("model.", 0) == 0) out[k] = t;
+  return out;
+}
+
+namespace {
+const void* bytes_of(const Tensor& t) {
+  switch (t.dtype()) {
+    case DType::f32: return t.data<float>();
+    case DType::i32: return t.data<int32_t>();
+    case DType::u8: return t.data<uint8_t>();
+    case DType::i8: return t.data<int8_t>();
+  }
+  return nullptr;
+}
+}  // namespace
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
+  const Tensor ca = a.contiguous(), cb = b.contiguous();
+  return std::memcmp(bytes_of(ca), bytes_of(cb), ca.nbytes()) == 0;
 }
 
 TempDir::TempDir(const std::string& prefix) {

@@ -19,6 +19,18 @@ namespace qat::testing {
 std::string sample_data_dir();
 // An empty folder under the system temp dir, unique per process and name.
 std::filesystem::path fresh_temp_dir(const std::string& prefix, const std::string& name);
+// Writes dir/name: a small, fast experiment on the sample data (small_cnn,
+// 10 classes, 32 px, batch 16, seed 3, 1 thread, `epochs` epochs of at most
+// `max_steps` steps, 0: whole), `train_extra` lines added to train: (e.g.
+// "  lr: 1e-9\n"), `quant` a quant: section or "", output.dir dir/run_dir.
+// Returns its path.
+std::string write_sample_config(const std::filesystem::path& dir, const std::string& name, const std::string& quant,
+                                int64_t epochs, int64_t max_steps, const std::string& run_dir = "run",
+                                const std::string& train_extra = "");
+// The model tensors ("model.*") of a checkpoint.
+TensorMap checkpoint_model_tensors(const std::string& path);
+// Same dtype, shape and bytes.
+bool same_bits(const Tensor& a, const Tensor& b);
 
 // A fresh temporary folder (unique per process and object), removed with the object.
 struct TempDir {

@@ -27,17 +27,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kSample = testing::sample_data_dir();
-
 std::string write_config(const fs::path& dir, const std::string& name, const std::string& quant) {
-  const std::string path = (dir / name).string();
-  std::ofstream f(path);
-  f << "model: {name: small_cnn, num_classes: 10}\n"
-    << "data:\n  train: " << kSample << "/train\n  val: " << kSample << "/val\n"
-    << "  image_size: 32\n  resize: 36\n  workers: 2\n  cache: true\n"
-    << "train:\n  epochs: 1\n  batch_size: 16\n  lr: 0.05\n  seed: 3\n  threads: 1\n  max_steps_per_epoch: 4\n"
-    << quant << "output: {dir: " << (dir / "run").string() << "}\n";
-  return path;
+  return testing::write_sample_config(dir, name, quant, 1, 4);
 }
 
 // One FP32 model per test process (a few training steps), and its folder.
@@ -62,29 +53,6 @@ CalibrateArgs args_for(const std::string& config, const fs::path& out, int64_t i
   return a;
 }
 
-TensorMap model_tensors(const std::string& ckpt) {
-  TensorMap out;
-  for (auto& [k, t] : load_safetensors(ckpt).tensors)
-    if (k.rfind("model.", 0) == 0) out[k] = t;
-  return out;
-}
-
-const void* bytes_of(const Tensor& t) {
-  switch (t.dtype()) {
-    case DType::f32: return t.data<float>();
-    case DType::i32: return t.data<int32_t>();
-    case DType::u8: return t.data<uint8_t>();
-    case DType::i8: return t.data<int8_t>();
-  }
-  return nullptr;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
-  const Tensor ca = a.contiguous(), cb = b.contiguous();
-  return std::memcmp(bytes_of(ca), bytes_of(cb), ca.nbytes()) == 0;
-}
-
 }  // namespace
 
 TEST_CASE("qat calibrate writes what eval and export load; its cache reproduces it bit for bit", "[e2e][calibration]") {
@@ -107,13 +75,13 @@ TEST_CASE("qat calibrate writes what eval and export load; its cache reproduces 
   b.cache = (out / "calibration.cache").string();
   REQUIRE(run_calibrate(b) == 0);
   CHECK_FALSE(fs::exists(dir / "again" / "calibration.cache"));
-  const TensorMap first = model_tensors((out / "calibrated.safetensors").string());
-  const TensorMap second = model_tensors((dir / "again" / "calibrated.safetensors").string());
+  const TensorMap first = testing::checkpoint_model_tensors((out / "calibrated.safetensors").string());
+  const TensorMap second = testing::checkpoint_model_tensors((dir / "again" / "calibrated.safetensors").string());
   REQUIRE(first.size() == second.size());
   for (const auto& [k, t] : first) {
     INFO(k);
     REQUIRE(second.count(k));
-    CHECK(same_bits(t, second.at(k)));
+    CHECK(testing::same_bits(t, second.at(k)));
   }
 }
 
@@ -256,22 +224,22 @@ TEST_CASE("QAT starts from a calibration: activation scales from it, LSQ steps l
   const std::string lsq = "quant: {enabled: true, backend: default, method: lsq, bits: 4, init_from: " + calibrated + "}\n";
   const ExperimentConfig cfg = load_config(write_config(dir, "lsq.yaml", lsq));
   ModulePtr m = build_model(cfg, true, false);
-  const TensorMap cal = model_tensors(calibrated);
+  const TensorMap cal = testing::checkpoint_model_tensors(calibrated);
   int64_t checked = 0;
   for (auto& [name, mod] : m->named_modules()) {
     auto* f = dynamic_cast<quant::FakeQuantizer*>(mod);
     if (!f || f->config().is_weight) continue;
     INFO(name);
-    CHECK(same_bits(f->qparams().scale, cal.at("model." + name + ".scale")));
+    CHECK(testing::same_bits(f->qparams().scale, cal.at("model." + name + ".scale")));
     for (auto& [p, t] : f->named_parameters())
-      if (p == "step") CHECK(same_bits(t, cal.at("model." + name + ".scale")));
+      if (p == "step") CHECK(testing::same_bits(t, cal.at("model." + name + ".scale")));
     ++checked;
   }
   CHECK(checked == 3);
   // The float weights are the FP32 model's.
-  const TensorMap fp32 = model_tensors(fp32_checkpoint());
+  const TensorMap fp32 = testing::checkpoint_model_tensors(fp32_checkpoint());
   for (auto& [name, t] : m->named_parameters())
-    if (fp32.count("model." + name)) CHECK(same_bits(t, fp32.at("model." + name)));
+    if (fp32.count("model." + name)) CHECK(testing::same_bits(t, fp32.at("model." + name)));
   // And it trains.
   REQUIRE(run_train({(dir / "lsq.yaml").string(), {}, ""}) == 0);
 }

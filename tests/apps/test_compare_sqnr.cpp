@@ -36,17 +36,9 @@ TEST_CASE("SQNR in dB on known signals", "[compare][sqnr]") {
 
 TEST_CASE("qat compare --sqnr-images: 8-bit layers closer to FP32 than 4-bit ones", "[e2e][compare][sqnr]") {
   const fs::path dir = testing::fresh_temp_dir("qat_sqnr_", "runs");
-  const std::string sample = testing::sample_data_dir();
   // The fine-tunes barely move (lr 1e-9, BN statistics frozen): their SQNR is the quantization's.
   auto config = [&](const std::string& name, const std::string& quant, const std::string& lr = "0.05") {
-    const std::string path = (dir / (name + ".yaml")).string();
-    std::ofstream(path) << "model: {name: small_cnn, num_classes: 10}\n"
-                        << "data:\n  train: " << sample << "/train\n  val: " << sample << "/val\n"
-                        << "  image_size: 32\n  resize: 36\n  workers: 2\n  cache: true\n"
-                        << "train:\n  epochs: 1\n  batch_size: 16\n  lr: " << lr << "\n  seed: 3\n  threads: 1\n"
-                        << "  max_steps_per_epoch: 4\n"
-                        << quant << "output: {dir: " << (dir / name).string() << "}\n";
-    return path;
+    return testing::write_sample_config(dir, name + ".yaml", quant, 1, 4, name, "  lr: " + lr + "\n");
   };
   REQUIRE(run_train({config("fp32", ""), {}, ""}) == 0);
   const std::string init =

@@ -31,14 +31,7 @@ namespace {
 const std::string kSample = testing::sample_data_dir();
 
 std::string write_config(const fs::path& dir, const std::string& name, const std::string& quant, int64_t epochs) {
-  const std::string path = (dir / name).string();
-  std::ofstream f(path);
-  f << "model: {name: small_cnn, num_classes: 10}\n"
-    << "data:\n  train: " << kSample << "/train\n  val: " << kSample << "/val\n"
-    << "  image_size: 32\n  resize: 36\n  workers: 2\n  cache: true\n"
-    << "train:\n  epochs: " << epochs << "\n  batch_size: 16\n  lr: 0.05\n  seed: 3\n  threads: 1\n"
-    << quant << "output: {dir: " << (dir / "run").string() << "}\n";
-  return path;
+  return testing::write_sample_config(dir, name, quant, epochs, 0);
 }
 
 // A small CNN trained for a few epochs on the sample, then features.4 made fragile.

@@ -42,13 +42,6 @@ std::string write_config(const fs::path& dir, const std::string& extra_train = "
   return path;
 }
 
-TensorMap model_tensors(const std::string& ckpt) {
-  TensorMap out;
-  for (auto& [k, t] : load_safetensors(ckpt).tensors)
-    if (k.rfind("model.", 0) == 0) out[k] = t;
-  return out;
-}
-
 // Every element as a double, whatever the dtype (float bits compare exactly:
 // float -> double is exact).
 std::vector<double> all_values(const Tensor& t) {
@@ -99,8 +92,8 @@ TEST_CASE("an interrupted run resumes to the same weights as an uninterrupted on
   const std::string run_b = (b / "run").string();
   REQUIRE_THROWS_WITH(run_train({cfg_b, {"train.lr=0.1"}, run_b}), Contains("config hash"));
   REQUIRE(run_train({cfg_b, {"train.threads=1"}, run_b}) == 0);
-  const TensorMap ta = model_tensors((a / "run/last.safetensors").string());
-  const TensorMap tb = model_tensors(run_b + "/last.safetensors");
+  const TensorMap ta = testing::checkpoint_model_tensors((a / "run/last.safetensors").string());
+  const TensorMap tb = testing::checkpoint_model_tensors(run_b + "/last.safetensors");
   REQUIRE(ta.size() == tb.size());
   for (auto& [k, t] : ta) {
     INFO(k);
@@ -260,9 +253,9 @@ TEST_CASE("quant.freeze_bn_epoch and quant.observer_off_epoch take effect at the
   TrainArgs first{cfg, {}, ""};
   first.stop_after_steps = 4;  // all of epoch 1
   REQUIRE(run_train(first) == 130);
-  const TensorMap after1 = model_tensors((dir / "run/last.safetensors").string());
+  const TensorMap after1 = testing::checkpoint_model_tensors((dir / "run/last.safetensors").string());
   REQUIRE(run_train({cfg, {}, (dir / "run").string()}) == 0);
-  const TensorMap after2 = model_tensors((dir / "run/last.safetensors").string());
+  const TensorMap after2 = testing::checkpoint_model_tensors((dir / "run/last.safetensors").string());
   int bn = 0, observers = 0, weights = 0;
   for (const auto& [name, t] : after1) {
     INFO(name);
@@ -309,8 +302,8 @@ TEST_CASE("INT8 training resumes bit-exactly and logs its gradient quantizers", 
   REQUIRE(run_train(stop) == 130);
   const std::string run_b = (b / "run").string();
   REQUIRE(run_train({cfg_b, {}, run_b}) == 0);
-  const TensorMap ta = model_tensors((a / "run/last.safetensors").string());
-  const TensorMap tb = model_tensors(run_b + "/last.safetensors");
+  const TensorMap ta = testing::checkpoint_model_tensors((a / "run/last.safetensors").string());
+  const TensorMap tb = testing::checkpoint_model_tensors(run_b + "/last.safetensors");
   REQUIRE(ta.count("model.features.4.int8.clip_dw"));
   REQUIRE(testing::int_values(ta.at("model.features.4.int8.steps")) == std::vector<int32_t>{8});
   REQUIRE_FALSE(ta.count("model.fc.int8.clip_dw"));  // kept float
