@@ -38,4 +38,16 @@ bool Observer::initialized() const {
   return !(r.min_val.data<float>()[0] == kInf && r.max_val.data<float>()[0] == -kInf);
 }
 
+void ChannelMinMaxFold::fold_row(int64_t c, const float* row, int64_t n, float& lo, float& hi) {
+  // Locals, not lo/hi: through the references the loop could not vectorise
+  // (they might alias row).
+  float mn = std::numeric_limits<float>::infinity(), mx = -mn;
+  for (int64_t i = 0; i < n; ++i) {  // NaNs fail both comparisons: ignored
+    mn = row[i] < mn ? row[i] : mn;
+    mx = row[i] > mx ? row[i] : mx;
+  }
+  fold_channel(c, mn, mx);
+  channel_range(c, lo, hi);
+}
+
 }  // namespace qat::quant

@@ -85,6 +85,9 @@ class ChannelMinMaxFold {
   virtual void channel_range(int64_t c, float& lo, float& hi) const = 0;
   // Once after the last channel of an observation.
   virtual void end_fold() = 0;
+  // fold_channel(c) of one row's min/max (n values, NaNs ignored, as
+  // observe()), then channel_range(c): the range channel c's qparams follow.
+  void fold_row(int64_t c, const float* row, int64_t n, float& lo, float& hi);
 };
 
 }  // namespace qat::quant

@@ -14,7 +14,6 @@ namespace qat::quant {
 
 namespace {
 
-constexpr float kInfinity = std::numeric_limits<float>::infinity();
 constexpr int64_t kBlock = int64_t{1} << 14;  // elements per parallel work item
 
 // Note [fake-quant arithmetic] (math.h) for the per-element rule.
@@ -182,13 +181,8 @@ Tensor fused_rows(Observer& obs, ChannelMinMaxFold& fold, const Tensor& x, SteKi
 #pragma omp parallel for schedule(static) if (x.numel() > detail::kParallelGrain)
   for (int64_t c = 0; c < C; ++c) {
     const float* row = px + c * L;
-    float lo = kInfinity, hi = -kInfinity;
-    for (int64_t i = 0; i < L; ++i) {  // NaNs fail both comparisons: ignored, as observe()
-      lo = row[i] < lo ? row[i] : lo;
-      hi = row[i] > hi ? row[i] : hi;
-    }
-    fold.fold_channel(c, lo, hi);
-    fold.channel_range(c, lo, hi);
+    float lo, hi;
+    fold.fold_row(c, row, L, lo, hi);
     float sc;
     int32_t zp;
     try {

@@ -120,6 +120,22 @@ Tensor ObserverFakeQuantizer::forward(const Tensor& x) {
   return y;
 }
 
+bool ObserverFakeQuantizer::forward_codes(const Tensor& w, QuantCodes& out, const std::string& what) {
+  if (!fake_quant_enabled() || !codes_supported(cfg_.spec)) return false;
+  QAT_PROFILE("fake_quantizer");
+  // As forward() with fake quantization on.
+  observer_->enabled = observer_enabled() && (is_training() || calibrating_);
+  if (!observer_->enabled) {
+    quantize_codes(w, {scale_, zero_point_}, cfg_.spec, cfg_.ste, out, what);
+    return true;
+  }
+  QParams used;
+  observe_and_quantize_codes(*observer_, w, cfg_.ste, out, used, what);
+  store_qparams(used.scale, used.zero_point);
+  set_initialized();
+  return true;
+}
+
 // ---------------------------------------------------------------- learned
 LearnedFakeQuantizer::LearnedFakeQuantizer(const QuantizerConfig& cfg, int64_t channels)
     : FakeQuantizer(cfg, channels) {

@@ -21,6 +21,7 @@
 #include "quant/backend.h"
 #include "quant/observe/observer.h"
 #include "quant/sim/fake_quant.h"
+#include "quant/sim/weight_codes.h"
 #include "quant/spec.h"
 
 namespace qat::quant {
@@ -65,6 +66,13 @@ class FakeQuantizer : public Module {
   // x quantized onto this quantizer's current grid, nothing observed or
   // learned (ops that keep their input's grid: SharedFakeQuantizer).
   virtual Tensor apply_frozen(const Tensor& x) const;
+  // INT8 training's weights (quant/sim/weight_codes.h): what forward(w)
+  // does to the observer and the qparams, with w's integers written to `out`
+  // instead of a fake-quantized float tensor returned (no autograd: the
+  // caller applies the STE, out.clipped). false, nothing done, where this
+  // quantizer cannot: learned kinds, fake quantization off, a spec that
+  // codes_supported() refuses. `what` names the layer in errors.
+  virtual bool forward_codes(const Tensor&, QuantCodes&, const std::string&) { return false; }
 
  protected:
   // channels: size along spec.axis for per-channel specs, else 1.
@@ -86,6 +94,7 @@ class ObserverFakeQuantizer final : public FakeQuantizer {
  public:
   ObserverFakeQuantizer(const QuantizerConfig& cfg, int64_t channels);
   Tensor forward(const Tensor& x) override;
+  bool forward_codes(const Tensor& w, QuantCodes& out, const std::string& what) override;
   std::string describe() const override;
   const Observer& observer() const { return *observer_; }
 

@@ -172,27 +172,23 @@ std::vector<uint8_t> input_integers(const Tensor& x, const ActGrid& grid, const 
   return u;
 }
 
-// wq / s_w[o] as int8 (O, K) and its row sums.
-struct WeightInts {
-  std::vector<int8_t> w;
-  std::vector<int64_t> rowsum;
-  std::vector<double> scale;  // (O)
-};
-
-WeightInts weight_integers(const Tensor& wq, const Tensor& w_scale, int64_t O, int64_t K, const std::string& layer) {
+// wq / s_w[o] as int8 (O, K) and its row sums: the integers of a weight
+// that arrives fake-quantized (LSQ; the observed kinds give them directly,
+// FakeQuantizer::forward_codes).
+std::shared_ptr<QuantCodes> weight_integers(const Tensor& wq, const Tensor& w_scale, int64_t O, int64_t K,
+                                            const std::string& layer) {
   QAT_PROFILE("int8_train.weight_integers");
   QAT_CHECK(w_scale.numel() == O || w_scale.numel() == 1, "int8 training: layer ", layer, ": ", w_scale.numel(),
             " weight scales for ", O, " output channels");
-  WeightInts r;
-  r.w.resize(static_cast<size_t>(O * K));
-  r.rowsum.assign(static_cast<size_t>(O), 0);
-  r.scale.resize(static_cast<size_t>(O));
+  auto r = std::make_shared<QuantCodes>();
+  r->resize(O, K);
   const float* pw = wq.data<float>();
+  int8_t* pq = r->q.get();
   int64_t bad = -1;
 #pragma omp parallel for schedule(static)
   for (int64_t o = 0; o < O; ++o) {
     const float s = w_scale.data<float>()[w_scale.numel() == 1 ? 0 : o];
-    r.scale[o] = s;
+    r->scale[o] = s;
     // wq = s * W was one float product of an integer |W| <= 128, so
     // wq * (1/s) lands within a few ulps of W.
     const float inv = 1.f / s;
@@ -204,10 +200,10 @@ WeightInts weight_integers(const Tensor& wq, const Tensor& w_scale, int64_t O, i
       const bool on_grid = std::abs(t - q) <= 1e-3f && q >= -128.f && q <= 127.f;  // false for NaN
       ok &= on_grid;
       const int8_t w = on_grid ? static_cast<int8_t>(q) : int8_t{0};  // (the cast of an out-of-range float is UB)
-      r.w[o * K + k] = w;
+      pq[o * K + k] = w;
       sum += w;
     }
-    r.rowsum[o] = sum;
+    r->rowsum[o] = sum;
     if (!ok) {
 #pragma omp critical(int8_weight_bad)
       if (bad < 0 || o < bad) bad = o;
@@ -215,7 +211,7 @@ WeightInts weight_integers(const Tensor& wq, const Tensor& w_scale, int64_t O, i
   }
   if (bad >= 0)
     for (int64_t k = 0; k < K; ++k) {
-      const double s = r.scale[bad], t = static_cast<double>(pw[bad * K + k]) / s, q = std::nearbyint(t);
+      const double s = r->scale[bad], t = static_cast<double>(pw[bad * K + k]) / s, q = std::nearbyint(t);
       QAT_CHECK(std::abs(t - q) <= 1e-3 && q >= -128 && q <= 127, "int8 training: layer ", layer, ": weight ",
                 pw[bad * K + k], " (row ", bad, ") is not on its int8 grid of scale ", s);
     }
@@ -297,7 +293,7 @@ uint8_t pad_integer(const ActGrid& grid, const Geom& g, const std::string& layer
 }
 
 // ---------------------------------------------------------------- forward
-Tensor forward_int(const std::vector<uint8_t>& u, const ActGrid& grid, const WeightInts& wi, const Tensor& bias,
+Tensor forward_int(const std::vector<uint8_t>& u, const ActGrid& grid, const QuantCodes& wi, const Tensor& bias,
                    const Geom& g, uint8_t pad) {
   QAT_PROFILE("int8_train.forward_gemm");
   const int64_t M = g.M(), K = g.K(), O = g.o, P = g.P();
@@ -306,14 +302,14 @@ Tensor forward_int(const std::vector<uint8_t>& u, const ActGrid& grid, const Wei
   int32_t* acc = scratch<int32_t>(kAcc, M * O);
   {
     QAT_PROFILE("int8_train.gemm_fwd");
-    gemm_u8s8s32(best_gemm_kernel(), M, O, K, rows, K, wi.w.data(), K, acc, O);
+    gemm_u8s8s32(best_gemm_kernel(), M, O, K, rows, K, wi.q.get(), K, acc, O);
   }
   Tensor y = Tensor::empty({g.n, O, g.oh, g.ow});
   float* py = y.data<float>();
   const float* pb = bias.defined() ? bias.data<float>() : nullptr;
   std::vector<double> s(static_cast<size_t>(O)), corr(static_cast<size_t>(O));
   for (int64_t o = 0; o < O; ++o) {
-    s[o] = static_cast<double>(grid.scale) * wi.scale[o];
+    s[o] = static_cast<double>(grid.scale) * static_cast<double>(wi.scale[o]);
     corr[o] = grid.zero * static_cast<double>(wi.rowsum[o]);
   }
   // acc (M, O) -> y (N, O, P) in blocks of 32 positions: the block's rows of
@@ -376,7 +372,7 @@ GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int
 }
 
 // Quantizes dY * s_w[o] into Gx (M, O); stats per image n, in order.
-GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<double>& ws, float scale,
+GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<float>& ws, float scale,
                            const Int8GradState& st, int8_t* Gx) {
   QAT_PROFILE("int8_train.quantize_gx");
   const int64_t O = g.o, P = g.P();
@@ -390,7 +386,7 @@ GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<dou
     for (int64_t p = 0; p < P; ++p)
       for (int64_t o = 0; o < O; ++o) {
         const int64_t m = n * P + p;
-        const float v = dy[(n * O + o) * P + p] * static_cast<float>(ws[o]);
+        const float v = dy[(n * O + o) * P + p] * ws[o];
         Gx[m * O + o] = quantize_one(v, inv, qmax, st.config().rounding, key, m * O + o, s);
       }
     per[n] = s;
@@ -437,13 +433,13 @@ Tensor weight_grad(const std::vector<uint8_t>& u, const ActGrid& grid, const int
 }
 
 // dXq = s_Gx * col2im(Gx W) with the col2im sums in int64.
-Tensor input_grad(const int8_t* Gx, float scale_gx, const WeightInts& wi, const Geom& g) {
+Tensor input_grad(const int8_t* Gx, float scale_gx, const QuantCodes& wi, const Geom& g) {
   QAT_PROFILE("int8_train.input_grad_gemm");
   const int64_t M = g.M(), K = g.K(), O = g.o;
   int8_t* wt = scratch<int8_t>(kWt, K * O);
   {
     QAT_PROFILE("int8_train.transpose_w");
-    transpose_bytes(wi.w.data(), O, K, wt);
+    transpose_bytes(wi.q.get(), O, K, wt);
   }
   int32_t* acc = scratch<int32_t>(kAcc, M * K);
   {
@@ -495,7 +491,7 @@ Tensor bias_grad(const float* dy, const Geom& g) {
 }
 
 // The whole backward of one layer (dx, dwq, dbias in the shapes of x and wq).
-TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const ActGrid& grid, const WeightInts& wi,
+TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const ActGrid& grid, const QuantCodes& wi,
                     const Geom& g, uint8_t pad, Int8GradState& st, const NeedGrad& need, const Shape& x_shape,
                     const Shape& w_shape) {
   QAT_PROFILE("int8_train.backward");
@@ -520,7 +516,7 @@ TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const ActGr
   }
   if (need[0]) {
     // The clip of dY * s_w[o], the values Gx quantizes.
-    auto scaled = [&](int64_t i) { return dy[i] * static_cast<float>(wi.scale[(i / g.P()) % O]); };
+    auto scaled = [&](int64_t i) { return dy[i] * wi.scale[(i / g.P()) % O]; };
     if (st.clip_due(1)) {
       std::vector<float> v(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) v[i] = scaled(i);
@@ -545,20 +541,58 @@ TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const ActGr
   return r;
 }
 
-Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
-                  const Geom& g, const std::shared_ptr<Int8GradState>& state) {
+// The layer on integer weights `wi`. w: the autograd input the weight
+// gradient goes to: wq itself (wi recovered from it), or the unquantized
+// weight (wi from forward_codes: the clipped STE applied here).
+Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& w, std::shared_ptr<const QuantCodes> wi,
+                  bool apply_ste, const Tensor& bias, const Geom& g, const std::shared_ptr<Int8GradState>& state) {
   const std::string& layer = state->layer();
-  QAT_CHECK(g.K() <= (int64_t{1} << 16) && g.o <= (int64_t{1} << 16), "int8 training: layer ", layer,
-            ": K = ", g.K(), " and ", g.o, " outputs must be <= 65536 (int32 accumulators)");
-  Tensor xc = x.contiguous(), wc = wq.contiguous();
-  auto u = std::make_shared<std::vector<uint8_t>>(input_integers(xc, grid, layer));
-  auto wi = std::make_shared<WeightInts>(weight_integers(wc, w_scale.contiguous(), g.o, g.K(), layer));
+  QAT_CHECK(wi->rows == g.o && wi->cols == g.K(), "int8 training: layer ", layer, ": weight codes of ", wi->rows,
+            " x ", wi->cols, " for a weight of ", g.o, " x ", g.K());
+  auto u = std::make_shared<std::vector<uint8_t>>(input_integers(x.contiguous(), grid, layer));
   const uint8_t pad = pad_integer(grid, g, layer);
   Tensor y = forward_int(*u, grid, *wi, bias.defined() ? bias.contiguous() : Tensor(), g, pad);
-  return record(y, "int8_layer", {&x, &wq, &bias},
-                [u, wi, grid, g, pad, state, xs = x.sizes(), ws = wq.sizes()](const Tensor& gy, const NeedGrad& need) {
-                  return backward(gy, *u, grid, *wi, g, pad, *state, need, xs, ws);
+  return record(y, "int8_layer", {&x, &w, &bias},
+                [u, wi, apply_ste, grid, g, pad, state, xs = x.sizes(), ws = w.sizes()](const Tensor& gy,
+                                                                                       const NeedGrad& need) {
+                  TensorList r = backward(gy, *u, grid, *wi, g, pad, *state, need, xs, ws);
+                  if (apply_ste && r[1].defined() && !wi->clipped.empty()) {
+                    // dw = dwq * mask, as fake_quantize's backward (NaN * 0 stays NaN).
+                    float* pd = r[1].data<float>();
+                    for (const int64_t i : wi->clipped) pd[i] *= 0.f;
+                  }
+                  return r;
                 });
+}
+
+void check_k(const Geom& g, const std::string& layer) {
+  QAT_CHECK(g.K() <= (int64_t{1} << 16) && g.o <= (int64_t{1} << 16), "int8 training: layer ", layer,
+            ": K = ", g.K(), " and ", g.o, " outputs must be <= 65536 (int32 accumulators)");
+}
+
+Geom conv_geom(const Tensor& x, const Tensor& w, const Conv2dParams& p, const std::string& layer) {
+  QAT_CHECK(x.dim() == 4 && w.dim() == 4 && p.groups == 1 && x.size(1) == w.size(1), "int8 training: layer ", layer,
+            ": expected input (N,C,H,W) and weight (O,C,KH,KW) with groups 1, got ", x.sizes(), " and ", w.sizes(),
+            " groups ", p.groups);
+  Geom g{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), 0, 0, p};
+  g.oh = conv_out_size(g.h, g.kh, p.stride_h, p.pad_h, p.dil_h, "int8_conv2d");
+  g.ow = conv_out_size(g.w, g.kw, p.stride_w, p.pad_w, p.dil_w, "int8_conv2d");
+  check_k(g, layer);
+  return g;
+}
+
+// A linear layer is a 1x1 convolution of an (N, K, 1, 1) image.
+Geom linear_geom(const Tensor& x, const Tensor& w, const std::string& layer) {
+  QAT_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "int8 training: layer ", layer,
+            ": expected input (N,K) and weight (O,K), got ", x.sizes(), " and ", w.sizes());
+  Geom g{x.size(0), x.size(1), 1, 1, w.size(0), 1, 1, 1, 1, Conv2dParams{}};
+  check_k(g, layer);
+  return g;
+}
+
+std::shared_ptr<const QuantCodes> integers_of(const Tensor& wq, const Tensor& w_scale, const Geom& g,
+                                              const std::string& layer) {
+  return weight_integers(wq.contiguous(), w_scale.contiguous(), g.o, g.K(), layer);
 }
 
 }  // namespace
@@ -566,24 +600,31 @@ Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& wq, const 
 Tensor int8_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
                    const Conv2dParams& p, const std::shared_ptr<Int8GradState>& state) {
   QAT_PROFILE("int8_conv2d");
-  QAT_CHECK(x.dim() == 4 && wq.dim() == 4 && p.groups == 1 && x.size(1) == wq.size(1), "int8 training: layer ",
-            state->layer(), ": expected input (N,C,H,W) and weight (O,C,KH,KW) with groups 1, got ", x.sizes(), " and ",
-            wq.sizes(), " groups ", p.groups);
-  Geom g{x.size(0), x.size(1), x.size(2), x.size(3), wq.size(0), wq.size(2), wq.size(3), 0, 0, p};
-  g.oh = conv_out_size(g.h, g.kh, p.stride_h, p.pad_h, p.dil_h, "int8_conv2d");
-  g.ow = conv_out_size(g.w, g.kw, p.stride_w, p.pad_w, p.dil_w, "int8_conv2d");
-  return int8_layer(x, grid, wq, w_scale, bias, g, state);
+  const Geom g = conv_geom(x, wq, p, state->layer());
+  return int8_layer(x, grid, wq, integers_of(wq, w_scale, g, state->layer()), false, bias, g, state);
+}
+
+Tensor int8_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& w, std::shared_ptr<const QuantCodes> codes,
+                   const Tensor& bias, const Conv2dParams& p, const std::shared_ptr<Int8GradState>& state) {
+  QAT_PROFILE("int8_conv2d");
+  const Geom g = conv_geom(x, w, p, state->layer());
+  return int8_layer(x, grid, w, std::move(codes), true, bias, g, state);
 }
 
 Tensor int8_linear(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
                    const std::shared_ptr<Int8GradState>& state) {
   QAT_PROFILE("int8_linear");
-  QAT_CHECK(x.dim() == 2 && wq.dim() == 2 && x.size(1) == wq.size(1), "int8 training: layer ", state->layer(),
-            ": expected input (N,K) and weight (O,K), got ", x.sizes(), " and ", wq.sizes());
-  // A linear layer is a 1x1 convolution of an (N, K, 1, 1) image.
-  Geom g{x.size(0), x.size(1), 1, 1, wq.size(0), 1, 1, 1, 1, Conv2dParams{}};
-  Tensor y = int8_layer(x, grid, wq, w_scale, bias, g, state);
-  return reshape(y, {x.size(0), wq.size(0)});
+  const Geom g = linear_geom(x, wq, state->layer());
+  Tensor y = int8_layer(x, grid, wq, integers_of(wq, w_scale, g, state->layer()), false, bias, g, state);
+  return reshape(y, {g.n, g.o});
+}
+
+Tensor int8_linear(const Tensor& x, const ActGrid& grid, const Tensor& w, std::shared_ptr<const QuantCodes> codes,
+                   const Tensor& bias, const std::shared_ptr<Int8GradState>& state) {
+  QAT_PROFILE("int8_linear");
+  const Geom g = linear_geom(x, w, state->layer());
+  Tensor y = int8_layer(x, grid, w, std::move(codes), true, bias, g, state);
+  return reshape(y, {g.n, g.o});
 }
 
 }  // namespace qat::quant

@@ -35,6 +35,7 @@
 #include "core/window.h"
 #include "layers/module.h"
 #include "quant/sim/grad_quant.h"
+#include "quant/sim/weight_codes.h"
 
 namespace qat::quant {
 
@@ -133,5 +134,16 @@ Tensor int8_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& wq, const
                    const Conv2dParams& p, const std::shared_ptr<Int8GradState>& state);
 Tensor int8_linear(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
                    const std::shared_ptr<Int8GradState>& state);
+
+// The same layers fed by the weight quantizer directly: w is the float weight
+// BEFORE fake quantization (the master weight, or the BN-folded one), codes
+// its integers and scales (FakeQuantizer::forward_codes). The weight gradient
+// goes to w through the clipped STE (codes->clipped): the fake-quantized
+// float tensor is never formed, and the gradients equal those of the form
+// above fed with fake_quantize(w) (bit for bit: the same integers).
+Tensor int8_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& w, std::shared_ptr<const QuantCodes> codes,
+                   const Tensor& bias, const Conv2dParams& p, const std::shared_ptr<Int8GradState>& state);
+Tensor int8_linear(const Tensor& x, const ActGrid& grid, const Tensor& w, std::shared_ptr<const QuantCodes> codes,
+                   const Tensor& bias, const std::shared_ptr<Int8GradState>& state);
 
 }  // namespace qat::quant

@@ -11,6 +11,17 @@ namespace {
 int64_t channels_for(const QuantizerConfig& cfg, int64_t out_channels) {
   return cfg.spec.per_channel ? out_channels : 1;
 }
+
+// INT8 training: the weight quantizer's forward as integers (FakeQuantizer::
+// forward_codes) into the layer's buffer, or null where the quantizer cannot
+// give them (LSQ: the layer takes its fake-quantized output instead). The
+// buffer is reused unless a graph still holds the last step's codes.
+std::shared_ptr<const QuantCodes> weight_codes(FakeQuantizer& fq, const Tensor& w, std::shared_ptr<QuantCodes>& buf,
+                                               const std::string& layer) {
+  if (!buf || buf.use_count() > 1) buf = std::make_shared<QuantCodes>();
+  if (!fq.forward_codes(w.contiguous(), *buf, "int8 training: layer " + layer)) return nullptr;
+  return buf;
+}
 }  // namespace
 
 QatConv2d::QatConv2d(const Conv2d& conv, std::shared_ptr<BatchNorm2d> bn_, bool relu_,
@@ -67,12 +78,12 @@ Tensor QatConv2d::forward(const Tensor& x_in) {
   Tensor x = input_fake_quant ? input_fake_quant->forward(x_in) : x_in;
   Tensor y;
   if (!bn) {
-    y = conv(x, weight_fake_quant->forward(weight), bias);
+    y = conv(x, weight, bias);
   } else {
     const int64_t O = weight.size(0);
     Tensor sf = fold_scale(true);
     Tensor w_fold = scale_channels(weight, sf, 0);
-    y = conv(x, weight_fake_quant->forward(w_fold), Tensor());
+    y = conv(x, w_fold, Tensor());
     y = scale_channels(y, div(Tensor::ones({O}), sf), 1);
     if (bias.defined()) y = add(y, reshape(bias, {1, O, 1, 1}));
     const bool batch_stats = is_training() && !bn_frozen_;
@@ -88,8 +99,11 @@ void QatConv2d::set_int8(std::shared_ptr<Int8GradState> state, std::function<Act
 }
 
 // The float convolution, or its INT8-training twin on the integer GEMMs.
-Tensor QatConv2d::conv(const Tensor& x, const Tensor& wq, const Tensor& b) const {
-  if (!int8_state_) return conv2d(x, wq, b, params);
+Tensor QatConv2d::conv(const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (!int8_state_) return conv2d(x, weight_fake_quant->forward(w), b, params);
+  if (auto codes = weight_codes(*weight_fake_quant, w, codes_, int8_state_->layer()))
+    return int8_conv2d(x, int8_grid_(), w, std::move(codes), b, params, int8_state_);
+  Tensor wq = weight_fake_quant->forward(w);
   return int8_conv2d(x, int8_grid_(), wq, weight_fake_quant->qparams().scale, b, params, int8_state_);
 }
 
@@ -136,9 +150,15 @@ void QatLinear::set_output_quantizer(std::shared_ptr<FakeQuantizer> q) {
 Tensor QatLinear::forward(const Tensor& x_in) {
   QAT_PROFILE("qat_linear");
   Tensor x = input_fake_quant ? input_fake_quant->forward(x_in) : x_in;
-  Tensor wq = weight_fake_quant->forward(weight);
-  Tensor y = int8_state_ ? int8_linear(x, int8_grid_(), wq, weight_fake_quant->qparams().scale, bias, int8_state_)
-                         : linear(x, wq, bias);
+  Tensor y;
+  if (!int8_state_) {
+    y = linear(x, weight_fake_quant->forward(weight), bias);
+  } else if (auto codes = weight_codes(*weight_fake_quant, weight, codes_, int8_state_->layer())) {
+    y = int8_linear(x, int8_grid_(), weight, std::move(codes), bias, int8_state_);
+  } else {
+    Tensor wq = weight_fake_quant->forward(weight);
+    y = int8_linear(x, int8_grid_(), wq, weight_fake_quant->qparams().scale, bias, int8_state_);
+  }
   if (relu) y = qat::relu(y);
   return activation_post_process ? activation_post_process->forward(y) : y;
 }

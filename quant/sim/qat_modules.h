@@ -54,10 +54,12 @@ class QatConv2d : public Module {
 
  private:
   Tensor fold_scale(bool differentiable) const;
-  Tensor conv(const Tensor& x, const Tensor& wq, const Tensor& b) const;
+  // x conv FQ(w) (+ b): float, or on the integer GEMMs under INT8 training.
+  Tensor conv(const Tensor& x, const Tensor& w, const Tensor& b);
   bool bn_frozen_ = false;
   std::shared_ptr<Int8GradState> int8_state_;
   std::function<ActGrid()> int8_grid_;
+  std::shared_ptr<QuantCodes> codes_;  // INT8 training: the weight's integers, reused across steps
 };
 
 class QatLinear : public Module {
@@ -79,6 +81,7 @@ class QatLinear : public Module {
  private:
   std::shared_ptr<Int8GradState> int8_state_;
   std::function<ActGrid()> int8_grid_;
+  std::shared_ptr<QuantCodes> codes_;
 };
 
 }  // namespace qat::quant

@@ -248,6 +248,118 @@ TEST_CASE("an INT8 layer refuses inputs that are not on its grid", "[quant][int8
 }
 
 namespace {
+// Two identical observed weight quantizers (8-bit symmetric; per_channel or
+// not; `method` minmax or moving_average).
+std::shared_ptr<FakeQuantizer> weight_quantizer(bool per_channel, int64_t channels, QuantMethod method, SteKind ste) {
+  QuantizerConfig cfg;
+  cfg.spec.per_channel = per_channel;
+  cfg.method = method;
+  cfg.ste = ste;
+  cfg.is_weight = true;
+  return make_fake_quantizer(cfg, per_channel ? channels : 1);
+}
+
+// What a layer computes from (x, w) through `fq`, either as
+// fake_quantize(w) -> int8 op, or as forward_codes(w) -> int8 op.
+struct LayerRun {
+  Tensor y, dx, dw, db;
+  QParams q;
+  std::vector<int64_t> clipped;
+};
+LayerRun run_layer(const Tensor& x0, const ActGrid& grid, const Tensor& w0, const Tensor& b0, const Tensor& gy,
+                   FakeQuantizer& fq, bool codes, const Conv2dParams* conv) {
+  Tensor x = x0.clone().set_requires_grad(true), w = w0.clone().set_requires_grad(true);
+  Tensor b = b0.clone().set_requires_grad(true);
+  auto st = state_keeping_integers();
+  LayerRun r;
+  Tensor y;
+  if (codes) {
+    auto c = std::make_shared<QuantCodes>();
+    REQUIRE(fq.forward_codes(w, *c, "int8 training: layer test_layer"));
+    r.clipped = c->clipped;
+    y = conv ? int8_conv2d(x, grid, w, c, b, *conv, st) : int8_linear(x, grid, w, c, b, st);
+  } else {
+    Tensor wq = fq.forward(w);
+    y = conv ? int8_conv2d(x, grid, wq, fq.qparams().scale, b, *conv, st)
+             : int8_linear(x, grid, wq, fq.qparams().scale, b, st);
+  }
+  sum(mul(y, gy)).backward();
+  r.y = y.detach(), r.dx = x.grad(), r.dw = w.grad(), r.db = b.grad(), r.q = fq.qparams();
+  return r;
+}
+}  // namespace
+
+// The INT8 layers' weight path without the float fake-quantized tensor
+// (FakeQuantizer::forward_codes): the same integers, so the same outputs and
+// gradients bit for bit, the clipped STE included, and the same qparams and
+// observer state, with the observer on (fused per-channel, per-tensor) and off.
+TEST_CASE("INT8 layers fed with weight codes equal those fed with the fake-quantized weight bit for bit",
+          "[quant][int8train]") {
+  Generator g(12);
+  const ActGrid grid{0.05f, 0.0, 256};
+  const Conv2dParams p{1, 1, 1, 1, 1, 1, 1};
+  for (const bool per_channel : {true, false})
+    for (const bool is_conv : {true, false})
+      for (const SteKind ste : {SteKind::clipped, SteKind::plain}) {
+        INFO("per_channel " << per_channel << " conv " << is_conv << " ste " << static_cast<int>(ste));
+        const Shape ws = is_conv ? Shape{6, 3, 3, 3} : Shape{6, 37};
+        const OnGrid in = on_grid(is_conv ? Shape{2, 3, 5, 5} : Shape{4, 37}, grid, g);
+        Tensor w = Tensor::randn(ws, g), b = Tensor::randn({6}, g);
+        auto fq_float = weight_quantizer(per_channel, 6, QuantMethod::moving_average, ste);
+        auto fq_codes = weight_quantizer(per_channel, 6, QuantMethod::moving_average, ste);
+        for (auto* fq : {fq_float.get(), fq_codes.get()}) fq->train();
+        for (int step = 0; step < 3; ++step) {
+          if (step == 2)  // observer off: the stored qparams
+            for (auto* fq : {fq_float.get(), fq_codes.get()}) fq->set_observer_enabled(false);
+          Tensor wstep = mul(w, Tensor::full({1}, 1.f + 0.25f * static_cast<float>(step)));
+          const Tensor x = in.x;
+          Tensor gy;
+          {
+            NoGradGuard ng;
+            const Shape ys = is_conv ? Shape{2, 6, 5, 5} : Shape{4, 6};
+            gy = Tensor::randn(ys, g);
+          }
+          const LayerRun a = run_layer(x, grid, wstep, b, gy, *fq_float, false, is_conv ? &p : nullptr);
+          const LayerRun c = run_layer(x, grid, wstep, b, gy, *fq_codes, true, is_conv ? &p : nullptr);
+          REQUIRE(testing::same_bits(c.y, a.y));
+          REQUIRE(testing::same_bits(c.dx, a.dx));
+          REQUIRE(testing::same_bits(c.dw, a.dw));
+          REQUIRE(testing::same_bits(c.db, a.db));
+          REQUIRE(testing::same_bits(c.q.scale, a.q.scale));
+          REQUIRE(testing::same_bits(c.q.zero_point, a.q.zero_point));
+          // The scale max|w| / 127.5 puts a row's positive maximum on 127.5,
+          // which rounds to 128: clipped, its gradient stopped.
+          if (ste == SteKind::clipped && per_channel && step < 2) REQUIRE(!c.clipped.empty());
+          if (ste == SteKind::plain) REQUIRE(c.clipped.empty());
+          for (const int64_t i : c.clipped) REQUIRE(c.dw.data<float>()[i] == 0.f);
+        }
+        const NamedTensors bf = fq_float->named_buffers(), bc = fq_codes->named_buffers();
+        REQUIRE(bf.size() == bc.size());
+        for (size_t i = 0; i < bf.size(); ++i) {
+          INFO(bf[i].first);
+          REQUIRE(bc[i].first == bf[i].first);
+          REQUIRE(testing::same_bits(bc[i].second, bf[i].second));
+        }
+      }
+}
+
+TEST_CASE("INT8 weight codes refuse a non-finite weight naming the layer and the index", "[quant][int8train]") {
+  auto fq = weight_quantizer(true, 3, QuantMethod::minmax, SteKind::clipped);
+  fq->train();
+  Generator g(13);
+  Tensor w = Tensor::randn({3, 40}, g);
+  w.data<float>()[57] = std::nanf("");
+  QuantCodes codes;
+  REQUIRE_THROWS_WITH(fq->forward_codes(w, codes, "int8 training: layer fc1"),
+                      Contains("fc1") && Contains("index 57") && Contains("not finite"));
+  w.data<float>()[57] = 1.f;
+  fq->set_observer_enabled(false);
+  w.data<float>()[81] = -std::numeric_limits<float>::infinity();
+  REQUIRE_THROWS_WITH(fq->forward_codes(w, codes, "int8 training: layer fc1"),
+                      Contains("fc1") && Contains("index 81") && Contains("not finite"));
+}
+
+namespace {
 // Losses of 40 SGD steps on one batch of a prepared SmallCNN, INT8 or not.
 std::vector<float> small_cnn_losses(bool int8, std::vector<Int8Layer>* layers_out = nullptr) {
   ModulePtr m = make_model("small_cnn", 4, 1);

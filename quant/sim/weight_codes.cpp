@@ -1,0 +1,176 @@
+#include "quant/sim/weight_codes.h"
+
+#include "quant/integer/simd.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <exception>
+
+#include "core/error.h"
+#include "core/profiler.h"
+#include "quant/integer/cpu_features.h"
+#include "quant/sim/math.h"
+
+namespace qat::quant {
+
+void QuantCodes::resize(int64_t r, int64_t c) {
+  if (!q || r * c != rows * cols) q.reset(new int8_t[static_cast<size_t>(r * c)]);  // uninitialised: all written
+  rows = r, cols = c;
+  rowsum.resize(static_cast<size_t>(r));
+  scale.resize(static_cast<size_t>(r));
+  clipped.clear();
+}
+
+bool codes_supported(const QuantSpec& spec) {
+  return spec.symmetric && spec.qmin() < 0 && spec.bits <= 8 && (!spec.per_channel || spec.axis == 0);
+}
+
+namespace {
+
+// One row: q[i] = clamp(nearbyint(x[i] * inv), qmin, qmax) (math.h's grid
+// value with z = 0, clamped), the sum of q into `sum`, and the indices whose
+// grid value fell outside [qmin, qmax] (NaN and inf included; rare) appended
+// to `outside`.
+void codes_row_scalar(const float* x, int8_t* q, int64_t n, float inv, float qmin, float qmax, int64_t& sum,
+                      std::vector<int64_t>& outside) {
+  int64_t s = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float t = math::fake_quant_grid(x[i], inv, 0.f);
+    const bool in = math::ste_passes(t, qmin, qmax);
+    const int32_t v = in ? static_cast<int32_t>(t) : (t > qmax ? static_cast<int32_t>(qmax) : static_cast<int32_t>(qmin));
+    q[i] = static_cast<int8_t>(v);
+    s += v;
+    if (!in) outside.push_back(i);
+  }
+  sum = s;
+}
+
+// The same with AVX-512: vrndscaleps (round to nearest even, as nearbyint
+// in the default rounding mode) of the same float product. A NaN lands on
+// qmin (vmaxps returns its second operand) and is listed outside.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void codes_row_avx512(const float* x, int8_t* q, int64_t n,
+                                                                            float inv, float qmin, float qmax,
+                                                                            int64_t& sum,
+                                                                            std::vector<int64_t>& outside) {
+  const __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(qmin), hi = _mm512_set1_ps(qmax);
+  int64_t s = 0;
+  for (int64_t c0 = 0; c0 < n; c0 += int64_t{1} << 16) {  // int32 lanes: at most 2^12 values of |q| <= 128 each
+    const int64_t c1 = std::min(n, c0 + (int64_t{1} << 16));
+    __m512i acc = _mm512_setzero_si512();
+    for (int64_t i = c0; i < c1; i += 16) {
+      const __mmask16 live = c1 - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (c1 - i)) - 1);
+      const __m512 t = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(live, x + i), vinv),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __mmask16 in = _mm512_cmp_ps_mask(t, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(t, hi, _CMP_LE_OQ);
+      for (unsigned out = live & ~in & 0xFFFFu; out != 0; out &= out - 1) outside.push_back(i + std::countr_zero(out));
+      const __m512i v = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(t, lo), hi));
+      acc = _mm512_add_epi32(acc, v);  // masked-off lanes loaded 0: v = 0
+      _mm_mask_storeu_epi8(q + i, live, _mm512_cvtepi32_epi8(v));
+    }
+    s += _mm512_reduce_add_epi32(acc);
+  }
+  sum = s;
+}
+
+using RowFn = void (*)(const float*, int8_t*, int64_t, float, float, float, int64_t&, std::vector<int64_t>&);
+RowFn codes_row() { return cpu_has_avx512bw() ? &codes_row_avx512 : &codes_row_scalar; }
+
+// Every row through row_scale(r) (the row's scale, computed in the loop: the
+// fused observer) into `out`; rows on the threads, clipped indices in order.
+template <class RowScale>
+void quantize_rows(const float* px, int64_t R, int64_t L, const QuantSpec& spec, SteKind ste, QuantCodes& out,
+                   const std::string& what, RowScale row_scale) {
+  const float qmin = static_cast<float>(spec.qmin()), qmax = static_cast<float>(spec.qmax());
+  const RowFn row_fn = codes_row();
+  std::vector<std::vector<int64_t>> clipped(static_cast<size_t>(R));
+  int64_t bad = -1;
+  std::exception_ptr error;
+#pragma omp parallel for schedule(static) if (R * L >= (1 << 15))
+  for (int64_t r = 0; r < R; ++r) {
+    float s;
+    try {
+      s = row_scale(r);
+    } catch (...) {
+#pragma omp critical(quant_codes_error)
+      if (!error) error = std::current_exception();
+      continue;
+    }
+    const float inv = 1.0f / s;
+    out.scale[r] = s;
+    std::vector<int64_t>& out_r = clipped[r];
+    row_fn(px + r * L, out.q.get() + r * L, L, inv, qmin, qmax, out.rowsum[r], out_r);
+    // Outside the grid: a non-finite weight (an error) or one the clipped
+    // STE stops (kept as a flat index; the plain STE keeps none).
+    size_t kept = 0;
+    for (const int64_t i : out_r) {
+      if (!std::isfinite(px[r * L + i])) {
+#pragma omp critical(quant_codes_error)
+        if (bad < 0 || r * L + i < bad) bad = r * L + i;
+        break;
+      }
+      if (ste == SteKind::clipped) out_r[kept++] = r * L + i;
+    }
+    out_r.resize(kept);
+  }
+  if (error) std::rethrow_exception(error);
+  QAT_CHECK(bad < 0, what, ": weight ", bad < 0 ? 0.f : px[bad], " at index ", bad,
+            " is not finite: it has no integer on the weight quantizer's grid");
+  for (const std::vector<int64_t>& c : clipped) out.clipped.insert(out.clipped.end(), c.begin(), c.end());
+}
+
+void check_input(const Tensor& x, const QuantSpec& spec, const std::string& what) {
+  QAT_CHECK(codes_supported(spec), what, ": integer weight codes need a symmetric signed grid of at most 8 bits, "
+            "per tensor or per channel along axis 0; got ", spec.describe());
+  QAT_CHECK(x.defined() && x.dtype() == DType::f32 && x.dim() >= 1 && x.is_contiguous() && x.numel() > 0, what,
+            ": weight codes need a non-empty contiguous f32 tensor");
+}
+
+}  // namespace
+
+void quantize_codes(const Tensor& x, const QParams& q, const QuantSpec& spec, SteKind ste, QuantCodes& out,
+                    const std::string& what) {
+  QAT_PROFILE("quantize_codes");
+  check_input(x, spec, what);
+  const int64_t R = x.size(0), L = x.numel() / R, C = q.scale.numel();
+  QAT_CHECK(C == 1 || (spec.per_channel && C == R), what, ": ", C, " scales for a weight of ", R, " rows");
+  const float* ps = q.scale.data<float>();
+  const int32_t* pz = q.zero_point.data<int32_t>();
+  for (int64_t c = 0; c < C; ++c)
+    QAT_CHECK(pz[c] == 0 && ps[c] > 0.f && std::isfinite(ps[c]), what, ": channel ", c, " has scale ", ps[c],
+              " and zero point ", pz[c], "; integer weight codes need a positive finite scale and zero point 0");
+  out.resize(R, L);
+  quantize_rows(x.data<float>(), R, L, spec, ste, out, what, [&](int64_t r) { return ps[C == 1 ? 0 : r]; });
+}
+
+void observe_and_quantize_codes(Observer& obs, const Tensor& x, SteKind ste, QuantCodes& out, QParams& used,
+                                const std::string& what) {
+  const QuantSpec& spec = obs.spec();
+  check_input(x, spec, what);
+  ChannelMinMaxFold* fold = obs.enabled ? obs.channel_fold() : nullptr;
+  if (!(fold && spec.per_channel && x.size(0) == obs.channels())) {
+    obs.observe(x);
+    used = obs.qparams();
+    quantize_codes(x, used, spec, ste, out, what);
+    return;
+  }
+  // The fused observer (as fake_quant.cpp's fused_rows): each row reduced,
+  // folded and quantized while it is in cache.
+  QAT_PROFILE("quantize_codes");
+  const int64_t R = x.size(0), L = x.numel() / R;
+  out.resize(R, L);
+  used = QParams{Tensor::empty({R}), Tensor::empty({R}, DType::i32)};
+  float* us = used.scale.data<float>();
+  int32_t* uz = used.zero_point.data<int32_t>();
+  const float* px = x.data<float>();
+  quantize_rows(px, R, L, spec, ste, out, what, [&](int64_t r) {
+    float lo, hi;
+    fold->fold_row(r, px + r * L, L, lo, hi);
+    qparams_from_range(spec, lo, hi, us[r], uz[r]);
+    QAT_CHECK(uz[r] == 0, what, ": channel ", r, " got zero point ", uz[r], "; integer weight codes need 0");
+    return us[r];
+  });
+  fold->end_fold();
+}
+
+}  // namespace qat::quant

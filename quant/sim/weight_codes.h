@@ -1,0 +1,50 @@
+#pragma once
+// The integers of a symmetric weight fake quantization, for INT8 training
+// (quant/sim/int8_ops.h): its GEMMs need W = clamp(nearbyint(w / s), qmin,
+// qmax) as int8, not the float s W that fake_quantize() returns.
+// observe_and_quantize_codes() is what observe_and_fake_quantize() does with
+// the observer and the qparams, but it writes the integers, their row sums
+// and the clipped STE's few stopped gradients instead of the float tensor
+// and its byte mask: one pass over the weight (read 4 bytes, write 1 per
+// value) instead of three (fake quantize, then recover the integers from
+// the float result). Same integers, bit for bit: W is the q the fake
+// quantization multiplies by s.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "quant/observe/observer.h"
+#include "quant/qparams.h"
+
+namespace qat::quant {
+
+struct QuantCodes {
+  int64_t rows = 0, cols = 0;     // rows: x.size(0) (output channels), cols: the rest
+  std::unique_ptr<int8_t[]> q;    // (rows, cols), row-major
+  std::vector<int64_t> rowsum;    // sum of each row's q
+  std::vector<float> scale;       // each row's scale (per-tensor: the one scale, repeated)
+  // Flat indices whose gradient the clipped STE stops (nearbyint(w / s)
+  // outside [qmin, qmax]; rare: at most the extremes of a min/max range).
+  // Empty under the plain STE.
+  std::vector<int64_t> clipped;
+  // Keeps the buffer when the size is unchanged (a weight's codes are
+  // rebuilt every step: a fresh 57 MB allocation page-faults each time).
+  void resize(int64_t rows, int64_t cols);
+};
+
+// Whether observe_and_quantize_codes() takes this spec: symmetric, signed,
+// at most 8 bits, per tensor or per channel along axis 0.
+bool codes_supported(const QuantSpec& spec);
+
+// x: f32 contiguous, dim >= 1, x.size(0) rows. The observer observes x
+// (unless obs.enabled is false); the qparams are the observer's (`used`
+// receives them). A non-finite value of x is an error naming `what`.
+void observe_and_quantize_codes(Observer& obs, const Tensor& x, SteKind ste, QuantCodes& out, QParams& used,
+                                const std::string& what);
+// The same with given qparams (the observer off), zero points 0.
+void quantize_codes(const Tensor& x, const QParams& q, const QuantSpec& spec, SteKind ste, QuantCodes& out,
+                    const std::string& what);
+
+}  // namespace qat::quant
