@@ -29,8 +29,9 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void dpbusd(__m512
 
 // C[0..R) x [64 channels] of one tile. b: the tile's first block; blocks are
 // `block_stride` bytes apart. (Every r/j loop is unrolled so that the 4R
-// accumulators stay in registers.)
-template <int R>
+// accumulators stay in registers.) kFlip: A holds s8 bytes, read as u8 after
+// flipping their sign bits (a + 128), for gemm_s8s8s32_packed_offset.
+template <int R, bool kFlip>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(const uint8_t* A, int64_t lda, const int8_t* b,
                                                                  int64_t block_stride, int64_t K, int64_t K4,
                                                                  int32_t* C, int64_t ldc) {
@@ -49,6 +50,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(const uint8_t* 
       int32_t quad;
       if (q < full) std::memcpy(&quad, A + r * lda + 4 * q, 4);
       else quad = a_quad(A + r * lda, 4 * q, K);  // K % 4 bytes left: no read past the row
+      if constexpr (kFlip) quad ^= static_cast<int32_t>(0x80808080u);  // (beyond K: 128 x zero bytes of B)
       const __m512i av = _mm512_set1_epi32(quad);
       dpbusd(acc[r][0], av, b0);
       dpbusd(acc[r][1], av, b1);
@@ -63,7 +65,75 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(const uint8_t* 
 }
 
 using TileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int64_t, int64_t, int32_t*, int64_t);
-constexpr TileFn kTiles[kRows + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>};
+template <bool kFlip>
+constexpr TileFn kTiles[kRows + 1] = {nullptr,           tile<1, kFlip>, tile<2, kFlip>, tile<3, kFlip>,
+                                      tile<4, kFlip>, tile<5, kFlip>, tile<6, kFlip>};
+
+template <bool kFlip>
+void gemm_packed(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int32_t* C, int64_t ldc) {
+  QAT_CHECK(can_use_packed_vnni(B.N) && lda >= B.K && ldc >= B.N, "gemm_u8s8s32_packed: bad sizes N=", B.N,
+            " K=", B.K, " lda=", lda, " ldc=", ldc);
+  const int64_t groups = B.N / (16 * kBlocks), tiles = (M + kRows - 1) / kRows;
+  const int64_t block_stride = B.K4 * 64;
+  // Channel groups outermost: a group's weights (64 x K bytes) stay in L2
+  // while every tile of A passes.
+#pragma omp parallel for collapse(2) schedule(static) if (M * B.N * B.K >= (1 << 20))
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t m0 = t * kRows, rows = M - m0 < kRows ? M - m0 : kRows;
+      kTiles<kFlip>[rows](A + m0 * lda, lda, B.data.data() + g * kBlocks * block_stride, block_stride, B.K, B.K4,
+                          C + m0 * ldc + g * 16 * kBlocks, ldc);
+    }
+}
+
+// 64 columns (k0 .. k0 + 63) of four rows of Bt, as the four 64-byte packed
+// chunks of B's blocks k0/16 .. k0/16 + 3 (each [16 n][4 k]): the bytes of
+// the rows interleaved (unpack 8, then 16 bits, within 128-bit lanes), then
+// the lanes regrouped so that chunk j holds lane j of each.
+__attribute__((target("avx512f,avx512bw"))) inline void interleave4(__m512i r0, __m512i r1, __m512i r2, __m512i r3,
+                                                                     __m512i out[4]) {
+  const __m512i a = _mm512_unpacklo_epi8(r0, r1), b = _mm512_unpackhi_epi8(r0, r1);
+  const __m512i c = _mm512_unpacklo_epi8(r2, r3), d = _mm512_unpackhi_epi8(r2, r3);
+  const __m512i e = _mm512_unpacklo_epi16(a, c), f = _mm512_unpackhi_epi16(a, c);
+  const __m512i g = _mm512_unpacklo_epi16(b, d), h = _mm512_unpackhi_epi16(b, d);
+  const __m512i t0 = _mm512_shuffle_i32x4(e, f, 0x44), t1 = _mm512_shuffle_i32x4(g, h, 0x44);
+  const __m512i t2 = _mm512_shuffle_i32x4(e, f, 0xEE), t3 = _mm512_shuffle_i32x4(g, h, 0xEE);
+  out[0] = _mm512_shuffle_i32x4(t0, t1, 0x88);
+  out[1] = _mm512_shuffle_i32x4(t0, t1, 0xDD);
+  out[2] = _mm512_shuffle_i32x4(t2, t3, 0x88);
+  out[3] = _mm512_shuffle_i32x4(t2, t3, 0xDD);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void pack_transposed_avx512(const int8_t* Bt, int64_t K,
+                                                                                   int64_t N, int64_t ldbt,
+                                                                                   PackedB& out, int32_t* sums) {
+  const int64_t K4 = out.K4, chunks = out.N / 64;
+  int8_t* data = out.data.data();
+  const __m512i ones = _mm512_set1_epi8(1);
+#pragma omp parallel for schedule(static) if (K * N >= (1 << 16))
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int64_t n0 = ch * 64;
+    const __mmask64 live = N - n0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (N - n0)) - 1;
+    __m512i sum[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                      _mm512_setzero_si512()};
+    for (int64_t q = 0; q < K4; ++q) {
+      __m512i r[4];
+      for (int i = 0; i < 4; ++i) {
+        const int64_t k = 4 * q + i;
+        r[i] = k < K ? _mm512_maskz_loadu_epi8(live, Bt + k * ldbt + n0) : _mm512_setzero_si512();
+      }
+      __m512i chunk[4];
+      interleave4(r[0], r[1], r[2], r[3], chunk);
+      for (int j = 0; j < 4; ++j) {
+        _mm512_storeu_si512(data + (((n0 / 16 + j) * K4 + q) * 64), chunk[j]);
+        // (1, 1, 1, 1) . 4 bytes: each lane adds its 4 k of column n.
+        asm("vpdpbusd %2, %1, %0" : "+v"(sum[j]) : "v"(ones), "v"(chunk[j]));
+      }
+    }
+    if (sums)
+      for (int j = 0; j < 4; ++j) _mm512_storeu_si512(sums + n0 + 16 * j, sum[j]);
+  }
+}
 
 }  // namespace
 
@@ -83,19 +153,21 @@ PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb) {
 }
 
 void gemm_u8s8s32_packed(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int32_t* C, int64_t ldc) {
-  QAT_CHECK(can_use_packed_vnni(B.N) && lda >= B.K && ldc >= B.N, "gemm_u8s8s32_packed: bad sizes N=", B.N,
-            " K=", B.K, " lda=", lda, " ldc=", ldc);
-  const int64_t groups = B.N / (16 * kBlocks), tiles = (M + kRows - 1) / kRows;
-  const int64_t block_stride = B.K4 * 64;
-  // Channel groups outermost: a group's weights (64 x K bytes) stay in L2
-  // while every tile of A passes.
-#pragma omp parallel for collapse(2) schedule(static) if (M * B.N * B.K >= (1 << 20))
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t m0 = t * kRows, rows = M - m0 < kRows ? M - m0 : kRows;
-      kTiles[rows](A + m0 * lda, lda, B.data.data() + g * kBlocks * block_stride, block_stride, B.K, B.K4,
-                   C + m0 * ldc + g * 16 * kBlocks, ldc);
-    }
+  gemm_packed<false>(M, A, lda, B, C, ldc);
+}
+
+void gemm_s8s8s32_packed_offset(int64_t M, const int8_t* A, int64_t lda, const PackedB& B, int32_t* C, int64_t ldc) {
+  gemm_packed<true>(M, reinterpret_cast<const uint8_t*>(A), lda, B, C, ldc);
+}
+
+void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, PackedB& out, int32_t* sums) {
+  QAT_CHECK(cpu_has_avx512_vnni() && K > 0 && N > 0 && ldbt >= N, "pack_b_vnni_transposed: needs AVX-512 VNNI, K > 0 "
+            "(got ", K, "), N > 0 (got ", N, ")");
+  out.N = (N + 63) / 64 * 64;
+  out.K = K;
+  out.K4 = (K + 3) / 4;
+  out.data.resize(static_cast<size_t>(out.N * out.K4 * 4));  // every byte is written below
+  pack_transposed_avx512(Bt, K, N, ldbt, out, sums);
 }
 
 }  // namespace qat::quant

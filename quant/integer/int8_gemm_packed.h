@@ -24,4 +24,16 @@ PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb);
 // large and no enclosing parallel region is active.
 void gemm_u8s8s32_packed(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int32_t* C, int64_t ldc);
 
+// INT8 training's input gradient, dX = Gx W with Gx s8 (M x O) and the
+// weight W s8 (O x K) as stored (one row per output channel):
+// pack_b_vnni_transposed packs B = W^T (N = K columns of W, padded with zero
+// columns to a multiple of 64; reduction over O) straight from W, reusing
+// out's buffer, and writes sums[n] = sum_k Bt[k][n] when sums is not null
+// (out.N entries, 0 for the padding). gemm_s8s8s32_packed_offset then
+// computes C = (A + 128) B^T (A's sign bits flipped as they are broadcast:
+// no shifted copy), so A B^T = C - 128 sums[n], exactly (every partial sum
+// fits int32 for K <= 2^16). C gets out.N columns (the padded ones 0).
+void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, PackedB& out, int32_t* sums);
+void gemm_s8s8s32_packed_offset(int64_t M, const int8_t* A, int64_t lda, const PackedB& B, int32_t* C, int64_t ldc);
+
 }  // namespace qat::quant

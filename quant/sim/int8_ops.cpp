@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "core/autograd.h"
 #include "core/checked.h"
@@ -10,6 +11,7 @@
 #include "core/ops.h"
 #include "core/profiler.h"
 #include "quant/integer/int8_gemm.h"
+#include "quant/integer/int8_gemm_packed.h"
 
 namespace qat::quant {
 
@@ -121,6 +123,12 @@ void transpose_bytes(const int8_t* src, int64_t rows, int64_t cols, int8_t* dst)
     }
   }
 }
+
+std::optional<GemmKernel>& kernel_override() {
+  static std::optional<GemmKernel> k;
+  return k;
+}
+GemmKernel int8_gemm_kernel() { return kernel_override().value_or(best_gemm_kernel()); }
 
 // Per-thread buffers reused across steps (AlexNet's classifier needs 150 MB
 // of accumulators: a fresh zeroed vector every step page-faults and clears
@@ -302,7 +310,7 @@ Tensor forward_int(const std::vector<uint8_t>& u, const ActGrid& grid, const Qua
   int32_t* acc = scratch<int32_t>(kAcc, M * O);
   {
     QAT_PROFILE("int8_train.gemm_fwd");
-    gemm_u8s8s32(best_gemm_kernel(), M, O, K, rows, K, wi.q.get(), K, acc, O);
+    gemm_u8s8s32(int8_gemm_kernel(), M, O, K, rows, K, wi.q.get(), K, acc, O);
   }
   Tensor y = Tensor::empty({g.n, O, g.oh, g.ow});
   float* py = y.data<float>();
@@ -412,7 +420,7 @@ Tensor weight_grad(const std::vector<uint8_t>& u, const ActGrid& grid, const int
     const int64_t len = std::min(kChunk, M - m0);
     {
       QAT_PROFILE("int8_train.gemm_dw");
-      gemm_s8s8s32(best_gemm_kernel(), O, K, len, G + m0, M, col + m0, M, acc, K);
+      gemm_s8s8s32(int8_gemm_kernel(), O, K, len, G + m0, M, col + m0, M, acc, K);
     }
     if (M <= kChunk) break;
     if (total.empty()) total.assign(static_cast<size_t>(K * O), 0);
@@ -432,9 +440,59 @@ Tensor weight_grad(const std::vector<uint8_t>& u, const ActGrid& grid, const int
   return dw;
 }
 
-// dXq = s_Gx * col2im(Gx W) with the col2im sums in int64.
-Tensor input_grad(const int8_t* Gx, float scale_gx, const QuantCodes& wi, const Geom& g) {
-  QAT_PROFILE("int8_train.input_grad_gemm");
+// One image's col2im: the rows of its GEMM result acc (P x K, row stride
+// ldc), each less 128 * sums[k] when sums is given (the packed kernel's
+// offset), summed into the image's input planes (C x H x W) in int64.
+void col2im_image(const int32_t* acc, int64_t ldc, const int32_t* sums, const Geom& g, int64_t* planes) {
+  std::fill(planes, planes + g.c * g.h * g.w, int64_t{0});
+  const int64_t KK = g.kh * g.kw;
+  for (int64_t oy = 0; oy < g.oh; ++oy)
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      const int32_t* row = acc + (oy * g.ow + ox) * ldc;
+      for (int64_t c = 0; c < g.c; ++c) {
+        int64_t* plane = planes + c * g.h * g.w;
+        for (int64_t ki = 0; ki < g.kh; ++ki) {
+          const int64_t iy = oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h;
+          if (iy < 0 || iy >= g.h) continue;
+          for (int64_t kj = 0; kj < g.kw; ++kj) {
+            const int64_t ix = ox * g.p.stride_w - g.p.pad_w + kj * g.p.dil_w;
+            const int64_t k = c * KK + ki * g.kw + kj;
+            if (ix >= 0 && ix < g.w) plane[iy * g.w + ix] += int64_t{row[k]} - (sums ? 128 * int64_t{sums[k]} : 0);
+          }
+        }
+      }
+    }
+}
+
+void scale_to_float(const int64_t* v, int64_t n, double s, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(s * static_cast<double>(v[i]));
+}
+
+// The GEMM result acc (M x K, row stride ldc; less 128 sums[k] when given)
+// to dXq = s_Gx col2im(acc), image by image on the threads (each image's
+// planes are its own). tile(n, acc_n): fills image n's rows of acc first
+// where the GEMM runs per image (null: acc already holds every row).
+template <class Tile>
+Tensor col2im_scaled(const int32_t* acc, int64_t ldc, const int32_t* sums, float scale_gx, const Geom& g, Tile tile) {
+  Tensor dx = Tensor::empty({g.n, g.c, g.h, g.w});
+  float* pd = dx.data<float>();
+  const int64_t pixels = g.c * g.h * g.w, P = g.P();
+  const double s = static_cast<double>(scale_gx);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < g.n; ++n) {
+    const int32_t* rows = tile(n, acc ? acc + n * P * ldc : nullptr);
+    int64_t* planes = scratch<int64_t>(kSum, pixels);
+    col2im_image(rows, ldc, sums, g, planes);
+    scale_to_float(planes, pixels, s, pd + n * pixels);
+  }
+  return dx;
+}
+
+bool is_1x1(const Geom& g) { return g.P() == 1 && g.h == 1 && g.w == 1 && g.kh == 1 && g.kw == 1; }
+
+// dXq = s_Gx * col2im(Gx W) with the col2im sums in int64 (the unpacked
+// kernels: W transposed, then gemm_s8s8s32).
+Tensor input_grad_unpacked(const int8_t* Gx, float scale_gx, const QuantCodes& wi, const Geom& g, GemmKernel kernel) {
   const int64_t M = g.M(), K = g.K(), O = g.o;
   int8_t* wt = scratch<int8_t>(kWt, K * O);
   {
@@ -444,37 +502,49 @@ Tensor input_grad(const int8_t* Gx, float scale_gx, const QuantCodes& wi, const 
   int32_t* acc = scratch<int32_t>(kAcc, M * K);
   {
     QAT_PROFILE("int8_train.gemm_dx");
-  gemm_s8s8s32(best_gemm_kernel(), M, K, O, Gx, O, wt, O, acc, K);
+    gemm_s8s8s32(kernel, M, K, O, Gx, O, wt, O, acc, K);
   }
   QAT_PROFILE("int8_train.col2im");
-  const int64_t pixels = g.n * g.c * g.h * g.w;
-  int64_t* sum = scratch<int64_t>(kSum, pixels);
-  std::fill(sum, sum + pixels, int64_t{0});
-  // Each (n, c) plane is owned by one thread.
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t n = 0; n < g.n; ++n)
-    for (int64_t c = 0; c < g.c; ++c) {
-      int64_t* plane = sum + (n * g.c + c) * g.h * g.w;
-      for (int64_t oy = 0; oy < g.oh; ++oy)
-        for (int64_t ox = 0; ox < g.ow; ++ox) {
-          const int32_t* row = acc + ((n * g.oh + oy) * g.ow + ox) * K + c * g.kh * g.kw;
-          for (int64_t ki = 0; ki < g.kh; ++ki) {
-            const int64_t iy = oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h;
-            if (iy < 0 || iy >= g.h) continue;
-            for (int64_t kj = 0; kj < g.kw; ++kj) {
-              const int64_t ix = ox * g.p.stride_w - g.p.pad_w + kj * g.p.dil_w;
-              if (ix >= 0 && ix < g.w) plane[iy * g.w + ix] += row[ki * g.kw + kj];
-            }
-          }
-        }
+  return col2im_scaled(acc, K, nullptr, scale_gx, g, [](int64_t, const int32_t* rows) { return rows; });
+}
+
+// The same on the packed VNNI kernel: W packed straight from its rows (no
+// transpose) with its column sums, Gx read as Gx + 128 by the kernel itself
+// (no shifted copy). Linear layers: one GEMM, then the scaling; convolutions:
+// image by image on the threads, each image's GEMM rows turned into its input
+// planes while they are in cache (no M x K buffer through memory).
+Tensor input_grad_packed(const int8_t* Gx, float scale_gx, const QuantCodes& wi, const Geom& g) {
+  const int64_t M = g.M(), K = g.K(), O = g.o, P = g.P();
+  thread_local PackedB reused;  // the caller's, shared with the threads below
+  PackedB& packed = reused;
+  std::vector<int32_t> sums(static_cast<size_t>((K + 63) / 64 * 64));
+  {
+    QAT_PROFILE("int8_train.pack_w");
+    pack_b_vnni_transposed(wi.q.get(), O, K, K, packed, sums.data());
+  }
+  const int64_t ldc = packed.N;
+  if (is_1x1(g)) {
+    int32_t* acc = scratch<int32_t>(kAcc, M * ldc);
+    {
+      QAT_PROFILE("int8_train.gemm_dx");
+      gemm_s8s8s32_packed_offset(M, Gx, O, packed, acc, ldc);
     }
-  Tensor dx = Tensor::empty({g.n, g.c, g.h, g.w});
-  float* pd = dx.data<float>();
-  const double s = static_cast<double>(scale_gx);
-  const int64_t total = dx.numel();
-#pragma omp parallel for schedule(static) if (total >= (1 << 15))
-  for (int64_t i = 0; i < total; ++i) pd[i] = static_cast<float>(s * static_cast<double>(sum[i]));
-  return dx;
+    QAT_PROFILE("int8_train.col2im");
+    return col2im_scaled(acc, ldc, sums.data(), scale_gx, g, [](int64_t, const int32_t* rows) { return rows; });
+  }
+  QAT_PROFILE("int8_train.gemm_dx_col2im");
+  return col2im_scaled(nullptr, ldc, sums.data(), scale_gx, g, [&](int64_t n, const int32_t*) {
+    int32_t* acc = scratch<int32_t>(kAcc, P * ldc);  // this thread's
+    gemm_s8s8s32_packed_offset(P, Gx + n * P * O, O, packed, acc, ldc);
+    return static_cast<const int32_t*>(acc);
+  });
+}
+
+Tensor input_grad(const int8_t* Gx, float scale_gx, const QuantCodes& wi, const Geom& g) {
+  QAT_PROFILE("int8_train.input_grad_gemm");
+  const GemmKernel kernel = int8_gemm_kernel();
+  if (kernel == GemmKernel::avx512_vnni) return input_grad_packed(Gx, scale_gx, wi, g);
+  return input_grad_unpacked(Gx, scale_gx, wi, g, kernel);
 }
 
 Tensor bias_grad(const float* dy, const Geom& g) {
@@ -596,6 +666,13 @@ std::shared_ptr<const QuantCodes> integers_of(const Tensor& wq, const Tensor& w_
 }
 
 }  // namespace
+
+void set_int8_training_kernel(std::optional<GemmKernel> kernel) {
+  QAT_CHECK(!kernel || *kernel == GemmKernel::reference || *kernel == GemmKernel::avx2 ||
+                (*kernel == GemmKernel::avx512_vnni && best_gemm_kernel() == GemmKernel::avx512_vnni),
+            "set_int8_training_kernel: this CPU cannot run ", kernel ? enum_name(*kernel) : "");
+  kernel_override() = kernel;
+}
 
 Tensor int8_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
                    const Conv2dParams& p, const std::shared_ptr<Int8GradState>& state) {

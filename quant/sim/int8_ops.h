@@ -28,12 +28,14 @@
 // in int64), the others have short sums (K, O <= 2^16, checked).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/enum_names.h"
 #include "core/window.h"
 #include "layers/module.h"
+#include "quant/integer/int8_gemm.h"
 #include "quant/sim/grad_quant.h"
 #include "quant/sim/weight_codes.h"
 
@@ -145,5 +147,11 @@ Tensor int8_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& w, std::s
                    const Tensor& bias, const Conv2dParams& p, const std::shared_ptr<Int8GradState>& state);
 Tensor int8_linear(const Tensor& x, const ActGrid& grid, const Tensor& w, std::shared_ptr<const QuantCodes> codes,
                    const Tensor& bias, const std::shared_ptr<Int8GradState>& state);
+
+// The GEMM kernels the ops above run: the best this CPU has (nullopt), or
+// the one given (tests: every kernel gives the same results bit for bit;
+// avx512_vnni runs the input gradient on the packed kernel, the others on
+// the transposed weight). Not thread-safe: set it between steps.
+void set_int8_training_kernel(std::optional<GemmKernel> kernel);
 
 }  // namespace qat::quant

@@ -38,7 +38,8 @@ void codes_row_scalar(const float* x, int8_t* q, int64_t n, float inv, float qmi
   for (int64_t i = 0; i < n; ++i) {
     const float t = math::fake_quant_grid(x[i], inv, 0.f);
     const bool in = math::ste_passes(t, qmin, qmax);
-    const int32_t v = in ? static_cast<int32_t>(t) : (t > qmax ? static_cast<int32_t>(qmax) : static_cast<int32_t>(qmin));
+    const float c = in ? t : (t > qmax ? qmax : qmin);  // (NaN: qmin, listed outside)
+    const int32_t v = static_cast<int32_t>(c);
     q[i] = static_cast<int8_t>(v);
     s += v;
     if (!in) outside.push_back(i);

@@ -199,3 +199,48 @@ TEST_CASE("s8 x s8 GEMM equals the 64-bit sum on edge shapes with every kernel",
   REQUIRE_THROWS_WITH(gemm_s8s8s32(GemmKernel::reference, 1, 1, 70000, a.data(), 70000, b.data(), 70000, &c, 1),
                       Catch::Matchers::Contains("exceeds 65536"));
 }
+
+// INT8 training's input gradient on the packed kernel: B packed from its
+// transpose (the weight as stored), columns padded to 64, A signed with its
+// sign bits flipped in the broadcast; C - 128 sums equals the 64-bit sum.
+TEST_CASE("the packed s8 x s8 GEMM on a transposed B equals the 64-bit sum", "[quant][int8gemm]") {
+  if (!qat::quant::can_use_packed_vnni(64)) {
+    WARN("no AVX-512 VNNI: packed s8 x s8 GEMM not tested");
+    return;
+  }
+  Generator g(19);
+  struct Shape3 { int64_t M, N, K; };
+  PackedB packed;  // reused across shapes, as the training op does
+  for (const Shape3 s : {Shape3{1, 1, 1}, Shape3{3, 5, 7}, Shape3{6, 64, 4}, Shape3{7, 65, 129}, Shape3{32, 200, 300},
+                         Shape3{13, 128, 1}, Shape3{2, 9216, 5}, Shape3{49, 1600, 64}}) {
+    for (const bool extreme : {false, true}) {
+      INFO("M=" << s.M << " N=" << s.N << " K=" << s.K << " extreme " << extreme);
+      const int64_t lda = s.K + 3, ldbt = s.N + 2;
+      std::vector<int8_t> A(static_cast<size_t>(s.M * lda), 99), Bt(static_cast<size_t>(s.K * ldbt), -99);
+      auto draw = [&] { return extreme ? int8_t{-128} : static_cast<int8_t>(static_cast<int>(g.below(256)) - 128); };
+      for (int64_t m = 0; m < s.M; ++m)
+        for (int64_t k = 0; k < s.K; ++k) A[m * lda + k] = draw();
+      for (int64_t k = 0; k < s.K; ++k)
+        for (int64_t n = 0; n < s.N; ++n) Bt[k * ldbt + n] = draw();
+      std::vector<int32_t> sums(static_cast<size_t>((s.N + 63) / 64 * 64), 7);
+      pack_b_vnni_transposed(Bt.data(), s.K, s.N, ldbt, packed, sums.data());
+      REQUIRE(packed.N == (s.N + 63) / 64 * 64);
+      const int64_t ldc = packed.N + 1;
+      std::vector<int32_t> C(static_cast<size_t>(s.M * ldc), 5);
+      gemm_s8s8s32_packed_offset(s.M, A.data(), lda, packed, C.data(), ldc);
+      bool ok = true;
+      for (int64_t n = 0; n < packed.N; ++n) {
+        int64_t col = 0;
+        for (int64_t k = 0; k < s.K && n < s.N; ++k) col += Bt[k * ldbt + n];
+        ok = ok && sums[n] == (n < s.N ? col : 0);
+        for (int64_t m = 0; m < s.M; ++m) {
+          int64_t want = 0;
+          for (int64_t k = 0; k < s.K && n < s.N; ++k) want += int64_t{A[m * lda + k]} * Bt[k * ldbt + n];
+          ok = ok && int64_t{C[m * ldc + n]} - 128 * int64_t{sums[n]} == want;
+        }
+      }
+      REQUIRE(ok);
+      for (int64_t m = 0; m < s.M; ++m) REQUIRE(C[m * ldc + packed.N] == 5);  // past the padded columns: untouched
+    }
+  }
+}

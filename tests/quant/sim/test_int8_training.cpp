@@ -54,6 +54,19 @@ Weights int8_weights(const Shape& shape, Generator& g) {
   return r;
 }
 
+// Every GEMM kernel this CPU runs (the packed input gradient on VNNI, the
+// transposed-weight path on the others), set for the INT8 ops while alive.
+std::vector<GemmKernel> int8_kernels_here() {
+  std::vector<GemmKernel> k = {GemmKernel::reference};
+  if (best_gemm_kernel() != GemmKernel::reference) k.push_back(GemmKernel::avx2);
+  if (best_gemm_kernel() == GemmKernel::avx512_vnni) k.push_back(GemmKernel::avx512_vnni);
+  return k;
+}
+struct KernelGuard {
+  explicit KernelGuard(GemmKernel k) { set_int8_training_kernel(k); }
+  ~KernelGuard() { set_int8_training_kernel(std::nullopt); }
+};
+
 std::shared_ptr<Int8GradState> state_keeping_integers(GradRounding rounding = GradRounding::stochastic) {
   Int8GradConfig cfg;
   cfg.rounding = rounding;
@@ -97,65 +110,68 @@ TEST_CASE("INT8 conv gradients equal the double backward of the quantized intege
   const ActGrid grid{0.03f, 17.0, 256};
   const int64_t N = 2, C = 3, H = 7, W = 6, O = 5, KH = 3, KW = 2;
   const Conv2dParams p{2, 1, 1, 1, 1, 1, 1};  // stride (2, 1), padding (1, 1)
-  for (const GradRounding rounding : {GradRounding::stochastic, GradRounding::nearest}) {
-    INFO(enum_name(rounding));
-    OnGrid in = on_grid({N, C, H, W}, grid, g);
-    Weights w = int8_weights({O, C, KH, KW}, g);
-    Tensor x = in.x.clone().set_requires_grad(true);
-    Tensor wq = w.wq.clone().set_requires_grad(true);
-    auto st = state_keeping_integers(rounding);
-    Tensor y = int8_conv2d(x, grid, wq, w.scale, Tensor(), p, st);
-    const int64_t OH = y.size(2), OW = y.size(3), P = OH * OW, M = N * P, K = C * KH * KW;
-    // A long-tailed upstream gradient, as real ones are.
-    Tensor gy = Tensor::randn(y.sizes(), g);
-    for (int64_t i = 0; i < gy.numel(); i += 7) gy.data<float>()[i] *= 30.f;
-    sum(mul(y, gy)).backward();
-    REQUIRE(st->last_g.size() == static_cast<size_t>(O * M));
-    REQUIRE(st->last_gx.size() == static_cast<size_t>(M * O));
-    auto u_at = [&](int64_t n, int64_t c, int64_t iy, int64_t ix) -> double {
-      if (iy < 0 || iy >= H || ix < 0 || ix >= W) return grid.zero;  // padding: real 0
-      return static_cast<double>(in.u[((n * C + c) * H + iy) * W + ix]);
-    };
-    std::vector<float> dw_want(static_cast<size_t>(O * K)), dx_want(static_cast<size_t>(N * C * H * W));
-    std::vector<int64_t> dx_sum(dx_want.size(), 0);
-    for (int64_t o = 0; o < O; ++o)
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t ki = 0; ki < KH; ++ki)
-          for (int64_t kj = 0; kj < KW; ++kj) {
-            double acc = 0;  // integers (and integer zx): exact in double
-            for (int64_t n = 0; n < N; ++n)
-              for (int64_t oy = 0; oy < OH; ++oy)
-                for (int64_t ox = 0; ox < OW; ++ox) {
-                  const int64_t m = (n * OH + oy) * OW + ox, iy = oy * 2 - 1 + ki, ix = ox - 1 + kj;
-                  acc += st->last_g[o * M + m] * (u_at(n, c, iy, ix) - grid.zero);
-                  if (iy >= 0 && iy < H && ix >= 0 && ix < W)
-                    dx_sum[((n * C + c) * H + iy) * W + ix] +=
-                        int64_t{st->last_gx[m * O + o]} * w.w[o * K + (c * KH + ki) * KW + kj];
-                }
-            const double s = static_cast<double>(st->last_scale_g) * static_cast<double>(grid.scale);
-            dw_want[o * K + (c * KH + ki) * KW + kj] = static_cast<float>(s * acc);
-          }
-    for (size_t i = 0; i < dx_sum.size(); ++i)
-      dx_want[i] = static_cast<float>(static_cast<double>(st->last_scale_gx) * static_cast<double>(dx_sum[i]));
-    REQUIRE(wq.grad().to_vector() == dw_want);
-    REQUIRE(x.grad().to_vector() == dx_want);
-    // And the integers are dY (and dY * s_w) quantized with the recorded scales.
-    const int qmax = grad_qmax(8);
-    bool g_ok = true, gx_ok = true;
-    for (int64_t n = 0; n < N; ++n)
+  for (const GemmKernel kernel : int8_kernels_here()) {
+    for (const GradRounding rounding : {GradRounding::stochastic, GradRounding::nearest}) {
+      INFO(enum_name(rounding) << " " << enum_name(kernel));
+      KernelGuard kg(kernel);
+      OnGrid in = on_grid({N, C, H, W}, grid, g);
+      Weights w = int8_weights({O, C, KH, KW}, g);
+      Tensor x = in.x.clone().set_requires_grad(true);
+      Tensor wq = w.wq.clone().set_requires_grad(true);
+      auto st = state_keeping_integers(rounding);
+      Tensor y = int8_conv2d(x, grid, wq, w.scale, Tensor(), p, st);
+      const int64_t OH = y.size(2), OW = y.size(3), P = OH * OW, M = N * P, K = C * KH * KW;
+      // A long-tailed upstream gradient, as real ones are.
+      Tensor gy = Tensor::randn(y.sizes(), g);
+      for (int64_t i = 0; i < gy.numel(); i += 7) gy.data<float>()[i] *= 30.f;
+      sum(mul(y, gy)).backward();
+      REQUIRE(st->last_g.size() == static_cast<size_t>(O * M));
+      REQUIRE(st->last_gx.size() == static_cast<size_t>(M * O));
+      auto u_at = [&](int64_t n, int64_t c, int64_t iy, int64_t ix) -> double {
+        if (iy < 0 || iy >= H || ix < 0 || ix >= W) return grid.zero;  // padding: real 0
+        return static_cast<double>(in.u[((n * C + c) * H + iy) * W + ix]);
+      };
+      std::vector<float> dw_want(static_cast<size_t>(O * K)), dx_want(static_cast<size_t>(N * C * H * W));
+      std::vector<int64_t> dx_sum(dx_want.size(), 0);
       for (int64_t o = 0; o < O; ++o)
-        for (int64_t q = 0; q < P; ++q) {
-          const float v = gy.data<float>()[(n * O + o) * P + q];
-          const int64_t m = n * P + q;
-          const float t = v / st->last_scale_g;
-          const int8_t G = st->last_g[o * M + m];
-          g_ok = g_ok && (G == qmax || G == -qmax || std::abs(t - G) < 1.0001f);
-          const float tx = v * w.scale.data<float>()[o] / st->last_scale_gx;
-          const int8_t Gx = st->last_gx[m * O + o];
-          gx_ok = gx_ok && (Gx == qmax || Gx == -qmax || std::abs(tx - Gx) < 1.0001f);
-        }
-    REQUIRE(g_ok);
-    REQUIRE(gx_ok);
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t ki = 0; ki < KH; ++ki)
+            for (int64_t kj = 0; kj < KW; ++kj) {
+              double acc = 0;  // integers (and integer zx): exact in double
+              for (int64_t n = 0; n < N; ++n)
+                for (int64_t oy = 0; oy < OH; ++oy)
+                  for (int64_t ox = 0; ox < OW; ++ox) {
+                    const int64_t m = (n * OH + oy) * OW + ox, iy = oy * 2 - 1 + ki, ix = ox - 1 + kj;
+                    acc += st->last_g[o * M + m] * (u_at(n, c, iy, ix) - grid.zero);
+                    if (iy >= 0 && iy < H && ix >= 0 && ix < W)
+                      dx_sum[((n * C + c) * H + iy) * W + ix] +=
+                          int64_t{st->last_gx[m * O + o]} * w.w[o * K + (c * KH + ki) * KW + kj];
+                  }
+              const double s = static_cast<double>(st->last_scale_g) * static_cast<double>(grid.scale);
+              dw_want[o * K + (c * KH + ki) * KW + kj] = static_cast<float>(s * acc);
+            }
+      for (size_t i = 0; i < dx_sum.size(); ++i)
+        dx_want[i] = static_cast<float>(static_cast<double>(st->last_scale_gx) * static_cast<double>(dx_sum[i]));
+      REQUIRE(wq.grad().to_vector() == dw_want);
+      REQUIRE(x.grad().to_vector() == dx_want);
+      // And the integers are dY (and dY * s_w) quantized with the recorded scales.
+      const int qmax = grad_qmax(8);
+      bool g_ok = true, gx_ok = true;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t o = 0; o < O; ++o)
+          for (int64_t q = 0; q < P; ++q) {
+            const float v = gy.data<float>()[(n * O + o) * P + q];
+            const int64_t m = n * P + q;
+            const float t = v / st->last_scale_g;
+            const int8_t G = st->last_g[o * M + m];
+            g_ok = g_ok && (G == qmax || G == -qmax || std::abs(t - G) < 1.0001f);
+            const float tx = v * w.scale.data<float>()[o] / st->last_scale_gx;
+            const int8_t Gx = st->last_gx[m * O + o];
+            gx_ok = gx_ok && (Gx == qmax || Gx == -qmax || std::abs(tx - Gx) < 1.0001f);
+          }
+      REQUIRE(g_ok);
+      REQUIRE(gx_ok);
+    }
   }
 }
 
@@ -163,38 +179,42 @@ TEST_CASE("INT8 linear gradients equal the double backward of the quantized inte
   Generator g(4);
   const ActGrid grid{0.04f, 0.0, 256};
   const int64_t N = 6, K = 33, O = 7;
-  OnGrid in = on_grid({N, K}, grid, g);
-  Weights w = int8_weights({O, K}, g);
-  Tensor x = in.x.clone().set_requires_grad(true);
-  Tensor wq = w.wq.clone().set_requires_grad(true);
-  Tensor b = Tensor::randn({O}, g).set_requires_grad(true);
-  auto st = state_keeping_integers();
-  Tensor gy = Tensor::randn({N, O}, g);
-  sum(mul(int8_linear(x, grid, wq, w.scale, b, st), gy)).backward();
-  std::vector<float> dw(static_cast<size_t>(O * K)), dx(static_cast<size_t>(N * K)), db(static_cast<size_t>(O));
-  for (int64_t o = 0; o < O; ++o) {
-    double bsum = 0;
-    for (int64_t n = 0; n < N; ++n) bsum += gy.data<float>()[n * O + o];
-    db[o] = static_cast<float>(bsum);
-    for (int64_t k = 0; k < K; ++k) {
-      int64_t acc = 0;
-      for (int64_t n = 0; n < N; ++n) acc += int64_t{st->last_g[o * N + n]} * in.u[n * K + k];
-      dw[o * K + k] = static_cast<float>(static_cast<double>(st->last_scale_g) * static_cast<double>(grid.scale) *
-                                         static_cast<double>(acc));
+  for (const GemmKernel kernel : int8_kernels_here()) {
+    INFO(enum_name(kernel));
+    KernelGuard kg(kernel);
+    OnGrid in = on_grid({N, K}, grid, g);
+    Weights w = int8_weights({O, K}, g);
+    Tensor x = in.x.clone().set_requires_grad(true);
+    Tensor wq = w.wq.clone().set_requires_grad(true);
+    Tensor b = Tensor::randn({O}, g).set_requires_grad(true);
+    auto st = state_keeping_integers();
+    Tensor gy = Tensor::randn({N, O}, g);
+    sum(mul(int8_linear(x, grid, wq, w.scale, b, st), gy)).backward();
+    std::vector<float> dw(static_cast<size_t>(O * K)), dx(static_cast<size_t>(N * K)), db(static_cast<size_t>(O));
+    for (int64_t o = 0; o < O; ++o) {
+      double bsum = 0;
+      for (int64_t n = 0; n < N; ++n) bsum += gy.data<float>()[n * O + o];
+      db[o] = static_cast<float>(bsum);
+      for (int64_t k = 0; k < K; ++k) {
+        int64_t acc = 0;
+        for (int64_t n = 0; n < N; ++n) acc += int64_t{st->last_g[o * N + n]} * in.u[n * K + k];
+        dw[o * K + k] = static_cast<float>(static_cast<double>(st->last_scale_g) * static_cast<double>(grid.scale) *
+                                           static_cast<double>(acc));
+      }
     }
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        int64_t acc = 0;
+        for (int64_t o = 0; o < O; ++o) acc += int64_t{st->last_gx[n * O + o]} * w.w[o * K + k];
+        dx[n * K + k] = static_cast<float>(static_cast<double>(st->last_scale_gx) * static_cast<double>(acc));
+      }
+    REQUIRE(wq.grad().to_vector() == dw);
+    REQUIRE(x.grad().to_vector() == dx);
+    REQUIRE(b.grad().to_vector() == db);
+    REQUIRE(st->steps() == 1);
+    REQUIRE(st->distance(0) > 0.f);
+    REQUIRE(st->distance(0) < 0.01f);  // 8-bit gradients keep the direction
   }
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k) {
-      int64_t acc = 0;
-      for (int64_t o = 0; o < O; ++o) acc += int64_t{st->last_gx[n * O + o]} * w.w[o * K + k];
-      dx[n * K + k] = static_cast<float>(static_cast<double>(st->last_scale_gx) * static_cast<double>(acc));
-    }
-  REQUIRE(wq.grad().to_vector() == dw);
-  REQUIRE(x.grad().to_vector() == dx);
-  REQUIRE(b.grad().to_vector() == db);
-  REQUIRE(st->steps() == 1);
-  REQUIRE(st->distance(0) > 0.f);
-  REQUIRE(st->distance(0) < 0.01f);  // 8-bit gradients keep the direction
 }
 
 // M = 70,000 output positions: the weight gradient sums two chunks of 2^16
