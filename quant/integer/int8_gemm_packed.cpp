@@ -2,6 +2,7 @@
 
 #include "quant/integer/simd.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -105,7 +106,7 @@ __attribute__((target("avx512f,avx512bw"))) inline void interleave4(__m512i r0, 
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void pack_transposed_avx512(const int8_t* Bt, int64_t K,
-                                                                                   int64_t N, int64_t ldbt,
+                                                                                   int64_t N, int64_t ldbt, bool flip,
                                                                                    PackedB& out, int32_t* sums) {
   const int64_t K4 = out.K4, chunks = out.N / 64;
   int8_t* data = out.data.data();
@@ -114,13 +115,16 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void pack_transposed_avx5
   for (int64_t ch = 0; ch < chunks; ++ch) {
     const int64_t n0 = ch * 64;
     const __mmask64 live = N - n0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (N - n0)) - 1;
+    // flip: the sign bits of the real bytes (the padding stays 0)
+    const __m512i signs = _mm512_maskz_mov_epi8(flip ? live : 0, _mm512_set1_epi8(static_cast<char>(0x80)));
     __m512i sum[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
                       _mm512_setzero_si512()};
     for (int64_t q = 0; q < K4; ++q) {
       __m512i r[4];
       for (int i = 0; i < 4; ++i) {
         const int64_t k = 4 * q + i;
-        r[i] = k < K ? _mm512_maskz_loadu_epi8(live, Bt + k * ldbt + n0) : _mm512_setzero_si512();
+        r[i] = k < K ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(live, Bt + k * ldbt + n0), signs)
+                     : _mm512_setzero_si512();
       }
       __m512i chunk[4];
       interleave4(r[0], r[1], r[2], r[3], chunk);
@@ -160,14 +164,41 @@ void gemm_s8s8s32_packed_offset(int64_t M, const int8_t* A, int64_t lda, const P
   gemm_packed<true>(M, reinterpret_cast<const uint8_t*>(A), lda, B, C, ldc);
 }
 
-void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, PackedB& out, int32_t* sums) {
+void gemm_s8s8_packed_dequant(int64_t M, const int8_t* A, int64_t lda, const PackedB& B, const DequantEpilogue& e,
+                              float* out, int64_t ldo) {
+  QAT_CHECK(can_use_packed_vnni(B.N) && lda >= B.K && e.n <= B.N && ldo >= e.n, "gemm_s8s8_packed_dequant: bad sizes "
+            "N=", B.N, " K=", B.K, " n=", e.n, " lda=", lda, " ldo=", ldo);
+  const int64_t groups = B.N / (16 * kBlocks), tiles = (M + kRows - 1) / kRows;
+  const int64_t block_stride = B.K4 * 64;
+  const auto* a8 = reinterpret_cast<const uint8_t*>(A);
+#pragma omp parallel for collapse(2) schedule(static) if (M * B.N * B.K >= (1 << 20))
+  for (int64_t t = 0; t < tiles; ++t)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t m0 = t * kRows, rows = M - m0 < kRows ? M - m0 : kRows;
+      const int64_t n0 = g * 16 * kBlocks, cols = std::min<int64_t>(16 * kBlocks, e.n - n0);
+      if (cols <= 0) continue;
+      alignas(64) int32_t c[kRows][16 * kBlocks];
+      kTiles<true>[rows](a8 + m0 * lda, lda, B.data.data() + g * kBlocks * block_stride, block_stride, B.K, B.K4,
+                         &c[0][0], 16 * kBlocks);
+      for (int64_t r = 0; r < rows; ++r) {
+        const double add = e.row_add[m0 + r];
+        float* o = out + (m0 + r) * ldo + n0;
+        const int32_t* sums = e.sums + n0;
+        for (int64_t j = 0; j < cols; ++j)
+          o[j] = static_cast<float>(e.scale * (static_cast<double>(c[r][j] - 128 * sums[j]) + add));
+      }
+    }
+}
+
+void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, PackedB& out, int32_t* sums,
+                            bool flip_signs) {
   QAT_CHECK(cpu_has_avx512_vnni() && K > 0 && N > 0 && ldbt >= N, "pack_b_vnni_transposed: needs AVX-512 VNNI, K > 0 "
             "(got ", K, "), N > 0 (got ", N, ")");
   out.N = (N + 63) / 64 * 64;
   out.K = K;
   out.K4 = (K + 3) / 4;
   out.data.resize(static_cast<size_t>(out.N * out.K4 * 4));  // every byte is written below
-  pack_transposed_avx512(Bt, K, N, ldbt, out, sums);
+  pack_transposed_avx512(Bt, K, N, ldbt, flip_signs, out, sums);
 }
 
 }  // namespace qat::quant

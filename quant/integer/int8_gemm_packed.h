@@ -33,7 +33,24 @@ void gemm_u8s8s32_packed(int64_t M, const uint8_t* A, int64_t lda, const PackedB
 // computes C = (A + 128) B^T (A's sign bits flipped as they are broadcast:
 // no shifted copy), so A B^T = C - 128 sums[n], exactly (every partial sum
 // fits int32 for K <= 2^16). C gets out.N columns (the padded ones 0).
-void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, PackedB& out, int32_t* sums);
+// flip_signs: Bt holds u8 values v, packed as v - 128 (s8; sums of v - 128).
+void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, PackedB& out, int32_t* sums,
+                            bool flip_signs = false);
 void gemm_s8s8s32_packed_offset(int64_t M, const int8_t* A, int64_t lda, const PackedB& B, int32_t* C, int64_t ldc);
+
+// INT8 training's weight gradient: the same product, each tile of C turned
+// into floats while it is in registers/L1 (no int32 matrix through memory):
+//   out[m][n] = float(scale * (double(C[m][n] - 128 sums[n]) + row_add[m]))
+// for the first n columns (n <= B.N); every double operation is the one the
+// scalar dequantization does, so the result is the same bit for bit.
+// (C - 128 sums must fit int32: K <= 2^16 as above.)
+struct DequantEpilogue {
+  int64_t n = 0;                  // columns of out
+  const int32_t* sums = nullptr;  // (B.N) from pack_b_vnni_transposed
+  const double* row_add = nullptr;  // (M)
+  double scale = 1.0;
+};
+void gemm_s8s8_packed_dequant(int64_t M, const int8_t* A, int64_t lda, const PackedB& B, const DequantEpilogue& e,
+                              float* out, int64_t ldo);
 
 }  // namespace qat::quant

@@ -152,6 +152,9 @@ struct Geom {
   int64_t M() const { return n * P(); }
 };
 
+// A linear layer's geometry: the rows of im2row are the input itself.
+bool is_1x1(const Geom& g) { return g.P() == 1 && g.h == 1 && g.w == 1 && g.kh == 1 && g.kw == 1; }
+
 // x on `grid` as integers u (N, C, H, W); a value more than 1e-3 steps off
 // the grid or outside [0, levels) is an error: the layer's input must be what
 // a quantizer produced.
@@ -407,9 +410,8 @@ GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<flo
 // dWq (O, K) = s_G s_x (sum_m G[o][m] u[m][k] - zx gsum[o]) as one s8 x s8
 // GEMM of G (O, M) and col = u - 128 (K, M): sum_m G u = C + 128 gsum[o].
 // M is summed in chunks of 2^16 (int32 accumulators), chunks in int64.
-Tensor weight_grad(const std::vector<uint8_t>& u, const ActGrid& grid, const int8_t* G, const int64_t* gsum,
-                   float scale_g, const Geom& g, uint8_t pad) {
-  QAT_PROFILE("int8_train.weight_grad_gemm");
+Tensor weight_grad_unpacked(const std::vector<uint8_t>& u, const ActGrid& grid, const int8_t* G, const int64_t* gsum,
+                            float scale_g, const Geom& g, uint8_t pad, GemmKernel kernel) {
   const int64_t M = g.M(), K = g.K(), O = g.o;
   int8_t* col = scratch<int8_t>(kCol, K * M);
   im2col(u.data(), g, pad, col);
@@ -420,7 +422,7 @@ Tensor weight_grad(const std::vector<uint8_t>& u, const ActGrid& grid, const int
     const int64_t len = std::min(kChunk, M - m0);
     {
       QAT_PROFILE("int8_train.gemm_dw");
-      gemm_s8s8s32(int8_gemm_kernel(), O, K, len, G + m0, M, col + m0, M, acc, K);
+      gemm_s8s8s32(kernel, O, K, len, G + m0, M, col + m0, M, acc, K);
     }
     if (M <= kChunk) break;
     if (total.empty()) total.assign(static_cast<size_t>(K * O), 0);
@@ -438,6 +440,44 @@ Tensor weight_grad(const std::vector<uint8_t>& u, const ActGrid& grid, const int
     }
   }
   return dw;
+}
+
+// The same on the packed VNNI kernel (M <= 2^16): B = col is packed from
+// its transpose, the im2row rows u (M x K; a linear layer's input itself),
+// read as u - 128 with the column sums; G is read as G + 128 by the kernel;
+// the tiles leave it as floats: dWq = s (C - 128 colsum[k] + (128 - zx) gsum[o])
+// with the same double operations as above.
+Tensor weight_grad_packed(const std::vector<uint8_t>& u, const ActGrid& grid, const int8_t* G, const int64_t* gsum,
+                          float scale_g, const Geom& g, uint8_t pad) {
+  const int64_t M = g.M(), K = g.K(), O = g.o;
+  const uint8_t* rows = u.data();
+  if (!is_1x1(g)) {
+    uint8_t* r = scratch<uint8_t>(kRows, M * K);
+    im2row(u.data(), g, pad, r);
+    rows = r;
+  }
+  thread_local PackedB packed;
+  std::vector<int32_t> sums(static_cast<size_t>((K + 63) / 64 * 64));
+  {
+    QAT_PROFILE("int8_train.pack_rows");
+    pack_b_vnni_transposed(reinterpret_cast<const int8_t*>(rows), M, K, K, packed, sums.data(), true);
+  }
+  std::vector<double> corr(static_cast<size_t>(O));
+  for (int64_t o = 0; o < O; ++o) corr[o] = (128.0 - grid.zero) * static_cast<double>(gsum[o]);
+  Tensor dw = Tensor::empty({O, K});
+  QAT_PROFILE("int8_train.gemm_dw");
+  const DequantEpilogue e{K, sums.data(), corr.data(), static_cast<double>(scale_g) * static_cast<double>(grid.scale)};
+  gemm_s8s8_packed_dequant(O, G, M, packed, e, dw.data<float>(), K);
+  return dw;
+}
+
+Tensor weight_grad(const std::vector<uint8_t>& u, const ActGrid& grid, const int8_t* G, const int64_t* gsum,
+                   float scale_g, const Geom& g, uint8_t pad) {
+  QAT_PROFILE("int8_train.weight_grad_gemm");
+  const GemmKernel kernel = int8_gemm_kernel();
+  if (kernel == GemmKernel::avx512_vnni && g.M() <= (int64_t{1} << 16))
+    return weight_grad_packed(u, grid, G, gsum, scale_g, g, pad);
+  return weight_grad_unpacked(u, grid, G, gsum, scale_g, g, pad, kernel);
 }
 
 // One image's col2im: the rows of its GEMM result acc (P x K, row stride
@@ -487,8 +527,6 @@ Tensor col2im_scaled(const int32_t* acc, int64_t ldc, const int32_t* sums, float
   }
   return dx;
 }
-
-bool is_1x1(const Geom& g) { return g.P() == 1 && g.h == 1 && g.w == 1 && g.kh == 1 && g.kw == 1; }
 
 // dXq = s_Gx * col2im(Gx W) with the col2im sums in int64 (the unpacked
 // kernels: W transposed, then gemm_s8s8s32).
