@@ -145,30 +145,59 @@ TEST_CASE("fake_quantize backward gives the same gradient in place as into a new
   REQUIRE(clipped > 0);  // the case exercises the clipping
 }
 
+// The fused kernel (AVX-512 where the CPU has it) and its bit mask for the
+// clipped STE against the plain ops: rows whose length is not a multiple of
+// 16 and long ones (the backward skips all-pass words four at a time), NaN
+// weights (NaN stays NaN, its gradient stopped), huge ones (clipped), and a
+// NaN upstream gradient at a clipped place (NaN * 0 = NaN, as PyTorch).
 TEST_CASE("fused per-channel observe-and-quantize equals observe then fake_quantize", "[quant][qat]") {
   QuantSpec spec;
   spec.per_channel = true;
   spec.axis = 0;
   spec.bits = 4;
-  MovingAverageMinMaxObserver fused(spec, 8, 0.1f), ref(spec, 8, 0.1f);
-  Generator g(9);
-  for (int step = 0; step < 3; ++step) {
-    Tensor w = Tensor::randn({8, 3, 5, 5}, g).set_requires_grad(true);
-    QParams used;
-    Tensor y = observe_and_fake_quantize(fused, w, SteKind::clipped, &used);
-    ref.observe(w);
-    const QParams q = ref.qparams();
-    Tensor y_ref = fake_quantize(w, q.scale, q.zero_point, spec);
-    REQUIRE(fused.min_val().to_vector() == ref.min_val().to_vector());
-    REQUIRE(fused.max_val().to_vector() == ref.max_val().to_vector());
-    REQUIRE(used.scale.to_vector() == q.scale.to_vector());
-    REQUIRE(y.to_vector() == y_ref.to_vector());
-    Tensor r = Tensor::randn(w.sizes(), g);
-    y.backward(r);
-    const std::vector<float> g1 = w.grad().to_vector();
-    w.zero_grad();
-    y_ref.backward(r);
-    REQUIRE(w.grad().to_vector() == g1);
+  for (const Shape& shape : {Shape{8, 3, 5, 5}, Shape{6, 300}}) {
+    INFO(shape_str(shape));
+    const int64_t C = shape[0];
+    MovingAverageMinMaxObserver fused(spec, C, 0.1f), ref(spec, C, 0.1f);
+    Generator g(9);
+    for (int step = 0; step < 3; ++step) {
+      Tensor w = Tensor::randn(shape, g);
+      if (step == 2) {
+        w.data<float>()[7] = std::nanf("");
+        w.data<float>()[w.numel() - 1] = 1e30f;
+        w.data<float>()[w.numel() / 2] = -3e4f;
+      }
+      w.set_requires_grad(true);
+      QParams used;
+      Tensor y = observe_and_fake_quantize(fused, w, SteKind::clipped, &used);
+      ref.observe(w);
+      const QParams q = ref.qparams();
+      Tensor y_ref = fake_quantize(w, q.scale, q.zero_point, spec);
+      REQUIRE(testing::same_bits(fused.min_val(), ref.min_val()));
+      REQUIRE(testing::same_bits(fused.max_val(), ref.max_val()));
+      REQUIRE(testing::same_bits(used.scale, q.scale));
+      REQUIRE(testing::same_bits(y, y_ref));
+      Tensor r = Tensor::randn(w.sizes(), g);
+      r.data<float>()[w.numel() - 1] = std::nanf("");  // at a clipped weight
+      // Steps 0 and 2: the upstream gradient is fresh from mul's backward
+      // (updated in place); step 1: the caller's tensor (copied).
+      if (step != 1) {
+        sum(mul(y, r)).backward();
+        sum(mul(y_ref, r)).backward();
+      } else {
+        y.backward(r);
+        const Tensor g1 = w.grad().clone();
+        w.zero_grad();
+        y_ref.backward(r);
+        REQUIRE(testing::same_bits(g1, w.grad()));
+        continue;
+      }
+      // both gradients accumulated into w.grad: compare against twice the plain one
+      Tensor twice = w.grad();
+      w.zero_grad();
+      sum(mul(fake_quantize(w, q.scale, q.zero_point, spec), r)).backward();
+      REQUIRE(testing::same_bits(twice, add(w.grad(), w.grad())));
+    }
   }
 }
 
