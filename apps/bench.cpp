@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
-#include <vector>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "core/ops.h"
 #include "core/profiler.h"
@@ -17,7 +20,10 @@
 #include "apps/train.h"
 #include "apps/run_state.h"
 #include "core/autograd.h"
+#include "core/blas_core.h"
 #include "quant/convert/freeze.h"
+#include "quant/integer/cpu_features.h"
+#include "quant/integer/int8_gemm.h"
 
 namespace qat::apps {
 
@@ -168,9 +174,31 @@ BenchFigures run_bench_infer(const BenchOptions& opt) {
   return {fp32, int8, bits, quant::gemm_kernel_name(im.kernel)};
 }
 
+// The CPU (/proc/cpuinfo's model name) and the kernels this run picks on
+// it, so that figures from different machines are never confused.
+void print_machine() {
+  std::string model = "unknown";
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  __builtin_cpu_init();
+  std::printf("cpu: %s (avx512 %s, vnni %s, amx-int8 %s)\n", model.c_str(),
+              quant::cpu_has_avx512bw() ? "yes" : "no", quant::cpu_has_avx512_vnni() ? "yes" : "no",
+              __builtin_cpu_supports("amx-int8") ? "yes" : "no");
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  std::printf("kernels: OpenBLAS %s%s%s; int8 GEMM %s; fake-quant rows %s\n", blas_core_name(),
+              forced ? " (OPENBLAS_CORETYPE=" : "", forced ? (std::string(forced) + ")").c_str() : "",
+              quant::gemm_kernel_name(quant::best_gemm_kernel()),
+              quant::cpu_has_avx512bw() ? "avx512" : "generic");
+}
+
 }  // namespace
 
 int run_bench(const BenchOptions& opt, BenchFigures* figures) {
+  print_machine();
   set_num_threads(opt.threads);
   BenchFigures measured;
   if (opt.infer) {
