@@ -304,12 +304,10 @@ uint8_t pad_integer(const ActGrid& grid, const Geom& g, const std::string& layer
 }
 
 // ---------------------------------------------------------------- forward
-Tensor forward_int(const std::vector<uint8_t>& u, const ActGrid& grid, const QuantCodes& wi, const Tensor& bias,
-                   const Geom& g, uint8_t pad) {
+// rows: the im2row rows (M x K) of the input.
+Tensor forward_int(const uint8_t* rows, const ActGrid& grid, const QuantCodes& wi, const Tensor& bias, const Geom& g) {
   QAT_PROFILE("int8_train.forward_gemm");
   const int64_t M = g.M(), K = g.K(), O = g.o, P = g.P();
-  uint8_t* rows = scratch<uint8_t>(kRows, M * K);
-  im2row(u.data(), g, pad, rows);
   int32_t* acc = scratch<int32_t>(kAcc, M * O);
   {
     QAT_PROFILE("int8_train.gemm_fwd");
@@ -447,15 +445,9 @@ Tensor weight_grad_unpacked(const std::vector<uint8_t>& u, const ActGrid& grid, 
 // read as u - 128 with the column sums; G is read as G + 128 by the kernel;
 // the tiles leave it as floats: dWq = s (C - 128 colsum[k] + (128 - zx) gsum[o])
 // with the same double operations as above.
-Tensor weight_grad_packed(const std::vector<uint8_t>& u, const ActGrid& grid, const int8_t* G, const int64_t* gsum,
-                          float scale_g, const Geom& g, uint8_t pad) {
+Tensor weight_grad_packed(const uint8_t* rows, const ActGrid& grid, const int8_t* G, const int64_t* gsum,
+                          float scale_g, const Geom& g) {
   const int64_t M = g.M(), K = g.K(), O = g.o;
-  const uint8_t* rows = u.data();
-  if (!is_1x1(g)) {
-    uint8_t* r = scratch<uint8_t>(kRows, M * K);
-    im2row(u.data(), g, pad, r);
-    rows = r;
-  }
   thread_local PackedB packed;
   std::vector<int32_t> sums(static_cast<size_t>((K + 63) / 64 * 64));
   {
@@ -471,13 +463,18 @@ Tensor weight_grad_packed(const std::vector<uint8_t>& u, const ActGrid& grid, co
   return dw;
 }
 
-Tensor weight_grad(const std::vector<uint8_t>& u, const ActGrid& grid, const int8_t* G, const int64_t* gsum,
-                   float scale_g, const Geom& g, uint8_t pad) {
+// Whether the weight gradient runs on the packed kernel: it reads the
+// forward's im2row rows, which the layer then keeps for its backward.
+bool packed_weight_grad(const Geom& g) {
+  return int8_gemm_kernel() == GemmKernel::avx512_vnni && g.M() <= (int64_t{1} << 16);
+}
+
+// rows: the forward's im2row rows where packed_weight_grad(g).
+Tensor weight_grad(const std::vector<uint8_t>& u, const uint8_t* rows, const ActGrid& grid, const int8_t* G,
+                   const int64_t* gsum, float scale_g, const Geom& g, uint8_t pad) {
   QAT_PROFILE("int8_train.weight_grad_gemm");
-  const GemmKernel kernel = int8_gemm_kernel();
-  if (kernel == GemmKernel::avx512_vnni && g.M() <= (int64_t{1} << 16))
-    return weight_grad_packed(u, grid, G, gsum, scale_g, g, pad);
-  return weight_grad_unpacked(u, grid, G, gsum, scale_g, g, pad, kernel);
+  if (rows) return weight_grad_packed(rows, grid, G, gsum, scale_g, g);
+  return weight_grad_unpacked(u, grid, G, gsum, scale_g, g, pad, int8_gemm_kernel());
 }
 
 // One image's col2im: the rows of its GEMM result acc (P x K, row stride
@@ -599,7 +596,8 @@ Tensor bias_grad(const float* dy, const Geom& g) {
 }
 
 // The whole backward of one layer (dx, dwq, dbias in the shapes of x and wq).
-TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const ActGrid& grid, const QuantCodes& wi,
+TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const uint8_t* rows, const ActGrid& grid,
+                    const QuantCodes& wi,
                     const Geom& g, uint8_t pad, Int8GradState& st, const NeedGrad& need, const Shape& x_shape,
                     const Shape& w_shape) {
   QAT_PROFILE("int8_train.backward");
@@ -618,7 +616,8 @@ TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const ActGr
     GradQuantStats stats;
     if (scale > 0.f) stats = quantize_g(dy, g, scale, st, G.data(), gsum.data());
     st.record(0, stats);
-    r[1] = (scale > 0.f ? weight_grad(u, grid, G.data(), gsum.data(), scale, g, pad) : Tensor::zeros({O, g.K()}))
+    r[1] = (scale > 0.f ? weight_grad(u, rows, grid, G.data(), gsum.data(), scale, g, pad)
+                        : Tensor::zeros({O, g.K()}))
                .view(w_shape);
     if (st.keep_last) st.last_g = G, st.last_scale_g = scale;
   }
@@ -659,11 +658,26 @@ Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& w, std::sh
             " x ", wi->cols, " for a weight of ", g.o, " x ", g.K());
   auto u = std::make_shared<std::vector<uint8_t>>(input_integers(x.contiguous(), grid, layer));
   const uint8_t pad = pad_integer(grid, g, layer);
-  Tensor y = forward_int(*u, grid, *wi, bias.defined() ? bias.contiguous() : Tensor(), g, pad);
+  // The im2row rows (a linear layer's are its input), kept for the packed
+  // weight gradient (a tensor: the caching allocator reuses its memory).
+  Tensor rows_t;
+  const uint8_t* rows = u->data();
+  if (!is_1x1(g)) {
+    rows_t = Tensor::empty({g.M() * g.K()}, DType::u8);
+    im2row(u->data(), g, pad, rows_t.data<uint8_t>());
+    rows = rows_t.data<uint8_t>();
+  }
+  Tensor y = forward_int(rows, grid, *wi, bias.defined() ? bias.contiguous() : Tensor(), g);
+  if (!(packed_weight_grad(g) && w.requires_grad())) rows_t = Tensor();  // not needed after the forward
   return record(y, "int8_layer", {&x, &w, &bias},
-                [u, wi, apply_ste, grid, g, pad, state, xs = x.sizes(), ws = w.sizes()](const Tensor& gy,
-                                                                                       const NeedGrad& need) {
-                  TensorList r = backward(gy, *u, grid, *wi, g, pad, *state, need, xs, ws);
+                [u, rows_t, wi, apply_ste, grid, g, pad, state, xs = x.sizes(), ws = w.sizes()](
+                    const Tensor& gy, const NeedGrad& need) {
+                  // (the kernel may have been changed since the forward: tests)
+                  const uint8_t* kept = !packed_weight_grad(g) ? nullptr
+                                        : rows_t.defined()     ? rows_t.data<uint8_t>()
+                                        : is_1x1(g)            ? u->data()
+                                                               : nullptr;
+                  TensorList r = backward(gy, *u, kept, grid, *wi, g, pad, *state, need, xs, ws);
                   if (apply_ste && r[1].defined() && !wi->clipped.empty()) {
                     // dw = dwq * mask, as fake_quantize's backward (NaN * 0 stays NaN).
                     float* pd = r[1].data<float>();
