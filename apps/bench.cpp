@@ -181,18 +181,18 @@ void print_machine() {
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);)
     if (line.rfind("model name", 0) == 0) {
-      model = line.substr(line.find(':') + 2);
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) model = line.substr(std::min(line.size(), colon + 2));
       break;
     }
-  __builtin_cpu_init();
   std::printf("cpu: %s (avx512 %s, vnni %s, amx-int8 %s)\n", model.c_str(),
               quant::cpu_has_avx512bw() ? "yes" : "no", quant::cpu_has_avx512_vnni() ? "yes" : "no",
-              __builtin_cpu_supports("amx-int8") ? "yes" : "no");
+              quant::cpu_has_amx_int8() ? "yes" : "no");
   const char* forced = std::getenv("OPENBLAS_CORETYPE");
   std::printf("kernels: OpenBLAS %s%s%s; int8 GEMM %s; fake-quant rows %s\n", blas_core_name(),
               forced ? " (OPENBLAS_CORETYPE=" : "", forced ? (std::string(forced) + ")").c_str() : "",
               quant::gemm_kernel_name(quant::best_gemm_kernel()),
-              quant::cpu_has_avx512bw() ? "avx512" : "generic");
+              quant::cpu_has_avx512_rows() ? "avx512" : "generic");
 }
 
 }  // namespace

@@ -256,7 +256,7 @@ Tensor fused_rows(Observer& obs, ChannelMinMaxFold& fold, const Tensor& x, SteKi
   const bool need_mask = ste == SteKind::clipped && any_requires_grad({&x});
   Tensor out = Tensor::empty(x.sizes());
   auto bits = need_mask ? std::make_shared<RowBits>(C, L) : nullptr;
-  const auto row_bits = cpu_has_avx512bw() ? &fq_row_bits_avx512 : &fq_row_bits_generic;
+  const auto row_bits = cpu_has_avx512_rows() ? &fq_row_bits_avx512 : &fq_row_bits_generic;
   QParams q{Tensor::empty({C}), Tensor::empty({C}, DType::i32)};
   const float* px = x.data<float>();
   float* py = out.data<float>();

@@ -152,8 +152,11 @@ struct Geom {
   int64_t M() const { return n * P(); }
 };
 
-// A linear layer's geometry: the rows of im2row are the input itself.
-bool is_1x1(const Geom& g) { return g.P() == 1 && g.h == 1 && g.w == 1 && g.kh == 1 && g.kw == 1; }
+// A linear layer's geometry: the rows of im2row are the input itself (no
+// padding: a padded 1x1 input's only tap may be the padding).
+bool is_1x1(const Geom& g) {
+  return g.P() == 1 && g.h == 1 && g.w == 1 && g.kh == 1 && g.kw == 1 && g.p.pad_h == 0 && g.p.pad_w == 0;
+}
 
 // x on `grid` as integers u (N, C, H, W); a value more than 1e-3 steps off
 // the grid or outside [0, levels) is an error: the layer's input must be what
@@ -720,7 +723,8 @@ std::shared_ptr<const QuantCodes> integers_of(const Tensor& wq, const Tensor& w_
 }  // namespace
 
 void set_int8_training_kernel(std::optional<GemmKernel> kernel) {
-  QAT_CHECK(!kernel || *kernel == GemmKernel::reference || *kernel == GemmKernel::avx2 ||
+  QAT_CHECK(!kernel || *kernel == GemmKernel::reference ||
+                (*kernel == GemmKernel::avx2 && best_gemm_kernel() != GemmKernel::reference) ||
                 (*kernel == GemmKernel::avx512_vnni && best_gemm_kernel() == GemmKernel::avx512_vnni),
             "set_int8_training_kernel: this CPU cannot run ", kernel ? enum_name(*kernel) : "");
   kernel_override() = kernel;

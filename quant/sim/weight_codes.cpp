@@ -75,7 +75,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void codes_row_avx512(const
 }
 
 using RowFn = void (*)(const float*, int8_t*, int64_t, float, float, float, int64_t&, std::vector<int64_t>&);
-RowFn codes_row() { return cpu_has_avx512bw() ? &codes_row_avx512 : &codes_row_scalar; }
+RowFn codes_row() { return cpu_has_avx512_rows() ? &codes_row_avx512 : &codes_row_scalar; }
 
 // Every row through row_scale(r) (the row's scale, computed in the loop: the
 // fused observer) into `out`; rows on the threads, clipped indices in order.
@@ -138,8 +138,9 @@ void quantize_codes(const Tensor& x, const QParams& q, const QuantSpec& spec, St
   const float* ps = q.scale.data<float>();
   const int32_t* pz = q.zero_point.data<int32_t>();
   for (int64_t c = 0; c < C; ++c)
-    QAT_CHECK(pz[c] == 0 && ps[c] > 0.f && std::isfinite(ps[c]), what, ": channel ", c, " has scale ", ps[c],
-              " and zero point ", pz[c], "; integer weight codes need a positive finite scale and zero point 0");
+    QAT_CHECK(pz[c] == 0 && ps[c] > 0.f && std::isfinite(ps[c]) && std::isfinite(1.0f / ps[c]), what, ": channel ",
+              c, " has scale ", ps[c], " and zero point ", pz[c],
+              "; integer weight codes need zero point 0 and a positive scale with a finite inverse");
   out.resize(R, L);
   quantize_rows(x.data<float>(), R, L, spec, ste, out, what, [&](int64_t r) { return ps[C == 1 ? 0 : r]; });
 }

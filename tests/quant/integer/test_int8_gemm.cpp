@@ -212,16 +212,19 @@ TEST_CASE("the packed s8 x s8 GEMM on a transposed B equals the 64-bit sum", "[q
   struct Shape3 { int64_t M, N, K; };
   PackedB packed;  // reused across shapes, as the training op does
   for (const Shape3 s : {Shape3{1, 1, 1}, Shape3{3, 5, 7}, Shape3{6, 64, 4}, Shape3{7, 65, 129}, Shape3{32, 200, 300},
-                         Shape3{13, 128, 1}, Shape3{2, 9216, 5}, Shape3{49, 1600, 64}}) {
-    for (const bool extreme : {false, true}) {
+                         Shape3{13, 128, 1}, Shape3{2, 9216, 5}, Shape3{49, 1600, 64}, Shape3{2, 64, 65536}}) {
+    // extreme 1: -128 x -128 (A + 128 = 0); 2: 127 x -128 (the largest |C|)
+    for (const int extreme : {0, 1, 2}) {
       INFO("M=" << s.M << " N=" << s.N << " K=" << s.K << " extreme " << extreme);
       const int64_t lda = s.K + 3, ldbt = s.N + 2;
       std::vector<int8_t> A(static_cast<size_t>(s.M * lda), 99), Bt(static_cast<size_t>(s.K * ldbt), -99);
-      auto draw = [&] { return extreme ? int8_t{-128} : static_cast<int8_t>(static_cast<int>(g.below(256)) - 128); };
+      auto draw = [&](int8_t fixed) {
+        return extreme ? fixed : static_cast<int8_t>(static_cast<int>(g.below(256)) - 128);
+      };
       for (int64_t m = 0; m < s.M; ++m)
-        for (int64_t k = 0; k < s.K; ++k) A[m * lda + k] = draw();
+        for (int64_t k = 0; k < s.K; ++k) A[m * lda + k] = draw(extreme == 2 ? int8_t{127} : int8_t{-128});
       for (int64_t k = 0; k < s.K; ++k)
-        for (int64_t n = 0; n < s.N; ++n) Bt[k * ldbt + n] = draw();
+        for (int64_t n = 0; n < s.N; ++n) Bt[k * ldbt + n] = draw(int8_t{-128});
       std::vector<int32_t> sums(static_cast<size_t>((s.N + 63) / 64 * 64), 7);
       pack_b_vnni_transposed(Bt.data(), s.K, s.N, ldbt, packed, sums.data());
       REQUIRE(packed.N == (s.N + 63) / 64 * 64);

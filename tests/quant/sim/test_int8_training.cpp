@@ -92,6 +92,28 @@ TEST_CASE("INT8 conv forward equals the float conv of the fake-quantized values"
   }
 }
 
+// A 1x1 input whose only tap of a padded 1x1 kernel is the padding: the op
+// must not read the input as its im2row rows (a linear layer's shortcut).
+TEST_CASE("INT8 conv of a padded 1x1 input sees only the padding on every kernel", "[quant][int8train]") {
+  Generator g(14);
+  const ActGrid grid{0.05f, 3.0, 256};
+  const OnGrid in = on_grid({2, 2, 1, 1}, grid, g);
+  const Weights w = int8_weights({3, 2, 1, 1}, g);
+  Tensor bias = Tensor::randn({3}, g);
+  const Conv2dParams p{3, 3, 1, 1, 1, 1, 1};  // stride 3, padding 1: output 1x1 at the padding
+  for (const GemmKernel kernel : int8_kernels_here()) {
+    INFO(enum_name(kernel));
+    KernelGuard kg(kernel);
+    Tensor x = in.x.clone().set_requires_grad(true), wq = w.wq.clone().set_requires_grad(true);
+    Tensor y = int8_conv2d(x, grid, wq, w.scale, bias, p, state_keeping_integers());
+    REQUIRE(y.sizes() == Shape{2, 3, 1, 1});
+    testing::require_close(y, conv2d(in.x, w.wq, bias, p), 0.0, 0.0, "padded 1x1 conv forward");
+    sum(mul(y, Tensor::randn(y.sizes(), g))).backward();
+    for (const float v : wq.grad().to_vector()) REQUIRE(v == 0.f);  // u - zx = 0 at the padding
+    for (const float v : x.grad().to_vector()) REQUIRE(v == 0.f);   // no pixel is tapped
+  }
+}
+
 TEST_CASE("INT8 linear forward equals the float linear of the fake-quantized values", "[quant][int8train]") {
   Generator g(2);
   const ActGrid grid{0.02f, 0.0, 256};
