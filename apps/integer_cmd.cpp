@@ -1,6 +1,8 @@
 #include "apps/integer_cmd.h"
+#include "apps/onnx_export.h"
 
 #include <algorithm>
+#include <fstream>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -62,7 +64,21 @@ std::vector<std::string> image_files(const std::string& input) {
 }  // namespace
 
 int run_export(const ExportArgs& args) {
+  QAT_CHECK(args.format == "qat" || args.format == "onnx", "export: --format must be qat or onnx, got ", args.format);
+  QAT_CHECK(args.onnx_profile == "standard" || args.onnx_profile == "tensorrt",
+            "export: --onnx-profile must be standard or tensorrt, got ", args.onnx_profile);
   Frozen f = freeze_checkpoint(args.config, args.overrides, args.checkpoint);
+  if (args.format == "onnx") {
+    OnnxExportOptions o;
+    o.profile = args.onnx_profile == "tensorrt" ? OnnxProfile::tensorrt : OnnxProfile::standard;
+    o.image_size = f.cfg.data.image_size;
+    export_onnx(f.integer, o, args.out_dir);
+    std::printf("exported %s (%s) to %s: ONNX opset 13, QDQ, %s profile, input (N, 3, %lld, %lld), %s\n",
+                args.checkpoint.c_str(), f.cfg.model.name.c_str(), args.out_dir.c_str(), args.onnx_profile.c_str(),
+                static_cast<long long>(o.image_size), static_cast<long long>(o.image_size),
+                size_str(fs::file_size(args.out_dir)).c_str());
+    return 0;
+  }
   ExportedModel ex;
   ex.model = std::move(f.integer);
   ex.model_name = f.cfg.model.name;
@@ -91,7 +107,8 @@ int run_export(const ExportArgs& args) {
   return 0;
 }
 
-std::vector<Prediction> predict_images(const ExportedModel& ex, const std::string& input, int top_n) {
+std::vector<Prediction> predict_images(const ExportedModel& ex, const std::string& input, int top_n,
+                                       const PredictionSink& sink) {
   const data::TransformSpec spec = eval_transform(ex);
   const int64_t S = ex.image_size, classes = ex.model.num_classes(), top = std::min<int64_t>(top_n, classes);
   Generator unused(0);  // eval transforms draw nothing
@@ -105,6 +122,7 @@ std::vector<Prediction> predict_images(const ExportedModel& ex, const std::strin
       continue;
     }
     const std::vector<float> logits = ex.model.forward(x).to_vector();
+    if (sink) sink(path, x, logits);
     const float mx = *std::max_element(logits.begin(), logits.end());
     std::vector<double> p(logits.size());
     double sum = 0;
@@ -123,8 +141,21 @@ std::vector<Prediction> predict_images(const ExportedModel& ex, const std::strin
 int run_infer(const InferArgs& args) {
   set_num_threads(args.threads);
   const ExportedModel ex = load_export(args.export_dir);
+  std::ofstream inputs, logits, paths;
+  PredictionSink sink;
+  if (!args.save.empty()) {
+    inputs.open(args.save + ".inputs.f32", std::ios::binary | std::ios::trunc);
+    logits.open(args.save + ".logits.f32", std::ios::binary | std::ios::trunc);
+    paths.open(args.save + ".paths.txt", std::ios::trunc);
+    QAT_CHECK(inputs && logits && paths, "infer: cannot write ", args.save, ".inputs.f32 / .logits.f32 / .paths.txt");
+    sink = [&](const std::string& path, const Tensor& x, const std::vector<float>& l) {
+      inputs.write(reinterpret_cast<const char*>(x.data<float>()), static_cast<std::streamsize>(x.numel() * 4));
+      logits.write(reinterpret_cast<const char*>(l.data()), static_cast<std::streamsize>(l.size() * 4));
+      paths << path << "\n";
+    };
+  }
   int64_t bad = 0;
-  for (const Prediction& pr : predict_images(ex, args.input, args.top)) {
+  for (const Prediction& pr : predict_images(ex, args.input, args.top, sink)) {
     if (!pr.error.empty()) {
       std::fprintf(stderr, "qat: %s\n", pr.error.c_str());
       ++bad;
@@ -134,6 +165,8 @@ int run_infer(const InferArgs& args) {
     for (const auto& [name, prob] : pr.top) std::printf("  %6.2f%%  %s\n", 100.0 * prob, name.c_str());
   }
   if (bad > 0) std::fprintf(stderr, "qat: %lld image(s) could not be read\n", static_cast<long long>(bad));
+  if (!args.save.empty())
+    QAT_CHECK(inputs.flush() && logits.flush() && paths.flush(), "infer: writing ", args.save, ".* failed");
   return bad > 0 ? 1 : 0;
 }
 

@@ -2,10 +2,12 @@
 // Commands on the frozen integer model: `qat export`, `qat infer`,
 // `qat compare-layers` (`qat eval` on an export folder lives in train.cpp).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/tensor.h"
 #include "quant/convert/compare_layers.h"
 
 namespace qat::apps {
@@ -13,6 +15,8 @@ namespace qat::apps {
 struct ExportArgs {
   std::string config, checkpoint, out_dir;
   std::vector<std::string> overrides;
+  std::string format = "qat";            // qat (folder) | onnx (out_dir is the .onnx file)
+  std::string onnx_profile = "standard";  // standard | tensorrt
 };
 int run_export(const ExportArgs& args);
 
@@ -20,6 +24,11 @@ struct InferArgs {
   std::string export_dir, input;  // an image file or a folder (searched recursively)
   int top = 5;
   int threads = 0;
+  // Also writes PREFIX.inputs.f32 (each image as the model saw it, (3, S, S)
+  // float32), PREFIX.logits.f32 (the integer model's logits) and
+  // PREFIX.paths.txt: what another runtime is checked against
+  // (bench/onnx_eval.py).
+  std::string save;
 };
 int run_infer(const InferArgs& args);
 
@@ -30,7 +39,10 @@ struct Prediction {
   std::string error;                                 // why the image could not be read (then `top` is empty)
 };
 struct ExportedModel;
-std::vector<Prediction> predict_images(const ExportedModel& ex, const std::string& input, int top);
+// sink (optional): each decoded image's input tensor (1, 3, S, S) and logits.
+using PredictionSink = std::function<void(const std::string& path, const Tensor& x, const std::vector<float>& logits)>;
+std::vector<Prediction> predict_images(const ExportedModel& ex, const std::string& input, int top,
+                                       const PredictionSink& sink = {});
 
 struct CompareLayersArgs {
   std::string config, checkpoint;

@@ -81,7 +81,12 @@ int main(int argc, char** argv) {
   auto* ex = app.add_subcommand("export", "Freeze a QAT checkpoint into an integer model and write it to a folder");
   ex->add_option("config", exp.config, "Experiment config (YAML) with a quant: section")->required()->check(CLI::ExistingFile);
   ex->add_option("--checkpoint", exp.checkpoint, "QAT checkpoint (.safetensors)")->required()->check(CLI::ExistingFile);
-  ex->add_option("--out", exp.out_dir, "Output folder (manifest.yaml + weights.safetensors)")->required();
+  ex->add_option("--out", exp.out_dir, "Output folder (manifest.yaml + weights.safetensors), or the .onnx file")
+      ->required();
+  ex->add_option("--format", exp.format, "qat (qat's own folder) or onnx (QDQ, opset 13)")->capture_default_str();
+  ex->add_option("--onnx-profile", exp.onnx_profile,
+                 "standard, or tensorrt (int8 activations, zero points 0: TensorRT's explicit quantization)")
+      ->capture_default_str();
   ex->add_option("--set", exp.overrides, "Override a config key (repeatable)");
 
   qat::apps::InferArgs inf;
@@ -90,6 +95,8 @@ int main(int argc, char** argv) {
   in->add_option("input", inf.input, "An image file, or a folder searched recursively")->required()->check(CLI::ExistingPath);
   in->add_option("--top", inf.top, "Classes to print per image")->capture_default_str()->check(CLI::PositiveNumber);
   in->add_option("--threads", inf.threads, "Threads (0: all cores)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  in->add_option("--save", inf.save,
+                 "Also write PREFIX.inputs.f32, PREFIX.logits.f32, PREFIX.paths.txt (checks of other runtimes)");
 
   qat::apps::CompareLayersArgs cl;
   auto* cls = app.add_subcommand("compare-layers",

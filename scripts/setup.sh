@@ -13,6 +13,8 @@ packages=(
   nlohmann-json3-dev       # JSON header of safetensors files
   libssl-dev               # libcrypto's SHA-256: an export's manifest names the digest of its weights
   python3-numpy            # tests run the numpy reader example of docs/export_format.md
+  libonnx-dev libprotobuf-dev   # ONNX export: ONNX's protobuf classes and checker
+  python3-venv             # the virtual environment with ONNX Runtime for the ONNX tests
   clang libclang-rt-dev libomp-dev   # libFuzzer targets (scripts/fuzz.sh): Clang, its sanitizer runtimes, OpenMP
 )
 
@@ -23,11 +25,19 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all packages present"
-  exit 0
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "setup: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# ONNX Runtime and the onnx package (checker) for the ONNX export tests, in a
+# virtual environment beside the sources (.venv-onnx, git-ignored); pinned.
+venv="$(cd "$(dirname "$0")/.." && pwd)/.venv-onnx"
+if ! "$venv/bin/python" -c 'import onnxruntime, onnx, numpy' >/dev/null 2>&1; then
+  echo "setup: creating $venv (onnxruntime, onnx, numpy from PyPI)"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check onnxruntime==1.20.1 onnx==1.17.0 numpy==1.26.4
+fi

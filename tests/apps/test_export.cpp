@@ -140,7 +140,7 @@ TEST_CASE("export round trip: the loaded model gives the frozen model's logits",
   REQUIRE(s.epoch == -1);
   // qat infer: top-5 of each image from the export alone, most probable first,
   // its top-1 the argmax of the integer logits of the same preprocessed image.
-  REQUIRE(run_infer({out, kSample + "/val/n01440764", 5, 1}) == 0);
+  REQUIRE(run_infer({out, kSample + "/val/n01440764", 5, 1, ""}) == 0);
   const auto preds = predict_images(ex, kSample + "/val/n01440764", 5);
   REQUIRE(preds.size() == 10);
   for (const auto& p : preds) {
@@ -173,7 +173,7 @@ TEST_CASE("export round trip: the loaded model gives the frozen model's logits",
   CHECK(mixed_preds[1].top.empty());
   CHECK_THAT(mixed_preds[1].error, Contains("b.jpg"));
   CHECK(mixed_preds[2].top.size() == 3);
-  REQUIRE(run_infer({out, mixed.string(), 3, 1}) == 1);
+  REQUIRE(run_infer({out, mixed.string(), 3, 1, ""}) == 1);
 }
 
 TEST_CASE("4-bit weights are packed two per byte and read back", "[e2e][export]") {

@@ -1,0 +1,314 @@
+#include "apps/onnx_export.h"
+
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "core/error.h"
+#include "quant/integer/int_op.h"
+
+namespace qat::apps {
+
+namespace {
+
+using quant::ActQuant;
+using quant::IntLayer;
+using quant::IntOp;
+
+constexpr int64_t kOpset = 13;  // per-axis QuantizeLinear / DequantizeLinear
+
+// The graph under construction, with unique names for what it adds.
+class Builder {
+ public:
+  explicit Builder(onnx::GraphProto* g) : g_(g) {}
+
+  std::string name(const std::string& base) { return base + "_" + std::to_string(next_++); }
+
+  template <class T>
+  std::string constant(const std::string& base, int32_t type, const std::vector<int64_t>& dims, const T* data,
+                       int64_t n) {
+    onnx::TensorProto* t = g_->add_initializer();
+    const std::string nm = name(base);
+    t->set_name(nm);
+    t->set_data_type(type);
+    for (int64_t d : dims) t->add_dims(d);
+    t->set_raw_data(std::string(reinterpret_cast<const char*>(data), static_cast<size_t>(n) * sizeof(T)));
+    return nm;
+  }
+  std::string scalar_f32(const std::string& base, float v) {
+    return constant(base, onnx::TensorProto::FLOAT, {}, &v, 1);
+  }
+  std::string zero_point(const std::string& base, int32_t z, bool is_signed) {
+    if (is_signed) {
+      const auto v = static_cast<int8_t>(z);
+      return constant(base, onnx::TensorProto::INT8, {}, &v, 1);
+    }
+    const auto v = static_cast<uint8_t>(z);
+    return constant(base, onnx::TensorProto::UINT8, {}, &v, 1);
+  }
+
+  onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& in, const std::string& out_base,
+                        std::string* out) {
+    onnx::NodeProto* n = g_->add_node();
+    n->set_op_type(op);
+    n->set_name(name(op));
+    for (const std::string& i : in) n->add_input(i);
+    *out = name(out_base);
+    n->add_output(*out);
+    return n;
+  }
+  static void ints(onnx::NodeProto* n, const std::string& attr, const std::vector<int64_t>& v) {
+    onnx::AttributeProto* a = n->add_attribute();
+    a->set_name(attr);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t x : v) a->add_ints(x);
+  }
+  static void one_int(onnx::NodeProto* n, const std::string& attr, int64_t v) {
+    onnx::AttributeProto* a = n->add_attribute();
+    a->set_name(attr);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+
+ private:
+  onnx::GraphProto* g_;
+  int next_ = 0;
+};
+
+void check_grid(const ActQuant& q, const IntLayer& l, const char* which, OnnxProfile profile) {
+  QAT_CHECK(q.zero_frac == 0.f, "export --format onnx: layer ", l.name, ": its ", which,
+            " grid has a fractional zero point (LSQ+ offset ", q.zero_frac,
+            "), which QuantizeLinear cannot express; train with quant.method lsq or an observer");
+  QAT_CHECK(profile != OnnxProfile::tensorrt || (q.bits == 8 && q.is_signed && q.zero_point == 0),
+            "export --onnx-profile tensorrt: layer ", l.name, ": its ", which, " grid is ",
+            q.is_signed ? "int" : "uint", q.bits, " with zero point ", q.zero_point,
+            "; TensorRT's explicit quantization needs int8 with zero point 0 (quant.backend: tensorrt)");
+}
+
+// x on grid q: [Clip to the grid's range when it has fewer than 8 bits] ->
+// QuantizeLinear -> DequantizeLinear; returns the DQ output.
+std::string qdq(Builder& b, const std::string& x, const ActQuant& q, const std::string& tag) {
+  const std::string s = b.scalar_f32(tag + "_scale", q.scale), z = b.zero_point(tag + "_zero_point", q.zero_point,
+                                                                                q.is_signed);
+  std::string in = x;
+  if (q.bits < 8) {
+    const float lo = static_cast<float>(q.qmin() - q.zero_point) * q.scale;
+    const float hi = static_cast<float>(q.qmax() - q.zero_point) * q.scale;
+    b.node("Clip", {x, b.scalar_f32(tag + "_min", lo), b.scalar_f32(tag + "_max", hi)}, tag + "_clipped", &in);
+  }
+  std::string qv, dq;
+  b.node("QuantizeLinear", {in, s, z}, tag + "_q", &qv);
+  b.node("DequantizeLinear", {qv, s, z}, tag + "_dq", &dq);
+  return dq;
+}
+
+// The weight (int8 or uint8 initializer) and its per-channel DQ.
+std::string weight_dq(Builder& b, const IntLayer& l, OnnxProfile profile) {
+  const int64_t O = l.out_channels;
+  for (int64_t c = 0; c < O; ++c)
+    QAT_CHECK(l.weight_zero_frac.data<float>()[c] == 0.f, "export --format onnx: layer ", l.name,
+              ": channel ", c, " has a fractional weight zero point (LSQ+), which DequantizeLinear cannot express");
+  const int32_t* zp = l.weight_zero_point.data<int32_t>();
+  for (int64_t c = 0; c < O; ++c)
+    QAT_CHECK(profile != OnnxProfile::tensorrt || (l.weight_signed && l.weight_bits == 8 && zp[c] == 0),
+              "export --onnx-profile tensorrt: layer ", l.name, ": weights int", l.weight_bits, " ",
+              l.weight_signed ? "signed" : "unsigned", " with zero point ", zp[c], " (channel ", c,
+              "); TensorRT needs symmetric int8 weights");
+  const bool conv = l.op == IntOp::conv;
+  const Tensor w = conv ? quant::weight_oihw_from_ohwi(l.weight) : l.weight;  // int8 storage
+  std::vector<int64_t> dims(w.sizes().begin(), w.sizes().end());
+  const int32_t type = l.weight_signed ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8;
+  const std::string wn = b.constant(l.name + "_weight", type, dims, w.data<int8_t>(), w.numel());
+  const std::string sn = b.constant(l.name + "_weight_scale", onnx::TensorProto::FLOAT, {O},
+                                    l.weight_scale.data<float>(), O);
+  std::vector<int8_t> z8(static_cast<size_t>(O));
+  for (int64_t c = 0; c < O; ++c) z8[c] = static_cast<int8_t>(zp[c]);  // (uint8 zero points: the same byte)
+  const std::string zn = b.constant(l.name + "_weight_zero_point", type, {O}, z8.data(), O);
+  std::string out;
+  Builder::one_int(b.node("DequantizeLinear", {wn, sn, zn}, l.name + "_weight_dq", &out), "axis", 0);
+  return out;
+}
+
+// The bias as qat's requantization adds it: bias[c] + residual[c] / M0[c]
+// accumulator LSBs (the integer and its fraction, freeze.cpp), times
+// s_x s_w[c], as a float initializer. An int32 bias with a DequantizeLinear
+// would drop the fraction: up to 1/2 accumulator LSB, which is most of an
+// output LSB where the weights are 4-bit (M = s_x s_w / s_y near 1).
+std::string bias_float(Builder& b, const IntLayer& l) {
+  const int64_t O = l.out_channels;
+  std::vector<float> v(static_cast<size_t>(O));
+  for (int64_t c = 0; c < O; ++c) {
+    const double sxw = static_cast<double>(l.in.scale) * static_cast<double>(l.weight_scale.data<float>()[c]);
+    double acc_units = l.bias.data<int32_t>()[c];
+    if (!l.dequantize)
+      acc_units += static_cast<double>(l.bias_residual.data<int32_t>()[c]) / l.multiplier.data<int32_t>()[c];
+    v[c] = static_cast<float>(acc_units * sxw);
+  }
+  return b.constant(l.name + "_bias", onnx::TensorProto::FLOAT, {O}, v.data(), O);
+}
+
+std::string matmul_layer(Builder& b, const IntLayer& l, const std::string& x, OnnxProfile profile) {
+  check_grid(l.in, l, "input", profile);
+  const std::string w = weight_dq(b, l, profile), bias = bias_float(b, l);
+  std::string y;
+  if (l.op == IntOp::conv) {
+    onnx::NodeProto* n = b.node("Conv", {x, w, bias}, l.name, &y);
+    Builder::ints(n, "kernel_shape", {l.kernel_h, l.kernel_w});
+    Builder::ints(n, "strides", {l.conv.stride_h, l.conv.stride_w});
+    Builder::ints(n, "pads", {l.conv.pad_h, l.conv.pad_w, l.conv.pad_h, l.conv.pad_w});
+    Builder::ints(n, "dilations", {l.conv.dil_h, l.conv.dil_w});
+  } else {
+    Builder::one_int(b.node("Gemm", {x, w, bias}, l.name, &y), "transB", 1);
+  }
+  if (l.relu) b.node("Relu", {y}, l.name + "_relu", &y);
+  if (l.dequantize) return y;  // float logits
+  check_grid(l.out, l, "output", profile);
+  return qdq(b, y, l.out, l.name + "_out");
+}
+
+// The largest window of adaptive pooling `in` to `out` along one dimension.
+int64_t window_max(int64_t in, int64_t out) {
+  int64_t m = 0;
+  for (int64_t i = 0; i < out; ++i) m = std::max(m, ((i + 1) * in + out - 1) / out - i * in / out);
+  return m;
+}
+
+// Adaptive average pooling of an (h, w) map to (oh, ow): nothing when equal,
+// AveragePool when the windows tile the map, else a MatMul by the constant
+// averaging matrix (the same windows as qat's kernel).
+std::string adaptive_pool(Builder& b, const IntLayer& l, const std::string& x, int64_t h, int64_t w) {
+  const int64_t oh = l.out_h, ow = l.out_w;
+  std::string y = x;
+  if (h == oh && w == ow) return y;
+  if (h % oh == 0 && w % ow == 0) {
+    onnx::NodeProto* n = b.node("AveragePool", {x}, l.name, &y);
+    Builder::ints(n, "kernel_shape", {h / oh, w / ow});
+    Builder::ints(n, "strides", {h / oh, w / ow});
+    return y;
+  }
+  std::vector<float> m(static_cast<size_t>(h * w * oh * ow), 0.f);
+  for (int64_t i = 0; i < oh; ++i)
+    for (int64_t j = 0; j < ow; ++j) {
+      const int64_t h0 = i * h / oh, h1 = ((i + 1) * h + oh - 1) / oh, w0 = j * w / ow, w1 = ((j + 1) * w + ow - 1) / ow;
+      const float inv = 1.f / static_cast<float>((h1 - h0) * (w1 - w0));
+      for (int64_t r = h0; r < h1; ++r)
+        for (int64_t c = w0; c < w1; ++c) m[static_cast<size_t>((r * w + c) * oh * ow + i * ow + j)] = inv;
+    }
+  const std::vector<int64_t> flat = {0, 0, h * w}, back = {0, 0, oh, ow};
+  std::string t;
+  b.node("Reshape", {x, b.constant(l.name + "_flat_shape", onnx::TensorProto::INT64, {3}, flat.data(), 3)},
+         l.name + "_flat", &t);
+  b.node("MatMul", {t, b.constant(l.name + "_windows", onnx::TensorProto::FLOAT, {h * w, oh * ow}, m.data(),
+                                  h * w * oh * ow)},
+         l.name + "_avg", &t);
+  b.node("Reshape", {t, b.constant(l.name + "_shape", onnx::TensorProto::INT64, {4}, back.data(), 4)}, l.name, &y);
+  return y;
+}
+
+void set_tensor_type(onnx::ValueInfoProto* v, const std::string& name, const std::vector<int64_t>& dims) {
+  v->set_name(name);
+  onnx::TypeProto_Tensor* t = v->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(onnx::TensorProto::FLOAT);
+  onnx::TensorShapeProto* s = t->mutable_shape();
+  s->add_dim()->set_dim_param("N");
+  for (int64_t d : dims) s->add_dim()->set_dim_value(d);
+}
+
+}  // namespace
+
+void export_onnx(const quant::IntegerModel& model, const OnnxExportOptions& opt, const std::string& path) {
+  QAT_CHECK(!model.layers.empty() && model.layers.front().op == IntOp::quantize_input,
+            "export --format onnx: the integer model must start with quantize_input");
+  onnx::ModelProto m;
+  m.set_ir_version(7);  // opset 13's IR
+  m.set_producer_name(opt.producer);
+  onnx::OperatorSetIdProto* os = m.add_opset_import();
+  os->set_domain("");
+  os->set_version(kOpset);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("qat_qdq");
+  Builder b(g);
+  set_tensor_type(g->add_input(), "input", {3, opt.image_size, opt.image_size});
+
+  // Each layer's input shape (h, w, c) for the pools: the integer model's own inference.
+  std::vector<quant::ActShape> shapes;
+  quant::ActShape s{opt.image_size, opt.image_size, 3, false};
+  for (const IntLayer& l : model.layers) {
+    shapes.push_back(s);
+    s = quant::int_op_def(l.op).infer(l, s);
+  }
+
+  std::string x = "input";
+  bool logits = false;
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    const IntLayer& l = model.layers[i];
+    QAT_CHECK(!logits, "export --format onnx: layer ", l.name, " follows the float output");
+    switch (l.op) {
+      case IntOp::quantize_input:
+        check_grid(l.out, l, "output", opt.profile);
+        x = qdq(b, x, l.out, l.name + "_in");
+        break;
+      case IntOp::conv:
+      case IntOp::linear:
+        x = matmul_layer(b, l, x, opt.profile);
+        logits = l.dequantize;
+        break;
+      case IntOp::max_pool: {
+        onnx::NodeProto* n = b.node("MaxPool", {x}, l.name, &x);
+        Builder::ints(n, "kernel_shape", {l.pool.kernel_h, l.pool.kernel_w});
+        Builder::ints(n, "strides", {l.pool.stride_h, l.pool.stride_w});
+        Builder::ints(n, "pads", {l.pool.pad_h, l.pool.pad_w, l.pool.pad_h, l.pool.pad_w});
+        break;  // values stay on the input's grid
+      }
+      case IntOp::adaptive_avg_pool: {
+        check_grid(l.out, l, "output", opt.profile);
+        x = adaptive_pool(b, l, x, shapes[i].h, shapes[i].w);
+        // qat's kernel rounds the average half up, QuantizeLinear half to
+        // even. An average of integers on the grid is k / count (count the
+        // window's size): a tie is exactly .5, every other value at least
+        // 1 / count away from one. Adding 1 / (4 max_count) steps before
+        // rounding turns the ties up and moves nothing else across (float
+        // error is far smaller).
+        const int64_t count = window_max(shapes[i].h, l.out_h) * window_max(shapes[i].w, l.out_w);
+        if (count > 1)
+          b.node("Add", {x, b.scalar_f32(l.name + "_half_up", l.out.scale / static_cast<float>(4 * count))},
+                 l.name + "_half_up", &x);
+        x = qdq(b, x, l.out, l.name + "_out");
+        break;
+      }
+      case IntOp::flatten: {
+        Builder::one_int(b.node("Flatten", {x}, l.name, &x), "axis", 1);
+        break;
+      }
+      case IntOp::relu: b.node("Relu", {x}, l.name, &x); break;
+      case IntOp::count_: QAT_FAIL("export --format onnx: bad layer op");
+    }
+  }
+  QAT_CHECK(logits, "export --format onnx: the model does not end in a float-output layer");
+  // The last node's output is the graph's output.
+  onnx::NodeProto* last = g->mutable_node(g->node_size() - 1);
+  last->set_output(0, "logits");
+  set_tensor_type(g->add_output(), "logits", {model.num_classes()});
+
+  try {
+    onnx::checker::check_model(m);
+  } catch (const std::exception& e) {
+    QAT_FAIL("export --format onnx: the ONNX checker refused the graph: ", e.what());
+  }
+  // Written beside and renamed: an existing file is replaced whole or not at all.
+  const std::string tmp = path + ".partial";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    QAT_CHECK(out && m.SerializeToOstream(&out) && out.flush(), "export --format onnx: cannot write ", tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  QAT_CHECK(!ec, "export --format onnx: cannot rename ", tmp, " to ", path, ": ", ec.message());
+}
+
+}  // namespace qat::apps
