@@ -72,6 +72,7 @@ int run_export(const ExportArgs& args) {
     OnnxExportOptions o;
     o.profile = args.onnx_profile == "tensorrt" ? OnnxProfile::tensorrt : OnnxProfile::standard;
     o.image_size = f.cfg.data.image_size;
+    o.int32_bias = args.onnx_int32_bias;
     export_onnx(f.integer, o, args.out_dir);
     std::printf("exported %s (%s) to %s: ONNX opset 13, QDQ, %s profile, input (N, 3, %lld, %lld), %s\n",
                 args.checkpoint.c_str(), f.cfg.model.name.c_str(), args.out_dir.c_str(), args.onnx_profile.c_str(),

@@ -17,6 +17,7 @@ struct ExportArgs {
   std::vector<std::string> overrides;
   std::string format = "qat";            // qat (folder) | onnx (out_dir is the .onnx file)
   std::string onnx_profile = "standard";  // standard | tensorrt
+  bool onnx_int32_bias = false;            // onnx_export.h: OnnxExportOptions::int32_bias
 };
 int run_export(const ExportArgs& args);
 

@@ -87,6 +87,8 @@ int main(int argc, char** argv) {
   ex->add_option("--onnx-profile", exp.onnx_profile,
                  "standard, or tensorrt (int8 activations, zero points 0: TensorRT's explicit quantization)")
       ->capture_default_str();
+  ex->add_flag("--onnx-int32-bias", exp.onnx_int32_bias,
+               "int32 biases + DequantizeLinear (ONNX Runtime's integer kernels; drops qat's bias fraction)");
   ex->add_option("--set", exp.overrides, "Override a config key (repeatable)");
 
   qat::apps::InferArgs inf;

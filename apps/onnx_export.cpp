@@ -152,9 +152,25 @@ std::string bias_float(Builder& b, const IntLayer& l) {
   return b.constant(l.name + "_bias", onnx::TensorProto::FLOAT, {O}, v.data(), O);
 }
 
-std::string matmul_layer(Builder& b, const IntLayer& l, const std::string& x, OnnxProfile profile) {
+// The bias as int32 + DequantizeLinear (scale s_x s_w[c]): the standard QDQ
+// pattern that ONNX Runtime fuses into its integer kernels; qat's bias
+// fraction is dropped (up to 1/2 accumulator LSB per output).
+std::string bias_int32(Builder& b, const IntLayer& l) {
+  const int64_t O = l.out_channels;
+  std::vector<float> s(static_cast<size_t>(O));
+  for (int64_t c = 0; c < O; ++c)
+    s[c] = static_cast<float>(static_cast<double>(l.in.scale) * static_cast<double>(l.weight_scale.data<float>()[c]));
+  const std::string bn = b.constant(l.name + "_bias", onnx::TensorProto::INT32, {O}, l.bias.data<int32_t>(), O);
+  const std::string sn = b.constant(l.name + "_bias_scale", onnx::TensorProto::FLOAT, {O}, s.data(), O);
+  std::string out;
+  Builder::one_int(b.node("DequantizeLinear", {bn, sn}, l.name + "_bias_dq", &out), "axis", 0);
+  return out;
+}
+
+std::string matmul_layer(Builder& b, const IntLayer& l, const std::string& x, const OnnxExportOptions& opt) {
+  const OnnxProfile profile = opt.profile;
   check_grid(l.in, l, "input", profile);
-  const std::string w = weight_dq(b, l, profile), bias = bias_float(b, l);
+  const std::string w = weight_dq(b, l, profile), bias = opt.int32_bias ? bias_int32(b, l) : bias_float(b, l);
   std::string y;
   if (l.op == IntOp::conv) {
     onnx::NodeProto* n = b.node("Conv", {x, w, bias}, l.name, &y);
@@ -255,7 +271,7 @@ void export_onnx(const quant::IntegerModel& model, const OnnxExportOptions& opt,
         break;
       case IntOp::conv:
       case IntOp::linear:
-        x = matmul_layer(b, l, x, opt.profile);
+        x = matmul_layer(b, l, x, opt);
         logits = l.dequantize;
         break;
       case IntOp::max_pool: {

@@ -25,6 +25,10 @@ enum class OnnxProfile {
 struct OnnxExportOptions {
   OnnxProfile profile = OnnxProfile::standard;
   int64_t image_size = 224;  // the input's height and width (fixed in the graph)
+  // Biases as int32 + DequantizeLinear (the pattern ONNX Runtime runs on its
+  // integer kernels) instead of float biases carrying qat's bias fraction
+  // (the same results as qat's integer model, but run in float).
+  bool int32_bias = false;
   std::string producer = "qat";
 };
 
