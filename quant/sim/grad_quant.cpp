@@ -19,14 +19,6 @@ constexpr int64_t kChunk = int64_t{1} << 14;
 // order fixed while giving the adds eight chains instead of one.
 constexpr int kLanes = 8;
 
-// splitmix64's finaliser (Steele, Lea, Flood 2014): a bijection of 64 bits
-// whose outputs for consecutive inputs look independent.
-inline uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 inline int64_t chunk_count(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
 // Runs chunk(c) -> GradQuantStats for every chunk and sums them in order.
@@ -50,8 +42,9 @@ template <GradRounding R, bool kStore>
 GradQuantStats quantize_chunk(const float* __restrict g, int64_t b, int64_t e, float inv, int qmax, uint64_t key,
                               uint64_t index0, int8_t* __restrict out) {
   double dot[kLanes] = {}, qq[kLanes] = {}, gg[kLanes] = {};
+  const uint64_t mixed = mix64(key);
   auto step = [&](int64_t i, int j) {
-    const float u = R == GradRounding::stochastic ? sr_uniform(key, index0 + static_cast<uint64_t>(i)) : 0.f;
+    const float u = R == GradRounding::stochastic ? sr_uniform_mixed(mixed, index0 + static_cast<uint64_t>(i)) : 0.f;
     const int8_t q = quantize_grad_value(g[i], inv, qmax, R, u);
     if constexpr (kStore) out[i] = q;
     const double x = static_cast<double>(g[i]) * inv, qd = q;
@@ -92,13 +85,6 @@ GradQuantStats quantize_all(const float* g, int64_t n, float clip, int bits, Gra
 
 }  // namespace
 
-float sr_uniform(uint64_t key, uint64_t index) {
-  // Position `index` of a splitmix64 stream seeded by mix64(key): mixing the
-  // key first keeps nearby keys (seed, seed + 1) from sharing streams shifted
-  // by a few indices.
-  const uint64_t z = mix64(key) + (index + 1) * 0x9E3779B97F4A7C15ull;
-  return static_cast<float>(mix64(z) >> 40) * 0x1.0p-24f;  // top 24 bits: exact, < 1
-}
 
 int grad_qmax(int bits) {
   QAT_CHECK(bits >= 2 && bits <= 8, "grad_qmax: bits must be in [2, 8] (int8 storage), got ", bits);

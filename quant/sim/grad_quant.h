@@ -44,10 +44,26 @@ constexpr auto enum_names(GradRounding) {
       {{GradRounding::stochastic, "stochastic"}, {GradRounding::nearest, "nearest"}});
 }
 
+// splitmix64's finaliser (Steele, Lea, Flood 2014): a bijection of 64 bits
+// whose outputs for consecutive inputs look independent.
+inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// sr_uniform with the key already mixed (mix64(key)): position `index` of a
+// splitmix64 stream. Inline: the quantization loops call it per element.
+inline float sr_uniform_mixed(uint64_t mixed_key, uint64_t index) {
+  const uint64_t z = mixed_key + (index + 1) * 0x9E3779B97F4A7C15ull;
+  return static_cast<float>(mix64(z) >> 40) * 0x1.0p-24f;  // top 24 bits: exact, < 1
+}
+
 // Counter-based uniform in [0, 1) on a 2^-24 grid (every value exact in float):
 // a pure function of (key, index), so element i's draw does not depend on
-// which thread, or in which order, it is made.
-float sr_uniform(uint64_t key, uint64_t index);
+// which thread, or in which order, it is made. Mixing the key first keeps
+// nearby keys (seed, seed + 1) from sharing streams shifted by a few indices.
+inline float sr_uniform(uint64_t key, uint64_t index) { return sr_uniform_mixed(mix64(key), index); }
 
 // Largest integer magnitude of a symmetric b-bit gradient grid: 2^(b-1) - 1
 // (127 for 8 bits; -128 is left out so the grid is symmetric). bits in [2, 8].

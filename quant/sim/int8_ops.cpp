@@ -345,9 +345,10 @@ Tensor forward_int(const uint8_t* rows, const ActGrid& grid, const QuantCodes& w
 // ---------------------------------------------------------------- backward
 // One gradient value to its integer (noise index `index` of this step's key),
 // its cosine sums added to `s`.
-inline int8_t quantize_one(float v, float inv, int qmax, GradRounding rounding, uint64_t key, uint64_t index,
+// mixed_key: mix64 of this step's key (grad_quant.h).
+inline int8_t quantize_one(float v, float inv, int qmax, GradRounding rounding, uint64_t mixed_key, uint64_t index,
                            GradQuantStats& s) {
-  const float r = rounding == GradRounding::stochastic ? sr_uniform(key, index) : 0.f;
+  const float r = rounding == GradRounding::stochastic ? sr_uniform_mixed(mixed_key, index) : 0.f;
   const int8_t q = quantize_grad_value(v, inv, qmax, rounding, r);
   s.dot += static_cast<double>(v) * q, s.qq += static_cast<double>(q) * q, s.gg += static_cast<double>(v) * v;
   return q;
@@ -361,7 +362,7 @@ GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int
   const int64_t O = g.o, P = g.P(), M = g.M();
   const int qmax = grad_qmax(st.config().bits);
   const float inv = 1.f / scale;
-  const uint64_t key = st.noise_key(0);
+  const uint64_t key = mix64(st.noise_key(0));
   std::vector<GradQuantStats> per(static_cast<size_t>(O));
 #pragma omp parallel for schedule(static)
   for (int64_t o = 0; o < O; ++o) {
@@ -390,7 +391,7 @@ GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<flo
   const int64_t O = g.o, P = g.P();
   const int qmax = grad_qmax(st.config().bits);
   const float inv = 1.f / scale;
-  const uint64_t key = st.noise_key(1);
+  const uint64_t key = mix64(st.noise_key(1));
   std::vector<GradQuantStats> per(static_cast<size_t>(g.n));
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < g.n; ++n) {
