@@ -31,19 +31,6 @@ const std::string kSample = testing::sample_data_dir();
 
 fs::path fresh_dir(const std::string& name) { return testing::fresh_temp_dir("qat_export_", name); }
 
-// A QAT run of a few seconds: small_cnn at 32 px, 2 epochs of 4 steps.
-std::string trained_qat_run(const fs::path& dir, const std::string& quant) {
-  const std::string path = (dir / "cfg.yaml").string();
-  std::ofstream(path) << "model: {name: small_cnn, num_classes: 10}\n"
-                      << "data:\n  train: " << kSample << "/train\n  val: " << kSample << "/val\n"
-                      << "  image_size: 32\n  resize: 36\n  workers: 1\n"
-                      << "train:\n  epochs: 2\n  batch_size: 16\n  lr: 0.05\n  seed: 3\n  threads: 1\n"
-                      << "  max_steps_per_epoch: 4\n"
-                      << quant << "output: {dir: " << (dir / "run").string() << "}\n";
-  REQUIRE(run_train({path, {}, ""}) == 0);
-  return path;
-}
-
 std::string read_text(const fs::path& p) {
   std::ifstream f(p);
   std::stringstream s;
@@ -99,7 +86,7 @@ std::string python_with_numpy() {
 
 TEST_CASE("export round trip: the loaded model gives the frozen model's logits", "[e2e][export]") {
   const fs::path dir = fresh_dir("roundtrip");
-  const std::string cfg_path = trained_qat_run(dir, "quant: {enabled: true}\n");
+  const std::string cfg_path = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
   const std::string ckpt = (dir / "run" / "best.safetensors").string();
   const std::string out = (dir / "export").string();
   REQUIRE(run_export({cfg_path, ckpt, out, {}}) == 0);
@@ -188,7 +175,7 @@ TEST_CASE("4-bit weights are packed two per byte and read back", "[e2e][export]"
   REQUIRE(uback == u);
 
   const fs::path dir = fresh_dir("int4");
-  const std::string cfg = trained_qat_run(dir, "quant: {enabled: true, method: lsq, bits: 4}\n");
+  const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true, method: lsq, bits: 4}\n");
   const std::string out = (dir / "export").string();
   REQUIRE(run_export({cfg, (dir / "run" / "best.safetensors").string(), out, {}}) == 0);
   const SafetensorsFile w = load_safetensors(out + "/weights.safetensors");
@@ -207,7 +194,7 @@ TEST_CASE("the numpy reader of docs/export_format.md reads the export", "[e2e][e
     return;
   }
   const fs::path dir = fresh_dir("numpy");
-  const std::string cfg = trained_qat_run(dir, "quant: {enabled: true, overrides: {fc: {weight_bits: 4}}}\n");
+  const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true, overrides: {fc: {weight_bits: 4}}}\n");
   const std::string out = (dir / "export").string();
   REQUIRE(run_export({cfg, (dir / "run" / "best.safetensors").string(), out, {}}) == 0);
   write_text(dir / "reader.py", doc_reader_example());
@@ -236,7 +223,7 @@ TEST_CASE("the numpy reader of docs/export_format.md reads the export", "[e2e][e
 
 TEST_CASE("bad exports are refused with the file and the field named", "[e2e][export]") {
   const fs::path dir = fresh_dir("bad");
-  const std::string cfg = trained_qat_run(dir, "quant: {enabled: true}\n");
+  const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
   const fs::path good = dir / "export";
   REQUIRE(run_export({cfg, (dir / "run" / "best.safetensors").string(), good.string(), {}}) == 0);
   const std::string manifest = read_text(good / "manifest.yaml");
@@ -314,7 +301,7 @@ TEST_CASE("bad exports are refused with the file and the field named", "[e2e][ex
 // the new one; a folder holding anything else is never replaced.
 TEST_CASE("re-exporting replaces the folder whole and never sweeps away other files", "[e2e][export]") {
   const fs::path dir = fresh_dir("replace");
-  const std::string cfg = trained_qat_run(dir, "quant: {enabled: true}\n");
+  const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
   const std::string ckpt = (dir / "run" / "best.safetensors").string();
   const fs::path out = dir / "export";
   REQUIRE(run_export({cfg, ckpt, out.string(), {}}) == 0);
@@ -342,7 +329,7 @@ TEST_CASE("re-exporting replaces the folder whole and never sweeps away other fi
 
 TEST_CASE("crafted exports are refused before anything is allocated", "[e2e][export]") {
   const fs::path dir = fresh_dir("crafted");
-  const std::string cfg = trained_qat_run(dir, "quant: {enabled: true}\n");
+  const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
   const fs::path good = dir / "export";
   REQUIRE(run_export({cfg, (dir / "run" / "best.safetensors").string(), good.string(), {}}) == 0);
   const std::string manifest = read_text(good / "manifest.yaml");

@@ -32,19 +32,6 @@ std::string venv_python() {
   return py.string();
 }
 
-// A QAT run of a few seconds on the sample: small_cnn at 32 px.
-std::string trained_run(const fs::path& dir, const std::string& quant) {
-  const std::string path = (dir / "cfg.yaml").string();
-  std::ofstream(path) << "model: {name: small_cnn, num_classes: 10}\n"
-                      << "data:\n  train: " << kSample << "/train\n  val: " << kSample << "/val\n"
-                      << "  image_size: 32\n  resize: 36\n  workers: 1\n"
-                      << "train:\n  epochs: 2\n  batch_size: 16\n  lr: 0.05\n  seed: 3\n  threads: 1\n"
-                      << "  max_steps_per_epoch: 4\n"
-                      << quant << "output: {dir: " << (dir / "run").string() << "}\n";
-  REQUIRE(run_train({path, {}, ""}) == 0);
-  return path;
-}
-
 // The sample's val images as the export's evaluation preprocessing makes them.
 Tensor val_images(const ExportedModel& ex) {
   std::vector<std::string> files;
@@ -122,7 +109,9 @@ TEST_CASE("ONNX exports compute qat's integer logits in ONNX Runtime", "[e2e][on
                         Case{"bits: 8, backend: tensorrt", "tensorrt"}}) {
     INFO(k.quant << ", " << k.profile << " profile");
     const fs::path dir = testing::fresh_temp_dir("qat_onnx_", "run");
-    const std::string cfg = trained_run(dir, "quant: {enabled: true, " + k.quant + "}\n");
+    std::string quant = "quant: {enabled: true, ";  // (appended: GCC 12 warns falsely on a chained +)
+    quant.append(k.quant).append("}\n");
+    const std::string cfg = testing::trained_sample_qat_run(dir, quant);
     const Agreement a = compare_with_ort(dir, cfg, k.profile);
     INFO(a.same_top1 << " of " << a.images << " top-1 agree; largest logit difference " << a.max_lsb << " LSB");
     REQUIRE(a.images >= 100);
@@ -139,7 +128,7 @@ TEST_CASE("ONNX exports compute qat's integer logits in ONNX Runtime", "[e2e][on
 // (results/onnx) 2 of 3925 top-1 differ.
 TEST_CASE("ONNX export with int32 biases stays close to qat's integer model", "[e2e][onnx]") {
   const fs::path dir = testing::fresh_temp_dir("qat_onnx_", "int32");
-  const std::string cfg = trained_run(dir, "quant: {enabled: true}\n");
+  const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
   const Agreement a = compare_with_ort(dir, cfg, "standard", true);
   INFO(a.same_top1 << " of " << a.images << " top-1 agree; largest logit difference " << a.max_lsb << " LSB");
   REQUIRE(a.images >= 100);
@@ -150,13 +139,13 @@ TEST_CASE("ONNX export with int32 biases stays close to qat's integer model", "[
 TEST_CASE("ONNX export refuses what QDQ or the tensorrt profile cannot express, naming the layer", "[e2e][onnx]") {
   const fs::path dir = testing::fresh_temp_dir("qat_onnx_", "refuse");
   SECTION("uint8 activations under the tensorrt profile") {
-    const std::string cfg = trained_run(dir, "quant: {enabled: true}\n");
+    const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
     REQUIRE_THROWS_WITH(run_export({cfg, (dir / "run" / "best.safetensors").string(), (dir / "m.onnx").string(), {},
                                     "onnx", "tensorrt", false}),
                         Contains("tensorrt") && Contains("features.0") && Contains("zero point"));
   }
   SECTION("LSQ+ fractional zero points") {
-    const std::string cfg = trained_run(dir, "quant: {enabled: true, method: lsq_plus}\n");
+    const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true, method: lsq_plus}\n");
     REQUIRE_THROWS_WITH(run_export({cfg, (dir / "run" / "best.safetensors").string(), (dir / "m.onnx").string(), {},
                                     "onnx", "standard", false}),
                         Contains("fractional zero point") && Contains("LSQ+"));
