@@ -67,6 +67,8 @@ int run_export(const ExportArgs& args) {
   QAT_CHECK(args.format == "qat" || args.format == "onnx", "export: --format must be qat or onnx, got ", args.format);
   QAT_CHECK(args.onnx_profile == "standard" || args.onnx_profile == "tensorrt",
             "export: --onnx-profile must be standard or tensorrt, got ", args.onnx_profile);
+  QAT_CHECK(args.format == "onnx" || (args.onnx_profile == "standard" && !args.onnx_int32_bias),
+            "export: --onnx-profile and --onnx-int32-bias go with --format onnx");
   Frozen f = freeze_checkpoint(args.config, args.overrides, args.checkpoint);
   if (args.format == "onnx") {
     OnnxExportOptions o;

@@ -194,36 +194,59 @@ int64_t window_max(int64_t in, int64_t out) {
   return m;
 }
 
-// Adaptive average pooling of an (h, w) map to (oh, ow): nothing when equal,
-// AveragePool when the windows tile the map, else a MatMul by the constant
-// averaging matrix (the same windows as qat's kernel).
+// Adaptive average pooling of x (on grid q, an (h, w) map) to (oh, ow), as
+// qat's kernel: the average of the window's integers rounded half up, on the
+// same grid. The pooling runs on the integers v = q - z (recovered with
+// QuantizeLinear, then DequantizeLinear at scale 1): their sums are exact in
+// float (below 2^24), so an average k / count is one rounding of the exact
+// quotient. A tie is exactly .5 and every other average at least 1 / count
+// from one, so adding 1 / (4 max_count) before QuantizeLinear (scale 1, zero
+// point z; it rounds half to even) turns exactly the ties up. Windows: the
+// same as qat's; AveragePool when they tile the map, else a MatMul by the
+// windows' 0/1 matrix (exact sums) times 1 / count.
 std::string adaptive_pool(Builder& b, const IntLayer& l, const std::string& x, int64_t h, int64_t w) {
   const int64_t oh = l.out_h, ow = l.out_w;
-  std::string y = x;
-  if (h == oh && w == ow) return y;
+  if (h == oh && w == ow) return x;  // every window one value: x itself
+  const ActQuant& q = l.out;
+  const std::string one = b.scalar_f32(l.name + "_unit", 1.f), z = b.zero_point(l.name + "_z", q.zero_point,
+                                                                                q.is_signed);
+  std::string codes, v, y;
+  b.node("QuantizeLinear", {x, b.scalar_f32(l.name + "_s", q.scale), z}, l.name + "_codes", &codes);
+  b.node("DequantizeLinear", {codes, one, z}, l.name + "_int", &v);
   if (h % oh == 0 && w % ow == 0) {
-    onnx::NodeProto* n = b.node("AveragePool", {x}, l.name, &y);
+    onnx::NodeProto* n = b.node("AveragePool", {v}, l.name, &y);
     Builder::ints(n, "kernel_shape", {h / oh, w / ow});
     Builder::ints(n, "strides", {h / oh, w / ow});
-    return y;
+  } else {
+    std::vector<float> m(static_cast<size_t>(h * w * oh * ow), 0.f), inv(static_cast<size_t>(oh * ow));
+    for (int64_t i = 0; i < oh; ++i)
+      for (int64_t j = 0; j < ow; ++j) {
+        const int64_t h0 = i * h / oh, h1 = ((i + 1) * h + oh - 1) / oh, w0 = j * w / ow,
+                      w1 = ((j + 1) * w + ow - 1) / ow;
+        inv[static_cast<size_t>(i * ow + j)] = 1.f / static_cast<float>((h1 - h0) * (w1 - w0));
+        for (int64_t r = h0; r < h1; ++r)
+          for (int64_t c = w0; c < w1; ++c) m[static_cast<size_t>((r * w + c) * oh * ow + i * ow + j)] = 1.f;
+      }
+    const std::vector<int64_t> flat = {0, 0, h * w}, back = {0, 0, oh, ow};
+    std::string t;
+    b.node("Reshape", {v, b.constant(l.name + "_flat_shape", onnx::TensorProto::INT64, {3}, flat.data(), 3)},
+           l.name + "_flat", &t);
+    b.node("MatMul", {t, b.constant(l.name + "_windows", onnx::TensorProto::FLOAT, {h * w, oh * ow}, m.data(),
+                                    h * w * oh * ow)},
+           l.name + "_sum", &t);
+    b.node("Mul", {t, b.constant(l.name + "_inv_count", onnx::TensorProto::FLOAT, {oh * ow}, inv.data(), oh * ow)},
+           l.name + "_avg", &t);
+    b.node("Reshape", {t, b.constant(l.name + "_shape", onnx::TensorProto::INT64, {4}, back.data(), 4)}, l.name, &y);
   }
-  std::vector<float> m(static_cast<size_t>(h * w * oh * ow), 0.f);
-  for (int64_t i = 0; i < oh; ++i)
-    for (int64_t j = 0; j < ow; ++j) {
-      const int64_t h0 = i * h / oh, h1 = ((i + 1) * h + oh - 1) / oh, w0 = j * w / ow, w1 = ((j + 1) * w + ow - 1) / ow;
-      const float inv = 1.f / static_cast<float>((h1 - h0) * (w1 - w0));
-      for (int64_t r = h0; r < h1; ++r)
-        for (int64_t c = w0; c < w1; ++c) m[static_cast<size_t>((r * w + c) * oh * ow + i * ow + j)] = inv;
-    }
-  const std::vector<int64_t> flat = {0, 0, h * w}, back = {0, 0, oh, ow};
-  std::string t;
-  b.node("Reshape", {x, b.constant(l.name + "_flat_shape", onnx::TensorProto::INT64, {3}, flat.data(), 3)},
-         l.name + "_flat", &t);
-  b.node("MatMul", {t, b.constant(l.name + "_windows", onnx::TensorProto::FLOAT, {h * w, oh * ow}, m.data(),
-                                  h * w * oh * ow)},
-         l.name + "_avg", &t);
-  b.node("Reshape", {t, b.constant(l.name + "_shape", onnx::TensorProto::INT64, {4}, back.data(), 4)}, l.name, &y);
-  return y;
+  const int64_t count = window_max(h, oh) * window_max(w, ow);
+  QAT_CHECK(count * std::max(q.qmax() - q.zero_point, q.zero_point - q.qmin()) < (int64_t{1} << 24),
+            "export --format onnx: layer ", l.name, ": a pooling window of ", count,
+            " values: its integer sums would not be exact in float");
+  b.node("Add", {y, b.scalar_f32(l.name + "_half_up", 1.f / static_cast<float>(4 * count))}, l.name + "_half_up", &y);
+  std::string rq, out;
+  b.node("QuantizeLinear", {y, one, z}, l.name + "_round", &rq);
+  b.node("DequantizeLinear", {rq, b.scalar_f32(l.name + "_scale", q.scale), z}, l.name + "_out", &out);
+  return out;
 }
 
 void set_tensor_type(onnx::ValueInfoProto* v, const std::string& name, const std::vector<int64_t>& dims) {
@@ -240,6 +263,9 @@ void set_tensor_type(onnx::ValueInfoProto* v, const std::string& name, const std
 void export_onnx(const quant::IntegerModel& model, const OnnxExportOptions& opt, const std::string& path) {
   QAT_CHECK(!model.layers.empty() && model.layers.front().op == IntOp::quantize_input,
             "export --format onnx: the integer model must start with quantize_input");
+  QAT_CHECK(!(opt.int32_bias && opt.profile == OnnxProfile::tensorrt),
+            "export: --onnx-int32-bias with --onnx-profile tensorrt: TensorRT's explicit quantization takes float "
+            "biases (its Q/DQ layers are int8)");
   onnx::ModelProto m;
   m.set_ir_version(7);  // opset 13's IR
   m.set_producer_name(opt.producer);
@@ -281,22 +307,10 @@ void export_onnx(const quant::IntegerModel& model, const OnnxExportOptions& opt,
         Builder::ints(n, "pads", {l.pool.pad_h, l.pool.pad_w, l.pool.pad_h, l.pool.pad_w});
         break;  // values stay on the input's grid
       }
-      case IntOp::adaptive_avg_pool: {
+      case IntOp::adaptive_avg_pool:
         check_grid(l.out, l, "output", opt.profile);
         x = adaptive_pool(b, l, x, shapes[i].h, shapes[i].w);
-        // qat's kernel rounds the average half up, QuantizeLinear half to
-        // even. An average of integers on the grid is k / count (count the
-        // window's size): a tie is exactly .5, every other value at least
-        // 1 / count away from one. Adding 1 / (4 max_count) steps before
-        // rounding turns the ties up and moves nothing else across (float
-        // error is far smaller).
-        const int64_t count = window_max(shapes[i].h, l.out_h) * window_max(shapes[i].w, l.out_w);
-        if (count > 1)
-          b.node("Add", {x, b.scalar_f32(l.name + "_half_up", l.out.scale / static_cast<float>(4 * count))},
-                 l.name + "_half_up", &x);
-        x = qdq(b, x, l.out, l.name + "_out");
         break;
-      }
       case IntOp::flatten: {
         Builder::one_int(b.node("Flatten", {x}, l.name, &x), "axis", 1);
         break;
@@ -305,7 +319,9 @@ void export_onnx(const quant::IntegerModel& model, const OnnxExportOptions& opt,
       case IntOp::count_: QAT_FAIL("export --format onnx: bad layer op");
     }
   }
-  QAT_CHECK(logits, "export --format onnx: the model does not end in a float-output layer");
+  QAT_CHECK(logits && model.layers.back().op == IntOp::linear,
+            "export --format onnx: the model must end in a linear layer with float output (logits (N, classes)); "
+            "it ends in ", model.layers.back().name);
   // The last node's output is the graph's output.
   onnx::NodeProto* last = g->mutable_node(g->node_size() - 1);
   last->set_output(0, "logits");
@@ -318,13 +334,19 @@ void export_onnx(const quant::IntegerModel& model, const OnnxExportOptions& opt,
   }
   // Written beside and renamed: an existing file is replaced whole or not at all.
   const std::string tmp = path + ".partial";
+  std::error_code ec;
+  bool written = false;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    QAT_CHECK(out && m.SerializeToOstream(&out) && out.flush(), "export --format onnx: cannot write ", tmp);
+    written = out && m.SerializeToOstream(&out) && out.flush();
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  QAT_CHECK(!ec, "export --format onnx: cannot rename ", tmp, " to ", path, ": ", ec.message());
+  if (written) std::filesystem::rename(tmp, path, ec);
+  if (!written || ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    QAT_FAIL("export --format onnx: cannot write ", path, written ? ": " + ec.message() : std::string(
+                 " (its folder must exist and be writable)"));
+  }
 }
 
 }  // namespace qat::apps

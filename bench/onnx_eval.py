@@ -27,6 +27,8 @@ def output_lsb(path):
     while node.op_type == "Relu":
         node = made_by[node.input[0]]
     x_dq, w_dq = made_by[node.input[0]], made_by[node.input[1]]
+    while x_dq.op_type != "DequantizeLinear":  # through Flatten, MaxPool, Relu, Reshape
+        x_dq = made_by[x_dq.input[0]]
     return float(inits[x_dq.input[1]]) * inits[w_dq.input[1]].astype(np.float64)
 
 

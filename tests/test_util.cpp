@@ -148,11 +148,11 @@ std::filesystem::path fresh_temp_dir(const std::string& prefix, const std::strin
   return d;
 }
 
-std::string trained_sample_qat_run(const std::filesystem::path& dir, const std::string& quant) {
+std::string trained_sample_qat_run(const std::filesystem::path& dir, const std::string& quant, int image_size) {
   const std::string path = (dir / "cfg.yaml").string();
   std::ofstream(path) << "model: {name: small_cnn, num_classes: 10}\n"
                       << "data:\n  train: " << sample_data_dir() << "/train\n  val: " << sample_data_dir() << "/val\n"
-                      << "  image_size: 32\n  resize: 36\n  workers: 1\n"
+                      << "  image_size: " << image_size << "\n  resize: " << image_size * 9 / 8 << "\n  workers: 1\n"
                       << "train:\n  epochs: 2\n  batch_size: 16\n  lr: 0.05\n  seed: 3\n  threads: 1\n"
                       << "  max_steps_per_epoch: 4\n"
                       << quant << "output: {dir: " << (dir / "run").string() << "}\n";

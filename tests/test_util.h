@@ -27,10 +27,11 @@ std::filesystem::path fresh_temp_dir(const std::string& prefix, const std::strin
 std::string write_sample_config(const std::filesystem::path& dir, const std::string& name, const std::string& quant,
                                 int64_t epochs, int64_t max_steps, const std::string& run_dir = "run",
                                 const std::string& train_extra = "");
-// A QAT run of a few seconds on the sample: small_cnn at 32 px, 2 epochs of
+// A QAT run of a few seconds on the sample: small_cnn at 32 px (or
+// image_size), 2 epochs of
 // 4 steps, `quant` a quant: section; writes dir/cfg.yaml, runs it into
 // dir/run (best.safetensors there). Returns the config's path.
-std::string trained_sample_qat_run(const std::filesystem::path& dir, const std::string& quant);
+std::string trained_sample_qat_run(const std::filesystem::path& dir, const std::string& quant, int image_size = 32);
 // The model tensors ("model.*") of a checkpoint.
 TensorMap checkpoint_model_tensors(const std::string& path);
 // Same dtype, shape and bytes.

@@ -103,15 +103,18 @@ constexpr double kMaxLsb = 0.01;
 TEST_CASE("ONNX exports compute qat's integer logits in ONNX Runtime", "[e2e][onnx]") {
   struct Case {
     std::string quant, profile;
+    int image_size = 32;
   };
+  // 224 px: the adaptive average pool's windows hold 784 values (exact
+  // integer sums needed for qat's half-up rounding).
   for (const Case& k : {Case{"bits: 8", "standard"}, Case{"bits: 4", "standard"},
                         Case{"bits: 8, weight: {bits: 4}", "standard"}, Case{"bits: 8, activation: {bits: 4}", "standard"},
-                        Case{"bits: 8, backend: tensorrt", "tensorrt"}}) {
-    INFO(k.quant << ", " << k.profile << " profile");
+                        Case{"bits: 8, backend: tensorrt", "tensorrt"}, Case{"bits: 4", "standard", 224}}) {
+    INFO(k.quant << ", " << k.profile << " profile, " << k.image_size << " px");
     const fs::path dir = testing::fresh_temp_dir("qat_onnx_", "run");
     std::string quant = "quant: {enabled: true, ";  // (appended: GCC 12 warns falsely on a chained +)
     quant.append(k.quant).append("}\n");
-    const std::string cfg = testing::trained_sample_qat_run(dir, quant);
+    const std::string cfg = testing::trained_sample_qat_run(dir, quant, k.image_size);
     const Agreement a = compare_with_ort(dir, cfg, k.profile);
     INFO(a.same_top1 << " of " << a.images << " top-1 agree; largest logit difference " << a.max_lsb << " LSB");
     REQUIRE(a.images >= 100);
@@ -149,6 +152,23 @@ TEST_CASE("ONNX export refuses what QDQ or the tensorrt profile cannot express, 
     REQUIRE_THROWS_WITH(run_export({cfg, (dir / "run" / "best.safetensors").string(), (dir / "m.onnx").string(), {},
                                     "onnx", "standard", false}),
                         Contains("fractional zero point") && Contains("LSQ+"));
+  }
+  SECTION("int32 biases under the tensorrt profile, ONNX flags without --format onnx") {
+    const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true, backend: tensorrt}\n");
+    const std::string ck = (dir / "run" / "best.safetensors").string();
+    REQUIRE_THROWS_WITH(run_export({cfg, ck, (dir / "m.onnx").string(), {}, "onnx", "tensorrt", true}),
+                        Contains("--onnx-int32-bias") && Contains("tensorrt"));
+    REQUIRE_THROWS_WITH(run_export({cfg, ck, (dir / "m.onnx").string(), {}, "qat", "tensorrt", false}),
+                        Contains("--format onnx"));
+  }
+  SECTION("a path that cannot be written leaves nothing behind") {
+    const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
+    fs::create_directories(dir / "m.onnx");  // a folder where the file should go
+    REQUIRE_THROWS_WITH(run_export({cfg, (dir / "run" / "best.safetensors").string(), (dir / "m.onnx").string(), {},
+                                    "onnx", "standard", false}),
+                        Contains("cannot write") && Contains("m.onnx"));
+    REQUIRE(!fs::exists(dir / "m.onnx.partial"));
+    fs::remove(dir / "m.onnx");
   }
   SECTION("an unknown format or profile") {
     REQUIRE_THROWS_WITH(run_export({"x.yaml", "x.safetensors", "m.onnx", {}, "tflite", "standard", false}),

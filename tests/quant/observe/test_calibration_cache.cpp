@@ -49,7 +49,7 @@ TEST_CASE("calibration cache: write then read gives the same bits", "[quant][cal
   CalibrationCache c;
   c.calibrator = Calibrator::percentile;
   for (uint32_t b : {0x3c8954bau, 0x00000001u, 0x7f7fffffu, 0x3f800001u})
-    c.scales.emplace_back("t" + std::to_string(b), from_bits(b));
+    c.scales.emplace_back(std::string("t").append(std::to_string(b)), from_bits(b));  // (GCC 12: false -Wrestrict on "t" + s)
   const std::string path = dir.file("calib.cache");
   write_cache(path, c);
   const CalibrationCache r = read_cache(path);
