@@ -19,6 +19,7 @@ for q in w8a8 w4a4_lsq; do
   ./build/qat train "configs/quickstart_$q.yaml" --set output.dir="$run" --set quant.init_from="$fp32/best.safetensors"
   ./build/qat compare-layers "configs/quickstart_$q.yaml" --checkpoint "$run/best.safetensors" --images 0
   ./build/qat export "configs/quickstart_$q.yaml" --checkpoint "$run/best.safetensors" --out "$run/export"
+  ./build/qat export "configs/quickstart_$q.yaml" --checkpoint "$run/best.safetensors" --format onnx --out "$run/model.onnx"
   ./build/qat eval "configs/quickstart_$q.yaml" --checkpoint "$run/export"
   ./build/qat infer "$run/export" data/samples/imagenette-mini/val/n03394916 --top 3 | head -4
 done
