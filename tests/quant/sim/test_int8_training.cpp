@@ -2,6 +2,7 @@
 // convolution of the fake-quantized values up to summation order, and the
 // input and weight gradients equal, bit for bit, the backward computed in
 // double from the very integers the op quantized.
+#include <algorithm>
 #include <cmath>
 
 #include "tests/test_util.h"
@@ -383,6 +384,39 @@ TEST_CASE("INT8 layers fed with weight codes equal those fed with the fake-quant
           REQUIRE(testing::same_bits(bc[i].second, bf[i].second));
         }
       }
+}
+
+// Rows longer than the AVX-512 kernel's 2^16-value chunks (its int32 lane
+// sums restart per chunk), clipped values at a chunk's edge: the integers,
+// row sums and clipped indices equal those computed here from the same
+// float arithmetic (nearbyint(w * (1/s)), clamped).
+TEST_CASE("INT8 weight codes of rows longer than 2^16 values equal the scalar rule", "[quant][int8train]") {
+  Generator g(15);
+  const int64_t R = 2, L = 70001;
+  Tensor w = Tensor::randn({R, L}, g);
+  w.data<float>()[65535] = 50.f, w.data<float>()[65536] = -50.f, w.data<float>()[L + 65537] = 60.f;  // clipped
+  QuantSpec spec;
+  spec.per_channel = true;
+  const QParams q{Tensor::from_vector({0.02f, 0.03f}, {2}), Tensor::from_vector_i32({0, 0}, {2})};
+  QuantCodes codes;
+  quantize_codes(w, q, spec, SteKind::clipped, codes, "test");
+  std::vector<int64_t> want_clipped;
+  bool same = true;
+  for (int64_t r = 0; r < R; ++r) {
+    const float inv = 1.0f / q.scale.data<float>()[r];
+    int64_t sum = 0;
+    for (int64_t i = 0; i < L; ++i) {
+      const float t = std::nearbyint(w.data<float>()[r * L + i] * inv);
+      if (t < -128.f || t > 127.f) want_clipped.push_back(r * L + i);
+      const int v = static_cast<int>(std::clamp(t, -128.f, 127.f));
+      same = same && codes.q[static_cast<size_t>(r * L + i)] == v;
+      sum += v;
+    }
+    same = same && codes.rowsum[static_cast<size_t>(r)] == sum;
+  }
+  REQUIRE(same);
+  REQUIRE(codes.clipped == want_clipped);
+  REQUIRE(want_clipped.size() >= 3);
 }
 
 TEST_CASE("INT8 weight codes refuse a non-finite weight naming the layer and the index", "[quant][int8train]") {
