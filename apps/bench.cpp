@@ -20,7 +20,7 @@
 #include "apps/train.h"
 #include "apps/run_state.h"
 #include "core/autograd.h"
-#include "core/blas_core.h"
+#include "core/blas.h"
 #include "quant/convert/freeze.h"
 #include "quant/integer/cpu_features.h"
 #include "quant/integer/int8_gemm.h"

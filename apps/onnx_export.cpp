@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/window.h"
 #include "quant/integer/int_op.h"
 
 namespace qat::apps {
@@ -190,7 +191,7 @@ std::string matmul_layer(Builder& b, const IntLayer& l, const std::string& x, co
 // The largest window of adaptive pooling `in` to `out` along one dimension.
 int64_t window_max(int64_t in, int64_t out) {
   int64_t m = 0;
-  for (int64_t i = 0; i < out; ++i) m = std::max(m, ((i + 1) * in + out - 1) / out - i * in / out);
+  for (int64_t i = 0; i < out; ++i) m = std::max(m, adaptive_window(i, in, out).size());
   return m;
 }
 
@@ -221,11 +222,10 @@ std::string adaptive_pool(Builder& b, const IntLayer& l, const std::string& x, i
     std::vector<float> m(static_cast<size_t>(h * w * oh * ow), 0.f), inv(static_cast<size_t>(oh * ow));
     for (int64_t i = 0; i < oh; ++i)
       for (int64_t j = 0; j < ow; ++j) {
-        const int64_t h0 = i * h / oh, h1 = ((i + 1) * h + oh - 1) / oh, w0 = j * w / ow,
-                      w1 = ((j + 1) * w + ow - 1) / ow;
-        inv[static_cast<size_t>(i * ow + j)] = 1.f / static_cast<float>((h1 - h0) * (w1 - w0));
-        for (int64_t r = h0; r < h1; ++r)
-          for (int64_t c = w0; c < w1; ++c) m[static_cast<size_t>((r * w + c) * oh * ow + i * ow + j)] = 1.f;
+        const AdaptiveWindow wr = adaptive_window(i, h, oh), wc = adaptive_window(j, w, ow);
+        inv[static_cast<size_t>(i * ow + j)] = 1.f / static_cast<float>(wr.size() * wc.size());
+        for (int64_t r = wr.begin; r < wr.end; ++r)
+          for (int64_t c = wc.begin; c < wc.end; ++c) m[static_cast<size_t>((r * w + c) * oh * ow + i * ow + j)] = 1.f;
       }
     const std::vector<int64_t> flat = {0, 0, h * w}, back = {0, 0, oh, ow};
     std::string t;

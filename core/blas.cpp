@@ -12,4 +12,6 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
+const char* blas_core_name() { return openblas_get_corename(); }
+
 }  // namespace qat

@@ -6,6 +6,16 @@
 
 namespace qat {
 
+// Window i of adaptive pooling from `in` values to `out`: [begin, end)
+// (PyTorch's rule: floor(i in / out) to ceil((i + 1) in / out)).
+struct AdaptiveWindow {
+  int64_t begin, end;
+  int64_t size() const { return end - begin; }
+};
+inline AdaptiveWindow adaptive_window(int64_t i, int64_t in, int64_t out) {
+  return {i * in / out, ((i + 1) * in + out - 1) / out};
+}
+
 struct Conv2dParams {
   int64_t stride_h = 1, stride_w = 1;
   int64_t pad_h = 0, pad_w = 0;

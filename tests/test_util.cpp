@@ -148,6 +148,16 @@ std::filesystem::path fresh_temp_dir(const std::string& prefix, const std::strin
   return d;
 }
 
+std::vector<quant::GemmKernel> gemm_kernels_here() {
+  using quant::GemmKernel;
+  std::vector<GemmKernel> kernels = {GemmKernel::reference};
+  const GemmKernel best = quant::best_gemm_kernel();
+  if (best == GemmKernel::avx512_vnni) kernels.insert(kernels.end(), {GemmKernel::avx2, GemmKernel::avx512_vnni});
+  else if (best == GemmKernel::avx2) kernels.push_back(GemmKernel::avx2);
+  else WARN("no AVX2 on this CPU: only the reference kernel runs");
+  return kernels;
+}
+
 std::string trained_sample_qat_run(const std::filesystem::path& dir, const std::string& quant, int image_size) {
   const std::string path = (dir / "cfg.yaml").string();
   std::ofstream(path) << "model: {name: small_cnn, num_classes: 10}\n"

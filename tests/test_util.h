@@ -12,6 +12,7 @@
 #include "core/safetensors.h"
 #include "core/threads.h"
 #include "quant/backend.h"
+#include "quant/integer/int8_gemm.h"
 
 namespace qat::testing {
 
@@ -32,6 +33,9 @@ std::string write_sample_config(const std::filesystem::path& dir, const std::str
 // 4 steps, `quant` a quant: section; writes dir/cfg.yaml, runs it into
 // dir/run (best.safetensors there). Returns the config's path.
 std::string trained_sample_qat_run(const std::filesystem::path& dir, const std::string& quant, int image_size = 32);
+// Every integer GEMM kernel this CPU runs, the reference included (a
+// warning when only the reference does).
+std::vector<quant::GemmKernel> gemm_kernels_here();
 // The model tensors ("model.*") of a checkpoint.
 TensorMap checkpoint_model_tensors(const std::string& path);
 // Same dtype, shape and bytes.

@@ -161,9 +161,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
   const int64_t H = x.size(2), W = x.size(3);
   QAT_CHECK(H >= 1 && W >= 1, "adaptive_avg_pool2d: empty input plane ", x.sizes());
   return window_average(x, out_h, out_w, "adaptive_avg_pool2d", [=](int64_t oy, int64_t ox) {
-    const int64_t y0 = (oy * H) / out_h, y1 = ((oy + 1) * H + out_h - 1) / out_h;
-    const int64_t x0 = (ox * W) / out_w, x1 = ((ox + 1) * W + out_w - 1) / out_w;
-    return Window{y0, y1, x0, x1, 1.f / static_cast<float>((y1 - y0) * (x1 - x0))};
+    const AdaptiveWindow y = adaptive_window(oy, H, out_h), x = adaptive_window(ox, W, out_w);
+    return Window{y.begin, y.end, x.begin, x.end, 1.f / static_cast<float>(y.size() * x.size())};
   });
 }
 

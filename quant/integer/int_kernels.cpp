@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/window.h"
 #include "quant/integer/cpu_features.h"
 
 namespace qat::quant {
@@ -209,9 +210,9 @@ void adaptive_avg_pool_u8(const uint8_t* x, int64_t n, int64_t h, int64_t w, int
                           uint8_t* y) {
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t oh = 0; oh < out_h; ++oh) {
-      const int64_t h0 = oh * h / out_h, h1 = ((oh + 1) * h + out_h - 1) / out_h;
+      const auto [h0, h1] = adaptive_window(oh, h, out_h);
       for (int64_t ow = 0; ow < out_w; ++ow) {
-        const int64_t w0 = ow * w / out_w, w1 = ((ow + 1) * w + out_w - 1) / out_w;
+        const auto [w0, w1] = adaptive_window(ow, w, out_w);
         const int64_t count = (h1 - h0) * (w1 - w0);
         uint8_t* dst = y + ((b * out_h + oh) * out_w + ow) * c;
         for (int64_t ch = 0; ch < c; ++ch) {

@@ -10,16 +10,6 @@ using namespace qat::quant;
 
 namespace {
 
-// Every kernel this CPU runs, the reference included.
-std::vector<GemmKernel> kernels_here() {
-  std::vector<GemmKernel> kernels = {GemmKernel::reference};
-  const GemmKernel best = best_gemm_kernel();
-  if (best == GemmKernel::avx512_vnni) kernels.insert(kernels.end(), {GemmKernel::avx2, GemmKernel::avx512_vnni});
-  else if (best == GemmKernel::avx2) kernels.push_back(GemmKernel::avx2);
-  else WARN("no AVX2 on this CPU: only the reference kernel runs");
-  return kernels;
-}
-
 enum class Fill { random, max_positive, max_negative };
 
 // Runs every kernel on one shape with leading dimensions lda/ldb/ldc (>= K,
@@ -53,7 +43,7 @@ void check_shape(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int6
     }
   const int32_t canary = 0x5a5a5a5a;
   std::vector<int32_t> C(static_cast<size_t>(std::max<int64_t>(M * ldc, 1)));
-  for (GemmKernel kern : kernels_here()) {
+  for (GemmKernel kern : testing::gemm_kernels_here()) {
     INFO(gemm_kernel_name(kern) << " M=" << M << " N=" << N << " K=" << K << " lda=" << lda << " ldb=" << ldb
                                 << " ldc=" << ldc);
     std::fill(C.begin(), C.end(), canary);
@@ -178,7 +168,7 @@ TEST_CASE("s8 x s8 GEMM equals the 64-bit sum on edge shapes with every kernel",
           for (int64_t k = 0; k < s.K; ++k) acc += int64_t{A[m * lda + k]} * int64_t{B[n * ldb + k]};
           want[m * s.N + n] = static_cast<int32_t>(acc);
         }
-      for (GemmKernel kern : kernels_here()) {
+      for (GemmKernel kern : testing::gemm_kernels_here()) {
         INFO(gemm_kernel_name(kern) << " M=" << s.M << " N=" << s.N << " K=" << s.K << " extreme=" << extreme);
         const int32_t canary = 0x5a5a5a5a;
         std::vector<int32_t> C(static_cast<size_t>(std::max<int64_t>(s.M * ldc, 1)), canary);

@@ -55,14 +55,8 @@ Weights int8_weights(const Shape& shape, Generator& g) {
   return r;
 }
 
-// Every GEMM kernel this CPU runs (the packed input gradient on VNNI, the
-// transposed-weight path on the others), set for the INT8 ops while alive.
-std::vector<GemmKernel> int8_kernels_here() {
-  std::vector<GemmKernel> k = {GemmKernel::reference};
-  if (best_gemm_kernel() != GemmKernel::reference) k.push_back(GemmKernel::avx2);
-  if (best_gemm_kernel() == GemmKernel::avx512_vnni) k.push_back(GemmKernel::avx512_vnni);
-  return k;
-}
+// A GEMM kernel (testing::gemm_kernels_here(): the packed input gradient on
+// VNNI, the transposed-weight path on the others), set for the INT8 ops while alive.
 struct KernelGuard {
   explicit KernelGuard(GemmKernel k) { set_int8_training_kernel(k); }
   ~KernelGuard() { set_int8_training_kernel(std::nullopt); }
@@ -102,7 +96,7 @@ TEST_CASE("INT8 conv of a padded 1x1 input sees only the padding on every kernel
   const Weights w = int8_weights({3, 2, 1, 1}, g);
   Tensor bias = Tensor::randn({3}, g);
   const Conv2dParams p{3, 3, 1, 1, 1, 1, 1};  // stride 3, padding 1: output 1x1 at the padding
-  for (const GemmKernel kernel : int8_kernels_here()) {
+  for (const GemmKernel kernel : testing::gemm_kernels_here()) {
     INFO(enum_name(kernel));
     KernelGuard kg(kernel);
     Tensor x = in.x.clone().set_requires_grad(true), wq = w.wq.clone().set_requires_grad(true);
@@ -133,7 +127,7 @@ TEST_CASE("INT8 conv gradients equal the double backward of the quantized intege
   const ActGrid grid{0.03f, 17.0, 256};
   const int64_t N = 2, C = 3, H = 7, W = 6, O = 5, KH = 3, KW = 2;
   const Conv2dParams p{2, 1, 1, 1, 1, 1, 1};  // stride (2, 1), padding (1, 1)
-  for (const GemmKernel kernel : int8_kernels_here()) {
+  for (const GemmKernel kernel : testing::gemm_kernels_here()) {
     for (const GradRounding rounding : {GradRounding::stochastic, GradRounding::nearest}) {
       INFO(enum_name(rounding) << " " << enum_name(kernel));
       KernelGuard kg(kernel);
@@ -202,7 +196,7 @@ TEST_CASE("INT8 linear gradients equal the double backward of the quantized inte
   Generator g(4);
   const ActGrid grid{0.04f, 0.0, 256};
   const int64_t N = 6, K = 33, O = 7;
-  for (const GemmKernel kernel : int8_kernels_here()) {
+  for (const GemmKernel kernel : testing::gemm_kernels_here()) {
     INFO(enum_name(kernel));
     KernelGuard kg(kernel);
     OnGrid in = on_grid({N, K}, grid, g);
