@@ -142,6 +142,13 @@ ModulePtr qat_model_for_bench(const BenchOptions& opt) {
 }
 
 BenchFigures run_bench_infer(const BenchOptions& opt) {
+  quant::GemmKernel kernel = quant::best_gemm_kernel();
+  if (!opt.int8_kernel.empty()) {
+    const auto k = enum_from_name<quant::GemmKernel>(opt.int8_kernel);
+    QAT_CHECK(k && quant::gemm_kernel_runs_here(*k), "bench: --int8-kernel '", opt.int8_kernel, "' ",
+              k ? "does not run on this CPU" : "is not one of " + enum_name_list<quant::GemmKernel>());
+    kernel = *k;
+  }
   ModulePtr model = make_model(opt.model, opt.classes, 0);
   model->eval();
   Generator gen(1);
@@ -149,7 +156,8 @@ BenchFigures run_bench_infer(const BenchOptions& opt) {
   NoGradGuard ng;
   const double fp32 = time_inference([&](const Tensor& t) { return model->forward(t); }, x, opt, "fp32");
   ModulePtr qmodel = qat_model_for_bench(opt);
-  const quant::IntegerModel im = quant::freeze(*qmodel);
+  quant::IntegerModel im = quant::freeze(*qmodel);
+  im.kernel = kernel;
   int bits = 8;
   for (const auto& l : im.layers)
     if (quant::int_op_def(l.op).has(quant::kMatmul)) bits = std::min(bits, l.weight_bits);
@@ -158,17 +166,21 @@ BenchFigures run_bench_infer(const BenchOptions& opt) {
   const double int8 = time_inference([&](const Tensor& t) { return im.forward(t); }, x, opt, "int8");
   Profiler::set_enabled(false);
   int packed = 0;
-  for (const auto& l : im.layers) packed += !l.packed_weight.empty();
-  std::printf("int8/fp32 inference speed: %.2fx  (GEMM kernel %s, %d layers on the packed broadcast kernel, narrowest "
+  for (const auto& l : im.layers) packed += im.layer_kernel(l).find("packed") != std::string::npos;
+  std::printf("int8/fp32 inference speed: %.2fx  (GEMM kernel %s, %d layers on packed weights, narrowest "
               "weights %d bits)\n",
               int8 / fp32, quant::gemm_kernel_name(im.kernel), packed, bits);
   if (opt.profile) {
-    std::printf("integer model, time per layer (warm-up and timed passes):\n");
+    std::printf("integer model, time per layer (warm-up and timed passes) and its GEMM kernel:\n");
     double total = 0;
     for (const auto& r : Profiler::rows()) total += r.seconds;
-    for (const auto& r : Profiler::rows())
-      std::printf("  %-28s %6.1f%%  %8.2f ms per pass\n", r.key.c_str(), 100.0 * r.seconds / total,
-                  1000.0 * r.seconds / static_cast<double>(r.calls));
+    for (const auto& r : Profiler::rows()) {
+      std::string kernel;
+      for (const auto& l : im.layers)
+        if (l.name == r.key) kernel = im.layer_kernel(l);
+      std::printf("  %-28s %6.1f%%  %8.2f ms per pass  %s\n", r.key.c_str(), 100.0 * r.seconds / total,
+                  1000.0 * r.seconds / static_cast<double>(r.calls), kernel.c_str());
+    }
   }
   std::printf("peak memory: %.0f MiB (max RSS)\n", peak_rss_mib());
   return {fp32, int8, bits, quant::gemm_kernel_name(im.kernel)};

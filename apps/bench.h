@@ -21,6 +21,7 @@ struct BenchOptions {
   std::string config;  // with a quant: section: also time the QAT step of the prepared model
   bool infer = false;  // time inference instead: FP32 eval forward vs the frozen integer model
   std::string checkpoint;  // --infer with --config: freeze this checkpoint (else a calibrated random init)
+  std::string int8_kernel;  // --infer: a GemmKernel name; empty: the best this CPU runs
 };
 
 // Images per second of `forward` on one fixed batch x (opt.batch images):

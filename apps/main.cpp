@@ -41,6 +41,9 @@ int main(int argc, char** argv) {
   b->add_option("--checkpoint", bench.checkpoint, "With --infer and --config: freeze this QAT checkpoint")
       ->check(CLI::ExistingFile);
   b->add_flag("!--no-profile", bench.profile, "Skip the per-op time breakdown");
+  b->add_option("--int8-kernel", bench.int8_kernel,
+                "With --infer: the integer GEMM kernel (" + qat::enum_name_list<qat::quant::GemmKernel>() +
+                    "; default: the best this CPU runs)");
 
   qat::apps::TrainArgs train;
   auto* t = app.add_subcommand("train", "Train a model from a YAML experiment config");

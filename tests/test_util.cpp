@@ -150,11 +150,10 @@ std::filesystem::path fresh_temp_dir(const std::string& prefix, const std::strin
 
 std::vector<quant::GemmKernel> gemm_kernels_here() {
   using quant::GemmKernel;
-  std::vector<GemmKernel> kernels = {GemmKernel::reference};
-  const GemmKernel best = quant::best_gemm_kernel();
-  if (best == GemmKernel::avx512_vnni) kernels.insert(kernels.end(), {GemmKernel::avx2, GemmKernel::avx512_vnni});
-  else if (best == GemmKernel::avx2) kernels.push_back(GemmKernel::avx2);
-  else WARN("no AVX2 on this CPU: only the reference kernel runs");
+  const std::vector<GemmKernel> kernels = quant::gemm_kernels_here();
+  if (!quant::gemm_kernel_runs_here(GemmKernel::amx))
+    WARN("no AMX on this CPU (or not granted by its kernel): the AMX kernel runs on emulated tiles only");
+  if (!quant::gemm_kernel_runs_here(GemmKernel::avx2)) WARN("no AVX2 on this CPU");
   return kernels;
 }
 

@@ -9,19 +9,39 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "quant/integer/amx_tiles.h"
+#include "quant/integer/cpu_features.h"
+#include "quant/integer/int8_gemm_amx.h"
 
 namespace qat::quant {
 
 const char* gemm_kernel_name(GemmKernel k) { return enum_name(k); }
 
+bool gemm_kernel_runs_here(GemmKernel k) {
+  switch (k) {
+    case GemmKernel::reference:
+    case GemmKernel::amx_emulated: return true;
+    case GemmKernel::avx2: __builtin_cpu_init(); return __builtin_cpu_supports("avx2");
+    case GemmKernel::avx512_vnni: return cpu_has_avx512_vnni() && cpu_has_avx512_rows();
+    case GemmKernel::amx: return amx::amx_hardware_usable();
+  }
+  return false;
+}
+
 GemmKernel best_gemm_kernel() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl"))
-    return GemmKernel::avx512_vnni;
-  if (__builtin_cpu_supports("avx2")) return GemmKernel::avx2;
+  for (GemmKernel k : {GemmKernel::amx, GemmKernel::avx512_vnni, GemmKernel::avx2})
+    if (gemm_kernel_runs_here(k)) return k;
   return GemmKernel::reference;
 }
+
+std::vector<GemmKernel> gemm_kernels_here() {
+  std::vector<GemmKernel> out;
+  for (const auto& [k, name] : enum_names(GemmKernel{}))
+    if (gemm_kernel_runs_here(k)) out.push_back(k);
+  return out;
+}
+
+bool is_amx(GemmKernel k) { return k == GemmKernel::amx || k == GemmKernel::amx_emulated; }
 
 namespace {
 
@@ -395,6 +415,18 @@ void gemm_blocked(const KernelSet& ks, int64_t M, int64_t N, int64_t K, const ui
   }
 }
 
+// B packed for the tiles on every call (the integer model packs its weights
+// once, int8_gemm_packed.h); K = 0 has nothing to pack: C = 0.
+void gemm_amx_unpacked(bool emulate, int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda,
+                       const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    for (int64_t m = 0; m < M; ++m) std::fill_n(C + m * ldc, N, 0);
+    return;
+  }
+  amx::gemm_s32(emulate, false, M, A, lda, pack_b_vnni(B, N, K, ldb), N, C, ldc);
+}
+
 }  // namespace
 
 void gemm_u8s8s32(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B,
@@ -405,6 +437,9 @@ void gemm_u8s8s32(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const uint
     case GemmKernel::reference: return gemm_reference(M, N, K, A, lda, B, ldb, C, ldc);
     case GemmKernel::avx2: return gemm_blocked(avx2_set, M, N, K, A, lda, B, ldb, C, ldc);
     case GemmKernel::avx512_vnni: return gemm_blocked(vnni_set, M, N, K, A, lda, B, ldb, C, ldc);
+    case GemmKernel::amx:
+    case GemmKernel::amx_emulated: return gemm_amx_unpacked(kernel == GemmKernel::amx_emulated, M, N, K, A, lda, B,
+                                                            ldb, C, ldc);
   }
 }
 

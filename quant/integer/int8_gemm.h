@@ -3,26 +3,38 @@
 // A uint8 (M x K, activations), B int8 (N x K, weights: one row per output
 // channel), C int32 (M x N). Zero points are applied by the caller (row and
 // column sums). Kernels: a scalar reference (the specification), AVX2 (widen
-// to int16, exact madd) and AVX-512 VNNI (vpdpbusd), chosen at run time from
-// the CPU's features; every fast path equals the reference bit for bit. The
+// to int16, exact madd), AVX-512 VNNI (vpdpbusd) and AMX-INT8 (tdpbusd on
+// tiles, int8_gemm_amx.h; amx_emulated runs the same kernel on an exact model
+// of the tiles, for the tests and for machines without AMX), chosen at run
+// time from the CPU's features; every fast path equals the reference bit for bit. The
 // fast paths are register-blocked (VNNI 4 x 4, AVX2 3 x 4 blocks of C; one-row
 // kernels for thinner edges and M = 1), cache-blocked over N and K, and run
 // tiles of C on the OpenMP threads when M*N*K >= 2^20; small M splits over N.
 // The integer model prefers int8_gemm_packed.h (repacked weights) where it applies.
 #include <cstdint>
+#include <vector>
 
 #include "core/enum_names.h"
 
 namespace qat::quant {
 
-enum class GemmKernel { reference, avx2, avx512_vnni };
+enum class GemmKernel { reference, avx2, avx512_vnni, amx, amx_emulated };
 constexpr auto enum_names(GemmKernel) {
-  return std::to_array<EnumName<GemmKernel>>(
-      {{GemmKernel::reference, "reference"}, {GemmKernel::avx2, "avx2"}, {GemmKernel::avx512_vnni, "avx512_vnni"}});
+  return std::to_array<EnumName<GemmKernel>>({{GemmKernel::reference, "reference"},
+                                              {GemmKernel::avx2, "avx2"},
+                                              {GemmKernel::avx512_vnni, "avx512_vnni"},
+                                              {GemmKernel::amx, "amx"},
+                                              {GemmKernel::amx_emulated, "amx_emulated"}});
 }
 const char* gemm_kernel_name(GemmKernel k);
-// The fastest kernel this CPU supports.
+// The fastest kernel this CPU supports (amx_emulated is never chosen: it is
+// exact but slow).
 GemmKernel best_gemm_kernel();
+// Whether this CPU can run `k` (reference and amx_emulated: always).
+bool gemm_kernel_runs_here(GemmKernel k);
+// The kernels that run here, the reference first.
+std::vector<GemmKernel> gemm_kernels_here();
+bool is_amx(GemmKernel k);
 
 void gemm_u8s8s32(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B,
                   int64_t ldb, int32_t* C, int64_t ldc);

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "quant/integer/cpu_features.h"
+#include "quant/integer/int8_gemm_amx.h"
 
 namespace qat::quant {
 
@@ -14,6 +15,9 @@ namespace {
 
 constexpr int kRows = 6;     // rows of A per tile
 constexpr int kBlocks = 4;   // 16-channel blocks per tile (64 channels)
+// Bytes after the packed blocks: an AMX tile of B's last 16 rows of K quads
+// reads up to 15 rows (64 bytes each) past the last block.
+constexpr size_t kAmxSlack = 16 * 64;
 
 // 4 bytes of A as one int32 (k beyond K read as 0: no read past the row).
 inline int32_t a_quad(const uint8_t* a, int64_t k, int64_t K) {
@@ -72,7 +76,7 @@ constexpr TileFn kTiles[kRows + 1] = {nullptr,           tile<1, kFlip>, tile<2,
 
 template <bool kFlip>
 void gemm_packed(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int32_t* C, int64_t ldc) {
-  QAT_CHECK(can_use_packed_vnni(B.N) && lda >= B.K && ldc >= B.N, "gemm_u8s8s32_packed: bad sizes N=", B.N,
+  QAT_CHECK(can_use_packed(GemmKernel::avx512_vnni, B.N) && lda >= B.K && ldc >= B.N, "gemm_u8s8s32_packed: bad sizes N=", B.N,
             " K=", B.K, " lda=", lda, " ldc=", ldc);
   const int64_t groups = B.N / (16 * kBlocks), tiles = (M + kRows - 1) / kRows;
   const int64_t block_stride = B.K4 * 64;
@@ -139,34 +143,52 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void pack_transposed_avx5
   }
 }
 
+void check_vnni(GemmKernel kernel) {
+  QAT_CHECK(kernel == GemmKernel::avx512_vnni, "packed GEMM: kernel ", enum_name(kernel),
+            " has no packed form (avx512_vnni, amx, amx_emulated)");
+}
+
 }  // namespace
 
-bool can_use_packed_vnni(int64_t N) { return N > 0 && N % (16 * kBlocks) == 0 && cpu_has_avx512_vnni(); }
+bool can_use_packed(GemmKernel kernel, int64_t N) {
+  if (N <= 0 || !gemm_kernel_runs_here(kernel)) return false;
+  if (kernel == GemmKernel::avx512_vnni) return N % (16 * kBlocks) == 0;
+  return is_amx(kernel) && N % 16 == 0;
+}
 
 PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb) {
-  QAT_CHECK(N % 16 == 0 && K > 0, "pack_b_vnni: N must be a multiple of 16 (got ", N, "), K > 0 (got ", K, ")");
+  QAT_CHECK(N > 0 && K > 0 && ldb >= K, "pack_b_vnni: N (", N, ") and K (", K, ") must be > 0, ldb (", ldb, ") >= K");
   PackedB p;
-  p.N = N;
+  p.N = (N + 15) / 16 * 16;
   p.K = K;
   p.K4 = (K + 3) / 4;
-  p.data.assign(static_cast<size_t>(N * p.K4 * 4), 0);
+  p.data.assign(static_cast<size_t>(p.N * p.K4 * 4 + kAmxSlack), 0);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t k = 0; k < K; ++k)
       p.data[static_cast<size_t>((((n / 16) * p.K4 + k / 4) * 16 + n % 16) * 4 + k % 4)] = B[n * ldb + k];
   return p;
 }
 
-void gemm_u8s8s32_packed(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int32_t* C, int64_t ldc) {
+void gemm_u8s8s32_packed(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int32_t* C,
+                         int64_t ldc) {
+  if (is_amx(kernel)) return amx::gemm_s32(kernel == GemmKernel::amx_emulated, false, M, A, lda, B, B.N, C, ldc);
+  check_vnni(kernel);
   gemm_packed<false>(M, A, lda, B, C, ldc);
 }
 
-void gemm_s8s8s32_packed_offset(int64_t M, const int8_t* A, int64_t lda, const PackedB& B, int32_t* C, int64_t ldc) {
-  gemm_packed<true>(M, reinterpret_cast<const uint8_t*>(A), lda, B, C, ldc);
+void gemm_s8s8s32_packed_offset(GemmKernel kernel, int64_t M, const int8_t* A, int64_t lda, const PackedB& B,
+                                int32_t* C, int64_t ldc) {
+  const auto* a8 = reinterpret_cast<const uint8_t*>(A);
+  if (is_amx(kernel)) return amx::gemm_s32(kernel == GemmKernel::amx_emulated, true, M, a8, lda, B, B.N, C, ldc);
+  check_vnni(kernel);
+  gemm_packed<true>(M, a8, lda, B, C, ldc);
 }
 
-void gemm_s8s8_packed_dequant(int64_t M, const int8_t* A, int64_t lda, const PackedB& B, const DequantEpilogue& e,
-                              float* out, int64_t ldo) {
-  QAT_CHECK(can_use_packed_vnni(B.N) && lda >= B.K && e.n <= B.N && ldo >= e.n, "gemm_s8s8_packed_dequant: bad sizes "
+void gemm_s8s8_packed_dequant(GemmKernel kernel, int64_t M, const int8_t* A, int64_t lda, const PackedB& B,
+                              const DequantEpilogue& e, float* out, int64_t ldo) {
+  if (is_amx(kernel)) return amx::gemm_dequant(kernel == GemmKernel::amx_emulated, M, A, lda, B, e, out, ldo);
+  check_vnni(kernel);
+  QAT_CHECK(can_use_packed(GemmKernel::avx512_vnni, B.N) && lda >= B.K && e.n <= B.N && ldo >= e.n, "gemm_s8s8_packed_dequant: bad sizes "
             "N=", B.N, " K=", B.K, " n=", e.n, " lda=", lda, " ldo=", ldo);
   const int64_t groups = B.N / (16 * kBlocks), tiles = (M + kRows - 1) / kRows;
   const int64_t block_stride = B.K4 * 64;
@@ -184,8 +206,7 @@ void gemm_s8s8_packed_dequant(int64_t M, const int8_t* A, int64_t lda, const Pac
         const double add = e.row_add[m0 + r];
         float* o = out + (m0 + r) * ldo + n0;
         const int32_t* sums = e.sums + n0;
-        for (int64_t j = 0; j < cols; ++j)
-          o[j] = static_cast<float>(e.scale * (static_cast<double>(c[r][j] - 128 * sums[j]) + add));
+        for (int64_t j = 0; j < cols; ++j) o[j] = e.value(c[r][j], sums[j], add);
       }
     }
 }
@@ -197,7 +218,7 @@ void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt
   out.N = (N + 63) / 64 * 64;
   out.K = K;
   out.K4 = (K + 3) / 4;
-  out.data.resize(static_cast<size_t>(out.N * out.K4 * 4));  // every byte is written below
+  out.data.resize(static_cast<size_t>(out.N * out.K4 * 4) + kAmxSlack);  // every packed byte is written below
   pack_transposed_avx512(Bt, K, N, ldbt, flip_signs, out, sums);
 }
 

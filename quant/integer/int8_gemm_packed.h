@@ -6,23 +6,31 @@
 // reduction is needed (the dot-product kernels reduce 16 accumulators per
 // 4 x 4 block, which costs most at small K, e.g. conv1's K = 363).
 // Tiles: 6 rows of A x 64 output channels (24 accumulators).
+// The same packed layout is the AMX kernel's B operand (int8_gemm_amx.h):
+// every function here takes the kernel that multiplies, avx512_vnni, amx or
+// amx_emulated, so inference and INT8 training share one set of kernels.
 #include <cstdint>
 #include <vector>
+
+#include "quant/integer/int8_gemm.h"
 
 namespace qat::quant {
 
 struct PackedB {
   int64_t N = 0, K = 0, K4 = 0;  // K4 = ceil(K / 4)
-  std::vector<int8_t> data;      // [N / 16][K4][16][4], zero beyond K
+  std::vector<int8_t> data;      // [N / 16][K4][16][4], zero beyond K; then 1 KiB of slack (AMX tiles)
   bool empty() const { return data.empty(); }
 };
 
-// N a multiple of 64 and a CPU with AVX-512 VNNI.
-bool can_use_packed_vnni(int64_t N);
+// Whether `kernel` multiplies packed operands with N output columns: the
+// VNNI kernel N a multiple of 64, the AMX kernels of 16; the CPU able to run it.
+bool can_use_packed(GemmKernel kernel, int64_t N);
+// N is padded with zero channels to a multiple of 16 (out.N).
 PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb);
-// C (M x N, ldc) = A (M x K, lda) B^T. Threads over tiles when the work is
+// C (M x B.N, ldc) = A (M x K, lda) B^T. Threads over tiles when the work is
 // large and no enclosing parallel region is active.
-void gemm_u8s8s32_packed(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int32_t* C, int64_t ldc);
+void gemm_u8s8s32_packed(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int32_t* C,
+                         int64_t ldc);
 
 // INT8 training's input gradient, dX = Gx W with Gx s8 (M x O) and the
 // weight W s8 (O x K) as stored (one row per output channel):
@@ -36,7 +44,8 @@ void gemm_u8s8s32_packed(int64_t M, const uint8_t* A, int64_t lda, const PackedB
 // flip_signs: Bt holds u8 values v, packed as v - 128 (s8; sums of v - 128).
 void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, PackedB& out, int32_t* sums,
                             bool flip_signs = false);
-void gemm_s8s8s32_packed_offset(int64_t M, const int8_t* A, int64_t lda, const PackedB& B, int32_t* C, int64_t ldc);
+void gemm_s8s8s32_packed_offset(GemmKernel kernel, int64_t M, const int8_t* A, int64_t lda, const PackedB& B,
+                                int32_t* C, int64_t ldc);
 
 // INT8 training's weight gradient: the same product, each tile of C turned
 // into floats while it is in registers/L1 (no int32 matrix through memory):
@@ -49,8 +58,12 @@ struct DequantEpilogue {
   const int32_t* sums = nullptr;  // (B.N) from pack_b_vnni_transposed
   const double* row_add = nullptr;  // (M)
   double scale = 1.0;
+  // out[m][n] from c = C[m][n], col_sum = sums[n], add = row_add[m]
+  float value(int32_t c, int32_t col_sum, double add) const {
+    return static_cast<float>(scale * (static_cast<double>(c - 128 * col_sum) + add));
+  }
 };
-void gemm_s8s8_packed_dequant(int64_t M, const int8_t* A, int64_t lda, const PackedB& B, const DequantEpilogue& e,
-                              float* out, int64_t ldo);
+void gemm_s8s8_packed_dequant(GemmKernel kernel, int64_t M, const int8_t* A, int64_t lda, const PackedB& B,
+                              const DequantEpilogue& e, float* out, int64_t ldo);
 
 }  // namespace qat::quant

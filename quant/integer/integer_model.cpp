@@ -31,6 +31,17 @@ Tensor IntegerModel::run_layer(const IntLayer& l, const Tensor& x) const {
   return int_op_def(l.op).run(l, x, kernel);
 }
 
+bool runs_packed(const IntLayer& l, GemmKernel k) {
+  return !l.packed_weight.empty() && can_use_packed(k, l.out_channels);
+}
+
+std::string IntegerModel::layer_kernel(const IntLayer& l) const {
+  if (!int_op_def(l.op).has(kMatmul)) return "";
+  std::string name = gemm_kernel_name(kernel);
+  if (runs_packed(l, kernel)) name += ", packed weights";
+  return name;
+}
+
 Tensor IntegerModel::forward(const Tensor& x) const {
   QAT_CHECK(!layers.empty() && int_op_def(layers.front().op).has(kFloatInput),
             "integer model: the first layer must be quantize_input");

@@ -89,6 +89,9 @@ struct IntLayer {
   void finalize();  // its op's finalize (int_op.h): validates the fields, fills the derived ones
 };
 
+// Whether layer l multiplies on its packed weights with kernel k.
+bool runs_packed(const IntLayer& l, GemmKernel k);
+
 class IntegerModel {
  public:
   std::vector<IntLayer> layers;
@@ -101,6 +104,9 @@ class IntegerModel {
   // One layer: integer tensor in, integer tensor out (f32 only at the ends).
   Tensor run_layer(const IntLayer& l, const Tensor& x) const;
   int64_t num_classes() const;
+  // The GEMM kernel a layer runs on, e.g. "amx, packed weights" or
+  // "avx512_vnni"; empty for a layer without a GEMM.
+  std::string layer_kernel(const IntLayer& l) const;
 };
 
 // Conv weight layouts: PyTorch's (O, I, KH, KW) and the kernels' (O, KH, KW, I)

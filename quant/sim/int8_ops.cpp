@@ -11,6 +11,7 @@
 #include "core/ops.h"
 #include "core/profiler.h"
 #include "quant/integer/int8_gemm.h"
+#include "quant/integer/cpu_features.h"
 #include "quant/integer/int8_gemm_packed.h"
 
 namespace qat::quant {
@@ -129,6 +130,12 @@ std::optional<GemmKernel>& kernel_override() {
   return k;
 }
 GemmKernel int8_gemm_kernel() { return kernel_override().value_or(best_gemm_kernel()); }
+// Whether the backward GEMMs run on packed operands (pack_b_vnni_transposed
+// is AVX-512 code; the VNNI and both AMX kernels multiply its layout).
+bool packed_backward() {
+  const GemmKernel k = int8_gemm_kernel();
+  return (k == GemmKernel::avx512_vnni || is_amx(k)) && cpu_has_avx512_vnni();
+}
 
 // Per-thread buffers reused across steps (AlexNet's classifier needs 150 MB
 // of accumulators: a fresh zeroed vector every step page-faults and clears
@@ -463,14 +470,14 @@ Tensor weight_grad_packed(const uint8_t* rows, const ActGrid& grid, const int8_t
   Tensor dw = Tensor::empty({O, K});
   QAT_PROFILE("int8_train.gemm_dw");
   const DequantEpilogue e{K, sums.data(), corr.data(), static_cast<double>(scale_g) * static_cast<double>(grid.scale)};
-  gemm_s8s8_packed_dequant(O, G, M, packed, e, dw.data<float>(), K);
+  gemm_s8s8_packed_dequant(int8_gemm_kernel(), O, G, M, packed, e, dw.data<float>(), K);
   return dw;
 }
 
 // Whether the weight gradient runs on the packed kernel: it reads the
 // forward's im2row rows, which the layer then keeps for its backward.
 bool packed_weight_grad(const Geom& g) {
-  return int8_gemm_kernel() == GemmKernel::avx512_vnni && g.M() <= (int64_t{1} << 16);
+  return packed_backward() && g.M() <= (int64_t{1} << 16);
 }
 
 // rows: the forward's im2row rows where packed_weight_grad(g).
@@ -566,24 +573,24 @@ Tensor input_grad_packed(const int8_t* Gx, float scale_gx, const QuantCodes& wi,
     int32_t* acc = scratch<int32_t>(kAcc, M * ldc);
     {
       QAT_PROFILE("int8_train.gemm_dx");
-      gemm_s8s8s32_packed_offset(M, Gx, O, packed, acc, ldc);
+      gemm_s8s8s32_packed_offset(int8_gemm_kernel(), M, Gx, O, packed, acc, ldc);
     }
     QAT_PROFILE("int8_train.col2im");
     return col2im_scaled(acc, ldc, sums.data(), scale_gx, g, [](int64_t, const int32_t* rows) { return rows; });
   }
   QAT_PROFILE("int8_train.gemm_dx_col2im");
+  const GemmKernel kernel = int8_gemm_kernel();
   return col2im_scaled(nullptr, ldc, sums.data(), scale_gx, g, [&](int64_t n, const int32_t*) {
     int32_t* acc = scratch<int32_t>(kAcc, P * ldc);  // this thread's
-    gemm_s8s8s32_packed_offset(P, Gx + n * P * O, O, packed, acc, ldc);
+    gemm_s8s8s32_packed_offset(kernel, P, Gx + n * P * O, O, packed, acc, ldc);
     return static_cast<const int32_t*>(acc);
   });
 }
 
 Tensor input_grad(const int8_t* Gx, float scale_gx, const QuantCodes& wi, const Geom& g) {
   QAT_PROFILE("int8_train.input_grad_gemm");
-  const GemmKernel kernel = int8_gemm_kernel();
-  if (kernel == GemmKernel::avx512_vnni) return input_grad_packed(Gx, scale_gx, wi, g);
-  return input_grad_unpacked(Gx, scale_gx, wi, g, kernel);
+  if (packed_backward()) return input_grad_packed(Gx, scale_gx, wi, g);
+  return input_grad_unpacked(Gx, scale_gx, wi, g, int8_gemm_kernel());
 }
 
 Tensor bias_grad(const float* dy, const Geom& g) {
@@ -724,10 +731,8 @@ std::shared_ptr<const QuantCodes> integers_of(const Tensor& wq, const Tensor& w_
 }  // namespace
 
 void set_int8_training_kernel(std::optional<GemmKernel> kernel) {
-  QAT_CHECK(!kernel || *kernel == GemmKernel::reference ||
-                (*kernel == GemmKernel::avx2 && best_gemm_kernel() != GemmKernel::reference) ||
-                (*kernel == GemmKernel::avx512_vnni && best_gemm_kernel() == GemmKernel::avx512_vnni),
-            "set_int8_training_kernel: this CPU cannot run ", kernel ? enum_name(*kernel) : "");
+  QAT_CHECK(!kernel || gemm_kernel_runs_here(*kernel), "set_int8_training_kernel: this CPU cannot run ",
+            kernel ? enum_name(*kernel) : "");
   kernel_override() = kernel;
 }
 

@@ -4,15 +4,17 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "quant/integer/int8_gemm_packed.h"
 
 namespace qat::quant::ops {
 
-// acc (M x out_channels) = rows (M x K) . weights^T; the packed broadcast
-// kernel where the layer has one (same integers as every other kernel).
+// acc (M x out_channels) = rows (M x K) . weights^T; on the packed weights
+// where the layer has them and the kernel takes them (same integers as every
+// other kernel).
 void gemm(const IntLayer& l, GemmKernel kernel, int64_t M, const uint8_t* rows, int32_t* acc) {
   const int64_t K = l.weight.numel() / l.out_channels;
-  if (kernel == GemmKernel::avx512_vnni && !l.packed_weight.empty())
-    return gemm_u8s8s32_packed(M, rows, K, l.packed_weight, acc, l.out_channels);
+  if (runs_packed(l, kernel))
+    return gemm_u8s8s32_packed(kernel, M, rows, K, l.packed_weight, acc, l.out_channels);
   gemm_u8s8s32(kernel, M, l.out_channels, K, rows, K, l.weight.data<int8_t>(), K, acc, l.out_channels);
 }
 
@@ -78,8 +80,11 @@ void finalize_matmul(IntLayer& l) {
   }
   QAT_CHECK(l.conv.groups == 1, "layer '", l.name, "': grouped convolution has no integer kernel (groups ",
             l.conv.groups, ")");
-  l.packed_weight =
-      can_use_packed_vnni(l.out_channels) ? pack_b_vnni(l.weight.data<int8_t>(), l.out_channels, K, K) : PackedB{};
+  // Packed for the best kernel (AMX or VNNI), which amx_emulated then reads
+  // too (the tests' way to run the AMX kernel on a model).
+  l.packed_weight = can_use_packed(best_gemm_kernel(), l.out_channels)
+                        ? pack_b_vnni(l.weight.data<int8_t>(), l.out_channels, K, K)
+                        : PackedB{};
   l.weight_row_sums.assign(static_cast<size_t>(l.out_channels), 0);
   const int8_t* w = l.weight.data<int8_t>();
   for (int64_t c = 0; c < l.out_channels; ++c)

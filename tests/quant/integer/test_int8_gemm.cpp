@@ -2,6 +2,7 @@
 // the reference equals a plain 64-bit dot product computed here.
 #include "tests/test_util.h"
 
+#include "quant/integer/cpu_features.h"
 #include "quant/integer/int8_gemm.h"
 #include "quant/integer/int8_gemm_packed.h"
 
@@ -11,6 +12,14 @@ using namespace qat::quant;
 namespace {
 
 enum class Fill { random, max_positive, max_negative };
+
+// The kernels here that multiply packed operands (VNNI, AMX, AMX emulated).
+std::vector<GemmKernel> packed_kernels_here() {
+  std::vector<GemmKernel> out;
+  for (const GemmKernel k : testing::gemm_kernels_here())
+    if (k == GemmKernel::avx512_vnni || is_amx(k)) out.push_back(k);
+  return out;
+}
 
 // Runs every kernel on one shape with leading dimensions lda/ldb/ldc (>= K,
 // K, N); the padding of A and B holds values that would change the result if
@@ -117,15 +126,14 @@ TEST_CASE("int8 GEMM kernels equal the reference on threaded and K-blocked shape
   REQUIRE(c == 255 * -128 + 127);
 }
 
-TEST_CASE("the packed VNNI GEMM equals the reference", "[quant][int8gemm]") {
-  if (!qat::quant::can_use_packed_vnni(64)) {
-    WARN("no AVX-512 VNNI: packed GEMM not tested");
-    return;
-  }
+TEST_CASE("the packed VNNI and AMX GEMMs equal the reference", "[quant][int8gemm]") {
   std::mt19937 rng(17);
-  for (int64_t K : {1, 3, 4, 5, 63, 64, 65, 363, 1600}) {
-    for (int64_t M : {1, 5, 6, 7, 13, 100}) {
-      for (int64_t N : {64, 192}) {
+  // AMX blocks: 32 x 32 of C, 64 bytes of K (16 quads) a step; VNNI: 6 x 64.
+  for (const GemmKernel kern : packed_kernels_here())
+  for (int64_t K : {1, 3, 4, 5, 63, 64, 65, 363, 1024, 1025, 1600}) {
+    for (int64_t M : {1, 5, 6, 7, 13, 16, 17, 31, 32, 33, 100}) {
+      for (int64_t N : {16, 48, 64, 80, 192}) {
+        if (!can_use_packed(kern, N)) continue;
         const int64_t lda = K + (M % 2 ? 3 : 0), ldc = N + (K % 2 ? 5 : 0);
         std::vector<uint8_t> A(M * lda);
         std::vector<int8_t> B(N * K);
@@ -136,8 +144,8 @@ TEST_CASE("the packed VNNI GEMM equals the reference", "[quant][int8gemm]") {
         qat::quant::gemm_u8s8s32(qat::quant::GemmKernel::reference, M, N, K, A.data(), lda, B.data(), K, want.data(),
                                  ldc);
         const auto packed = qat::quant::pack_b_vnni(B.data(), N, K, K);
-        qat::quant::gemm_u8s8s32_packed(M, A.data(), lda, packed, got.data(), ldc);
-        INFO("M=" << M << " N=" << N << " K=" << K);
+        qat::quant::gemm_u8s8s32_packed(kern, M, A.data(), lda, packed, got.data(), ldc);
+        INFO(gemm_kernel_name(kern) << " M=" << M << " N=" << N << " K=" << K);
         REQUIRE(got == want);  // padding columns of C untouched too
       }
     }
@@ -194,7 +202,7 @@ TEST_CASE("s8 x s8 GEMM equals the 64-bit sum on edge shapes with every kernel",
 // transpose (the weight as stored), columns padded to 64, A signed with its
 // sign bits flipped in the broadcast; C - 128 sums equals the 64-bit sum.
 TEST_CASE("the packed s8 x s8 GEMM on a transposed B equals the 64-bit sum", "[quant][int8gemm]") {
-  if (!qat::quant::can_use_packed_vnni(64)) {
+  if (!cpu_has_avx512_vnni()) {
     WARN("no AVX-512 VNNI: packed s8 x s8 GEMM not tested");
     return;
   }
@@ -204,8 +212,9 @@ TEST_CASE("the packed s8 x s8 GEMM on a transposed B equals the 64-bit sum", "[q
   for (const Shape3 s : {Shape3{1, 1, 1}, Shape3{3, 5, 7}, Shape3{6, 64, 4}, Shape3{7, 65, 129}, Shape3{32, 200, 300},
                          Shape3{13, 128, 1}, Shape3{2, 9216, 5}, Shape3{49, 1600, 64}, Shape3{2, 64, 65536}}) {
     // extreme 1: -128 x -128 (A + 128 = 0); 2: 127 x -128 (the largest |C|)
-    for (const int extreme : {0, 1, 2}) {
-      INFO("M=" << s.M << " N=" << s.N << " K=" << s.K << " extreme " << extreme);
+    for (const int extreme : {0, 1, 2})
+    for (const GemmKernel kern : packed_kernels_here()) {
+      INFO(gemm_kernel_name(kern) << " M=" << s.M << " N=" << s.N << " K=" << s.K << " extreme " << extreme);
       const int64_t lda = s.K + 3, ldbt = s.N + 2;
       std::vector<int8_t> A(static_cast<size_t>(s.M * lda), 99), Bt(static_cast<size_t>(s.K * ldbt), -99);
       auto draw = [&](int8_t fixed) {
@@ -220,7 +229,7 @@ TEST_CASE("the packed s8 x s8 GEMM on a transposed B equals the 64-bit sum", "[q
       REQUIRE(packed.N == (s.N + 63) / 64 * 64);
       const int64_t ldc = packed.N + 1;
       std::vector<int32_t> C(static_cast<size_t>(s.M * ldc), 5);
-      gemm_s8s8s32_packed_offset(s.M, A.data(), lda, packed, C.data(), ldc);
+      gemm_s8s8s32_packed_offset(kern, s.M, A.data(), lda, packed, C.data(), ldc);
       bool ok = true;
       for (int64_t n = 0; n < packed.N; ++n) {
         int64_t col = 0;
@@ -243,7 +252,7 @@ TEST_CASE("the packed s8 x s8 GEMM on a transposed B equals the 64-bit sum", "[q
 // the 64-bit sum, bit for bit (same double operations), on edge shapes and
 // the extremes (u = 0 or 255, A = -128 or 127).
 TEST_CASE("the packed s8 x s8 GEMM with the dequantizing epilogue equals the scalar formula", "[quant][int8gemm]") {
-  if (!qat::quant::can_use_packed_vnni(64)) {
+  if (!cpu_has_avx512_vnni()) {
     WARN("no AVX-512 VNNI: packed dequantizing GEMM not tested");
     return;
   }
@@ -251,9 +260,10 @@ TEST_CASE("the packed s8 x s8 GEMM with the dequantizing epilogue equals the sca
   struct Shape3 { int64_t M, N, K; };
   PackedB packed;
   for (const Shape3 s : {Shape3{1, 1, 1}, Shape3{7, 65, 3}, Shape3{6, 64, 32}, Shape3{13, 300, 129},
-                         Shape3{64, 363, 1000}}) {
-    for (const int extreme : {0, 1, 2}) {
-      INFO("M=" << s.M << " N=" << s.N << " K=" << s.K << " extreme " << extreme);
+                         Shape3{64, 363, 1000}, Shape3{33, 64, 1025}}) {
+    for (const int extreme : {0, 1, 2})
+    for (const GemmKernel kern : packed_kernels_here()) {
+      INFO(gemm_kernel_name(kern) << " M=" << s.M << " N=" << s.N << " K=" << s.K << " extreme " << extreme);
       std::vector<int8_t> A(static_cast<size_t>(s.M * s.K));
       std::vector<uint8_t> U(static_cast<size_t>(s.K * s.N));  // Bt: K rows of N u8 values
       for (auto& v : A)
@@ -267,7 +277,7 @@ TEST_CASE("the packed s8 x s8 GEMM with the dequantizing epilogue equals the sca
       const double scale = 1.7e-5;
       const int64_t ldo = s.N + 2;
       std::vector<float> out(static_cast<size_t>(s.M * ldo), -1.f);
-      gemm_s8s8_packed_dequant(s.M, A.data(), s.K, packed, DequantEpilogue{s.N, sums.data(), row_add.data(), scale},
+      gemm_s8s8_packed_dequant(kern, s.M, A.data(), s.K, packed, DequantEpilogue{s.N, sums.data(), row_add.data(), scale},
                                out.data(), ldo);
       bool ok = true;
       for (int64_t m = 0; m < s.M; ++m) {
