@@ -154,7 +154,16 @@ BenchFigures run_bench_infer(const BenchOptions& opt) {
   Generator gen(1);
   const Tensor x = Tensor::randn({opt.batch, 3, opt.res, opt.res}, gen);
   NoGradGuard ng;
+  Profiler::reset();
+  Profiler::set_enabled(opt.profile);
   const double fp32 = time_inference([&](const Tensor& t) { return model->forward(t); }, x, opt, "fp32");
+  Profiler::set_enabled(false);
+  if (opt.profile) {
+    std::printf("FP32 model, time per op (warm-up and timed passes):\n");
+    const int passes = opt.warmup + opt.steps;
+    for (const auto& r : Profiler::rows())
+      std::printf("  %-28s %8.2f ms per pass\n", r.key.c_str(), 1000.0 * r.seconds / passes);
+  }
   ModulePtr qmodel = qat_model_for_bench(opt);
   quant::IntegerModel im = quant::freeze(*qmodel);
   im.kernel = kernel;

@@ -1,9 +1,11 @@
 #include "core/ops/conv2d.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/blas.h"
 #include "core/ops/common.h"
+#include "core/threads.h"
 
 namespace qat {
 
@@ -48,6 +50,14 @@ bool is_pointwise(const Geometry& g, const Conv2dParams& p) {
          g.groups == 1;
 }
 
+// Images per chunk of the forward: GEMMs at least ~512 columns wide (a 7x7
+// output is 49 columns an image), columns at most ~4 MB.
+int64_t images_per_chunk(const Geometry& g) {
+  const int64_t P = std::max<int64_t>(g.p(), 1), K = std::max<int64_t>(g.k(), 1);
+  const int64_t by_width = (512 + P - 1) / P, by_size = std::max<int64_t>(1, (int64_t{1} << 20) / (K * P));
+  return std::max<int64_t>(1, std::min(by_width, by_size));
+}
+
 // Reusable per-thread scratch buffers (columns can be tens of MB; reusing them
 // avoids page-faulting a fresh allocation every call).
 float* scratch(int slot, int64_t n) {
@@ -56,15 +66,17 @@ float* scratch(int slot, int64_t n) {
   return bufs[slot].data();
 }
 
-// col (K, N*P) for group `gi`: row r = (c, ki, kj), column = n*P + oy*OW + ox.
-void im2col(const float* x, const Geometry& g, const Conv2dParams& p, int64_t gi, float* col) {
-  const int64_t K = g.k(), P = g.p(), NP = g.n * P;
+// col (K, count*P) for group `gi` and images [n0, n0 + count): row r =
+// (c, ki, kj), column = (n - n0)*P + oy*OW + ox.
+void im2col(const float* x, const Geometry& g, const Conv2dParams& p, int64_t gi, float* col, int64_t n0,
+            int64_t count) {
+  const int64_t K = g.k(), P = g.p(), NP = count * P;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t r = 0; r < K; ++r) {
-    for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t n = 0; n < count; ++n) {
       const int64_t c = gi * g.cg() + r / (g.kh * g.kw);
       const int64_t ki = (r / g.kw) % g.kh, kj = r % g.kw;
-      const float* xp = x + (n * g.c + c) * g.h * g.w;
+      const float* xp = x + ((n0 + n) * g.c + c) * g.h * g.w;
       float* dst = col + r * NP + n * P;
       for (int64_t oy = 0; oy < g.oh; ++oy) {
         const int64_t iy = oy * p.stride_h - p.pad_h + ki * p.dil_h;
@@ -117,15 +129,16 @@ void col2im(const float* dcol, const Geometry& g, const Conv2dParams& p, int64_t
   }
 }
 
-// out[n, gi*Og + o, :] = y[o, n*P : (n+1)*P] (+ bias)
-void scatter_output(const float* y, const Geometry& g, int64_t gi, const float* bias, float* out) {
+// out[n0 + n, gi*Og + o, :] = y[o, n*P : (n+1)*P] (+ bias), n < count
+void scatter_output(const float* y, const Geometry& g, int64_t gi, const float* bias, float* out, int64_t n0,
+                    int64_t count) {
   const int64_t P = g.p(), Og = g.og();
 #pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t n = 0; n < g.n; ++n) {
+  for (int64_t n = 0; n < count; ++n) {
     for (int64_t o = 0; o < Og; ++o) {
       const int64_t oc = gi * Og + o;
-      const float* src = y + o * g.n * P + n * P;
-      float* dst = out + (n * g.o + oc) * P;
+      const float* src = y + o * count * P + n * P;
+      float* dst = out + ((n0 + n) * g.o + oc) * P;
       const float b = bias ? bias[oc] : 0.f;
       for (int64_t i = 0; i < P; ++i) dst[i] = src[i] + b;
     }
@@ -160,12 +173,29 @@ Tensor forward_impl(const Tensor& xc, const Tensor& wc, const Tensor& bias, cons
     }
     return out;
   }
+  const int64_t chunk = images_per_chunk(g);
+  if (g.groups == 1 && (g.n + chunk - 1) / chunk >= num_threads()) {
+    // Chunks of images on the threads, each with its own columns (which stay
+    // in cache: the whole batch's are tens of MB through memory) and a
+    // single-threaded GEMM (OpenBLAS inside a parallel region); a chunk of
+    // one image needs no scatter.
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
+      const int64_t count = std::min(chunk, g.n - n0), cnp = count * P;
+      float* ccol = scratch(0, K * cnp);
+      float* cy = count == 1 ? po + n0 * g.o * P : scratch(1, g.o * cnp);
+      im2col(px, g, p, 0, ccol, n0, count);
+      sgemm(false, false, g.o, cnp, K, 1.f, pw, K, ccol, cnp, 0.f, cy, cnp);
+      if (count > 1 || pb) scatter_output(cy, g, 0, pb, po, n0, count);
+    }
+    return out;
+  }
   float* col = scratch(0, K * NP);
   float* y = scratch(1, Og * NP);
   for (int64_t gi = 0; gi < g.groups; ++gi) {
-    im2col(px, g, p, gi, col);
+    im2col(px, g, p, gi, col, 0, g.n);
     sgemm(false, false, Og, NP, K, 1.f, pw + gi * Og * K, K, col, NP, 0.f, y, NP);
-    scatter_output(y, g, gi, pb, po);
+    scatter_output(y, g, gi, pb, po, 0, g.n);
   }
   return out;
 }
@@ -213,7 +243,7 @@ TensorList backward_impl(const Tensor& gy, const Tensor& xc, const Tensor& wc, c
   for (int64_t gi = 0; gi < g.groups; ++gi) {
     gather_grad(pgy, g, gi, gyt);
     if (pdw) {
-      im2col(px, g, p, gi, col);
+      im2col(px, g, p, gi, col, 0, g.n);
       sgemm(false, true, Og, K, NP, 1.f, gyt, NP, col, NP, 0.f, pdw + gi * Og * K, K);
     }
     if (pdx) {

@@ -1,7 +1,11 @@
 #include "core/ops/pool.h"
 
+#include <immintrin.h>
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/ops/common.h"
 #include "core/ops/conv2d.h"
@@ -25,6 +29,91 @@ void check_pool_params(const Pool2dParams& p, const char* op) {
 
 }  // namespace
 
+namespace {
+
+// One output row of one plane: best[ox] = the window maximum, arg[ox] its
+// index in the plane (the first in row-major order among equal maxima; a NaN
+// wins and stays, as in PyTorch). The window rows [y0, y1) are already
+// clipped to the plane; columns are clipped per output at the edges only,
+// and the interior runs tap by tap over all its outputs with selects instead
+// of branches (vectorisable).
+void max_pool_row(const float* xp, int64_t W, int64_t y0, int64_t y1, const Pool2dParams& p, int64_t OW, float* best,
+                  int32_t* arg) {
+  // interior outputs [lo, hi): every tap inside the row
+  const int64_t lo = std::min(OW, (p.pad_w + p.stride_w - 1) / p.stride_w);
+  const int64_t hi = std::max(lo, std::min(OW, (W + p.pad_w - p.kernel_w) / p.stride_w + 1));
+  auto edge = [&](int64_t ox) {
+    float b = 0.f;
+    int32_t a = -1;
+    for (int64_t iy = y0; iy < y1; ++iy)
+      for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
+        const int64_t ix = ox * p.stride_w - p.pad_w + kx;
+        if (ix < 0 || ix >= W) continue;
+        const float v = xp[iy * W + ix];
+        if (a < 0 || v > b || (std::isnan(v) && !std::isnan(b))) b = v, a = static_cast<int32_t>(iy * W + ix);
+      }
+    best[ox] = b;
+    arg[ox] = a;
+  };
+  for (int64_t ox = 0; ox < lo; ++ox) edge(ox);
+  for (int64_t ox = hi; ox < OW; ++ox) edge(ox);
+  if (hi <= lo) return;
+  const int64_t s = p.stride_w, x0 = lo * s - p.pad_w;
+  for (int64_t ox = lo; ox < hi; ++ox) {  // the first tap
+    best[ox] = xp[y0 * W + x0 + (ox - lo) * s];
+    arg[ox] = static_cast<int32_t>(y0 * W + x0 + (ox - lo) * s);
+  }
+  for (int64_t iy = y0; iy < y1; ++iy)
+    for (int64_t kx = iy == y0 ? 1 : 0; kx < p.kernel_w; ++kx) {
+      const float* r = xp + iy * W + x0 + kx;
+      const int32_t base = static_cast<int32_t>(iy * W + x0 + kx);
+      for (int64_t j = 0; j < hi - lo; ++j) {
+        const float v = r[j * s], b = best[lo + j];
+        const bool take = v > b || (v != v && b == b);
+        best[lo + j] = take ? v : b;
+        arg[lo + j] = take ? base + static_cast<int32_t>(j * s) : arg[lo + j];
+      }
+    }
+}
+
+// Without padding every window lies inside the plane: a whole plane's
+// outputs, 16 at a time, each tap one gather at base[i] + (ky W + kx)
+// (base[i]: output i's window corner), taps in row-major order with the same
+// selects as above. Rows of 3 to 15 outputs (AlexNet's pools) leave most
+// lanes of a per-row loop idle; a plane of outputs does not.
+__attribute__((target("avx512f"))) void max_pool_plane_avx512(const float* xp, int64_t W, const Pool2dParams& p,
+                                                              const std::vector<int32_t>& base, float* best,
+                                                              int32_t* arg) {
+  const int64_t n = static_cast<int64_t>(base.size());
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512i corner = _mm512_maskz_loadu_epi32(m, base.data() + i);
+    __m512 b = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, corner, xp, 4);
+    __m512i a = corner;
+    for (int64_t ky = 0; ky < p.kernel_h; ++ky)
+      for (int64_t kx = ky == 0 ? 1 : 0; kx < p.kernel_w; ++kx) {
+        const __m512i at = _mm512_add_epi32(corner, _mm512_set1_epi32(static_cast<int32_t>(ky * W + kx)));
+        const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, at, xp, 4);
+        const __mmask16 take = _mm512_cmp_ps_mask(v, b, _CMP_GT_OQ) |
+                               (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & _mm512_cmp_ps_mask(b, b, _CMP_ORD_Q));
+        b = _mm512_mask_mov_ps(b, take, v);
+        a = _mm512_mask_mov_epi32(a, take, at);
+      }
+    _mm512_mask_storeu_ps(best + i, m, b);
+    _mm512_mask_storeu_epi32(arg + i, m, a);
+  }
+}
+
+bool has_avx512f() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return yes;
+}
+
+}  // namespace
+
 Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
   QAT_PROFILE("max_pool2d.forward");
   check_pool_input(x, "max_pool2d");
@@ -38,53 +127,42 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
   const float* px = xc.data<float>();
   float* po = out.data<float>();
   int32_t* pi = idx.data<int32_t>();
+  if (p.pad_h == 0 && p.pad_w == 0 && has_avx512f()) {
+    std::vector<int32_t> base(static_cast<size_t>(OH * OW));
+    for (int64_t oy = 0; oy < OH; ++oy)
+      for (int64_t ox = 0; ox < OW; ++ox)
+        base[oy * OW + ox] = static_cast<int32_t>(oy * p.stride_h * W + ox * p.stride_w);
 #pragma omp parallel for schedule(static)
-  for (int64_t plane = 0; plane < N * C; ++plane) {
-    const float* xp = px + plane * H * W;
-    for (int64_t oy = 0; oy < OH; ++oy) {
-      for (int64_t ox = 0; ox < OW; ++ox) {
-        float best = -std::numeric_limits<float>::infinity();
-        int32_t arg = -1;
-        const int64_t y0 = oy * p.stride_h - p.pad_h, x0 = ox * p.stride_w - p.pad_w;
-        for (int64_t ky = 0; ky < p.kernel_h; ++ky) {
-          const int64_t iy = y0 + ky;
-          if (iy < 0 || iy >= H) continue;
-          for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
-            const int64_t ix = x0 + kx;
-            if (ix < 0 || ix >= W) continue;
-            const float v = xp[iy * W + ix];
-            // NaN propagates (as PyTorch): a NaN wins and stays.
-            if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
-              best = v;
-              arg = static_cast<int32_t>(iy * W + ix);
-            }
-          }
-        }
-        const int64_t o = (plane * OH + oy) * OW + ox;
-        po[o] = best;
-        pi[o] = arg;
+    for (int64_t plane = 0; plane < N * C; ++plane)
+      max_pool_plane_avx512(px + plane * H * W, W, p, base, po + plane * OH * OW, pi + plane * OH * OW);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t plane = 0; plane < N * C; ++plane)
+      for (int64_t oy = 0; oy < OH; ++oy) {
+        const int64_t y0 = std::max<int64_t>(0, oy * p.stride_h - p.pad_h);
+        const int64_t y1 = std::min(H, oy * p.stride_h - p.pad_h + p.kernel_h);
+        const int64_t o = (plane * OH + oy) * OW;
+        max_pool_row(px + plane * H * W, W, y0, y1, p, OW, po + o, pi + o);
       }
-    }
   }
-  return record(out, "max_pool2d", {&x},
-                [si = Saved(idx), in_shape = x.sizes()](const Tensor& g, const NeedGrad&) {
-                  QAT_PROFILE("max_pool2d.backward");
-                  const Tensor& id = si.get("max_pool2d");
-                  Tensor gc = g.contiguous();
-                  Tensor dx = Tensor::zeros(in_shape);
-                  const int64_t planes = in_shape[0] * in_shape[1], HW = in_shape[2] * in_shape[3];
-                  const int64_t OHW = id.size(2) * id.size(3);
-                  const int32_t* pi = id.data<int32_t>();
-                  const float* pg = gc.data<float>();
-                  float* pd = dx.data<float>();
+  return record(out, "max_pool2d", {&x}, [si = Saved(idx), in_shape = x.sizes()](const Tensor& g, const NeedGrad&) {
+    QAT_PROFILE("max_pool2d.backward");
+    const Tensor& id = si.get("max_pool2d");
+    Tensor gc = g.contiguous();
+    Tensor dx = Tensor::zeros(in_shape);
+    const int64_t planes = in_shape[0] * in_shape[1], HW = in_shape[2] * in_shape[3];
+    const int64_t OHW = id.size(2) * id.size(3);
+    const int32_t* pi = id.data<int32_t>();
+    const float* pg = gc.data<float>();
+    float* pd = dx.data<float>();
 #pragma omp parallel for schedule(static)
-                  for (int64_t plane = 0; plane < planes; ++plane)
-                    for (int64_t o = 0; o < OHW; ++o) {
-                      const int32_t a = pi[plane * OHW + o];
-                      if (a >= 0) pd[plane * HW + a] += pg[plane * OHW + o];
-                    }
-                  return TensorList{dx};
-                });
+    for (int64_t plane = 0; plane < planes; ++plane)
+      for (int64_t o = 0; o < OHW; ++o) {
+        const int32_t a = pi[plane * OHW + o];
+        if (a >= 0) pd[plane * HW + a] += pg[plane * OHW + o];
+      }
+    return TensorList{dx};
+  });
 }
 
 namespace {

@@ -27,9 +27,11 @@ bool amx_hardware_usable() {
 void EmulatedTiles::configure(const TileConfig& c) {
   QAT_CHECK(c.palette_id == 1 && c.start_row == 0, "AMX emulation: palette ", int{c.palette_id}, ", start row ",
             int{c.start_row}, " (only palette 1 from row 0)");
-  for (int t = 0; t < 8; ++t)
-    QAT_CHECK(c.rows[t] <= kTileRows && c.colsb[t] <= kTileBytes && (c.rows[t] == 0) == (c.colsb[t] == 0),
+  for (int t = 0; t < 16; ++t)
+    QAT_CHECK(c.rows[t] <= kTileRows && c.colsb[t] <= kTileBytes && c.colsb[t] % 4 == 0 &&
+                  (c.rows[t] == 0) == (c.colsb[t] == 0) && (t < 8 || c.rows[t] == 0),
               "AMX emulation: tile ", t, " configured ", int{c.rows[t]}, " rows x ", c.colsb[t], " bytes");
+  for (uint8_t r : c.reserved) QAT_CHECK(r == 0, "AMX emulation: reserved bytes of the tile configuration must be 0");
   cfg_ = c;
   std::memset(tmm_, 0, sizeof(tmm_));
 }
@@ -45,7 +47,7 @@ void EmulatedTiles::store_tile(int t, uint8_t* base, int64_t stride) const {
 
 void EmulatedTiles::dpbusd_tiles(int c, int a, int b) {
   const int rows = cfg_.rows[c], cols = cfg_.colsb[c] / 4, groups = cfg_.colsb[a] / 4;
-  QAT_CHECK(c != a && c != b && a != b && cfg_.rows[a] == rows && cfg_.rows[b] == groups && cfg_.colsb[b] == cfg_.colsb[c],
+  QAT_CHECK(rows > 0 && groups > 0 && c != a && c != b && a != b && cfg_.rows[a] == rows && cfg_.rows[b] == groups && cfg_.colsb[b] == cfg_.colsb[c],
             "AMX emulation: tdpbusd on tiles ", c, " (", rows, "x", cfg_.colsb[c], "), ", a, " (", int{cfg_.rows[a]},
             "x", cfg_.colsb[a], "), ", b, " (", int{cfg_.rows[b]}, "x", cfg_.colsb[b], ")");
   for (int m = 0; m < rows; ++m) {

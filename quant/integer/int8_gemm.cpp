@@ -438,8 +438,12 @@ void gemm_u8s8s32(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const uint
     case GemmKernel::avx2: return gemm_blocked(avx2_set, M, N, K, A, lda, B, ldb, C, ldc);
     case GemmKernel::avx512_vnni: return gemm_blocked(vnni_set, M, N, K, A, lda, B, ldb, C, ldc);
     case GemmKernel::amx:
-    case GemmKernel::amx_emulated: return gemm_amx_unpacked(kernel == GemmKernel::amx_emulated, M, N, K, A, lda, B,
-                                                            ldb, C, ldc);
+      // B is packed on every call here: below a few panels of A that costs
+      // more than the tiles save, and the VNNI kernel (every AMX CPU has it)
+      // gives the same integers.
+      if (M < 4 * 32) return gemm_blocked(vnni_set, M, N, K, A, lda, B, ldb, C, ldc);
+      return gemm_amx_unpacked(false, M, N, K, A, lda, B, ldb, C, ldc);
+    case GemmKernel::amx_emulated: return gemm_amx_unpacked(true, M, N, K, A, lda, B, ldb, C, ldc);
   }
 }
 

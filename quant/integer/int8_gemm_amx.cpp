@@ -84,7 +84,8 @@ void run(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, 
   {
     Tiles t;
     t.configure(full_tiles());
-    // Zeroed once: rows past M are never written, read only into dropped rows.
+    // Zeroed once; in a last, partial panel the rows past M hold zeros or an
+    // earlier panel's rows: they reach only C rows that are dropped.
     std::vector<uint8_t> panel(static_cast<size_t>(kBlock * kp), 0);
     alignas(64) int32_t c[kBlock][kBlock];
     int64_t packed_rows_of = -1;

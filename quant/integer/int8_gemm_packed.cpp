@@ -163,9 +163,13 @@ PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb) {
   p.K = K;
   p.K4 = (K + 3) / 4;
   p.data.assign(static_cast<size_t>(p.N * p.K4 * 4 + kAmxSlack), 0);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k)
-      p.data[static_cast<size_t>((((n / 16) * p.K4 + k / 4) * 16 + n % 16) * 4 + k % 4)] = B[n * ldb + k];
+  // quad by quad: 4 bytes of K of one channel are contiguous in both layouts
+  for (int64_t n = 0; n < N; ++n) {
+    int8_t* dst = p.data.data() + ((n / 16) * p.K4 * 16 + n % 16) * 4;
+    const int8_t* src = B + n * ldb;
+    for (int64_t q = 0; q < p.K4; ++q)
+      std::memcpy(dst + q * 64, src + 4 * q, static_cast<size_t>(std::min<int64_t>(4, K - 4 * q)));
+  }
   return p;
 }
 
