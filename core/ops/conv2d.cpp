@@ -1,5 +1,7 @@
 #include "core/ops/conv2d.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -100,14 +102,16 @@ void im2col(const float* x, const Geometry& g, const Conv2dParams& p, int64_t gi
   }
 }
 
-// dx (+=) from dcol (K, N*P) for group gi; each (n, c) plane is owned by one thread.
-void col2im(const float* dcol, const Geometry& g, const Conv2dParams& p, int64_t gi, float* dx) {
-  const int64_t P = g.p(), NP = g.n * P;
+// dx (+=) from dcol (K, count*P) for group gi and images [n0, n0 + count);
+// each (n, c) plane is owned by one thread.
+void col2im(const float* dcol, const Geometry& g, const Conv2dParams& p, int64_t gi, float* dx, int64_t n0,
+            int64_t count) {
+  const int64_t P = g.p(), NP = count * P;
 #pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t n = 0; n < g.n; ++n) {
+  for (int64_t n = 0; n < count; ++n) {
     for (int64_t cl = 0; cl < g.cg(); ++cl) {
       const int64_t c = gi * g.cg() + cl;
-      float* xp = dx + (n * g.c + c) * g.h * g.w;
+      float* xp = dx + ((n0 + n) * g.c + c) * g.h * g.w;
       for (int64_t ki = 0; ki < g.kh; ++ki) {
         for (int64_t kj = 0; kj < g.kw; ++kj) {
           const int64_t r = (cl * g.kh + ki) * g.kw + kj;
@@ -145,13 +149,60 @@ void scatter_output(const float* y, const Geometry& g, int64_t gi, const float* 
   }
 }
 
-// gy'[o, n*P + i] = gy[n, gi*Og + o, i]
-void gather_grad(const float* gy, const Geometry& g, int64_t gi, float* dst) {
+// gy'[o, n*P + i] = gy[n0 + n, gi*Og + o, i], n < count
+void gather_grad(const float* gy, const Geometry& g, int64_t gi, float* dst, int64_t n0, int64_t count) {
   const int64_t P = g.p(), Og = g.og();
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t o = 0; o < Og; ++o)
-    for (int64_t n = 0; n < g.n; ++n)
-      std::memcpy(dst + o * g.n * P + n * P, gy + (n * g.o + gi * Og + o) * P, sizeof(float) * P);
+    for (int64_t n = 0; n < count; ++n)
+      std::memcpy(dst + o * count * P + n * P, gy + ((n0 + n) * g.o + gi * Og + o) * P, sizeof(float) * P);
+}
+
+// The backward in the forward's chunks of images, each thread with its own
+// columns: dX chunk by chunk (dcol = W^T gy, col2im into the chunk's planes),
+// dW summed per thread (beta = 1 GEMMs) and the threads' sums added in thread
+// order (static chunk assignment: the same sums every run).
+void backward_chunked(const float* pgy, const float* px, const float* pw, const Geometry& g, const Conv2dParams& p,
+                      float* pdw, float* pdx) {
+  const int64_t K = g.k(), P = g.p(), chunk = images_per_chunk(g);
+  const int threads = num_threads();
+  std::vector<std::vector<float>> dw_parts(static_cast<size_t>(threads));
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    float* dw = nullptr;
+    if (pdw) {
+      dw_parts[t].assign(static_cast<size_t>(g.o * K), 0.f);
+      dw = dw_parts[t].data();
+    }
+#pragma omp for schedule(static)
+    for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
+      const int64_t count = std::min(chunk, g.n - n0), cnp = count * P;
+      float* ccol = scratch(0, K * cnp);
+      const float* gy = pgy + n0 * g.o * P;  // one image: (O, P) as it is
+      if (count > 1) {
+        float* gathered = scratch(1, g.o * cnp);
+        gather_grad(pgy, g, 0, gathered, n0, count);
+        gy = gathered;
+      }
+      if (dw) {
+        im2col(px, g, p, 0, ccol, n0, count);
+        sgemm(false, true, g.o, K, cnp, 1.f, gy, cnp, ccol, cnp, 1.f, dw, K);
+      }
+      if (pdx) {
+        sgemm(true, false, K, cnp, g.o, 1.f, pw, K, gy, cnp, 0.f, ccol, cnp);
+        col2im(ccol, g, p, 0, pdx, n0, count);
+      }
+    }
+  }
+  if (!pdw) return;
+  for (const auto& part : dw_parts)
+    if (!part.empty())
+      for (int64_t i = 0; i < g.o * K; ++i) pdw[i] += part[static_cast<size_t>(i)];
+}
+
+bool use_chunks(const Geometry& g) {
+  return g.groups == 1 && (g.n + images_per_chunk(g) - 1) / images_per_chunk(g) >= num_threads();
 }
 
 Tensor forward_impl(const Tensor& xc, const Tensor& wc, const Tensor& bias, const Geometry& g, const Conv2dParams& p) {
@@ -173,8 +224,8 @@ Tensor forward_impl(const Tensor& xc, const Tensor& wc, const Tensor& bias, cons
     }
     return out;
   }
-  const int64_t chunk = images_per_chunk(g);
-  if (g.groups == 1 && (g.n + chunk - 1) / chunk >= num_threads()) {
+  if (use_chunks(g)) {
+    const int64_t chunk = images_per_chunk(g);
     // Chunks of images on the threads, each with its own columns (which stay
     // in cache: the whole batch's are tens of MB through memory) and a
     // single-threaded GEMM (OpenBLAS inside a parallel region); a chunk of
@@ -238,17 +289,21 @@ TensorList backward_impl(const Tensor& gy, const Tensor& xc, const Tensor& wc, c
     }
     return r;
   }
+  if (use_chunks(g)) {
+    backward_chunked(pgy, px, pw, g, p, pdw, pdx);
+    return r;
+  }
   float* col = scratch(0, K * NP);
   float* gyt = scratch(1, Og * NP);
   for (int64_t gi = 0; gi < g.groups; ++gi) {
-    gather_grad(pgy, g, gi, gyt);
+    gather_grad(pgy, g, gi, gyt, 0, g.n);
     if (pdw) {
       im2col(px, g, p, gi, col, 0, g.n);
       sgemm(false, true, Og, K, NP, 1.f, gyt, NP, col, NP, 0.f, pdw + gi * Og * K, K);
     }
     if (pdx) {
       sgemm(true, false, K, NP, Og, 1.f, pw + gi * Og * K, K, gyt, NP, 0.f, col, NP);
-      col2im(col, g, p, gi, pdx);
+      col2im(col, g, p, gi, pdx, 0, g.n);
     }
   }
   return r;
