@@ -63,6 +63,9 @@ struct TrainConfig {
   double lr = 0.02;
   double momentum = 0.9;
   bool nesterov = false;
+  // Data-parallel runs (mpirun): batch norm statistics over the global batch
+  // of all processes instead of each process's part (docs/distributed.md).
+  bool sync_bn = false;
   double weight_decay = 5e-4;
   bool no_decay_bn_bias = false;
   std::vector<double> betas = {0.9, 0.999};  // AdamW

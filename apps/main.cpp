@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <string>
 
 #include "apps/bench.h"
 #include "apps/calibrate_cmd.h"
@@ -10,12 +11,40 @@
 #include "apps/data_cmd.h"
 #include "apps/sensitivity_cmd.h"
 #include "apps/integer_cmd.h"
+#include "apps/mpi_run.h"
 #include "apps/sweep.h"
 #include "apps/train.h"
 #include "core/error.h"
 #include "models/models.h"
 
+namespace {
+int run(int argc, char** argv);
+}  // namespace
+
+// Under an MPI launcher: every rank runs the command; an error on any rank
+// stops the whole job with a message naming the rank.
 int main(int argc, char** argv) {
+  try {
+    qat::apps::mpi_start(&argc, &argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qat: error: %s\n", e.what());
+    return 1;
+  }
+  int code = 1;
+  try {
+    code = run(argc, argv);
+  } catch (const std::exception& e) {
+    qat::apps::mpi_abort_with(e.what(), 1);
+  }
+  if (code != 0 && qat::apps::world_size() > 1 && code != 130)
+    qat::apps::mpi_abort_with("the command failed (exit status " + std::to_string(code) + ")", code);
+  qat::apps::mpi_finish();
+  return code;
+}
+
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"qat: quantization-aware training for CNNs (C++20, CPU)"};
   app.require_subcommand(1);
 
@@ -51,6 +80,9 @@ int main(int argc, char** argv) {
   t->add_option("--set", train.overrides, "Override a config key, e.g. --set train.lr=0.01 (repeatable)");
   t->add_option("--resume", train.resume_dir, "Continue the run in RUN_DIR from its last.safetensors")
       ->check(CLI::ExistingDirectory);
+  t->add_option("--stop-after-steps", train.stop_after_steps,
+                "Stop as if interrupted after this many steps, saving last.safetensors (tests, partial runs)")
+      ->check(CLI::PositiveNumber);
 
   qat::apps::EvalArgs eval;
   auto* ev = app.add_subcommand("eval", "Evaluate a checkpoint on the config's validation set");
@@ -164,6 +196,8 @@ int main(int argc, char** argv) {
   try {
     // Subcommands registered with their own callbacks (data) run inside parse().
     app.parse(argc, argv);
+    if (qat::apps::world_size() > 1 && !t->parsed())
+      throw qat::Error("only `qat train` runs as several MPI processes; run this command as one process");
     if (b->parsed()) return qat::apps::run_bench(bench);
     if (t->parsed()) return qat::apps::run_train(train);
     if (ev->parsed()) return qat::apps::run_eval(eval);
@@ -192,12 +226,12 @@ int main(int argc, char** argv) {
     }
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const qat::Error& e) {
-    std::fprintf(stderr, "qat: error: %s\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
+    if (qat::apps::world_size() > 1) throw;  // main() stops every rank
     std::fprintf(stderr, "qat: error: %s\n", e.what());
     return 1;
   }
   return 0;
 }
+
+}  // namespace

@@ -8,14 +8,17 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "apps/backend_config.h"
 #include "apps/config.h"
+#include "apps/data_parallel.h"
 #include "apps/integer_io.h"
 #include "apps/metrics_log.h"
 #include "apps/progress.h"
 #include "apps/run_lock.h"
 #include "apps/run_state.h"
+#include "core/collective.h"
 #include "core/ops.h"
 #include "core/threads.h"
 #include "data/loader.h"
@@ -180,6 +183,17 @@ void remove_stale_temporaries(const std::string& run_dir) {
   }
 }
 
+// What a data-parallel run cannot do yet, refused before anything starts.
+void check_data_parallel(const ExperimentConfig& cfg, int ranks) {
+  if (ranks <= 1) return;
+  QAT_CHECK(!cfg.quant.int8_training.enabled, "train: INT8 training (quant.int8_training) does not run on several "
+            "processes yet (its clip values and learning-rate scales are not synchronised); run it as one process");
+  QAT_CHECK(cfg.data.on_bad_image != BadImagePolicy::skip, "train: data.on_bad_image: skip does not run on several "
+            "processes (a process whose part of a batch is all bad would fall out of step); use error");
+  QAT_CHECK(cfg.train.batch_size >= ranks, "train: train.batch_size ", cfg.train.batch_size, " is smaller than the ",
+            ranks, " processes; each needs at least one image of every batch");
+}
+
 }  // namespace
 
 EvalSummary evaluate(Module& model, data::DataLoader& loader, int64_t num_classes) {
@@ -202,6 +216,12 @@ EvalSummary evaluate(const std::function<Tensor(const Tensor&)>& forward, data::
     c1 += topk_correct(logits, b.labels, 1);
     c5 += topk_correct(logits, b.labels, std::min<int64_t>(5, num_classes));
     r.images += n;
+  }
+  if (Collective* all = collective()) {  // data-parallel: each process evaluated its shard
+    double sums[4] = {loss_sum, static_cast<double>(c1), static_cast<double>(c5), static_cast<double>(r.images)};
+    all->sum(sums, 4);
+    loss_sum = sums[0], c1 = static_cast<int64_t>(sums[1]), c5 = static_cast<int64_t>(sums[2]);
+    r.images = static_cast<int64_t>(sums[3]);
   }
   QAT_CHECK(r.images > 0, "evaluate: the validation set gave no images");
   r.loss = loss_sum / static_cast<double>(r.images);
@@ -300,15 +320,24 @@ int run_train(const TrainArgs& args) {
   const std::string run_dir = cfg.output.dir;
   const std::string hash = config_hash(cfg);
   set_num_threads(static_cast<int>(cfg.train.threads));
+  // Data-parallel (mpirun): rank 0 alone writes the run directory and prints.
+  Collective* all = collective();
+  const int rank = all ? all->rank() : 0, ranks = all ? all->size() : 1;
+  const bool lead = rank == 0;
+  check_data_parallel(cfg, ranks);
+  set_sync_batch_norm(cfg.train.sync_bn);
 
   // The run directory before the data: its problems are reported at once.
   QAT_CHECK(args.resume_dir.empty() || fs::is_directory(run_dir), "train: --resume ", run_dir,
             ": no such run directory");
-  make_run_dir(run_dir);
-  const RunLock lock(run_dir);  // before anything in the directory is read or written
-  InterruptScope interrupts;    // from here on Ctrl-C / SIGTERM end the run cleanly
+  std::optional<RunLock> lock;
+  if (lead) {
+    make_run_dir(run_dir);
+    lock.emplace(run_dir);  // before anything in the directory is read or written
+  }
+  InterruptScope interrupts;  // from here on Ctrl-C / SIGTERM end the run cleanly
   g_interrupted = 0;
-  QAT_CHECK(!args.resume_dir.empty() || !fs::exists(run_dir + "/last.safetensors"), "train: ", run_dir,
+  QAT_CHECK(!lead || !args.resume_dir.empty() || !fs::exists(run_dir + "/last.safetensors"), "train: ", run_dir,
             " already holds a run (last.safetensors); resume it with --resume ", run_dir,
             " or choose another output.dir");
 
@@ -320,8 +349,11 @@ int run_train(const TrainArgs& args) {
   QAT_CHECK(val_set.classes() == train_set.classes(), "config ", cfg.source_path, ": the class folders of ",
             cfg.data.val, " differ from those of ", cfg.data.train);
   const data::TransformSpec spec = transform_spec(cfg.data);
-  data::DataLoader train_loader(train_set, spec, loader_options(cfg, true));
-  data::DataLoader val_loader(val_set, spec, loader_options(cfg, false));
+  data::LoaderOptions train_opt = loader_options(cfg, true), val_opt = loader_options(cfg, false);
+  train_opt.shard = val_opt.shard = rank;
+  train_opt.shards = val_opt.shards = ranks;
+  data::DataLoader train_loader(train_set, spec, train_opt);
+  data::DataLoader val_loader(val_set, spec, val_opt);
   int64_t steps_per_epoch = train_loader.batches_per_epoch();
   if (cfg.train.max_steps_per_epoch > 0) steps_per_epoch = std::min(steps_per_epoch, cfg.train.max_steps_per_epoch);
   QAT_CHECK(steps_per_epoch > 0, "train: ", cfg.data.train, " has ", train_set.size(),
@@ -338,16 +370,23 @@ int run_train(const TrainArgs& args) {
                 static_cast<long long>(state.epoch + 1), static_cast<long long>(state.step),
                 100 * state.best_top1);
   }
-  remove_stale_temporaries(run_dir);
-  // A fresh run starts empty; a resumed one drops the epochs its checkpoint lacks.
-  if (const int64_t dropped = truncate_metrics(run_dir, state.epoch); dropped > 0 && !args.resume_dir.empty())
-    std::printf("metrics: dropped %lld row(s) past the checkpoint's epoch %lld (or cut short)\n",
-                static_cast<long long>(dropped), static_cast<long long>(state.epoch));
-  write_text(run_dir + "/config.yaml", config_to_yaml(cfg));
-  std::printf("model %s: %lld parameters; train %lld images, val %lld images, %lld classes; %d threads\n",
+  if (lead) {
+    remove_stale_temporaries(run_dir);
+    // A fresh run starts empty; a resumed one drops the epochs its checkpoint lacks.
+    if (const int64_t dropped = truncate_metrics(run_dir, state.epoch); dropped > 0 && !args.resume_dir.empty())
+      std::printf("metrics: dropped %lld row(s) past the checkpoint's epoch %lld (or cut short)\n",
+                  static_cast<long long>(dropped), static_cast<long long>(state.epoch));
+    write_text(run_dir + "/config.yaml", config_to_yaml(cfg));
+  }
+  std::printf("model %s: %lld parameters; train %lld images, val %lld images, %lld classes; %d threads",
               cfg.model.name.c_str(), static_cast<long long>(model->num_parameters()),
               static_cast<long long>(train_set.size()), static_cast<long long>(val_set.size()),
               static_cast<long long>(train_set.classes().size()), num_threads());
+  if (ranks > 1)
+    std::printf(" x %d processes (MPI; batch %lld split %s, batch norm %s)", ranks,
+                static_cast<long long>(cfg.train.batch_size), "across them",
+                cfg.train.sync_bn ? "synchronised" : "per process");
+  std::printf("\n");
   std::printf("run directory: %s\n", run_dir.c_str());
 
   const std::vector<quant::Int8Layer> int8 = quant::int8_layers(*model);
@@ -365,10 +404,12 @@ int run_train(const TrainArgs& args) {
     // Resuming mid-epoch: the order of an epoch is fixed by (seed, epoch), so
     // skipping the batches already trained on continues the same sequence.
     for (int64_t s = 0; s < state.step; ++s) QAT_CHECK(train_loader.next(batch), "resume: epoch shorter than step");
+    const int64_t first_step = state.step;
     // Speed and data-wait figures cover the steps this process trains.
     const double wait0 = train_loader.stats().wait_seconds;
     const auto t0 = std::chrono::steady_clock::now();
     int64_t images_this_run = 0;
+    double allreduce_seconds = 0;
     for (int64_t step = state.step; step < steps_per_epoch; ++step) {
       QAT_CHECK(train_loader.next(batch), "train: loader ended after ", step, " of ", steps_per_epoch, " batches");
       schedule.apply(*optimizer, static_cast<double>(epoch) + static_cast<double>(step) / steps_per_epoch);
@@ -378,23 +419,35 @@ int run_train(const TrainArgs& args) {
       const float lv = loss.item();
       QAT_CHECK(std::isfinite(lv), "train: loss is ", lv, " at epoch ", epoch + 1, " step ", step + 1, "; stopping. ",
                 checkpoints_left(run_dir));
-      loss.backward();
+      // The step's loss, correct and images over all processes, and whether any was interrupted.
+      double step_sums[4] = {static_cast<double>(lv) * static_cast<double>(batch.labels.size(0)),
+                             static_cast<double>(topk_correct(logits.detach(), batch.labels, 1)),
+                             static_cast<double>(batch.labels.size(0)), g_interrupted ? 1.0 : 0.0};
+      if (all) {
+        all->sum(step_sums, 4);
+        // d(global mean loss) = (local images / global images) d(local mean loss); the gradients summed below
+        const float share = static_cast<float>(static_cast<double>(batch.labels.size(0)) / step_sums[2]);
+        loss.backward(Tensor::from_vector({share}, loss.sizes()));
+        allreduce_seconds += sum_gradients(model->parameters(), *all);
+      } else {
+        loss.backward();
+      }
       for (const auto& [p, state] : int8_lr_params)  // error-sensitive learning rates: phi(d) of this step
         optimizer->set_lr_scale(p, state->lr_scale());
       optimizer->step();
-      const int64_t n = batch.labels.size(0);
-      state.epoch_loss_sum += static_cast<double>(lv) * n;
-      state.epoch_correct += topk_correct(logits.detach(), batch.labels, 1);
+      const int64_t n = static_cast<int64_t>(step_sums[2]);
+      state.epoch_loss_sum += step_sums[0];
+      state.epoch_correct += static_cast<int64_t>(step_sums[1]);
       state.epoch_images += n;
       images_this_run += n;
       state.step = step + 1;
       progress.update(step + 1, state.epoch_loss_sum / state.epoch_images,
                       static_cast<double>(state.epoch_correct) / state.epoch_images, state.epoch_images);
       ++steps_this_run;
-      if (g_interrupted || (args.stop_after_steps > 0 && steps_this_run >= args.stop_after_steps)) {
+      if (step_sums[3] > 0 || (args.stop_after_steps > 0 && steps_this_run >= args.stop_after_steps)) {
         progress.finish();
         require_finite_state(*model, optimizer.get(), epoch + 1, run_dir);
-        save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
+        if (lead) save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
         std::fprintf(stderr, "qat: interrupted at epoch %lld step %lld; saved %s/last.safetensors (resume with "
                      "--resume %s)\n", static_cast<long long>(epoch + 1), static_cast<long long>(step + 1),
                      run_dir.c_str(), run_dir.c_str());
@@ -417,7 +470,7 @@ int run_train(const TrainArgs& args) {
     m.images_per_second = images_this_run / train_secs;
     m.data_wait_share = (train_loader.stats().wait_seconds - wait0) / train_secs;
     m.extra_json = int8_metrics_json(int8);
-    append_metrics(run_dir, m);
+    if (lead) append_metrics(run_dir, m);
     std::printf("epoch %lld: train loss %.4f top-1 %.2f%% | val loss %.4f top-1 %.2f%% top-5 %.2f%% | lr %.5f | "
                 "%.1f img/s, data wait %.1f%%, %.0f s\n",
                 static_cast<long long>(m.epoch), m.train_loss, 100 * m.train_top1, m.val_loss, 100 * m.val_top1,
@@ -427,11 +480,22 @@ int run_train(const TrainArgs& args) {
       std::printf("  skipped %lld bad images so far (data.on_bad_image: skip); first: %s\n",
                   static_cast<long long>(skipped),
                   (train_loader.bad_files().empty() ? val_loader.bad_files() : train_loader.bad_files())[0].c_str());
+    if (all) {  // the processes must still hold one model (reduce + broadcast make their sums identical)
+      TensorMap st = model->state_dict();
+      for (auto& [k, v] : optimizer->state_dict()) st.emplace(k, v);
+      check_same_state(st, *all, "after epoch " + std::to_string(epoch + 1));
+      std::printf("  %d processes hold the same model, bit for bit (parameters, buffers, optimizer state)\n", ranks);
+    }
+    if (ranks > 1 && steps_this_run > 0)
+      std::printf("  gradient all-reduce: %.1f ms per step (%d processes)\n",
+                  1000.0 * allreduce_seconds / static_cast<double>(std::max<int64_t>(1, steps_per_epoch - first_step)), ranks);
     state.next_epoch();
     const bool best = v.top1 > state.best_top1;
     if (best) state.best_top1 = v.top1;
-    save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
-    if (best) save_run_state(run_dir + "/best.safetensors", *model, optimizer.get(), state, hash);
+    if (lead) {
+      save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
+      if (best) save_run_state(run_dir + "/best.safetensors", *model, optimizer.get(), state, hash);
+    }
   }
   std::printf("done: best val top-1 %.2f%%; checkpoints in %s\n", 100 * state.best_top1, run_dir.c_str());
   return 0;

@@ -46,6 +46,8 @@ DataLoader::DataLoader(const ImageFolder& data, TransformSpec spec, LoaderOption
   QAT_CHECK(opt_.batch_size > 0, "DataLoader: batch_size must be > 0, got ", opt_.batch_size);
   QAT_CHECK(opt_.workers >= 0, "DataLoader: workers must be >= 0, got ", opt_.workers);
   QAT_CHECK(opt_.prefetch >= 0, "DataLoader: prefetch must be >= 0, got ", opt_.prefetch);
+  QAT_CHECK(opt_.shards >= 1 && opt_.shard >= 0 && opt_.shard < opt_.shards, "DataLoader: shard ", opt_.shard, " of ",
+            opt_.shards, " is not a shard");
   QAT_CHECK(data_.size() > 0, "DataLoader: dataset '", data_.root(), "' is empty");
   QAT_CHECK(batches_per_epoch() > 0, "DataLoader: drop_last with batch_size ", opt_.batch_size, " > ", data_.size(),
             " images in '", data_.root(), "' leaves no batch");
@@ -171,8 +173,10 @@ const Image* DataLoader::prepared(int64_t idx, Image& scratch) {
 }
 
 bool DataLoader::build_batch(int64_t b, uint64_t generation, Slot& slot) {
-  const int64_t begin = b * opt_.batch_size;
-  const int64_t n = std::min(opt_.batch_size, data_.size() - begin);
+  const int64_t global_begin = b * opt_.batch_size;
+  const int64_t global_n = std::min(opt_.batch_size, data_.size() - global_begin);
+  const int64_t begin = global_begin + global_n * opt_.shard / opt_.shards;
+  const int64_t n = global_begin + global_n * (opt_.shard + 1) / opt_.shards - begin;
   const int64_t S = spec_.image_size, per = sample_numel(spec_);
   Tensor images = Tensor::empty({n, 3, S, S});
   Tensor labels = Tensor::empty({n}, DType::i32);

@@ -34,6 +34,12 @@ struct LoaderOptions {
   bool cache = false;      // keep every prepared (decoded + resized, uint8) image in memory
   bool train = true;       // augment (random crop/flip); false: resize + centre crop
   uint64_t seed = 0;
+  // Data-parallel runs: this process's part of every batch, shard of shards:
+  // the contiguous slice [n shard / shards, n (shard + 1) / shards) of the
+  // batch's n samples in the epoch's global order. A sample's augmentation
+  // depends only on (seed, epoch, dataset index), so the shards together are
+  // exactly the batch a single process sees.
+  int64_t shard = 0, shards = 1;
 };
 
 struct Batch {

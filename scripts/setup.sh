@@ -15,6 +15,7 @@ packages=(
   python3-numpy            # tests run the numpy reader example of docs/export_format.md
   libonnx-dev libprotobuf-dev   # ONNX export: ONNX's protobuf classes and checker
   python3-venv             # the virtual environment with ONNX Runtime for the ONNX tests
+  openmpi-bin libopenmpi-dev   # data-parallel training: mpirun -np N qat train (and its tests)
   clang libclang-rt-dev libomp-dev   # libFuzzer targets (scripts/fuzz.sh): Clang, its sanitizer runtimes, OpenMP
 )
 

@@ -1,7 +1,9 @@
 #include "core/ops/batch_norm.h"
 
 #include <cmath>
+#include <vector>
 
+#include "core/collective.h"
 #include "core/ops/common.h"
 
 namespace qat {
@@ -37,8 +39,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   QAT_PROFILE("batch_norm.forward");
   const Layout L = check_inputs(x, weight, bias, running_mean, running_var);
   const bool use_batch_stats = training || !running_mean.defined();
-  QAT_CHECK(!use_batch_stats || L.m() > 1, "batch_norm: training needs more than one value per channel, got input ",
-            x.sizes());
+  // sync: the statistics of the global batch of all processes (collective.h)
+  Collective* coll = use_batch_stats && sync_batch_norm() ? collective() : nullptr;
+  QAT_CHECK(!use_batch_stats || L.m() > 1 || coll, "batch_norm: training needs more than one value per channel, got "
+            "input ", x.sizes());
   Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.sizes());
   const float* px = xc.data<float>();
@@ -49,28 +53,50 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   float* rm = running_mean.defined() ? running_mean.data<float>() : nullptr;
   float* rv = running_var.defined() ? running_var.data<float>() : nullptr;
 
+  // Two passes in double: the sums, then the squared deviations from the
+  // mean (each summed over all processes when synchronised).
+  double count = static_cast<double>(L.m());
+  std::vector<double> sum(L.c, 0.0), sq(L.c, 0.0);
+  if (use_batch_stats) {
+    auto plane_sums = [&](const std::vector<double>* mu, std::vector<double>& out_sums) {
+#pragma omp parallel for schedule(static)
+      for (int64_t c = 0; c < L.c; ++c) {
+        double acc = 0;
+        for (int64_t n = 0; n < L.n; ++n) {
+          const float* p = px + (n * L.c + c) * L.hw;
+          if (!mu) {
+            for (int64_t i = 0; i < L.hw; ++i) acc += p[i];
+          } else {
+            for (int64_t i = 0; i < L.hw; ++i) {
+              const double d = p[i] - (*mu)[c];
+              acc += d * d;
+            }
+          }
+        }
+        out_sums[c] = acc;
+      }
+    };
+    plane_sums(nullptr, sum);
+    if (coll) {
+      coll->sum(sum.data(), L.c);
+      coll->sum(&count, 1);
+      QAT_CHECK(count > 1, "batch_norm: training needs more than one value per channel in the global batch");
+    }
+    std::vector<double> dmu(L.c);
+    for (int64_t c = 0; c < L.c; ++c) dmu[c] = sum[c] / count;
+    plane_sums(&dmu, sq);
+    if (coll) coll->sum(sq.data(), L.c);
+    sum = std::move(dmu);  // from here: the means
+  }
+
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < L.c; ++c) {
     float mu, var;
     if (use_batch_stats) {
-      double s = 0;
-      for (int64_t n = 0; n < L.n; ++n) {
-        const float* p = px + (n * L.c + c) * L.hw;
-        for (int64_t i = 0; i < L.hw; ++i) s += p[i];
-      }
-      const double dmu = s / static_cast<double>(L.m());
-      double ss = 0;
-      for (int64_t n = 0; n < L.n; ++n) {
-        const float* p = px + (n * L.c + c) * L.hw;
-        for (int64_t i = 0; i < L.hw; ++i) {
-          const double d = p[i] - dmu;
-          ss += d * d;
-        }
-      }
-      mu = static_cast<float>(dmu);
-      var = static_cast<float>(ss / static_cast<double>(L.m()));
+      mu = static_cast<float>(sum[c]);
+      var = static_cast<float>(sq[c] / count);
       if (training && rm) {
-        const float unbiased = static_cast<float>(ss / static_cast<double>(L.m() - 1));
+        const float unbiased = static_cast<float>(sq[c] / (count - 1));
         rm[c] = (1.f - momentum) * rm[c] + momentum * mu;
         rv[c] = (1.f - momentum) * rv[c] + momentum * unbiased;
       }
@@ -94,7 +120,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   }
 
   return record(out, "batch_norm", {&x, &weight, &bias},
-                [sx = Saved(xc), sw = Saved(weight), mean, istd, L, use_batch_stats](const Tensor& g,
+                [sx = Saved(xc), sw = Saved(weight), mean, istd, L, use_batch_stats, coll, count](const Tensor& g,
                                                                                      const NeedGrad& need) {
                   QAT_PROFILE("batch_norm.backward");
                   const Tensor& xv = sx.get("batch_norm");
@@ -108,7 +134,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
                   if (need[1]) r[1] = Tensor::empty({L.c});
                   if (need[2]) r[2] = Tensor::empty({L.c});
                   float* pdx = need[0] ? r[0].data<float>() : nullptr;
-                  const float inv_m = 1.f / static_cast<float>(L.m());
+                  const float inv_m = 1.f / static_cast<float>(count);
+                  // per channel: sum of g, sum of g (x - mean); over all processes when synchronised
+                  std::vector<double> sums(2 * L.c);
 #pragma omp parallel for schedule(static)
                   for (int64_t c = 0; c < L.c; ++c) {
                     double sg = 0, sgx = 0;
@@ -120,10 +148,20 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
                         sgx += q[i] * (p[i] - mean[c]);
                       }
                     }
+                    sums[2 * c] = sg, sums[2 * c + 1] = sgx;
+                  }
+                  // weight and bias: this process's part (the training loop sums the
+                  // parameter gradients of all processes); dx: the global sums
+                  for (int64_t c = 0; c < L.c; ++c) {
+                    if (need[1]) r[1].data<float>()[c] = static_cast<float>(sums[2 * c + 1]) * istd[c];
+                    if (need[2]) r[2].data<float>()[c] = static_cast<float>(sums[2 * c]);
+                  }
+                  if (coll) coll->sum(sums.data(), 2 * L.c);
+#pragma omp parallel for schedule(static)
+                  for (int64_t c = 0; c < L.c; ++c) {
+                    const double sg = sums[2 * c], sgx = sums[2 * c + 1];
                     const float sum_g = static_cast<float>(sg);
                     const float sum_gxhat = static_cast<float>(sgx) * istd[c];
-                    if (need[1]) r[1].data<float>()[c] = sum_gxhat;
-                    if (need[2]) r[2].data<float>()[c] = sum_g;
                     if (!pdx) continue;
                     const float k = (pw ? pw[c] : 1.f) * istd[c];
                     for (int64_t n = 0; n < L.n; ++n) {

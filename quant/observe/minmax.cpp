@@ -5,6 +5,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/collective.h"
 #include "core/ops/common.h"
 #include "quant/observe/channel_layout.h"
 
@@ -122,6 +123,12 @@ void MinMaxStateObserver::update(const Tensor& x) {
             "observer: state tensors were replaced (shapes ", min_val_.sizes(), ", ", max_val_.sizes(), ")");
   std::vector<float> cur_min(C), cur_max(C);
   reduce_minmax(x, spec_.per_channel, spec_.axis, cur_min.data(), cur_max.data());
+  // Data-parallel runs: the range of the global batch, so that every process
+  // folds the same values and keeps the same qparams (core/collective.h).
+  if (Collective* all = collective()) {
+    all->min(cur_min.data(), C);
+    all->max(cur_max.data(), C);
+  }
   for (int64_t c = 0; c < C; ++c) fold_channel(c, cur_min[c], cur_max[c]);
   end_fold();
 }

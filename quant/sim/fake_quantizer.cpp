@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/autograd.h"
+#include "core/collective.h"
 #include "core/profiler.h"
 #include "quant/observe/minmax.h"
 #include "quant/sim/lsq.h"
@@ -160,6 +161,7 @@ Tensor LearnedFakeQuantizer::forward(const Tensor& x) {
   if (!initialized()) {  // weights: the pretrained weights; activations: the first batch
     NoGradGuard ng;
     initialize_from(x.detach());
+    if (!cfg_.is_weight) average_over_processes();
     set_initialized();
   }
   {
@@ -171,6 +173,23 @@ Tensor LearnedFakeQuantizer::forward(const Tensor& x) {
   // N for the gradient scale: weights per step, or features per example.
   const int64_t per_step = cfg_.is_weight ? x.numel() / step_.numel() : x.numel() / std::max<int64_t>(1, x.size(0));
   return quantize(x, lsq_grad_scale(per_step, cfg_.spec));
+}
+
+// Data-parallel runs: each process initialised from its part of the first
+// batch; the mean over processes starts every process from the same values
+// (for LSQ the global batch's initial step when the parts are equal, since
+// the step is a mean of |x|; for LSQ+ an approximation, docs/distributed.md).
+void LearnedFakeQuantizer::average_over_processes() {
+  Collective* all = collective();
+  if (!all) return;
+  for (auto& [name, p] : named_parameters()) {
+    const std::vector<float> local = p.to_vector();
+    std::vector<double> v(local.begin(), local.end());
+    all->sum(v.data(), static_cast<int64_t>(v.size()));
+    std::vector<float> mean(v.size());
+    for (size_t i = 0; i < v.size(); ++i) mean[i] = static_cast<float>(v[i] / all->size());
+    p.copy_(Tensor::from_vector(mean, p.sizes()));
+  }
 }
 
 void LsqFakeQuantizer::initialize_from(const Tensor& x) {

@@ -111,6 +111,8 @@ class LearnedFakeQuantizer : public FakeQuantizer {
 
  protected:
   LearnedFakeQuantizer(const QuantizerConfig& cfg, int64_t channels);
+  // The initial step (and offset) averaged over the processes of a data-parallel run.
+  void average_over_processes();
   virtual void initialize_from(const Tensor& x) = 0;
   // The integer zero points of the stored qparams, for the effective step s.
   virtual Tensor zero_points(const Tensor& s) const;

@@ -55,7 +55,7 @@ CalibrateArgs args_for(const std::string& config, const fs::path& out, int64_t i
 
 }  // namespace
 
-TEST_CASE("qat calibrate writes what eval and export load; its cache reproduces it bit for bit", "[e2e][calibration]") {
+TEST_CASE("qat calibrate writes what eval and export load, its cache reproduces it bit for bit", "[e2e][calibration]") {
   const fs::path dir = testing::fresh_temp_dir("qat_calib_", "roundtrip");
   const std::string cfg = write_config(dir, "q.yaml", kTensorRt);
   CalibrateArgs a = args_for(cfg, dir / "out");

@@ -89,7 +89,7 @@ TEST_CASE("truncate_metrics keeps the rows of saved epochs only", "[compare]") {
   REQUIRE(read_metrics(d.string()).empty());
 }
 
-TEST_CASE("a fine-tune of a compared run continues its curve; unrelated runs keep their own x", "[compare]") {
+TEST_CASE("a fine-tune of a compared run continues its curve, unrelated runs keep their own x", "[compare]") {
   fs::path fp = make_run("base_fp32", "", {0.3, 0.5, 0.6});
   // init_from as training recorded it (relative to where qat ran): matched by the run folder's name.
   fs::path ft = make_run("ft_w8", "quant: {enabled: true, init_from: runs/base_fp32/best.safetensors}\n", {0.62, 0.64});

@@ -58,7 +58,7 @@ std::vector<double> all_values(const Tensor& t) {
 
 }  // namespace
 
-TEST_CASE("qat train writes metrics and loadable checkpoints; eval agrees", "[e2e]") {
+TEST_CASE("qat train writes metrics and loadable checkpoints, eval agrees", "[e2e]") {
   const fs::path dir = fresh_dir("basic");
   const std::string cfg = write_config(dir);
   REQUIRE(run_train({cfg, {}, ""}) == 0);
@@ -209,7 +209,7 @@ TEST_CASE("a row cut short in metrics.csv does not block --resume: the checkpoin
   CHECK(rows[1].epoch == 2);
 }
 
-TEST_CASE("a config.yaml that cannot be written stops the run at once; stale save files are removed", "[e2e]") {
+TEST_CASE("a config.yaml that cannot be written stops the run at once, stale save files are removed", "[e2e]") {
   const fs::path dir = fresh_dir("full_disk");
   const std::string cfg = write_config(dir);
   fs::create_directories(dir / "run");

@@ -15,7 +15,7 @@ TEST_CASE("views share storage and version counter", "[tensor]") {
   REQUIRE(t.to_vector() == std::vector<float>(6, 1.f));
 }
 
-TEST_CASE("narrow makes a strided view; contiguous copies it", "[tensor]") {
+TEST_CASE("narrow makes a strided view, contiguous copies it", "[tensor]") {
   Tensor t = Tensor::from_vector({0, 1, 2, 3, 4, 5}, {2, 3});
   Tensor col = t.narrow(1, 1, 2);
   REQUIRE(col.sizes() == Shape{2, 2});

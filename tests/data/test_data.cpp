@@ -117,7 +117,7 @@ uint64_t fnv1a(const std::vector<uint8_t>& bytes) {
 
 // ---------------------------------------------------------------- images
 
-TEST_CASE("decode_image: grey and RGBA become RGB; JPEG round trip; errors name the file", "[data]") {
+TEST_CASE("decode_image: grey and RGBA become RGB, JPEG round trip, errors name the file", "[data]") {
   TempDir t;
   // 2x3 grey
   write_raw_png(t.file("grey.png"), 3, 2, 1, {0, 10, 20, 30, 40, 255});
@@ -183,7 +183,7 @@ TEST_CASE("decode_image: pixel bombs and extreme aspect ratios are refused", "[d
   REQUIRE_THROWS_WITH(decode_image(t.file("small.png"), DecodeLimits{399, 32.0}), Contains("400 pixels"));
 }
 
-TEST_CASE("resize_shorter: torchvision output size; flat colours stay flat; identity is exact", "[data]") {
+TEST_CASE("resize_shorter: torchvision output size, flat colours stay flat, identity is exact", "[data]") {
   Image img = pattern(30, 47);
   Image r = resize_shorter(img, 10);
   REQUIRE(r.height == 10);
@@ -432,7 +432,7 @@ TEST_CASE("transforms: random_resized_crop within bounds, seeded, torchvision fa
 
 // ---------------------------------------------------------------- DataLoader
 
-TEST_CASE("DataLoader: same seed, same batches for any worker count; epochs differ; drop_last", "[data]") {
+TEST_CASE("DataLoader: same seed, same batches for any worker count, epochs differ, drop_last", "[data]") {
   TempDir t;
   make_folder(t.dir / "ds", 3, 7, 12, 14);  // 21 images
   ImageFolder f((t.dir / "ds").string());

@@ -37,7 +37,7 @@ TEST_CASE("load_state_dict copies values and reports every bad key", "[module]")
   REQUIRE_THROWS_WITH(b->load_state_dict(bad, false), Contains("fc.weight"));
 }
 
-TEST_CASE("train/eval propagates; BN uses running stats in eval", "[module]") {
+TEST_CASE("train/eval propagates, BN uses running stats in eval", "[module]") {
   auto bn = std::make_shared<BatchNorm2d>(2);
   Sequential seq({bn, std::make_shared<ReLU>()});
   seq.eval();

@@ -147,7 +147,7 @@ TEST_CASE("frozen models agree with their fake-quant models on every backend", "
   }
 }
 
-TEST_CASE("AlexNet-BN freezes; every GEMM kernel (AMX emulated included) gives the same integers", "[quant][freeze]") {
+TEST_CASE("AlexNet-BN freezes, every GEMM kernel (AMX emulated included) gives the same integers", "[quant][freeze]") {
   ModulePtr m = trained_qat_model("alexnet_bn", testing::test_backend("default"), QConfig{}, 64);
   IntegerModel im = freeze(*m);
   Generator g(2);

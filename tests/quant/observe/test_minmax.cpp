@@ -142,7 +142,7 @@ TEST_CASE("observer: state handles, reset, enabled flag, uninitialised qparams",
   CHECK_THROWS_WITH(MinMaxObserver(QuantSpec{}, 4), Catch::Contains("channels = 1"));
 }
 
-TEST_CASE("observer reduction: parallel paths equal a serial reference; NaN ignored", "[quant]") {
+TEST_CASE("observer reduction: parallel paths equal a serial reference, NaN ignored", "[quant]") {
   const ThreadsGuard threads(2);  // the test runner uses 1; exercise the per-thread partials
   qat::Generator gen(21);
   struct L {

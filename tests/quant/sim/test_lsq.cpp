@@ -422,7 +422,7 @@ TEST_CASE("lsq: integer ranges are exact ([-8,7], [0,15], narrow [-7,7], 8- and 
   }
 }
 
-TEST_CASE("lsq: grad_scale multiplies the step and offset gradients, not dx; lsq_grad_scale", "[quant][lsq]") {
+TEST_CASE("lsq: grad_scale multiplies the step and offset gradients, not dx, lsq_grad_scale", "[quant][lsq]") {
   const QuantSpec spec = make_spec(4, false, true, 0);
   CHECK(lsq_grad_scale(100, spec) == Approx(1.0 / std::sqrt(100.0 * 15)).epsilon(1e-7));
   CHECK(lsq_grad_scale(64, make_spec(8, true)) == Approx(1.0 / std::sqrt(64.0 * 127)).epsilon(1e-7));
@@ -534,7 +534,7 @@ TEST_CASE("lsq: the step stays positive by construction (|p| floored), sign of p
 }
 
 // ======================================================================== init
-TEST_CASE("lsq init: s0 = 2 mean|v| / sqrt(Q_P), per tensor and per channel; LSQ+ range init", "[quant][lsq][init]") {
+TEST_CASE("lsq init: s0 = 2 mean|v| / sqrt(Q_P), per tensor and per channel, LSQ+ range init", "[quant][lsq][init]") {
   const std::vector<float> v = {-1.f, 2.f, 0.5f, -0.5f, 3.f, 0.f};  // (2, 3)
   const Tensor t = Tensor::from_vector(v, {2, 3});
   const QuantSpec s4 = make_spec(4, true);

@@ -70,7 +70,7 @@ TEST_CASE("a pattern the backend does not list stays float", "[quant][prepare]")
   REQUIRE_THAT(r.to_string(), Contains("fc: left in float"));
 }
 
-TEST_CASE("backend constraints: tensorrt narrow symmetric int8; violations name layer and rule", "[quant][prepare]") {
+TEST_CASE("backend constraints: tensorrt narrow symmetric int8, violations name layer and rule", "[quant][prepare]") {
   ModulePtr m = make_model("small_cnn", 4, 0);
   const PrepareReport r = prepare(*m, testing::test_backend("tensorrt"), QConfig{});
   REQUIRE(r.layers[0].weight.qmin() == -127);
