@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "layers/layers.h"
 
 namespace qat::apps {
 
@@ -41,6 +42,28 @@ double sum_gradients(const std::vector<Tensor>& params, Collective& all) {
   }
   flush();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void average_batch_norm_statistics(Module& model, Collective& all) {
+  std::vector<Tensor> stats;
+  int64_t n = 0;
+  for (auto& [name, m] : model.named_modules())
+    if (auto* bn = dynamic_cast<BatchNorm2d*>(m))
+      for (Tensor* t : {&bn->running_mean, &bn->running_var}) {
+        stats.push_back(*t);
+        n += t->numel();
+      }
+  if (stats.empty()) return;
+  std::vector<double> v;
+  v.reserve(static_cast<size_t>(n));
+  for (const Tensor& t : stats)
+    for (int64_t i = 0; i < t.numel(); ++i) v.push_back(t.data<float>()[i]);
+  all.sum(v.data(), n);
+  size_t at = 0;
+  for (Tensor& t : stats) {
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(v[at++] / all.size());
+    t.bump_version();
+  }
 }
 
 void check_same_state(const TensorMap& state, Collective& all, const std::string& when) {

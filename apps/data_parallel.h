@@ -5,6 +5,7 @@
 
 #include "core/collective.h"
 #include "core/safetensors.h"
+#include "layers/module.h"
 #include "core/tensor.h"
 
 namespace qat::apps {
@@ -16,6 +17,12 @@ namespace qat::apps {
 // Returns the seconds spent.
 constexpr int64_t kBucketFloats = int64_t{1} << 22;  // 16 MB
 double sum_gradients(const std::vector<Tensor>& params, Collective& all);
+
+// Batch norm per process (train.sync_bn off): each process's running
+// statistics follow its own slices, so after every step they are averaged
+// over the processes (every process then holds the same buffers; the mean of
+// the running means is the running mean of the global batch's means).
+void average_batch_norm_statistics(Module& model, Collective& all);
 
 // Every process must hold the same model: parameters, buffers (batch-norm
 // running statistics, observer ranges, qparams) and optimizer state bit for

@@ -8,9 +8,6 @@
 
 namespace qat::apps {
 
-namespace {
-
-// The distinct generators the model's dropout layers draw from, in module order.
 std::vector<Generator*> model_generators(Module& model) {
   std::vector<Generator*> out;
   std::set<Generator*> seen;
@@ -19,6 +16,8 @@ std::vector<Generator*> model_generators(Module& model) {
       if (seen.insert(d->generator().get()).second) out.push_back(d->generator().get());
   return out;
 }
+
+namespace {
 
 std::string hex_state(const Generator& g) {
   std::string s;

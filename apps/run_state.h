@@ -38,4 +38,7 @@ void save_run_state(const std::string& path, Module& model, const Optimizer* opt
 RunState load_run_state(const std::string& path, Module& model, Optimizer* optimizer,
                         const std::string& expected_hash);
 
+// The distinct generators the model's dropout layers draw from, in module order.
+std::vector<Generator*> model_generators(Module& model);
+
 }  // namespace qat::apps

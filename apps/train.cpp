@@ -370,6 +370,12 @@ int run_train(const TrainArgs& args) {
                 static_cast<long long>(state.epoch + 1), static_cast<long long>(state.step),
                 100 * state.best_top1);
   }
+  // Dropout: a stream of its own for every rank but 0 (which keeps the
+  // checkpoint's), so that ranks do not draw the same masks for their images.
+  if (rank > 0)
+    for (Generator* g : model_generators(*model))
+      g->manual_seed(data::loader_seed(cfg.train.seed, 0x44726f706f7574ULL /* "Dropout" */, static_cast<uint64_t>(rank),
+                                       static_cast<uint64_t>(state.epoch) << 32 | static_cast<uint64_t>(state.step)));
   if (lead) {
     remove_stale_temporaries(run_dir);
     // A fresh run starts empty; a resumed one drops the epochs its checkpoint lacks.
@@ -435,6 +441,7 @@ int run_train(const TrainArgs& args) {
       for (const auto& [p, state] : int8_lr_params)  // error-sensitive learning rates: phi(d) of this step
         optimizer->set_lr_scale(p, state->lr_scale());
       optimizer->step();
+      if (all && !cfg.train.sync_bn) average_batch_norm_statistics(*model, *all);
       const int64_t n = static_cast<int64_t>(step_sums[2]);
       state.epoch_loss_sum += step_sums[0];
       state.epoch_correct += static_cast<int64_t>(step_sums[1]);

@@ -117,6 +117,11 @@ TEST_CASE("mpirun -np 2: FP32 and QAT small_cnn equal one process with the same 
     const double worst = worst_relative_difference(dir / "one" / "last.safetensors", dir / "two" / "last.safetensors");
     INFO("largest relative difference " << worst);
     CHECK(worst < kTolerance);
+    // batch norm per process: not the single-process result, but still one
+    // model on every rank (the running statistics averaged every step)
+    REQUIRE(run(launcher(2) + " " + train_cmd(cfg, dir / "per_rank_bn", " --set train.sync_bn=false"),
+                dir / "per_rank_bn.log") == 0);
+    CHECK(slurp(dir / "per_rank_bn.log").find("2 processes hold the same model, bit for bit") != std::string::npos);
   }
 }
 
