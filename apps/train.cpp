@@ -370,12 +370,6 @@ int run_train(const TrainArgs& args) {
                 static_cast<long long>(state.epoch + 1), static_cast<long long>(state.step),
                 100 * state.best_top1);
   }
-  // Dropout: a stream of its own for every rank but 0 (which keeps the
-  // checkpoint's), so that ranks do not draw the same masks for their images.
-  if (rank > 0)
-    for (Generator* g : model_generators(*model))
-      g->manual_seed(data::loader_seed(cfg.train.seed, 0x44726f706f7574ULL /* "Dropout" */, static_cast<uint64_t>(rank),
-                                       static_cast<uint64_t>(state.epoch) << 32 | static_cast<uint64_t>(state.step)));
   if (lead) {
     remove_stale_temporaries(run_dir);
     // A fresh run starts empty; a resumed one drops the epochs its checkpoint lacks.
@@ -419,6 +413,14 @@ int run_train(const TrainArgs& args) {
     for (int64_t step = state.step; step < steps_per_epoch; ++step) {
       QAT_CHECK(train_loader.next(batch), "train: loader ended after ", step, " of ", steps_per_epoch, " batches");
       schedule.apply(*optimizer, static_cast<double>(epoch) + static_cast<double>(step) / steps_per_epoch);
+      // Dropout: every rank but 0 (which keeps the single-process stream, checkpointed)
+      // draws this step's masks from (seed, rank, epoch, step): ranks never share masks,
+      // and a resumed run draws the same ones as an uninterrupted run.
+      if (rank > 0)
+        for (Generator* g : model_generators(*model))
+          g->manual_seed(data::loader_seed(cfg.train.seed, 0x44726f706f7574ULL /* "Dropout" */,
+                                           static_cast<uint64_t>(rank),
+                                           static_cast<uint64_t>(epoch) << 32 | static_cast<uint64_t>(step)));
       optimizer->zero_grad();
       Tensor logits = model->forward(batch.images);
       Tensor loss = cross_entropy(logits, batch.labels, static_cast<float>(cfg.train.label_smoothing));
@@ -455,7 +457,7 @@ int run_train(const TrainArgs& args) {
         progress.finish();
         require_finite_state(*model, optimizer.get(), epoch + 1, run_dir);
         if (lead) save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
-        std::fprintf(stderr, "qat: interrupted at epoch %lld step %lld; saved %s/last.safetensors (resume with "
+        if (lead) std::fprintf(stderr, "qat: interrupted at epoch %lld step %lld; saved %s/last.safetensors (resume with "
                      "--resume %s)\n", static_cast<long long>(epoch + 1), static_cast<long long>(step + 1),
                      run_dir.c_str(), run_dir.c_str());
         return 130;
