@@ -175,7 +175,7 @@ BenchFigures run_bench_infer(const BenchOptions& opt) {
   const double int8 = time_inference([&](const Tensor& t) { return im.forward(t); }, x, opt, "int8");
   Profiler::set_enabled(false);
   int packed = 0;
-  for (const auto& l : im.layers) packed += im.layer_kernel(l).find("packed") != std::string::npos;
+  for (const auto& l : im.layers) packed += quant::runs_packed(l, im.kernel);
   std::printf("int8/fp32 inference speed: %.2fx  (GEMM kernel %s, %d layers on packed weights, narrowest "
               "weights %d bits)\n",
               int8 / fp32, quant::gemm_kernel_name(im.kernel), packed, bits);

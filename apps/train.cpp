@@ -393,6 +393,7 @@ int run_train(const TrainArgs& args) {
   std::vector<std::pair<Tensor, std::shared_ptr<quant::Int8GradState>>> int8_lr_params;
   for (const quant::Int8Layer& l : int8)
     for (const Tensor& p : quant::int8_scaled_parameters(l)) int8_lr_params.emplace_back(p, l.state);
+  const std::vector<Generator*> dropout_generators = model_generators(*model);
   int64_t steps_this_run = 0;
   for (int64_t epoch = state.epoch; epoch < cfg.train.epochs; ++epoch) {
     model->train();
@@ -417,7 +418,7 @@ int run_train(const TrainArgs& args) {
       // draws this step's masks from (seed, rank, epoch, step): ranks never share masks,
       // and a resumed run draws the same ones as an uninterrupted run.
       if (rank > 0)
-        for (Generator* g : model_generators(*model))
+        for (Generator* g : dropout_generators)
           g->manual_seed(data::loader_seed(cfg.train.seed, 0x44726f706f7574ULL /* "Dropout" */,
                                            static_cast<uint64_t>(rank),
                                            static_cast<uint64_t>(epoch) << 32 | static_cast<uint64_t>(step)));

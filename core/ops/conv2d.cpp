@@ -160,8 +160,9 @@ void gather_grad(const float* gy, const Geometry& g, int64_t gi, float* dst, int
 
 // The backward in the forward's chunks of images, each thread with its own
 // columns: dX chunk by chunk (dcol = W^T gy, col2im into the chunk's planes),
-// dW summed per thread (beta = 1 GEMMs) and the threads' sums added in thread
-// order (static chunk assignment: the same sums every run).
+// dW summed per thread (beta = 1 GEMMs; thread 0 straight into dW, which
+// starts at zero) and the other threads' sums added in thread order (static
+// chunk assignment: the same sums every run).
 void backward_chunked(const float* pgy, const float* px, const float* pw, const Geometry& g, const Conv2dParams& p,
                       float* pdw, float* pdx) {
   const int64_t K = g.k(), P = g.p(), chunk = images_per_chunk(g);
@@ -170,8 +171,8 @@ void backward_chunked(const float* pgy, const float* px, const float* pw, const 
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num();
-    float* dw = nullptr;
-    if (pdw) {
+    float* dw = pdw;
+    if (pdw && t > 0) {
       dw_parts[t].assign(static_cast<size_t>(g.o * K), 0.f);
       dw = dw_parts[t].data();
     }
@@ -202,7 +203,8 @@ void backward_chunked(const float* pgy, const float* px, const float* pw, const 
 }
 
 bool use_chunks(const Geometry& g) {
-  return g.groups == 1 && (g.n + images_per_chunk(g) - 1) / images_per_chunk(g) >= num_threads();
+  const int64_t chunk = images_per_chunk(g);
+  return g.groups == 1 && (g.n + chunk - 1) / chunk >= num_threads();
 }
 
 Tensor forward_impl(const Tensor& xc, const Tensor& wc, const Tensor& bias, const Geometry& g, const Conv2dParams& p) {
