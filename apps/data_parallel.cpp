@@ -8,62 +8,109 @@
 
 namespace qat::apps {
 
-double sum_gradients(const std::vector<Tensor>& params, Collective& all) {
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> bucket;
-  bucket.reserve(static_cast<size_t>(kBucketFloats));
-  std::vector<Tensor> in_bucket;
-  auto flush = [&] {
-    if (bucket.empty()) return;
-    all.sum(bucket.data(), static_cast<int64_t>(bucket.size()));
-    size_t at = 0;
-    for (Tensor& g : in_bucket) {
-      std::memcpy(g.data<float>(), bucket.data() + at, sizeof(float) * static_cast<size_t>(g.numel()));
-      g.bump_version();
-      at += static_cast<size_t>(g.numel());
-    }
-    bucket.clear();
-    in_bucket.clear();
-  };
+GradientBuckets::GradientBuckets(const std::vector<Tensor>& params, Collective& all) : all_(all) {
+  int64_t filled = kBucketFloats;  // forces a first bucket
   for (auto it = params.rbegin(); it != params.rend(); ++it) {
-    Tensor g = it->grad();
+    const int64_t n = it->numel();
+    if (n > kBucketFloats || filled + n > kBucketFloats || buckets_.empty() || buckets_.back().data.empty()) {
+      buckets_.emplace_back();
+      filled = 0;
+    }
+    Bucket& b = buckets_.back();
+    b.params.push_back(*it);
+    bucket_of_[it->impl_ptr()] = buckets_.size() - 1;
+    if (n > kBucketFloats) {
+      filled = kBucketFloats;  // alone, in place
+    } else {
+      filled += n;
+      b.data.resize(static_cast<size_t>(filled));
+    }
+  }
+}
+
+void GradientBuckets::begin_step() {
+  for (Bucket& b : buckets_) b.pending = static_cast<int64_t>(b.params.size());
+  next_ = 0;
+}
+
+void GradientBuckets::ready(TensorImpl* leaf) {
+  const auto it = bucket_of_.find(leaf);
+  if (it == bucket_of_.end()) return;  // not a parameter (an input that required grad)
+  --buckets_[it->second].pending;
+  while (next_ < buckets_.size() && buckets_[next_].pending == 0) start(buckets_[next_++]);
+}
+
+void GradientBuckets::start(Bucket& b) {
+  b.sent.clear();
+  int64_t at = 0;
+  for (const Tensor& p : b.params) {
+    Tensor g = p.grad();
     if (!g.defined()) continue;
     QAT_CHECK(g.is_contiguous() && g.dtype() == DType::f32, "data-parallel: a gradient of shape ", g.sizes(),
               " is not a contiguous f32 tensor");
-    const float* p = g.data<float>();
-    if (static_cast<int64_t>(bucket.size()) + g.numel() > kBucketFloats) flush();
-    if (g.numel() > kBucketFloats) {  // a large one alone, in place
-      all.sum(g.data<float>(), g.numel());
-      g.bump_version();
-      continue;
+    if (b.data.empty()) {  // a large one alone, in place
+      all_.start_sum(g.data<float>(), g.numel());
+    } else {
+      std::memcpy(b.data.data() + at, g.data<float>(), sizeof(float) * static_cast<size_t>(g.numel()));
+      at += g.numel();
     }
-    bucket.insert(bucket.end(), p, p + g.numel());
-    in_bucket.push_back(g);
+    b.sent.push_back(g);
   }
-  flush();
+  if (at > 0) all_.start_sum(b.data.data(), at);
+}
+
+double GradientBuckets::finish() {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (next_ < buckets_.size()) start(buckets_[next_++]);
+  all_.wait_all();
+  for (Bucket& b : buckets_) {
+    size_t at = 0;
+    for (Tensor& g : b.sent) {
+      if (!b.data.empty()) {
+        std::memcpy(g.data<float>(), b.data.data() + at, sizeof(float) * static_cast<size_t>(g.numel()));
+        at += static_cast<size_t>(g.numel());
+      }
+      g.bump_version();
+    }
+    b.sent.clear();
+  }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void average_over_processes(const std::vector<Tensor>& buffers, Collective& all) {
+  int64_t n = 0;
+  for (const Tensor& t : buffers) {
+    QAT_CHECK(t.is_contiguous() && t.dtype() == DType::f32, "data-parallel: a buffer of shape ", t.sizes(),
+              " is not a contiguous f32 tensor");
+    n += t.numel();
+  }
+  if (n == 0) return;
+  std::vector<double> v;  // summed in double: the mean of equal values is that value
+  v.reserve(static_cast<size_t>(n));
+  for (const Tensor& t : buffers)
+    for (int64_t i = 0; i < t.numel(); ++i) v.push_back(t.data<float>()[i]);
+  all.sum(v.data(), n);
+  size_t at = 0;
+  for (const Tensor& t : buffers) {
+    Tensor b = t;
+    for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] = static_cast<float>(v[at++] / all.size());
+    b.bump_version();
+  }
 }
 
 void average_batch_norm_statistics(Module& model, Collective& all) {
   std::vector<Tensor> stats;
-  int64_t n = 0;
   for (auto& [name, m] : model.named_modules())
-    if (auto* bn = dynamic_cast<BatchNorm2d*>(m))
-      for (Tensor* t : {&bn->running_mean, &bn->running_var}) {
-        stats.push_back(*t);
-        n += t->numel();
-      }
-  if (stats.empty()) return;
-  std::vector<double> v;
-  v.reserve(static_cast<size_t>(n));
-  for (const Tensor& t : stats)
-    for (int64_t i = 0; i < t.numel(); ++i) v.push_back(t.data<float>()[i]);
-  all.sum(v.data(), n);
-  size_t at = 0;
-  for (Tensor& t : stats) {
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(v[at++] / all.size());
-    t.bump_version();
-  }
+    if (auto* bn = dynamic_cast<BatchNorm2d*>(m)) stats.insert(stats.end(), {bn->running_mean, bn->running_var});
+  average_over_processes(stats, all);
+}
+
+void average_int8_statistics(const std::vector<quant::Int8Layer>& layers, Collective& all) {
+  std::vector<Tensor> stats;
+  for (const quant::Int8Layer& l : layers)
+    for (auto& [name, t] : l.state->named_buffers())
+      if (t.dtype() == DType::f32) stats.push_back(t);  // the step counts (i32) are equal everywhere
+  average_over_processes(stats, all);
 }
 
 void check_same_state(const TensorMap& state, Collective& all, const std::string& when) {

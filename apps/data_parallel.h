@@ -1,28 +1,70 @@
 #pragma once
 // The training loop's side of a data-parallel run (docs/distributed.md).
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/collective.h"
 #include "core/safetensors.h"
 #include "layers/module.h"
+#include "quant/sim/int8_training.h"
 #include "core/tensor.h"
 
 namespace qat::apps {
 
-// Sums the parameters' gradients over all processes, in buckets of at most
-// kBucketFloats values (parameters in reverse order, the order backward
-// finishes them); every process gets the same sums. Parameters without a
-// gradient are skipped (the same on every process: the same model and path).
-// Returns the seconds spent.
+// Sums the parameters' gradients over all processes while backward runs.
+// The parameters, in reverse order (the order backward completes them), are
+// cut once into buckets of at most kBucketFloats values (a larger gradient
+// is a bucket of its own, summed in place). A bucket's sum is started as
+// soon as backward has completed all its gradients (run_backward's ready
+// hook) and every bucket before it has been started, so every process
+// starts the same sums in the same order. Parameters without a gradient are
+// left out (the same on every process: the same model and path).
 constexpr int64_t kBucketFloats = int64_t{1} << 22;  // 16 MB
-double sum_gradients(const std::vector<Tensor>& params, Collective& all);
+class GradientBuckets {
+ public:
+  GradientBuckets(const std::vector<Tensor>& params, Collective& all);
+  // Before each backward.
+  void begin_step();
+  // From run_backward's GradReadyScope: `leaf`'s gradient is complete.
+  void ready(TensorImpl* leaf);
+  // After backward: starts the buckets not yet started, waits for every sum
+  // and writes the sums into the gradients. Returns the seconds spent here,
+  // the communication backward did not hide.
+  double finish();
+  int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
+
+ private:
+  struct Bucket {
+    std::vector<Tensor> params;
+    int64_t pending = 0;      // parameters whose gradient is not complete yet
+    std::vector<float> data;  // the packed gradients (empty: summed in place)
+    std::vector<Tensor> sent; // the gradients in `data`, in order
+  };
+  void start(Bucket& b);
+  Collective& all_;
+  std::vector<Bucket> buckets_;
+  std::unordered_map<const TensorImpl*, size_t> bucket_of_;
+  size_t next_ = 0;  // the first bucket not started
+};
+
+// Replaces every value of `buffers` (contiguous f32) by its mean over the
+// processes; every process gets the same bits.
+void average_over_processes(const std::vector<Tensor>& buffers, Collective& all);
 
 // Batch norm per process (train.sync_bn off): each process's running
 // statistics follow its own slices, so after every step they are averaged
 // over the processes (every process then holds the same buffers; the mean of
 // the running means is the running mean of the global batch's means).
 void average_batch_norm_statistics(Module& model, Collective& all);
+
+// INT8 training (Note [INT8 training under MPI] in docs/distributed.md): each
+// process clips and quantizes its own part of the batch's gradients, so its
+// clip values, their ratios, the quantization distances, the learning-rate
+// scales and their epoch sums follow its part. After every backward they are
+// averaged over the processes, before the learning-rate scales are applied:
+// every process then takes the same step and holds the same state.
+void average_int8_statistics(const std::vector<quant::Int8Layer>& layers, Collective& all);
 
 // Every process must hold the same model: parameters, buffers (batch-norm
 // running statistics, observer ranges, qparams) and optimizer state bit for

@@ -1,9 +1,20 @@
 #include "apps/mpi_run.h"
 
+#include <poll.h>
+#include <pthread.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "core/collective.h"
 #include "core/error.h"
@@ -26,16 +37,72 @@ int env_int(const char* name) {
 #ifdef QAT_HAVE_MPI
 // Errors inside MPI calls: MPI's default handler aborts the job with its own
 // message, which is what a data-parallel run wants (no rank left waiting).
+//
+// With a communication thread (MPI_THREAD_SERIALIZED granted), every MPI
+// call runs there, in the order the training thread made it: started sums
+// run while backward goes on, and a blocking call waits for those before
+// it. Every rank makes the same calls in the same order, so the collectives
+// match across ranks. Without the thread level, calls run in place.
 class MpiCollective final : public Collective {
  public:
+  explicit MpiCollective(bool threaded) {
+    if (threaded) worker_ = std::thread([this] { serve(); });
+  }
+  ~MpiCollective() override {
+    if (!worker_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    worker_.join();
+  }
   int rank() const override { return g_rank; }
   int size() const override { return g_size; }
-  void sum(double* v, int64_t n) override { reduce(v, n, MPI_DOUBLE, MPI_SUM); }
-  void sum(float* v, int64_t n) override { reduce(v, n, MPI_FLOAT, MPI_SUM); }
-  void min(float* v, int64_t n) override { reduce(v, n, MPI_FLOAT, MPI_MIN); }
-  void max(float* v, int64_t n) override { reduce(v, n, MPI_FLOAT, MPI_MAX); }
+  void sum(double* v, int64_t n) override { call([=] { reduce(v, n, MPI_DOUBLE, MPI_SUM); }); }
+  void sum(float* v, int64_t n) override { call([=] { reduce(v, n, MPI_FLOAT, MPI_SUM); }); }
+  void min(float* v, int64_t n) override { call([=] { reduce(v, n, MPI_FLOAT, MPI_MIN); }); }
+  void max(float* v, int64_t n) override { call([=] { reduce(v, n, MPI_FLOAT, MPI_MAX); }); }
+  void start_sum(float* v, int64_t n) override { post([=] { reduce(v, n, MPI_FLOAT, MPI_SUM); }); }
+  void wait_all() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [this] { return done_ == posted_; });
+  }
 
  private:
+  void post(std::function<void()> f) {
+    if (!worker_.joinable()) return f();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(f));
+      ++posted_;
+    }
+    wake_.notify_one();
+  }
+  // In order: waiting for everything posted is waiting for this call.
+  void call(std::function<void()> f) {
+    post(std::move(f));
+    wait_all();
+  }
+  void serve() {
+    for (;;) {
+      std::function<void()> f;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, nothing left
+        f = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      f();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++done_;
+      }
+      done_cv_.notify_all();
+    }
+  }
+
   // Reduced on rank 0, then broadcast: every rank gets the very same bits (an
   // allreduce may associate the sums differently on different ranks, and
   // ranks whose weights drift apart by rounding no longer train one model).
@@ -52,9 +119,72 @@ class MpiCollective final : public Collective {
       done += count;
     }
   }
+
+  std::thread worker_;
+  std::mutex mu_;
+  std::condition_variable wake_, done_cv_;
+  std::deque<std::function<void()>> queue_;
+  int64_t posted_ = 0, done_ = 0;
+  bool stop_ = false;
 };
 std::unique_ptr<MpiCollective> g_collective;
 #endif
+
+// Rank 0's standard output, through a pipe of our own. After Ctrl-C, mpirun
+// stops reading its ranks' output at once but sends them SIGTERM only
+// odls_base_sigkill_timeout seconds later; a rank printing in between fills
+// the terminal or pipe it writes to and blocks in write(), so it never gets
+// to save before the SIGKILL that follows. Here a thread copies the pipe to
+// the real stdout and drops what stdout has not taken within a second (only
+// ever when nobody reads it), so printing never blocks training.
+class StdoutRelay {
+ public:
+  StdoutRelay() {
+    int fds[2];
+    out_ = ::dup(STDOUT_FILENO);
+    if (out_ < 0 || ::pipe(fds) != 0) return;
+    std::fflush(stdout);
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::close(fds[1]);
+    in_ = fds[0];
+    thread_ = std::thread([this] { relay(); });
+  }
+  // Sends what is left (waiting as long as stdout takes it) and restores stdout.
+  ~StdoutRelay() {
+    if (!thread_.joinable()) return;
+    std::fflush(stdout);
+    ::dup2(out_, STDOUT_FILENO);  // closes our pipe's last write end: the thread sees its end
+    thread_.join();
+    ::close(in_);
+    ::close(out_);
+  }
+
+ private:
+  void relay() {
+    sigset_t block;  // signals go to the training threads, never here
+    sigfillset(&block);
+    pthread_sigmask(SIG_BLOCK, &block, nullptr);
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(in_, buf, sizeof buf);
+      if (n == 0) return;
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      for (ssize_t at = 0; at < n;) {
+        pollfd p{out_, POLLOUT, 0};
+        if (::poll(&p, 1, 1000) <= 0) break;  // stdout stalled: drop the rest of this piece
+        const ssize_t w = ::write(out_, buf + at, static_cast<size_t>(n - at));
+        if (w <= 0) break;
+        at += w;
+      }
+    }
+  }
+  int out_ = -1, in_ = -1;
+  std::thread thread_;
+};
+std::unique_ptr<StdoutRelay> g_stdout_relay;
 
 }  // namespace
 
@@ -77,13 +207,16 @@ void mpi_start(int* argc, char*** argv) {
   if (launched <= 1) return;
 #ifdef QAT_HAVE_MPI
   int provided = 0;
-  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);  // collectives from the main thread only
+  // Serialized: MPI is called from one thread at a time, the communication
+  // thread (init, finalize and abort excepted).
+  MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-  g_collective = std::make_unique<MpiCollective>();
+  g_collective = std::make_unique<MpiCollective>(provided >= MPI_THREAD_SERIALIZED);
   set_collective(g_collective.get());
   if (g_rank != 0 && !std::freopen("/dev/null", "w", stdout))
     std::fprintf(stderr, "qat: rank %d: cannot silence stdout\n", g_rank);
+  if (g_rank == 0) g_stdout_relay = std::make_unique<StdoutRelay>();
 #else
   (void)argc, (void)argv;
   QAT_FAIL("this qat was built without MPI (no Open MPI found at build time, or -DQAT_MPI=OFF), so it cannot run as "
@@ -99,6 +232,7 @@ void mpi_finish() {
     g_collective.reset();
     MPI_Finalize();
   }
+  g_stdout_relay.reset();
 #endif
 }
 

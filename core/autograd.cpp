@@ -6,7 +6,11 @@ namespace qat {
 
 namespace {
 thread_local bool g_grad_enabled = true;
-}
+thread_local GradReadyHook g_grad_ready;
+}  // namespace
+
+GradReadyScope::GradReadyScope(GradReadyHook hook) : prev_(std::move(g_grad_ready)) { g_grad_ready = std::move(hook); }
+GradReadyScope::~GradReadyScope() { g_grad_ready = std::move(prev_); }
 
 bool grad_enabled() { return g_grad_enabled; }
 NoGradGuard::NoGradGuard() : prev_(g_grad_enabled) { g_grad_enabled = false; }
@@ -107,6 +111,13 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
     }
   }
 
+  // With a ready hook: how many AccumulateGrad nodes each leaf has here (a
+  // leaf used twice has two; its gradient is complete after the last).
+  std::unordered_map<TensorImpl*, int> accumulators;
+  if (g_grad_ready)
+    for (const auto& [n, unused] : deps)
+      if (auto* acc = dynamic_cast<AccumulateGrad*>(n)) ++accumulators[acc->leaf.get()];
+
   // Kahn's order: a node runs once all gradients flowing into it are summed.
   // A node that received no defined gradient is skipped (its inputs get none).
   struct Pending {
@@ -139,6 +150,9 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
       if (--deps[child] == 0) ready.push_back(child);
     }
     if (!retain_graph) n->release();
+    if (!accumulators.empty())
+      if (auto* acc = dynamic_cast<AccumulateGrad*>(n))
+        if (--accumulators[acc->leaf.get()] == 0) g_grad_ready(acc->leaf.get());
   }
 }
 

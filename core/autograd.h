@@ -81,6 +81,24 @@ class Saved {
 
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
 
+// Called by run_backward, on the thread that runs it, as soon as a leaf's
+// gradient from this backward is complete (the last of its AccumulateGrad
+// nodes has run, or was skipped for lack of a gradient), while the rest of
+// the graph is still to run. A data-parallel run starts summing a layer's
+// gradients over the processes from here, overlapping backward.
+using GradReadyHook = std::function<void(TensorImpl* leaf)>;
+// Installs `hook` on this thread for the guard's lifetime.
+class GradReadyScope {
+ public:
+  explicit GradReadyScope(GradReadyHook hook);
+  ~GradReadyScope();
+  GradReadyScope(const GradReadyScope&) = delete;
+  GradReadyScope& operator=(const GradReadyScope&) = delete;
+
+ private:
+  GradReadyHook prev_;
+};
+
 // True when nothing but this handle can see t's buffer (one impl reference,
 // one storage reference, contiguous from offset 0). A backward function may
 // then update the incoming gradient in place and return it instead of

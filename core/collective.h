@@ -19,6 +19,12 @@ class Collective {
   virtual void sum(float* v, int64_t n) = 0;
   virtual void min(float* v, int64_t n) = 0;
   virtual void max(float* v, int64_t n) = 0;
+  // Starts an in-place sum and returns at once, so that the caller computes
+  // while it runs; v must stay untouched until wait_all(). Calls, started or
+  // blocking, complete in the order they were made. By default: at once.
+  virtual void start_sum(float* v, int64_t n) { sum(v, n); }
+  // Returns once every started sum has completed.
+  virtual void wait_all() {}
 };
 
 // The installed collective, or null (a single process, or a run of one).

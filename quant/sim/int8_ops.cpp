@@ -7,6 +7,7 @@
 
 #include "core/autograd.h"
 #include "core/checked.h"
+#include "core/collective.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/profiler.h"
@@ -68,9 +69,14 @@ void Int8GradState::track_clip(int which, float max_abs_g) {
 float Int8GradState::grad_scale(int which) const { return clip(which) / static_cast<float>(grad_qmax(cfg_.bits)); }
 
 // One key per (seed, step, quantizer): the noise of a step is a pure
-// function of the checkpointed state.
+// function of the checkpointed state. In a data-parallel run every process
+// but 0 (which keeps the single-process stream) adds its rank, so the
+// processes' parts of a batch get independent noise.
 uint64_t Int8GradState::noise_key(int which) const {
-  return seed_ ^ (static_cast<uint64_t>(steps()) * 0x9E3779B97F4A7C15ull) ^ (which ? 0xD1B54A32D192ED03ull : 0);
+  const Collective* all = collective();
+  const uint64_t rank = all ? static_cast<uint64_t>(all->rank()) : 0;
+  return seed_ ^ (static_cast<uint64_t>(steps()) * 0x9E3779B97F4A7C15ull) ^ (which ? 0xD1B54A32D192ED03ull : 0) ^
+         (rank * 0xA0761D6478BD642Full);
 }
 
 void Int8GradState::record(int which, const GradQuantStats& stats) {

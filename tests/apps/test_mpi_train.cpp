@@ -157,6 +157,47 @@ TEST_CASE("mpirun: a rank killed mid-run ends the job with an error within secon
   CHECK(secs < 30);
 }
 
+TEST_CASE("mpirun -np 2: INT8 training keeps one model on both processes", "[mpi]") {
+  if (!mpi_here()) return;
+  const auto dir = testing::fresh_temp_dir("qat_mpi_", "int8");
+  // Each process quantizes its own part of the gradients, with its own clip
+  // values; their statistics are averaged after every backward, so both take
+  // the same step (without that the learning-rate scales differ and the
+  // digest check after each epoch stops the run).
+  const std::string cfg = config(
+      dir, "quant:\n  enabled: true\n  int8_training: {enabled: true, period: 3, keep_float: [fc]}\n", 2);
+  REQUIRE(run(launcher(2) + " " + train_cmd(cfg, dir / "two"), dir / "two.log") == 0);
+  const std::string log = slurp(dir / "two.log");
+  INFO(log);
+  CHECK(log.find("INT8 training") != std::string::npos);
+  CHECK(log.find("2 processes hold the same model, bit for bit") != std::string::npos);
+  const SafetensorsFile f = load_safetensors((dir / "two" / "last.safetensors").string());
+  for (const auto& [name, t] : f.tensors)
+    if (name.find(".int8.steps") != std::string::npos) CHECK(t.data<int32_t>()[0] == 12);  // 2 epochs x 6 steps
+}
+
+TEST_CASE("Ctrl-C on mpirun saves the run like a single process, given the time to", "[mpi]") {
+  if (!mpi_here()) return;
+  const auto dir = testing::fresh_temp_dir("qat_mpi_", "ctrl_c");
+  const std::string cfg = config(dir, "", 1000);  // far longer than the test waits
+  // On SIGINT, mpirun sends the ranks SIGTERM after odls_base_sigkill_timeout
+  // seconds and SIGKILL as long again after that: 4 s is ample to end the
+  // step and save small_cnn (docs/distributed.md).
+  const std::string job = launcher(2) + " --mca odls_base_sigkill_timeout 4 " + train_cmd(cfg, dir / "run");
+  const std::string cmd = "setsid sh -c '" + job + " & pid=$!; while [ ! -s " + (dir / "run" / "metrics.jsonl").string() +
+                          " ]; do sleep 0.2; done; kill -INT $pid; wait $pid'";
+  run("timeout 120 " + cmd, dir / "job.log");
+  const std::string log = slurp(dir / "job.log");
+  INFO(log);
+  CHECK(log.find("qat: interrupted at epoch") != std::string::npos);
+  REQUIRE(std::filesystem::exists(dir / "run" / "last.safetensors"));
+  // the saved run resumes (for two steps) on two processes
+  CHECK(run(launcher(2) + " " + std::string(QAT_BINARY) + " train " + cfg + " --resume " + (dir / "run").string() +
+                " --stop-after-steps 2",
+            dir / "resume.log") == 130);
+  CHECK(slurp(dir / "resume.log").find("resuming") != std::string::npos);
+}
+
 TEST_CASE("mpirun refuses what data-parallel training cannot do yet, naming it", "[mpi]") {
   if (!mpi_here()) return;
   const auto dir = testing::fresh_temp_dir("qat_mpi_", "refuse");

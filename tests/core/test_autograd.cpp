@@ -76,3 +76,47 @@ TEST_CASE("backward needs a scalar or an explicit gradient of the right shape", 
   Tensor c = Tensor::ones({1});
   REQUIRE_THROWS_WITH(c.backward(), Contains("does not require grad"));
 }
+
+TEST_CASE("the ready hook sees each leaf once, with its whole gradient, before the graph behind it runs",
+          "[autograd]") {
+  // loss = sum((x*w1)*w2) + sum(w1*w1*3): w1 has three AccumulateGrad nodes
+  // (mul(x, w1) and both inputs of mul(w1, w1)), w2 one.
+  Tensor x = Tensor::from_vector({1.f, 2.f}, {2});
+  Tensor w1 = Tensor::from_vector({0.5f, -1.f}, {2}).set_requires_grad(true);
+  Tensor w2 = Tensor::from_vector({3.f, 4.f}, {2}).set_requires_grad(true);
+  Tensor loss = add(sum(mul(mul(x, w1), w2)), sum(mul(mul(w1, w1), 3.f)));
+  std::vector<std::pair<TensorImpl*, std::vector<float>>> seen;
+  {
+    GradReadyScope scope([&](TensorImpl* leaf) {
+      seen.emplace_back(leaf, Tensor(leaf->grad).to_vector());
+    });
+    loss.backward();
+  }
+  REQUIRE(seen.size() == 2);  // one call per leaf
+  // d/dw1 = x*w2 + 6*w1 = {3+3, 8-6}; d/dw2 = x*w1 = {0.5, -2}
+  for (const auto& [leaf, g] : seen) {
+    if (leaf == w1.impl_ptr()) REQUIRE(g == std::vector<float>{6.f, 2.f});
+    else REQUIRE((leaf == w2.impl_ptr() && g == std::vector<float>{0.5f, -2.f}));
+  }
+  // The hook is gone with its scope.
+  Tensor y = sum(mul(w2, 2.f));
+  y.backward();
+  REQUIRE(seen.size() == 2);
+}
+
+TEST_CASE("the ready hook fires for a leaf early in a chain, before the leaves behind it", "[autograd]") {
+  // loss = sum((x*w1)*w2): w2's gradient is complete while w1's is not yet computed.
+  Tensor x = Tensor::from_vector({1.f, 2.f}, {2});
+  Tensor w1 = Tensor::from_vector({0.5f, -1.f}, {2}).set_requires_grad(true);
+  Tensor w2 = Tensor::from_vector({3.f, 4.f}, {2}).set_requires_grad(true);
+  Tensor loss = sum(mul(mul(x, w1), w2));
+  std::vector<TensorImpl*> order;
+  bool w1_grad_when_w2_ready = true;
+  GradReadyScope scope([&](TensorImpl* leaf) {
+    order.push_back(leaf);
+    if (leaf == w2.impl_ptr()) w1_grad_when_w2_ready = w1.grad().defined();
+  });
+  loss.backward();
+  REQUIRE(order == std::vector<TensorImpl*>{w2.impl_ptr(), w1.impl_ptr()});
+  REQUIRE_FALSE(w1_grad_when_w2_ready);
+}
