@@ -22,7 +22,7 @@
 #include "core/autograd.h"
 #include "core/blas.h"
 #include "quant/convert/freeze.h"
-#include "quant/integer/cpu_features.h"
+#include "core/cpu_features.h"
 #include "quant/integer/int8_gemm.h"
 
 namespace qat::apps {
@@ -207,13 +207,13 @@ void print_machine() {
       break;
     }
   std::printf("cpu: %s (avx512 %s, vnni %s, amx-int8 %s)\n", model.c_str(),
-              quant::cpu_has_avx512bw() ? "yes" : "no", quant::cpu_has_avx512_vnni() ? "yes" : "no",
-              quant::cpu_has_amx_int8() ? "yes" : "no");
+              cpu_has_avx512bw() ? "yes" : "no", cpu_has_avx512_vnni() ? "yes" : "no",
+              cpu_has_amx_int8() ? "yes" : "no");
   const char* forced = std::getenv("OPENBLAS_CORETYPE");
   std::printf("kernels: OpenBLAS %s%s%s; int8 GEMM %s; fake-quant rows %s\n", blas_core_name(),
               forced ? " (OPENBLAS_CORETYPE=" : "", forced ? (std::string(forced) + ")").c_str() : "",
               quant::gemm_kernel_name(quant::best_gemm_kernel()),
-              quant::cpu_has_avx512_rows() ? "avx512" : "generic");
+              cpu_has_avx512_rows() ? "avx512" : "generic");
 }
 
 }  // namespace

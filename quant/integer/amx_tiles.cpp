@@ -4,7 +4,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "quant/integer/cpu_features.h"
+#include "core/cpu_features.h"
 
 namespace qat::quant::amx {
 

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "quant/integer/amx_tiles.h"
-#include "quant/integer/cpu_features.h"
+#include "core/cpu_features.h"
 #include "quant/integer/int8_gemm_amx.h"
 
 namespace qat::quant {

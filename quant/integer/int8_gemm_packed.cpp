@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "quant/integer/cpu_features.h"
+#include "core/cpu_features.h"
 #include "quant/integer/int8_gemm_amx.h"
 
 namespace qat::quant {

@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "core/window.h"
-#include "quant/integer/cpu_features.h"
+#include "core/cpu_features.h"
 
 namespace qat::quant {
 

@@ -4,6 +4,7 @@
 
 #include "core/ops/common.h"
 #include "core/profiler.h"
+#include "quant/observe/row_min_max.h"
 
 namespace qat::quant {
 
@@ -39,13 +40,8 @@ bool Observer::initialized() const {
 }
 
 void ChannelMinMaxFold::fold_row(int64_t c, const float* row, int64_t n, float& lo, float& hi) {
-  // Locals, not lo/hi: through the references the loop could not vectorise
-  // (they might alias row).
-  float mn = std::numeric_limits<float>::infinity(), mx = -mn;
-  for (int64_t i = 0; i < n; ++i) {  // NaNs fail both comparisons: ignored
-    mn = row[i] < mn ? row[i] : mn;
-    mx = row[i] > mx ? row[i] : mx;
-  }
+  float mn, mx;
+  row_min_max(row, n, mn, mx);  // NaNs ignored
   fold_channel(c, mn, mx);
   channel_range(c, lo, hi);
 }

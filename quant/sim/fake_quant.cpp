@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/ops/common.h"
-#include "quant/integer/cpu_features.h"
+#include "core/cpu_features.h"
 #include "quant/observe/channel_layout.h"
 #include "quant/sim/math.h"
 

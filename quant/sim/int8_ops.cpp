@@ -12,7 +12,7 @@
 #include "core/ops.h"
 #include "core/profiler.h"
 #include "quant/integer/int8_gemm.h"
-#include "quant/integer/cpu_features.h"
+#include "core/cpu_features.h"
 #include "quant/integer/int8_gemm_packed.h"
 
 namespace qat::quant {

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/profiler.h"
-#include "quant/integer/cpu_features.h"
+#include "core/cpu_features.h"
 #include "quant/sim/math.h"
 
 namespace qat::quant {

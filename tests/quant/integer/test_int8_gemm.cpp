@@ -2,7 +2,7 @@
 // the reference equals a plain 64-bit dot product computed here.
 #include "tests/test_util.h"
 
-#include "quant/integer/cpu_features.h"
+#include "core/cpu_features.h"
 #include "quant/integer/int8_gemm.h"
 #include "quant/integer/int8_gemm_packed.h"
 

@@ -3,7 +3,15 @@
 // instruction sets with target attributes and chosen at run time).
 #include <cpuid.h>
 
-namespace qat::quant {
+namespace qat {
+
+inline bool cpu_has_avx2() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+  }();
+  return yes;
+}
 
 inline bool cpu_has_avx512bw() {
   static const bool yes = [] {
@@ -39,4 +47,4 @@ inline bool cpu_has_avx512_vnni() {
   return yes;
 }
 
-}  // namespace qat::quant
+}  // namespace qat
