@@ -9,6 +9,21 @@ struct Span {
   int64_t outer, C, inner;
 };
 
+// sum a[i] b[i] in 16 interleaved float partial sums (lane j takes i = j
+// mod 16), then added in order: one running float sum is a chain of
+// dependent adds, 4 cycles an element, while these vectorise. Fixed order,
+// so the same on every run and thread count.
+float dot_lanes(const float* __restrict a, const float* __restrict b, int64_t n) {
+  float part[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) part[j] += a[i + j] * b[i + j];
+  for (int j = 0; i < n; ++i, ++j) part[j] += a[i] * b[i];
+  float sum = 0.f;
+  for (const float p : part) sum += p;
+  return sum;
+}
+
 Span span_of(const Tensor& x, int64_t axis) {
   Span sp{1, x.size(axis), 1};
   for (int64_t d = 0; d < axis; ++d) sp.outer *= x.size(d);
@@ -63,9 +78,7 @@ Tensor scale_channels(const Tensor& x, const Tensor& s, int64_t axis) {
                       double acc = 0;
                       for (int64_t o = 0; o < sp.outer; ++o) {
                         const int64_t base = (o * sp.C + c) * sp.inner;
-                        float part = 0.f;
-                        for (int64_t i = 0; i < sp.inner; ++i) part += pg[base + i] * px[base + i];
-                        acc += part;
+                        acc += dot_lanes(pg + base, px + base, sp.inner);
                       }
                       pds[c] = static_cast<float>(acc);
                     }
