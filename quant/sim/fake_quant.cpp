@@ -180,9 +180,14 @@ struct RowBits {
 // AVX-512: the same float operations (vrndscaleps = nearbyint; max(lo, t)
 // then min(hi, .) return t when it is NaN, as clamp_grid does), so the same
 // bits; the compare mask is the STE mask as it stands.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void fq_row_bits_avx512(const float* x, float* y, int64_t n,
-                                                                              float s, float inv, float z, float qmin,
-                                                                              float qmax, uint16_t* bits) {
+// Stream: the row goes to memory with non-temporal stores (y 64-byte
+// aligned, n a multiple of 16), for weights far larger than the caches
+// (AlexNet's linear layers): a plain store first reads the line it writes.
+template <bool Stream>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void fq_row_bits_avx512_impl(const float* x, float* y, int64_t n,
+                                                                                   float s, float inv, float z,
+                                                                                   float qmin, float qmax,
+                                                                                   uint16_t* bits) {
   const __m512 vs = _mm512_set1_ps(s), vinv = _mm512_set1_ps(inv), vz = _mm512_set1_ps(z);
   const __m512 lo = _mm512_set1_ps(qmin), hi = _mm512_set1_ps(qmax);
   // 16 values; masked loads and stores only in the tail (on Zen 4 a masked
@@ -194,11 +199,24 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void fq_row_bits_avx512(con
     return _mm512_mul_ps(_mm512_sub_ps(_mm512_min_ps(hi, _mm512_max_ps(lo, t)), vz), vs);
   };
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, step(i, _mm512_loadu_ps(x + i)));
+  for (; i + 16 <= n; i += 16) {
+    if constexpr (Stream) _mm512_stream_ps(y + i, step(i, _mm512_loadu_ps(x + i)));
+    else _mm512_storeu_ps(y + i, step(i, _mm512_loadu_ps(x + i)));
+  }
   if (i < n) {
     const __mmask16 live = static_cast<__mmask16>((1u << (n - i)) - 1);
     _mm512_mask_storeu_ps(y + i, live, step(i, _mm512_maskz_loadu_ps(live, x + i)));
   }
+  if constexpr (Stream) _mm_sfence();  // the streamed lines are visible before the row is reported done
+}
+
+void fq_row_bits_avx512(const float* x, float* y, int64_t n, float s, float inv, float z, float qmin, float qmax,
+                        uint16_t* bits) {
+  fq_row_bits_avx512_impl<false>(x, y, n, s, inv, z, qmin, qmax, bits);
+}
+void fq_row_bits_avx512_stream(const float* x, float* y, int64_t n, float s, float inv, float z, float qmin,
+                               float qmax, uint16_t* bits) {
+  fq_row_bits_avx512_impl<true>(x, y, n, s, inv, z, qmin, qmax, bits);
 }
 
 // Without AVX-512: fq_span with a byte mask in a row-sized buffer, packed.
@@ -248,6 +266,7 @@ Tensor with_ste_bits(Tensor out, const Tensor& x, std::shared_ptr<const RowBits>
 // reduced to its min/max, folded into the observer, turned into qparams and
 // fake-quantized while it is still in cache. Same results as observe()
 // followed by fake_quantize(): channels are independent in both.
+constexpr int64_t kStreamBytes = int64_t{64} << 20;  // above any 2-core share of an L3
 Tensor fused_rows(Observer& obs, ChannelMinMaxFold& fold, const Tensor& x, SteKind ste, QParams* used) {
   QAT_PROFILE("fake_quantize.fused_rows");
   const QuantSpec& spec = obs.spec();
@@ -256,7 +275,13 @@ Tensor fused_rows(Observer& obs, ChannelMinMaxFold& fold, const Tensor& x, SteKi
   const bool need_mask = ste == SteKind::clipped && any_requires_grad({&x});
   Tensor out = Tensor::empty(x.sizes());
   auto bits = need_mask ? std::make_shared<RowBits>(C, L) : nullptr;
-  const auto row_bits = cpu_has_avx512_rows() ? &fq_row_bits_avx512 : &fq_row_bits_generic;
+  // Streamed stores for a weight beyond the last-level cache whose rows all
+  // start on a cache line (Tensor storage is 64-byte aligned).
+  const bool stream = x.numel() * 4 > kStreamBytes && L % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(out.data<float>()) % 64 == 0;
+  const auto row_bits = !cpu_has_avx512_rows() ? &fq_row_bits_generic
+                        : stream               ? &fq_row_bits_avx512_stream
+                                               : &fq_row_bits_avx512;
   QParams q{Tensor::empty({C}), Tensor::empty({C}, DType::i32)};
   const float* px = x.data<float>();
   float* py = out.data<float>();

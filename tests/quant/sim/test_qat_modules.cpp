@@ -150,6 +150,33 @@ TEST_CASE("fake_quantize backward gives the same gradient in place as into a new
 // 16 and long ones (the backward skips all-pass words four at a time), NaN
 // weights (NaN stays NaN, its gradient stopped), huge ones (clipped), and a
 // NaN upstream gradient at a clipped place (NaN * 0 = NaN, as PyTorch).
+// Above 64 MB the fused kernel streams its output past the caches
+// (non-temporal stores): the same bits and gradients as the plain ops.
+TEST_CASE("fused per-channel observe-and-quantize of a weight beyond the caches equals the plain ops",
+          "[quant][qat]") {
+  QuantSpec spec;
+  spec.per_channel = true;
+  spec.axis = 0;
+  const Shape shape{1040, 16384};  // 68 MB
+  MinMaxObserver fused(spec, shape[0]), ref(spec, shape[0]);
+  Generator g(11);
+  Tensor w = Tensor::randn(shape, g);
+  w.data<float>()[5] = 1e30f;  // outside every grid: its gradient stopped
+  w.set_requires_grad(true);
+  ref.observe(w);
+  const QParams q = ref.qparams();
+  Tensor y = observe_and_fake_quantize(fused, w, SteKind::clipped);
+  REQUIRE(testing::same_bits(fused.max_val(), ref.max_val()));
+  Tensor y_ref = fake_quantize(w, q.scale, q.zero_point, spec);
+  REQUIRE(testing::same_bits(y, y_ref));
+  const Tensor r = Tensor::randn(shape, g);
+  y.backward(r);
+  const Tensor g_fused = w.grad().clone();
+  w.zero_grad();
+  y_ref.backward(r);
+  REQUIRE(testing::same_bits(g_fused, w.grad()));
+}
+
 TEST_CASE("fused per-channel observe-and-quantize equals observe then fake_quantize", "[quant][qat]") {
   QuantSpec spec;
   spec.per_channel = true;
