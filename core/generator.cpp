@@ -11,7 +11,6 @@ uint64_t splitmix64(uint64_t& x) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   return z ^ (z >> 31);
 }
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 }  // namespace
 
 void Generator::manual_seed(uint64_t seed) {
@@ -19,22 +18,6 @@ void Generator::manual_seed(uint64_t seed) {
   for (auto& w : s_) w = splitmix64(x);
 }
 
-uint64_t Generator::next_u64() {
-  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
-}
-
-float Generator::uniform() {
-  // 24 random bits -> exactly representable floats in [0, 1)
-  return static_cast<float>(next_u64() >> 40) * (1.0f / 16777216.0f);
-}
 
 float Generator::normal() {
   // Box-Muller in double; u1 in (0, 1] so log() is finite.
