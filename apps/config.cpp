@@ -186,7 +186,8 @@ quant::QConfig make_qconfig(const QuantConfig& q) {
 std::string config_hash(const ExperimentConfig& cfg) {
   ExperimentConfig c = cfg;
   c.output.dir.clear();
-  c.train.threads = 0;
+  c.train.threads = 0;  // how it runs, not what it computes
+  c.train.overlap_allreduce = OverlapPolicy::auto_;
   c.source_path.clear();
   c.sweep.clear();
   std::string text = config_to_yaml(c);

@@ -21,6 +21,15 @@ enum class OptimizerKind { sgd, adamw };
 constexpr auto enum_names(OptimizerKind) {
   return std::to_array<EnumName<OptimizerKind>>({{OptimizerKind::sgd, "sgd"}, {OptimizerKind::adamw, "adamw"}});
 }
+// Data-parallel runs: whether a communication thread sums the gradients
+// while backward runs (docs/distributed.md). auto: when every node leaves a
+// core for it (train.threads x processes per node < cores).
+enum class OverlapPolicy { auto_, on, off };
+constexpr auto enum_names(OverlapPolicy) {
+  return std::to_array<EnumName<OverlapPolicy>>(
+      {{OverlapPolicy::auto_, "auto"}, {OverlapPolicy::on, "on"}, {OverlapPolicy::off, "off"}});
+}
+
 enum class BadImagePolicy { error, skip };
 constexpr auto enum_names(BadImagePolicy) {
   return std::to_array<EnumName<BadImagePolicy>>({{BadImagePolicy::error, "error"}, {BadImagePolicy::skip, "skip"}});
@@ -66,6 +75,7 @@ struct TrainConfig {
   // Data-parallel runs (mpirun): batch norm statistics over the global batch
   // of all processes instead of each process's part (docs/distributed.md).
   bool sync_bn = false;
+  OverlapPolicy overlap_allreduce = OverlapPolicy::auto_;
   double weight_decay = 5e-4;
   bool no_decay_bn_bias = false;
   std::vector<double> betas = {0.9, 0.999};  // AdamW

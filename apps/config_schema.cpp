@@ -224,6 +224,7 @@ std::vector<Field> train_fields() {
       real("train.momentum", QAT_CFG(train.momentum), in_range(0, 1, false)),
       boolean("train.nesterov", QAT_CFG(train.nesterov)),
       boolean("train.sync_bn", QAT_CFG(train.sync_bn)),
+      enumeration("train.overlap_allreduce", QAT_CFG(train.overlap_allreduce)),
       real("train.weight_decay", QAT_CFG(train.weight_decay), at_least(0)),
       boolean("train.no_decay_bn_bias", QAT_CFG(train.no_decay_bn_bias)),
       real_list("train.betas", QAT_CFG(train.betas), 2, in_range(0, 1, false)),

@@ -31,13 +31,17 @@ GradientBuckets::GradientBuckets(const std::vector<Tensor>& params, Collective& 
 void GradientBuckets::begin_step() {
   for (Bucket& b : buckets_) b.pending = static_cast<int64_t>(b.params.size());
   next_ = 0;
+  seconds_ = 0;
 }
 
 void GradientBuckets::ready(TensorImpl* leaf) {
   const auto it = bucket_of_.find(leaf);
   if (it == bucket_of_.end()) return;  // not a parameter (an input that required grad)
   --buckets_[it->second].pending;
+  if (next_ >= buckets_.size() || buckets_[next_].pending > 0) return;
+  const auto t0 = std::chrono::steady_clock::now();
   while (next_ < buckets_.size() && buckets_[next_].pending == 0) start(buckets_[next_++]);
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void GradientBuckets::start(Bucket& b) {
@@ -74,7 +78,7 @@ double GradientBuckets::finish() {
     }
     b.sent.clear();
   }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return seconds_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void average_over_processes(const std::vector<Tensor>& buffers, Collective& all) {

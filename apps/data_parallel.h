@@ -29,8 +29,9 @@ class GradientBuckets {
   // From run_backward's GradReadyScope: `leaf`'s gradient is complete.
   void ready(TensorImpl* leaf);
   // After backward: starts the buckets not yet started, waits for every sum
-  // and writes the sums into the gradients. Returns the seconds spent here,
-  // the communication backward did not hide.
+  // and writes the sums into the gradients. Returns the seconds the training
+  // thread spent on the sums this step (starting them, in backward, and
+  // here): the communication that backward did not hide.
   double finish();
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
 
@@ -46,6 +47,7 @@ class GradientBuckets {
   std::vector<Bucket> buckets_;
   std::unordered_map<const TensorImpl*, size_t> bucket_of_;
   size_t next_ = 0;  // the first bucket not started
+  double seconds_ = 0;
 };
 
 // Replaces every value of `buffers` (contiguous f32) by its mean over the

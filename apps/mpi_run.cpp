@@ -38,24 +38,32 @@ int env_int(const char* name) {
 // Errors inside MPI calls: MPI's default handler aborts the job with its own
 // message, which is what a data-parallel run wants (no rank left waiting).
 //
-// With a communication thread (MPI_THREAD_SERIALIZED granted), every MPI
-// call runs there, in the order the training thread made it: started sums
-// run while backward goes on, and a blocking call waits for those before
-// it. Every rank makes the same calls in the same order, so the collectives
-// match across ranks. Without the thread level, calls run in place.
+// With the communication thread (MPI_THREAD_SERIALIZED granted, and asked
+// for: train.overlap_allreduce), every MPI call runs there, in the order the
+// training thread made it: started sums run while backward goes on, and a
+// blocking call waits for those before it. Every rank makes the same calls
+// in the same order, so the collectives match across ranks. Without the
+// thread, calls run in place. (The thread busy-polls inside MPI while it
+// waits, so it needs a core of its own: on a node whose cores all compute,
+// it slows the step down; measured in results/distributed/README.md.)
 class MpiCollective final : public Collective {
  public:
-  explicit MpiCollective(bool threaded) {
-    if (threaded) worker_ = std::thread([this] { serve(); });
-  }
-  ~MpiCollective() override {
-    if (!worker_.joinable()) return;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
+  explicit MpiCollective(bool can_thread) : can_thread_(can_thread) {}
+  ~MpiCollective() override { use_thread(false); }
+  // Between calls only (nothing started and not waited for).
+  bool use_thread(bool on) {
+    if (on && can_thread_ && !worker_.joinable()) {
+      stop_ = false;
+      worker_ = std::thread([this] { serve(); });
+    } else if (!on && worker_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+      }
+      wake_.notify_one();
+      worker_.join();
     }
-    wake_.notify_one();
-    worker_.join();
+    return worker_.joinable();
   }
   int rank() const override { return g_rank; }
   int size() const override { return g_size; }
@@ -120,6 +128,7 @@ class MpiCollective final : public Collective {
     }
   }
 
+  bool can_thread_;
   std::thread worker_;
   std::mutex mu_;
   std::condition_variable wake_, done_cv_;
@@ -234,6 +243,20 @@ void mpi_finish() {
   }
   g_stdout_relay.reset();
 #endif
+}
+
+bool mpi_use_communication_thread(bool on) {
+#ifdef QAT_HAVE_MPI
+  if (g_collective) return g_collective->use_thread(on);
+#endif
+  (void)on;
+  return false;
+}
+
+int local_world_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"})
+    if (const int n = env_int(name); n > 0) return n;
+  return 1;
 }
 
 int world_rank() { return g_rank; }

@@ -16,6 +16,13 @@ int launcher_world_size();
 // other than 0 (rank 0 alone prints progress and results).
 void mpi_start(int* argc, char*** argv);
 void mpi_finish();
+// Starts (or stops) the communication thread that runs every MPI call, so
+// that started sums (Collective::start_sum) overlap the caller's work;
+// without it they run at once. Returns whether the thread runs (MPI may not
+// grant the thread level it needs).
+bool mpi_use_communication_thread(bool on);
+// The processes of this job on this node (the launcher's local size; 1 outside a job).
+int local_world_size();
 // This process's rank and the number of processes (0 and 1 without a job).
 int world_rank();
 int world_size();

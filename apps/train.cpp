@@ -9,12 +9,14 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "apps/backend_config.h"
 #include "apps/config.h"
 #include "apps/data_parallel.h"
 #include "apps/integer_io.h"
 #include "apps/metrics_log.h"
+#include "apps/mpi_run.h"
 #include "apps/progress.h"
 #include "apps/run_lock.h"
 #include "apps/run_state.h"
@@ -184,6 +186,14 @@ void remove_stale_temporaries(const std::string& run_dir) {
   }
 }
 
+// train.overlap_allreduce: auto overlaps when the processes on this node
+// leave a core free for each one's communication thread.
+bool wants_overlap(OverlapPolicy p) {
+  if (p != OverlapPolicy::auto_) return p == OverlapPolicy::on;
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int64_t>(num_threads() + 1) * local_world_size() <= cores;
+}
+
 // What a data-parallel run cannot do yet, refused before anything starts.
 void check_data_parallel(const ExperimentConfig& cfg, int ranks) {
   if (ranks <= 1) return;
@@ -325,6 +335,7 @@ int run_train(const TrainArgs& args) {
   const bool lead = rank == 0;
   check_data_parallel(cfg, ranks);
   set_sync_batch_norm(cfg.train.sync_bn);
+  const bool overlap = ranks > 1 && mpi_use_communication_thread(wants_overlap(cfg.train.overlap_allreduce));
 
   // The run directory before the data: its problems are reported at once.
   QAT_CHECK(args.resume_dir.empty() || fs::is_directory(run_dir), "train: --resume ", run_dir,
@@ -382,9 +393,10 @@ int run_train(const TrainArgs& args) {
               static_cast<long long>(train_set.size()), static_cast<long long>(val_set.size()),
               static_cast<long long>(train_set.classes().size()), num_threads());
   if (ranks > 1)
-    std::printf(" x %d processes (MPI; batch %lld split %s, batch norm %s)", ranks,
+    std::printf(" x %d processes (MPI; batch %lld split %s, batch norm %s, gradient sums %s)", ranks,
                 static_cast<long long>(cfg.train.batch_size), "across them",
-                cfg.train.sync_bn ? "synchronised" : "per process");
+                cfg.train.sync_bn ? "synchronised" : "per process",
+                overlap ? "started as buckets complete, overlapping backward" : "as buckets complete, blocking");
   std::printf("\n");
   std::printf("run directory: %s\n", run_dir.c_str());
 
@@ -503,7 +515,7 @@ int run_train(const TrainArgs& args) {
       std::printf("  %d processes hold the same model, bit for bit (parameters, buffers, optimizer state)\n", ranks);
     }
     if (ranks > 1 && steps_this_run > 0)
-      std::printf("  gradient all-reduce, not hidden by backward: %.1f ms per step (%d processes)\n",
+      std::printf("  gradient all-reduce on the training thread (not hidden by backward): %.1f ms per step (%d processes)\n",
                   1000.0 * allreduce_seconds / static_cast<double>(std::max<int64_t>(1, steps_per_epoch - first_step)), ranks);
     state.next_epoch();
     const bool best = v.top1 > state.best_top1;
