@@ -1,7 +1,8 @@
 // The CUDA runtime layer and device tensors (core/cuda_runtime.h,
 // core/tensor.h): what is reported without a GPU and why, the refusals of
 // device tensors by CPU code and of mixed devices (checked on every machine,
-// docs/cuda.md), and, where a GPU exists, copies and the caching allocator.
+// docs/cuda.md), and, where a GPU exists, copies, the caching allocator and
+// ReLU's CUDA twin against the CPU op bit for bit.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -180,6 +181,16 @@ TEST_CASE("cuda: ops without a CUDA kernel refuse a cuda tensor, naming the op a
   CHECK_NOTHROW(qat::detail::check_same_device("my_op", {{"x", &cpu}, {"none", nullptr}, {"y", &cpu}}));
 }
 
+TEST_CASE("cuda: relu of a cuda tensor needs the GPU, or without CUDA is refused", "[cuda]") {
+  CudaOrLabelled d(Tensor::ones({5}));
+  if (cuda::available()) {
+    CHECK(qat::relu(d.t).device() == Device::cuda);
+    return;
+  }
+  // CUDA built: the twin's output allocation refuses; not built: the CPU loop's data().
+  CHECK_THROWS_WITH(qat::relu(d.t), Contains(cuda::built() ? no_gpu_words() : "is on cuda"));
+}
+
 // ---------------------------------------------------------------- with a GPU
 
 TEST_CASE("cuda: to(cuda).to(cpu) returns every dtype and view bit for bit", "[cuda]") {
@@ -261,4 +272,30 @@ TEST_CASE("cuda: the device allocator reuses a freed block of the same size", "[
   cuda::release_cached_memory();
   CHECK(cuda::allocator_stats().cached_bytes == 0);
   CHECK(cuda::allocator_stats().live_bytes == s0.live_bytes);
+}
+
+TEST_CASE("cuda: relu forward and backward on the device equal the CPU op bit for bit", "[cuda]") {
+  if (!cuda_device_or_skip()) return;
+  for (const int64_t n : {int64_t{1}, int64_t{1000}, int64_t{1} << 21}) {  // one block, several, grid-stride
+    INFO("n = " << n);
+    const Tensor x = awkward_floats(n, 3 + n);
+    const Tensor g = awkward_floats(n, 4 + n);
+    Tensor xc = x.clone().set_requires_grad(true);
+    Tensor yc = qat::relu(xc);
+    yc.backward(g);
+    Tensor xd = x.to(Device::cuda).set_requires_grad(true);
+    Tensor yd = qat::relu(xd);
+    REQUIRE(yd.device() == Device::cuda);
+    yd.backward(g.to(Device::cuda));
+    REQUIRE(xd.grad().defined());
+    CHECK(xd.grad().device() == Device::cuda);
+    require_same_bits(yd.to(Device::cpu), yc.detach(), "relu forward");
+    require_same_bits(xd.grad().to(Device::cpu), xc.grad(), "relu backward");
+  }
+  const Tensor empty = Tensor::empty({0, 4}, DType::f32, Device::cuda);
+  CHECK(qat::relu(empty).sizes() == empty.sizes());
+  // A CPU gradient for a device graph is refused by name.
+  Tensor xd = Tensor::ones({4}).to(Device::cuda).set_requires_grad(true);
+  CHECK_THROWS_WITH(qat::relu(xd).backward(Tensor::ones({4})),
+                    Contains("relu backward: expected all tensors on one device, but output is on cuda and gradient is on cpu"));
 }
