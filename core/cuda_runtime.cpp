@@ -226,15 +226,16 @@ std::string describe() {
                      d.count == 1 ? " device" : " devices", ")");
 }
 
-std::string unavailable_message(const std::string& what) {
-  if (!built())
+std::string unavailable_message(const std::string& what, bool is_built, const DeviceInfo& info) {
+  if (!is_built)
     return what +
            ": this qat was built without CUDA (configure with -DQAT_CUDA=ON, or AUTO where the CUDA toolkit is "
            "installed)";
-  const DeviceInfo& d = device_info();
-  if (!d.usable) return what + ": no usable CUDA device: " + d.reason;
+  if (!info.usable) return what + ": no usable CUDA device: " + info.reason;
   return "";
 }
+
+std::string unavailable_message(const std::string& what) { return unavailable_message(what, built(), device_info()); }
 
 void require(const std::string& what) {
   std::string msg = unavailable_message(what);

@@ -43,6 +43,8 @@ std::string describe();
 //   "<what>: this qat was built without CUDA (...)" or
 //   "<what>: no usable CUDA device: <reason>".
 std::string unavailable_message(const std::string& what);
+// The same for the given facts (built(), device_info()), for callers that test their own messages.
+std::string unavailable_message(const std::string& what, bool is_built, const DeviceInfo& info);
 void require(const std::string& what);
 
 // Device memory, 256-byte aligned, from a cache of freed blocks keyed by
