@@ -7,7 +7,6 @@
 #include "core/autograd.h"
 #include "core/cuda_check.h"
 #include "core/cuda_launch.h"
-#include "core/cuda_runtime.h"
 #include "core/ops/common.h"
 #include "quant/sim/cuda_twins.h"
 #include "quant/sim/fake_quant_plan.h"

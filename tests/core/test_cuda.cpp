@@ -83,6 +83,8 @@ TEST_CASE("cuda: the build and the device are reported, with the reason when the
   CHECK_FALSE(cuda::built());
 #endif
   const cuda::DeviceInfo& d = cuda::device_info();
+  if (qat::testing::gpu_required() && !d.usable)
+    FAIL("QAT_REQUIRE_GPU=1 but there is " << qat::testing::no_gpu_reason());
   if (!cuda::built()) {
     CHECK_FALSE(d.usable);
     CHECK(d.reason == "this qat was built without CUDA");
