@@ -37,8 +37,15 @@ cmake --build build-gpu -j"$jobs" --target qat qat_tests >"$log_dir/build.log" 2
   { grep -E -B2 -A8 "error|warning" "$log_dir/build.log" | head -80; fail "build (see $log_dir/build.log)"; }
 echo "gpu_check: built in $(elapsed)"
 
-# 3. The GPU tests: a missing GPU is a failure here, not a skip.
+# 3. The GPU as the CUDA runtime sees it (the device-report test fails
+#    under QAT_REQUIRE_GPU=1 when there is none, with the runtime's reason).
 export QAT_REQUIRE_GPU=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-4}
+if ! timeout 60 ./build-gpu/qat_tests "cuda: the build and the device are reported*" >"$log_dir/device.log" 2>&1; then
+  grep -A4 "with message" "$log_dir/device.log" | grep -v "with message" | sed 's/^ */  /' >&2 || true
+  fail "no GPU that the CUDA runtime can use (reason above; $log_dir/device.log)"
+fi
+
+# 4. Every GPU test: a missing GPU is a failure here, not a skip.
 status=0
 timeout 240 ./build-gpu/qat_tests "[cuda],[math]" --durations yes 2>&1 | tee "$log_dir/tests.log" || status=$?
 if grep -q "skipped: no CUDA device\|skipped: this qat was built without CUDA" "$log_dir/tests.log"; then
