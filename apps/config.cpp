@@ -122,11 +122,17 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
   return cfg;
 }
 
-std::string config_to_yaml(const ExperimentConfig& cfg) {
+namespace {
+
+constexpr const char* kYamlHeader = "# qat experiment config (resolved: every key, defaults included)\n";
+
+// Every field but `skip` as YAML, sections nested.
+std::string fields_to_yaml(const ExperimentConfig& cfg, const char* skip) {
   YAML::Emitter e;
   e << YAML::BeginMap;
   std::vector<std::string> open;  // the sections currently open
   for (const Field& f : fields()) {
+    if (skip && f.path == skip) continue;
     auto parts = split_path(f.path);
     std::vector<std::string> want(parts.begin(), parts.end() - 1);
     size_t common = 0;
@@ -148,9 +154,15 @@ std::string config_to_yaml(const ExperimentConfig& cfg) {
   }
   e << YAML::EndMap;
   QAT_CHECK(e.good(), "config_to_yaml: YAML emitter error: ", e.GetLastError());
-  std::string header = "# qat experiment config (resolved: every key, defaults included)\n";
+  return e.c_str();
+}
+
+}  // namespace
+
+std::string config_to_yaml(const ExperimentConfig& cfg) {
+  std::string header = kYamlHeader;
   if (!cfg.source_path.empty()) header += "# from " + cfg.source_path + "\n";
-  return header + e.c_str() + "\n";
+  return header + fields_to_yaml(cfg, nullptr) + "\n";
 }
 
 std::optional<bool> choice_value(Choice c) {
@@ -190,7 +202,9 @@ std::string config_hash(const ExperimentConfig& cfg) {
   c.train.overlap_allreduce = OverlapPolicy::auto_;
   c.source_path.clear();
   c.sweep.clear();
-  std::string text = config_to_yaml(c);
+  // train.device is left out rather than reset: the text of runs recorded
+  // before the key existed, and so their hash, stays the same.
+  const std::string text = kYamlHeader + fields_to_yaml(c, "train.device") + "\n";
   // FNV-1a, 64 bits.
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char ch : text) {

@@ -90,6 +90,9 @@ struct TrainConfig {
   double label_smoothing = 0.0;
   uint64_t seed = 0;
   int64_t threads = 0;                      // 0: all cores
+  // Where the training step runs (--device); cuda is refused until every op
+  // of the step has a CUDA kernel (apps/device_check.h).
+  Device device = Device::cpu;
   int64_t log_every = 20;                   // steps between plain progress lines
   int64_t max_steps_per_epoch = 0;          // 0: whole epoch (tests and smoke runs use a cap)
 };
@@ -176,8 +179,10 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
                              DataPaths data_paths = DataPaths::must_exist);
 // The resolved config as YAML (every key, defaults included).
 std::string config_to_yaml(const ExperimentConfig& cfg);
-// A stable hex hash of config_to_yaml() without output.dir and train.threads
-// (things that may change on resume without changing the experiment).
+// A stable hex hash of config_to_yaml() without output.dir, train.threads and
+// train.device (things that may change on resume without changing the
+// experiment; train.device is left out of the text, so runs recorded before
+// the key existed keep their hash).
 std::string config_hash(const ExperimentConfig& cfg);
 
 }  // namespace qat::apps

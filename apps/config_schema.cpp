@@ -239,6 +239,7 @@ std::vector<Field> train_fields() {
       real("train.label_smoothing", QAT_CFG(train.label_smoothing), in_range(0, 1, false)),
       seed(),
       integer_in("train.threads", QAT_CFG(train.threads), 0, kMaxThreads),
+      enumeration("train.device", QAT_CFG(train.device)),
       integer("train.log_every", QAT_CFG(train.log_every), 1),
       integer("train.max_steps_per_epoch", QAT_CFG(train.max_steps_per_epoch), 0),
   };

@@ -83,6 +83,10 @@ int run(int argc, char** argv) {
   t->add_option("--stop-after-steps", train.stop_after_steps,
                 "Stop as if interrupted after this many steps, saving last.safetensors (tests, partial runs)")
       ->check(CLI::PositiveNumber);
+  t->add_option("--device", train.device,
+                "Where to train: " + qat::enum_name_list<qat::Device>() + " (overrides train.device; cuda is refused, "
+                "naming why, until the whole training step runs on the GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
 
   qat::apps::EvalArgs eval;
   auto* ev = app.add_subcommand("eval", "Evaluate a checkpoint on the config's validation set");

@@ -14,6 +14,7 @@
 #include "apps/backend_config.h"
 #include "apps/config.h"
 #include "apps/data_parallel.h"
+#include "apps/device_check.h"
 #include "apps/integer_io.h"
 #include "apps/metrics_log.h"
 #include "apps/mpi_run.h"
@@ -324,7 +325,10 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
 }
 
 int run_train(const TrainArgs& args) {
-  ExperimentConfig cfg = load_config(args.config, args.overrides);
+  std::vector<std::string> overrides = args.overrides;
+  if (!args.device.empty()) overrides.push_back("train.device=" + args.device);
+  ExperimentConfig cfg = load_config(args.config, overrides);
+  check_training_device(cfg.train.device);  // Note [training device]: before the run directory is touched
   if (!args.resume_dir.empty()) cfg.output.dir = args.resume_dir;
   const std::string run_dir = cfg.output.dir;
   const std::string hash = config_hash(cfg);

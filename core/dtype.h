@@ -3,10 +3,15 @@
 #include <cstdint>
 #include <string>
 
+#include "core/enum_names.h"
+
 namespace qat {
 
 enum class DType : uint8_t { f32, i8, u8, i32 };
 enum class Device : uint8_t { cpu, cuda };
+constexpr auto enum_names(Device) {
+  return std::to_array<EnumName<Device>>({{Device::cpu, "cpu"}, {Device::cuda, "cuda"}});
+}
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);

@@ -8,6 +8,7 @@
 #include "core/allocator.h"
 #include "core/checked.h"
 #include "core/autograd.h"
+#include "core/cuda_runtime.h"
 #include "core/generator.h"
 
 namespace qat {
@@ -67,30 +68,40 @@ int64_t shape_numel(const Shape& sizes) {
 // ---------------------------------------------------------------- storage
 
 Storage::Storage(size_t nbytes_, Device device_) : nbytes(nbytes_), device(device_) {
-  QAT_CHECK(device_ == Device::cpu, "Storage: device ", device_name(device_), " is not available in this build");
-  data = cpu_allocate(nbytes_);
+  if (device_ == Device::cuda) {
+    cuda::require("Storage on cuda");
+    data = cuda::allocate(nbytes_);
+  } else {
+    data = cpu_allocate(nbytes_);
+  }
 }
 
-Storage::~Storage() { cpu_free(data, nbytes); }
+Storage::~Storage() {
+  if (device == Device::cuda) cuda::deallocate(data, nbytes);
+  else cpu_free(data, nbytes);
+}
 
 // ---------------------------------------------------------------- factories
 
-Tensor Tensor::empty(const Shape& sizes, DType dtype) {
+Tensor Tensor::empty(const Shape& sizes, DType dtype, Device device) {
   for (int64_t s : sizes) QAT_CHECK(s >= 0, "Tensor::empty: negative size in ", sizes);
   const int64_t nbytes = checked_mul(shape_numel(sizes), static_cast<int64_t>(dtype_size(dtype)), "Tensor::empty");
   QAT_CHECK(nbytes <= kMaxTensorBytes, "Tensor::empty: shape ", sizes, " of ", dtype_name(dtype), " needs ", nbytes,
             " bytes (at most ", kMaxTensorBytes, ")");
+  if (device != Device::cpu)
+    cuda::require(detail::cat("a ", device_name(device), " tensor (shape ", sizes, ", ", dtype_name(dtype), ")"));
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(nbytes));
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(nbytes), device);
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
 }
 
-Tensor Tensor::zeros(const Shape& sizes, DType dtype) {
-  Tensor t = empty(sizes, dtype);
-  std::memset(t.impl().storage->data, 0, t.nbytes());
+Tensor Tensor::zeros(const Shape& sizes, DType dtype, Device device) {
+  Tensor t = empty(sizes, dtype, device);
+  if (device == Device::cpu) std::memset(t.impl().storage->data, 0, t.nbytes());
+  else cuda::memset_zero(t.impl().storage->data, t.nbytes());
   return t;
 }
 
@@ -156,6 +167,7 @@ bool Tensor::is_contiguous() const {
 
 float Tensor::item() const {
   QAT_CHECK(numel() == 1, "Tensor::item: expected one element, got shape ", sizes());
+  if (device() != Device::cpu) return to(Device::cpu).item();
   switch (dtype()) {
     case DType::f32: return *data<float>();
     case DType::i8: return *data<int8_t>();
@@ -166,7 +178,7 @@ float Tensor::item() const {
 }
 
 std::vector<float> Tensor::to_vector() const {
-  Tensor c = contiguous();
+  Tensor c = device() == Device::cpu ? contiguous() : to(Device::cpu);
   const float* p = c.data<float>();
   return std::vector<float>(p, p + c.numel());
 }
@@ -255,8 +267,16 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::clone() const {
-  Tensor out = empty(sizes(), dtype());
   const size_t es = dtype_size(dtype());
+  if (device() != Device::cpu) {
+    QAT_CHECK(is_contiguous(), "clone: a non-contiguous ", device_name(device()), " tensor (shape ", sizes(),
+              ", strides ", strides(), ") cannot be copied on the device yet; .to(Device::cpu) copies it to the host");
+    Tensor out = empty(sizes(), dtype(), device());
+    cuda::copy(out.impl().storage->data, device(), static_cast<const char*>(impl().storage->data) + offset() * es,
+               device(), nbytes());
+    return out;
+  }
+  Tensor out = empty(sizes(), dtype());
   const char* src = static_cast<const char*>(impl().storage->data);
   char* dst = static_cast<char*>(out.impl().storage->data);
   if (is_contiguous()) {
@@ -289,8 +309,10 @@ float load_as_float(const Tensor& t, int64_t i) {
 }  // namespace
 
 Tensor Tensor::to(DType target) const {
+  if (target == dtype()) return contiguous().clone();
+  QAT_CHECK(device() == Device::cpu, "to(", dtype_name(target), "): converting a ", dtype_name(dtype()), " tensor on ",
+            device_name(device()), " runs on the CPU only; .to(Device::cpu) first");
   Tensor src = contiguous();
-  if (target == dtype()) return src.clone();
   Tensor out = empty(sizes(), target);
   const int64_t n = numel();
   for (int64_t i = 0; i < n; ++i) {
@@ -305,6 +327,54 @@ Tensor Tensor::to(DType target) const {
   return out;
 }
 
+// Where the view's elements lie in its storage: [lo, hi] in elements.
+namespace {
+std::pair<int64_t, int64_t> storage_span(const Shape& sizes, const Shape& strides, int64_t offset) {
+  int64_t lo = offset, hi = offset;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return {offset, offset - 1};  // no elements
+    const int64_t reach = (sizes[d] - 1) * strides[d];
+    (reach < 0 ? lo : hi) += reach;
+  }
+  return {lo, hi};
+}
+}  // namespace
+
+void Tensor::throw_not_on_host(const char* as) const {
+  QAT_FAIL("Tensor::data<", as, ">: the tensor (shape ", sizes(), ") is on ", device_name(device()),
+           ", and CPU code cannot read device memory: an op without a ", device_name(device()),
+           " kernel was given it, or it needs .to(Device::cpu) first");
+}
+
+Tensor Tensor::to(Device target) const {
+  if (target == device()) return *this;
+  const size_t es = dtype_size(dtype());
+  if (device() == Device::cpu) {  // to the device: any host view, made contiguous here
+    const Tensor src = contiguous();
+    Tensor out = empty(sizes(), dtype(), target);
+    cuda::copy(out.impl().storage->data, target, static_cast<const char*>(src.impl().storage->data) + src.offset() * es, Device::cpu, nbytes());
+    return out;
+  }
+  // To the host: the bytes the view spans, then (for a strided view) the CPU's gather.
+  if (is_contiguous()) {
+    Tensor out = empty(sizes(), dtype());
+    cuda::copy(out.impl().storage->data, Device::cpu, static_cast<const char*>(impl().storage->data) + offset() * es,
+               device(), nbytes());
+    return out;
+  }
+  const auto [lo, hi] = storage_span(sizes(), strides(), offset());
+  if (hi < lo) return empty(sizes(), dtype());
+  auto staged = std::make_shared<TensorImpl>();
+  staged->storage = std::make_shared<Storage>(static_cast<size_t>(hi - lo + 1) * es);
+  cuda::copy(staged->storage->data, Device::cpu, static_cast<const char*>(impl().storage->data) + lo * es, device(),
+             static_cast<size_t>(hi - lo + 1) * es);
+  staged->sizes = sizes();
+  staged->strides = strides();
+  staged->offset = offset() - lo;
+  staged->dtype = dtype();
+  return Tensor(std::move(staged)).clone();
+}
+
 // ---------------------------------------------------------------- in-place
 
 namespace {
@@ -313,14 +383,30 @@ void check_inplace(const Tensor& t, const char* op) {
             ": in-place change of a leaf tensor that requires grad (shape ", t.sizes(),
             "); wrap it in NoGradGuard");
 }
+
+void check_on_cpu(const Tensor& t, const char* op) {
+  QAT_CHECK(t.device() == Device::cpu, op, ": the tensor (shape ", t.sizes(), ") is on ", device_name(t.device()),
+            "; ", op, " runs on the CPU only");
+}
 }  // namespace
 
 void Tensor::copy_(const Tensor& src) {
   check_inplace(*this, "copy_");
   QAT_CHECK(src.sizes() == sizes() && src.dtype() == dtype(), "copy_: destination ", sizes(), " ",
             dtype_name(dtype()), ", source ", src.sizes(), " ", dtype_name(src.dtype()));
-  Tensor s = src.contiguous();
   const size_t es = dtype_size(dtype());
+  if (device() != Device::cpu || src.device() != Device::cpu) {
+    QAT_CHECK(is_contiguous(), "copy_: a ", device_name(device()), " destination must be contiguous, got shape ",
+              sizes(), " strides ", strides());
+    const Tensor s = src.device() == Device::cpu ? src.contiguous()
+                     : src.is_contiguous()       ? src
+                                                 : src.to(Device::cpu);
+    cuda::copy(static_cast<char*>(impl().storage->data) + offset() * es, device(),
+               static_cast<const char*>(s.impl().storage->data) + s.offset() * es, s.device(), nbytes());
+    bump_version();
+    return;
+  }
+  Tensor s = src.contiguous();
   const char* sp = static_cast<const char*>(s.impl().storage->data) + s.offset() * es;
   char* base = static_cast<char*>(impl().storage->data);
   if (is_contiguous()) {
@@ -334,6 +420,7 @@ void Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::fill_(float v) {
   check_inplace(*this, "fill_");
+  check_on_cpu(*this, "fill_");
   QAT_CHECK(dtype() == DType::f32, "fill_: expected float32, got ", dtype_name(dtype()));
   float* base = static_cast<float*>(impl().storage->data);
   for_each_offset(sizes(), strides(), offset(), [&](int64_t, int64_t off) { base[off] = v; });
@@ -343,6 +430,8 @@ Tensor& Tensor::fill_(float v) {
 
 Tensor& Tensor::add_(const Tensor& other, float alpha) {
   check_inplace(*this, "add_");
+  check_on_cpu(*this, "add_");
+  check_on_cpu(other, "add_");
   QAT_CHECK(other.sizes() == sizes(), "add_: shape ", sizes(), " vs ", other.sizes());
   QAT_CHECK(is_contiguous(), "add_: destination must be contiguous, shape ", sizes());
   Tensor o = other.contiguous();
@@ -356,6 +445,7 @@ Tensor& Tensor::add_(const Tensor& other, float alpha) {
 
 Tensor& Tensor::mul_(float s) {
   check_inplace(*this, "mul_");
+  check_on_cpu(*this, "mul_");
   float* base = static_cast<float*>(impl().storage->data);
   QAT_CHECK(dtype() == DType::f32, "mul_: expected float32, got ", dtype_name(dtype()));
   for_each_offset(sizes(), strides(), offset(), [&](int64_t, int64_t off) { base[off] *= s; });

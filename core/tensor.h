@@ -15,7 +15,9 @@ namespace qat {
 class Generator;
 struct Node;
 
-// One allocation (64-byte aligned). `version` counts in-place writes to it, so
+// One allocation: host memory (64-byte aligned, core/allocator.h) or, for
+// Device::cuda, device memory (core/cuda_runtime.h; throws where this build or
+// this machine has no GPU). `version` counts in-place writes to it, so
 // autograd can tell when a tensor saved for backward was modified.
 struct Storage {
   explicit Storage(size_t nbytes, Device device = Device::cpu);
@@ -46,9 +48,11 @@ class Tensor {
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
-  // ---- factories (contiguous, CPU) ----
-  static Tensor empty(const Shape& sizes, DType dtype = DType::f32);
-  static Tensor zeros(const Shape& sizes, DType dtype = DType::f32);
+  // ---- factories (contiguous; CPU unless a device is given) ----
+  // A cuda tensor needs a CUDA build and a usable GPU; otherwise these throw
+  // saying which is missing (cuda::require).
+  static Tensor empty(const Shape& sizes, DType dtype = DType::f32, Device device = Device::cpu);
+  static Tensor zeros(const Shape& sizes, DType dtype = DType::f32, Device device = Device::cpu);
   static Tensor ones(const Shape& sizes);
   static Tensor full(const Shape& sizes, float value);
   static Tensor from_vector(const std::vector<float>& v, const Shape& sizes);
@@ -76,25 +80,41 @@ class Tensor {
   const std::shared_ptr<TensorImpl>& impl_shared() const { return impl_; }
 
   // ---- data access (pointer at the view's offset) ----
+  // data(): host memory for CPU code; refuses a tensor on another device
+  // (its pointer is not host memory). device_data(): device memory for a
+  // CUDA kernel; refuses a CPU tensor.
   template <class T>
   T* data() const {
     QAT_CHECK(dtype() == dtype_of<T>(), "Tensor::data: tensor is ", dtype_name(dtype()),
               ", accessed as ", dtype_name(dtype_of<T>()));
+    if (impl().storage->device != Device::cpu) throw_not_on_host(dtype_name(dtype_of<T>()));
     return static_cast<T*>(impl().storage->data) + impl().offset;
   }
-  float item() const;
-  std::vector<float> to_vector() const;  // f32 only, any layout
+  template <class T>
+  T* device_data() const {
+    QAT_CHECK(dtype() == dtype_of<T>(), "Tensor::device_data: tensor is ", dtype_name(dtype()),
+              ", accessed as ", dtype_name(dtype_of<T>()));
+    QAT_CHECK(impl().storage->device == Device::cuda, "Tensor::device_data: the tensor (shape ", sizes(),
+              ") is on ", device_name(device()), ", not on cuda");
+    return static_cast<T*>(impl().storage->data) + impl().offset;
+  }
+  float item() const;                    // any device (a cuda tensor's value is copied to the host)
+  std::vector<float> to_vector() const;  // f32 only, any layout, any device
 
   // ---- views and copies (no autograd: see ops for the differentiable ones) ----
   Tensor view(const Shape& sizes) const;       // contiguous only; one -1 allowed
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor contiguous() const;                    // self if already contiguous
   Tensor clone() const;                         // fresh contiguous copy
-  Tensor to(DType dtype) const;                 // converting copy (f32<->ints, saturating round)
+  Tensor to(DType dtype) const;                 // converting copy (f32<->ints, saturating round); CPU only
+  // A copy on `device` (contiguous; no autograd history), or self when the
+  // tensor is there already. To the host from any view; to the device from
+  // any CPU view.
+  Tensor to(Device device) const;
   Tensor detach() const;                        // same storage, no autograd history
-  void copy_(const Tensor& src);                // same shape; bumps version
+  void copy_(const Tensor& src);                // same shape, either device; bumps version
 
-  // ---- in-place (bump the version counter) ----
+  // ---- in-place (bump the version counter; CPU only) ----
   Tensor& fill_(float v);
   Tensor& zero_() { return fill_(0.f); }
   Tensor& add_(const Tensor& other, float alpha = 1.f);  // same shape
@@ -116,6 +136,7 @@ class Tensor {
     QAT_CHECK(impl_ != nullptr, "Tensor: use of an undefined tensor");
     return *impl_;
   }
+  [[noreturn]] void throw_not_on_host(const char* as) const;
   std::shared_ptr<TensorImpl> impl_;
 };
 

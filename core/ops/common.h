@@ -4,11 +4,40 @@
 #include "core/profiler.h"
 #include "core/tensor.h"
 
+#include <initializer_list>
+#include <utility>
+
 namespace qat::detail {
 
-inline void check_f32(const Tensor& t, const char* op, const char* what) {
+// A defined float32 tensor on any device: for ops with a CUDA twin
+// (core/ops/cuda_twins.h), which dispatch on the input's device.
+inline void check_f32_any_device(const Tensor& t, const char* op, const char* what) {
   QAT_CHECK(t.defined(), op, ": ", what, " is undefined");
   QAT_CHECK(t.dtype() == DType::f32, op, ": expected ", what, " float32, got ", dtype_name(t.dtype()));
+}
+
+// A defined float32 tensor on the CPU: ops without a CUDA twin refuse a
+// device tensor here, naming themselves, before any pointer is taken.
+inline void check_f32(const Tensor& t, const char* op, const char* what) {
+  check_f32_any_device(t, op, what);
+  QAT_CHECK(t.device() == Device::cpu, op, ": ", what, " (shape ", t.sizes(), ") is on ", device_name(t.device()),
+            ", but ", op, " runs on the CPU only; copy it with .to(Device::cpu)");
+}
+
+// Every defined tensor of `tensors` on the device of the first: an op never
+// mixes devices. The error names the op, both tensors and both devices.
+inline void check_same_device(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> tensors) {
+  const std::pair<const char*, const Tensor*>* first = nullptr;
+  for (const auto& named : tensors) {
+    if (!named.second || !named.second->defined()) continue;
+    if (!first) {
+      first = &named;
+      continue;
+    }
+    QAT_CHECK(named.second->device() == first->second->device(), op, ": expected all tensors on one device, but ",
+              first->first, " is on ", device_name(first->second->device()), " and ", named.first, " is on ",
+              device_name(named.second->device()));
+  }
 }
 
 inline void check_dim(const Tensor& t, int64_t nd, const char* op, const char* what, const char* layout) {

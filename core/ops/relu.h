@@ -1,5 +1,7 @@
 #pragma once
-// relu(x) = max(x, 0); any shape. Backward: g where x > 0, else 0 (saves x).
+// relu(x) = max(x, 0) (NaN gives 0); any shape, CPU or cuda (twin:
+// core/ops/relu.cu). Backward: a fresh dx = g where x > 0, else 0 (saves the
+// output, which is > 0 exactly where x is).
 #include "core/tensor.h"
 
 namespace qat {

@@ -14,7 +14,11 @@
 #include "core/ops/common.h"
 #include "core/cpu_features.h"
 #include "quant/observe/channel_layout.h"
+#include "quant/sim/fake_quant_plan.h"
 #include "quant/sim/math.h"
+#if QAT_WITH_CUDA
+#include "quant/sim/cuda_twins.h"
+#endif
 
 namespace qat::quant {
 
@@ -74,8 +78,8 @@ void fq_forward(const float* px, float* py, uint8_t* pm, const ChannelLayout& l,
 
 void check_qparams(const Tensor& x, const Tensor& scale, const Tensor& zero_point, const QuantSpec& spec,
                    int64_t C) {
-  detail::check_f32(x, "fake_quantize", "input");
-  detail::check_f32(scale, "fake_quantize", "scale");
+  qat::detail::check_f32_any_device(x, "fake_quantize", "input");
+  qat::detail::check_f32_any_device(scale, "fake_quantize", "scale");
   QAT_CHECK(zero_point.defined() && zero_point.dtype() == DType::i32, "fake_quantize: expected zero_point int32, got ",
             zero_point.defined() ? dtype_name(zero_point.dtype()) : "undefined");
   if (spec.per_channel) {
@@ -118,48 +122,64 @@ Tensor with_ste_backward(Tensor out, const Tensor& x, Tensor mask, SteKind ste) 
     float* __restrict pd = dx.data<float>();
     const int64_t n = dx.numel();
 #pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
-    for (int64_t i = 0; i < n; ++i) pd[i] = pg[i] * static_cast<float>(pm[i]);
+    for (int64_t i = 0; i < n; ++i) pd[i] = math::ste_grad(pg[i], pm[i]);
     return TensorList{dx};
   });
 }
 
 }  // namespace
 
-Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point, const QuantSpec& spec,
-                     SteKind ste) {
-  QAT_PROFILE("fake_quantize.forward");
-  const ChannelLayout l = x.defined() && (!spec.per_channel || spec.axis < x.dim())
-                              ? ChannelLayout::of(x, spec.per_channel, spec.axis)
-                              : ChannelLayout{};
-  check_qparams(x, scale, zero_point, spec, l.channels);
+FakeQuantPlan plan_fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point,
+                                 const QuantSpec& spec) {
+  FakeQuantPlan p;
+  if (x.defined() && (!spec.per_channel || spec.axis < x.dim()))
+    p.layout = ChannelLayout::of(x, spec.per_channel, spec.axis);
+  check_qparams(x, scale, zero_point, spec, p.layout.channels);
+  qat::detail::check_same_device("fake_quantize", {{"input", &x}, {"scale", &scale}, {"zero_point", &zero_point}});
   const int32_t qmin_i = spec.qmin(), qmax_i = spec.qmax();
   QAT_CHECK(qmin_i < qmax_i, "fake_quantize: bad range [", qmin_i, ", ", qmax_i, "] from ", spec.describe());
 
   // Per-channel constants (C is small): scale, 1/scale (float, as PyTorch), zero point as float.
-  const Tensor sc = scale.contiguous(), zc = zero_point.contiguous();
+  const Tensor sc = scale.to(Device::cpu).contiguous(), zc = zero_point.to(Device::cpu).contiguous();
   const float* ps = sc.data<float>();
   const int32_t* pz = zc.data<int32_t>();
-  std::vector<float> s(l.channels), inv(l.channels), z(l.channels);
-  for (int64_t c = 0; c < l.channels; ++c) {
+  const int64_t C = p.layout.channels;
+  p.s.resize(C);
+  p.inv.resize(C);
+  p.z.resize(C);
+  for (int64_t c = 0; c < C; ++c) {
     QAT_CHECK(ps[c] > 0.f && std::isfinite(ps[c]), "fake_quantize: scale must be positive and finite, got ", ps[c],
               " (channel ", c, ")");
     QAT_CHECK(pz[c] >= qmin_i && pz[c] <= qmax_i, "fake_quantize: zero_point ", pz[c], " (channel ", c,
               ") outside [", qmin_i, ", ", qmax_i, "]");
-    s[c] = ps[c];
-    inv[c] = 1.0f / ps[c];
-    z[c] = static_cast<float>(pz[c]);
+    p.s[c] = ps[c];
+    p.inv[c] = 1.0f / ps[c];
+    p.z[c] = static_cast<float>(pz[c]);
   }
-  const float qmin = static_cast<float>(qmin_i), qmax = static_cast<float>(qmax_i);
+  p.qmin = static_cast<float>(qmin_i);
+  p.qmax = static_cast<float>(qmax_i);
+  return p;
+}
+
+Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point, const QuantSpec& spec,
+                     SteKind ste) {
+  QAT_PROFILE("fake_quantize.forward");
+#if QAT_WITH_CUDA
+  if (x.defined() && x.device() == Device::cuda) return cuda_twin::fake_quantize(x, scale, zero_point, spec, ste);
+#endif
+  const FakeQuantPlan p = plan_fake_quantize(x, scale, zero_point, spec);
+  const ChannelLayout& l = p.layout;
+  const float *s = p.s.data(), *inv = p.inv.data(), *z = p.z.data();
+  const float qmin = p.qmin, qmax = p.qmax;
 
   const Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.sizes());
   const bool need_mask = ste == SteKind::clipped && any_requires_grad({&x});
   Tensor mask = need_mask ? Tensor::empty(x.sizes(), DType::u8) : Tensor();
   if (need_mask)
-    fq_forward<true>(xc.data<float>(), out.data<float>(), mask.data<uint8_t>(), l, s.data(), inv.data(), z.data(),
-                     qmin, qmax);
+    fq_forward<true>(xc.data<float>(), out.data<float>(), mask.data<uint8_t>(), l, s, inv, z, qmin, qmax);
   else
-    fq_forward<false>(xc.data<float>(), out.data<float>(), nullptr, l, s.data(), inv.data(), z.data(), qmin, qmax);
+    fq_forward<false>(xc.data<float>(), out.data<float>(), nullptr, l, s, inv, z, qmin, qmax);
 
   return with_ste_backward(out, x, mask, ste);
 }
@@ -319,8 +339,8 @@ Tensor fused_rows(Observer& obs, ChannelMinMaxFold& fold, const Tensor& x, SteKi
 Tensor observe_and_fake_quantize(Observer& obs, const Tensor& x, SteKind ste, QParams* used) {
   const QuantSpec& spec = obs.spec();
   ChannelMinMaxFold* fold = obs.enabled ? obs.channel_fold() : nullptr;
-  if (fold && spec.per_channel && spec.axis == 0 && x.defined() && x.dtype() == DType::f32 && x.dim() >= 2 &&
-      x.is_contiguous() && x.size(0) == obs.channels() && x.numel() > 0)
+  if (fold && spec.per_channel && spec.axis == 0 && x.defined() && x.dtype() == DType::f32 &&
+      x.device() == Device::cpu && x.dim() >= 2 && x.is_contiguous() && x.size(0) == obs.channels() && x.numel() > 0)
     return fused_rows(obs, *fold, x, ste, used);
   obs.observe(x);
   QParams q = obs.qparams();

@@ -11,7 +11,9 @@
 // int64 (undefined behaviour, INT64_MIN on x86) and outputs qmin.
 //
 // Shapes: x f32, any shape; scale f32 and zero_point i32 of shape (1) per-tensor
-// (or 0-d) or (C) per-channel with C = x.size(spec.axis). scale > 0 and finite,
+// (or 0-d) or (C) per-channel with C = x.size(spec.axis). Devices: CPU, or
+// cuda (the twin quant/sim/fake_quant.cu: the same outputs and masks, bit for
+// bit, the mask as bytes); scale and zero_point on x's device. scale > 0 and finite,
 // qmin <= zero_point <= qmax (checked, like PyTorch). scale and zero_point get
 // no gradient (the learned step size is quant/sim/lsq's job).
 // Backward (writes a fresh dx, no accumulation):

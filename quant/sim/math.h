@@ -40,6 +40,10 @@ QAT_HOST_DEVICE inline float fake_quant_dequant(float q, float s, float z, float
 // Clipped STE: the gradient passes where the unclamped grid value is in range.
 QAT_HOST_DEVICE inline bool ste_passes(float q, float qmin, float qmax) { return (q >= qmin) & (q <= qmax); }
 
+// The clipped STE's gradient from the saved mask byte (1: passes): a product,
+// as PyTorch's dY * mask, so NaN or inf in dy stays NaN where the mask is 0.
+QAT_HOST_DEVICE inline float ste_grad(float dy, unsigned char mask) { return dy * static_cast<float>(mask); }
+
 // LSQ / LSQ+ forward of one element (lsq.h): t = (v - beta) / s,
 // round(clamp(t, lo, hi)) s (+ beta).
 template <bool kPlus>

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The GPU check (docs/cuda.md): builds qat with CUDA in build-gpu/
+# (-DQAT_CUDA=ON: no toolkit, no build) and runs every GPU test (Catch2 tag
+# [cuda]) plus the CPU tests of the per-element rules the kernels share
+# ([math]), with QAT_REQUIRE_GPU=1 so that a test that would be skipped for
+# want of a GPU fails instead. Prints the GPU, each test's time and a summary.
+# For a machine with an NVIDIA GPU; fails loudly when none is visible.
+# Budget: under 5 minutes on 16 cores (the build is most of it).
+#   bash scripts/gpu_check.sh            # JOBS=N to change the build's parallelism
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+jobs=${JOBS:-$(nproc)}
+log_dir=build-gpu
+fail() {
+  echo "gpu_check: FAILED: $*" >&2
+  exit 1
+}
+elapsed() { echo "$(( $(date +%s) - start )) s"; }
+
+# 1. A GPU the driver can see (before spending minutes on the build).
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi -L || fail "nvidia-smi lists no GPU (driver not loaded, or no device visible: CUDA_VISIBLE_DEVICES='${CUDA_VISIBLE_DEVICES:-}')"
+  nvidia-smi -L | grep -q . || fail "nvidia-smi lists no GPU"
+else
+  echo "gpu_check: nvidia-smi not found; the CUDA runtime's answer below decides"
+fi
+
+# 2. Configure and build with CUDA required.
+mkdir -p "$log_dir"
+echo "gpu_check: configuring build-gpu (QAT_CUDA=ON) ..."
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DQAT_CUDA=ON >"$log_dir/configure.log" 2>&1 ||
+  { tail -30 "$log_dir/configure.log"; fail "configure (see $log_dir/configure.log)"; }
+grep "qat: CUDA" "$log_dir/configure.log" || true
+echo "gpu_check: building qat and qat_tests with $jobs jobs ..."
+cmake --build build-gpu -j"$jobs" --target qat qat_tests >"$log_dir/build.log" 2>&1 ||
+  { grep -E -B2 -A8 "error|warning" "$log_dir/build.log" | head -80; fail "build (see $log_dir/build.log)"; }
+echo "gpu_check: built in $(elapsed)"
+
+# 3. The GPU as the CUDA runtime sees it (the device-report test fails
+#    under QAT_REQUIRE_GPU=1 when there is none, with the runtime's reason).
+export QAT_REQUIRE_GPU=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-4}
+if ! timeout 60 ./build-gpu/qat_tests "cuda: the build and the device are reported*" >"$log_dir/device.log" 2>&1; then
+  grep -A4 "with message" "$log_dir/device.log" | grep -v "with message" | sed 's/^ */  /' >&2 || true
+  fail "no GPU that the CUDA runtime can use (reason above; $log_dir/device.log)"
+fi
+
+# 4. Every GPU test: a missing GPU is a failure here, not a skip.
+status=0
+timeout 240 ./build-gpu/qat_tests "[cuda],[math]" --durations yes 2>&1 | tee "$log_dir/tests.log" || status=$?
+if grep -q "skipped: no CUDA device\|skipped: this qat was built without CUDA" "$log_dir/tests.log"; then
+  fail "a GPU test was skipped for want of a GPU (see $log_dir/tests.log)"
+fi
+[ "$status" -eq 0 ] || fail "GPU tests (exit status $status; $log_dir/tests.log)"
+
+echo
+echo "gpu_check: summary"
+grep -A1 "GPU: " "$log_dir/tests.log" | grep -v "^--" | sed 's/^ */  /' || true
+grep -E "^All tests passed|^test cases:" "$log_dir/tests.log" | sed 's/^/  /'
+echo "  [cuda] tests: $(./build-gpu/qat_tests "[cuda]" --list-test-names-only | grep -c .), total time $(elapsed)"
+echo "gpu_check: PASSED"
