@@ -6,6 +6,9 @@
 //   "<file> (--set <key.path>=<value>): <key.path>: ..."
 #include "apps/config.h"
 
+#include <algorithm>
+#include <string_view>
+
 #include <yaml-cpp/yaml.h>
 
 #include <cstdio>
@@ -126,13 +129,13 @@ namespace {
 
 constexpr const char* kYamlHeader = "# qat experiment config (resolved: every key, defaults included)\n";
 
-// Every field but `skip` as YAML, sections nested.
-std::string fields_to_yaml(const ExperimentConfig& cfg, const char* skip) {
+// Every field but those in `skip` as YAML, sections nested.
+std::string fields_to_yaml(const ExperimentConfig& cfg, std::initializer_list<std::string_view> skip) {
   YAML::Emitter e;
   e << YAML::BeginMap;
   std::vector<std::string> open;  // the sections currently open
   for (const Field& f : fields()) {
-    if (skip && f.path == skip) continue;
+    if (std::find(skip.begin(), skip.end(), f.path) != skip.end()) continue;
     auto parts = split_path(f.path);
     std::vector<std::string> want(parts.begin(), parts.end() - 1);
     size_t common = 0;
@@ -162,7 +165,7 @@ std::string fields_to_yaml(const ExperimentConfig& cfg, const char* skip) {
 std::string config_to_yaml(const ExperimentConfig& cfg) {
   std::string header = kYamlHeader;
   if (!cfg.source_path.empty()) header += "# from " + cfg.source_path + "\n";
-  return header + fields_to_yaml(cfg, nullptr) + "\n";
+  return header + fields_to_yaml(cfg, {}) + "\n";
 }
 
 std::optional<bool> choice_value(Choice c) {
@@ -199,12 +202,13 @@ std::string config_hash(const ExperimentConfig& cfg) {
   ExperimentConfig c = cfg;
   c.output.dir.clear();
   c.train.threads = 0;  // how it runs, not what it computes
-  c.train.overlap_allreduce = OverlapPolicy::auto_;
   c.source_path.clear();
   c.sweep.clear();
-  // train.device is left out rather than reset: the text of runs recorded
-  // before the key existed, and so their hash, stays the same.
-  const std::string text = kYamlHeader + fields_to_yaml(c, "train.device") + "\n";
+  // train.device and train.overlap_allreduce (how it runs, too) are left out
+  // rather than reset: the text of runs recorded before the keys existed,
+  // and so their hash, stays the same.
+  const std::string text =
+      kYamlHeader + fields_to_yaml(c, {"train.device", "train.overlap_allreduce"}) + "\n";
   // FNV-1a, 64 bits.
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char ch : text) {
