@@ -22,8 +22,8 @@ constexpr auto enum_names(OptimizerKind) {
   return std::to_array<EnumName<OptimizerKind>>({{OptimizerKind::sgd, "sgd"}, {OptimizerKind::adamw, "adamw"}});
 }
 // Data-parallel runs: whether a communication thread sums the gradients
-// while backward runs (docs/distributed.md). auto: when every node leaves a
-// core for it (train.threads x processes per node < cores).
+// while backward runs (docs/distributed.md). auto: when this process's share
+// of the cores leaves one for it (train.threads + 1 <= share).
 enum class OverlapPolicy { auto_, on, off };
 constexpr auto enum_names(OverlapPolicy) {
   return std::to_array<EnumName<OverlapPolicy>>(

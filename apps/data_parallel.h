@@ -24,6 +24,12 @@ constexpr int64_t kBucketFloats = int64_t{1} << 22;  // 16 MB
 class GradientBuckets {
  public:
   GradientBuckets(const std::vector<Tensor>& params, Collective& all);
+  // Waits for the sums still in flight (a backward that threw leaves some;
+  // the other processes started the same ones, so they complete) before the
+  // buffers they write go.
+  ~GradientBuckets() { all_.wait_all(); }
+  GradientBuckets(const GradientBuckets&) = delete;
+  GradientBuckets& operator=(const GradientBuckets&) = delete;
   // Before each backward.
   void begin_step();
   // From run_backward's GradReadyScope: `leaf`'s gradient is complete.

@@ -1,11 +1,13 @@
 #include "apps/mpi_run.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
@@ -14,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "core/collective.h"
@@ -152,9 +155,15 @@ class StdoutRelay {
     int fds[2];
     out_ = ::dup(STDOUT_FILENO);
     if (out_ < 0 || ::pipe(fds) != 0) return;
+    // The relay writes without blocking, through a file description of its
+    // own (reopened, so O_NONBLOCK reaches no other user of the terminal or
+    // pipe); a plain dup where /proc is missing.
+    send_ = ::open(("/proc/self/fd/" + std::to_string(out_)).c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (send_ < 0) send_ = ::dup(out_);
     std::fflush(stdout);
     ::dup2(fds[1], STDOUT_FILENO);
     ::close(fds[1]);
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines reach the relay as printed (a pipe is fully buffered)
     in_ = fds[0];
     thread_ = std::thread([this] { relay(); });
   }
@@ -166,6 +175,7 @@ class StdoutRelay {
     thread_.join();
     ::close(in_);
     ::close(out_);
+    ::close(send_);
   }
 
  private:
@@ -181,16 +191,24 @@ class StdoutRelay {
         if (errno == EINTR) continue;
         return;
       }
+      // A second at most per piece: stdout stalled longer, the rest is dropped.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       for (ssize_t at = 0; at < n;) {
-        pollfd p{out_, POLLOUT, 0};
-        if (::poll(&p, 1, 1000) <= 0) break;  // stdout stalled: drop the rest of this piece
-        const ssize_t w = ::write(out_, buf + at, static_cast<size_t>(n - at));
-        if (w <= 0) break;
-        at += w;
+        const ssize_t w = ::write(send_, buf + at, static_cast<size_t>(n - at));
+        if (w > 0) {
+          at += w;
+          continue;
+        }
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) break;
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                               std::chrono::steady_clock::now());
+        if (left.count() <= 0) break;
+        pollfd p{send_, POLLOUT, 0};
+        ::poll(&p, 1, static_cast<int>(left.count()));
       }
     }
   }
-  int out_ = -1, in_ = -1;
+  int out_ = -1, in_ = -1, send_ = -1;
   std::thread thread_;
 };
 std::unique_ptr<StdoutRelay> g_stdout_relay;
@@ -265,6 +283,7 @@ int world_size() { return g_size; }
 void mpi_abort_with(const std::string& message, int code) {
   std::fprintf(stderr, "qat: error on rank %d of %d: %s\n", g_rank, g_size, message.c_str());
   std::fflush(stderr);
+  g_stdout_relay.reset();  // rank 0's last lines out first (a second at most per piece if stdout stalls)
 #ifdef QAT_HAVE_MPI
   if (g_collective) MPI_Abort(MPI_COMM_WORLD, code);
 #endif

@@ -1,5 +1,7 @@
 #include "apps/train.h"
 
+#include <sched.h>
+
 #include <unistd.h>
 
 #include <csignal>
@@ -187,12 +189,19 @@ void remove_stale_temporaries(const std::string& run_dir) {
   }
 }
 
-// train.overlap_allreduce: auto overlaps when the processes on this node
-// leave a core free for each one's communication thread.
+// train.overlap_allreduce: auto overlaps when this process's share of the
+// cores leaves one free for its communication thread.
 bool wants_overlap(OverlapPolicy p) {
   if (p != OverlapPolicy::auto_) return p == OverlapPolicy::on;
-  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
-  return static_cast<int64_t>(num_threads() + 1) * local_world_size() <= cores;
+  // This process's share of the cores: those it is bound to when the
+  // launcher bound it to fewer than the machine has, else the machine's
+  // divided among the processes on it.
+  const int64_t machine = std::max(1u, std::thread::hardware_concurrency());
+  int64_t share = machine / local_world_size();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < machine) share = CPU_COUNT(&set);
+  return num_threads() + 1 <= share;
 }
 
 // What a data-parallel run cannot do yet, refused before anything starts.

@@ -2,6 +2,8 @@
 // no-grad mode, shared subexpressions.
 #include "tests/test_util.h"
 
+#include <algorithm>
+
 using namespace qat;
 using Catch::Matchers::Contains;
 
@@ -119,4 +121,20 @@ TEST_CASE("the ready hook fires for a leaf early in a chain, before the leaves b
   loss.backward();
   REQUIRE(order == std::vector<TensorImpl*>{w2.impl_ptr(), w1.impl_ptr()});
   REQUIRE_FALSE(w1_grad_when_w2_ready);
+}
+
+TEST_CASE("the ready hook fires for a leaf whose only path brings no gradient", "[autograd]") {
+  // An op whose backward gives w no gradient: w's AccumulateGrad node is
+  // skipped, and the hook must still report w (its buckets wait on it).
+  Tensor w = Tensor::from_vector({1.f, 2.f}, {2}).set_requires_grad(true);
+  Tensor v = Tensor::from_vector({3.f}, {1}).set_requires_grad(true);
+  Tensor blocked = record(w.detach().clone(), "no_gradient", {&w},
+                          [](const Tensor&, const NeedGrad&) { return TensorList{Tensor()}; });
+  Tensor loss = add(sum(mul(v, 2.f)), sum(blocked));
+  std::vector<TensorImpl*> seen;
+  GradReadyScope scope([&](TensorImpl* leaf) { seen.push_back(leaf); });
+  loss.backward();
+  REQUIRE(seen.size() == 2);
+  REQUIRE(std::count(seen.begin(), seen.end(), w.impl_ptr()) == 1);
+  REQUIRE_FALSE(w.grad().defined());
 }

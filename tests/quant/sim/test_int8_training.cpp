@@ -7,6 +7,7 @@
 
 #include "tests/test_util.h"
 
+#include "core/collective.h"
 #include "core/ops.h"
 #include "layers/layers.h"
 #include "models/models.h"
@@ -494,4 +495,38 @@ TEST_CASE("INT8 training refuses layers it cannot run and names them", "[quant][
     REQUIRE(layers.size() == 1);
     REQUIRE(layers[0].name == "features.4");
   }
+}
+
+namespace {
+// A process of a data-parallel job, for the noise key only.
+class RankOf2 final : public Collective {
+ public:
+  explicit RankOf2(int r) : r_(r) {}
+  int rank() const override { return r_; }
+  int size() const override { return 2; }
+  void sum(double*, int64_t) override {}
+  void sum(float*, int64_t) override {}
+  void min(float*, int64_t) override {}
+  void max(float*, int64_t) override {}
+
+ private:
+  int r_;
+};
+}  // namespace
+
+TEST_CASE("INT8 gradient noise: rank 0 keeps the single-process stream, other ranks draw their own",
+          "[int8_training]") {
+  Int8GradState st(Int8GradConfig{}, 5, "layer");
+  const uint64_t alone0 = st.noise_key(0), alone1 = st.noise_key(1);
+  RankOf2 rank0(0), rank1(1);
+  set_collective(&rank0);
+  const uint64_t r0 = st.noise_key(0), r0x = st.noise_key(1);
+  set_collective(&rank1);
+  const uint64_t r1 = st.noise_key(0), r1x = st.noise_key(1);
+  set_collective(nullptr);
+  CHECK(r0 == alone0);
+  CHECK(r0x == alone1);
+  CHECK(r1 != alone0);
+  CHECK(r1x != alone1);
+  CHECK(r1 != r1x);
 }
