@@ -80,11 +80,19 @@ void row_min_max_scalar(const float* row, int64_t n, float& lo, float& hi) {
   lo = mn, hi = mx;
 }
 
-void row_min_max(const float* row, int64_t n, float& lo, float& hi) {
+bool row_lanes_run_here(RowLanes lanes) {
+  switch (lanes) {
+    case RowLanes::avx512: return cpu_has_avx512bw();
+    case RowLanes::avx2: return cpu_has_avx2();
+    default: return true;
+  }
+}
+
+void row_min_max(const float* row, int64_t n, float& lo, float& hi, RowLanes lanes) {
   float mn = kInf, mx = -kInf;
   int64_t done = 0;
-  if (cpu_has_avx512bw()) lanes_avx512(row, n, done, mn, mx);
-  else if (cpu_has_avx2()) lanes_avx2(row, n, done, mn, mx);
+  if (lanes == RowLanes::avx512) lanes_avx512(row, n, done, mn, mx);
+  else if (lanes == RowLanes::avx2) lanes_avx2(row, n, done, mn, mx);
   for (int64_t i = done; i < n; ++i) {
     mn = row[i] < mn ? row[i] : mn;
     mx = row[i] > mx ? row[i] : mx;
@@ -92,6 +100,13 @@ void row_min_max(const float* row, int64_t n, float& lo, float& hi) {
   if (mn == 0.0f) mn = first_zero(row, n);
   if (mx == 0.0f) mx = first_zero(row, n);
   lo = mn, hi = mx;
+}
+
+void row_min_max(const float* row, int64_t n, float& lo, float& hi) {
+  static const RowLanes best = cpu_has_avx512bw() ? RowLanes::avx512
+                               : cpu_has_avx2()   ? RowLanes::avx2
+                                                  : RowLanes::scalar;
+  row_min_max(row, n, lo, hi, best);
 }
 
 }  // namespace qat::quant

@@ -19,11 +19,20 @@ uint32_t bits_of(float f) {
   return u;
 }
 
+// Every lane width this CPU runs, and the dispatching entry point.
 void require_same_as_scan(const std::vector<float>& row) {
   float lo, hi, slo, shi;
-  quant::row_min_max(row.data(), static_cast<int64_t>(row.size()), lo, hi);
-  quant::row_min_max_scalar(row.data(), static_cast<int64_t>(row.size()), slo, shi);
-  INFO("n " << row.size() << " scan " << slo << " " << shi << " got " << lo << " " << hi);
+  const int64_t n = static_cast<int64_t>(row.size());
+  quant::row_min_max_scalar(row.data(), n, slo, shi);
+  for (const quant::RowLanes lanes : {quant::RowLanes::avx2, quant::RowLanes::avx512}) {
+    if (!quant::row_lanes_run_here(lanes)) continue;
+    quant::row_min_max(row.data(), n, lo, hi, lanes);
+    INFO("lanes " << static_cast<int>(lanes) << " n " << n << " scan " << slo << " " << shi << " got " << lo << " "
+                  << hi);
+    REQUIRE(bits_of(lo) == bits_of(slo));
+    REQUIRE(bits_of(hi) == bits_of(shi));
+  }
+  quant::row_min_max(row.data(), n, lo, hi);
   REQUIRE(bits_of(lo) == bits_of(slo));
   REQUIRE(bits_of(hi) == bits_of(shi));
 }
@@ -31,6 +40,8 @@ void require_same_as_scan(const std::vector<float>& row) {
 }  // namespace
 
 TEST_CASE("row min/max equals the scalar scan on every length, NaN, inf and both zeros", "[observer]") {
+  for (const quant::RowLanes lanes : {quant::RowLanes::avx2, quant::RowLanes::avx512})
+    if (!quant::row_lanes_run_here(lanes)) WARN("this CPU lacks lanes " << static_cast<int>(lanes) << ": not tested here");
   constexpr float kNaN = std::numeric_limits<float>::quiet_NaN(), kInf = std::numeric_limits<float>::infinity();
   std::mt19937 gen(7);
   std::normal_distribution<float> normal(0.f, 1.f);
