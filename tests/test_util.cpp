@@ -210,6 +210,24 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return std::memcmp(bytes_of(ca), bytes_of(cb), ca.nbytes()) == 0;
 }
 
+void check_same_bits(const Tensor& actual, const Tensor& expected, const std::string& what) {
+  INFO(what);
+  REQUIRE(actual.sizes() == expected.sizes());
+  const std::vector<float> a = actual.to_vector(), e = expected.to_vector();
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &e[i], sizeof(float)) != 0) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++bad;
+    }
+  std::ostringstream msg;
+  msg.precision(9);
+  msg << bad << "/" << a.size() << " elements differ in bits";
+  if (first >= 0) msg << "; first at " << first << ": " << a[first] << ", expected " << e[first];
+  INFO(msg.str());
+  CHECK(bad == 0);
+}
+
 TempDir::TempDir(const std::string& prefix) {
   static std::atomic<int> counter{0};
   dir = fresh_temp_dir(prefix, std::to_string(counter++));

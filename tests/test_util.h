@@ -40,6 +40,10 @@ std::vector<quant::GemmKernel> gemm_kernels_here();
 TensorMap checkpoint_model_tensors(const std::string& path);
 // Same dtype, shape and bytes.
 bool same_bits(const Tensor& a, const Tensor& b);
+// Asserts two f32 tensors of one shape equal bit for bit (NaN payloads and
+// the sign of zero included); on failure says how many elements differ and
+// the first one.
+void check_same_bits(const Tensor& actual, const Tensor& expected, const std::string& what);
 
 // A fresh temporary folder (unique per process and object), removed with the object.
 struct TempDir {

@@ -27,22 +27,6 @@ using qat::testing::cuda_device_or_skip;
 using qat::testing::CudaOrLabelled;
 using namespace qat::quant;
 
-// Bit equality of two f32 CPU tensors (NaN payloads and the sign of zero included).
-void require_same_bits(const Tensor& a, const Tensor& b, const std::string& what) {
-  INFO(what);
-  REQUIRE(a.sizes() == b.sizes());
-  const std::vector<float> va = a.to_vector(), vb = b.to_vector();
-  int64_t bad = 0, first = -1;
-  for (size_t i = 0; i < va.size(); ++i)
-    if (std::memcmp(&va[i], &vb[i], sizeof(float)) != 0) {
-      if (first < 0) first = static_cast<int64_t>(i);
-      ++bad;
-    }
-  INFO(bad << "/" << va.size() << " elements differ in bits, first at " << first
-            << (first >= 0 ? ": " + std::to_string(va[first]) + " vs " + std::to_string(vb[first]) : std::string()));
-  CHECK(bad == 0);
-}
-
 // Normals of scale `spread` with exact ties of the grid (k + 0.5 steps),
 // their neighbours, NaN, +-inf, +-0 and far-out values mixed in.
 Tensor awkward_input(const Shape& shape, float step, float spread, uint64_t seed) {
@@ -103,12 +87,12 @@ void check_parity(const Case& k, uint64_t seed) {
     REQUIRE(yd.device() == Device::cuda);
     yd.backward(gyd);
     CHECK(xd.grad().device() == Device::cuda);
-    require_same_bits(yd.to(Device::cpu), yc.detach(), "forward, " + what);
-    require_same_bits(xd.grad().to(Device::cpu), xc.grad(), "dx, " + what);
+    qat::testing::check_same_bits(yd.to(Device::cpu), yc.detach(), "forward, " + what);
+    qat::testing::check_same_bits(xd.grad().to(Device::cpu), xc.grad(), "dx, " + what);
   }
   qat::NoGradGuard no_grad;
-  require_same_bits(fake_quantize(x.to(Device::cuda), sd, zd, spec).to(Device::cpu), fake_quantize(x, s, z, spec),
-                    "forward without autograd");
+  qat::testing::check_same_bits(fake_quantize(x.to(Device::cuda), sd, zd, spec).to(Device::cpu),
+                                fake_quantize(x, s, z, spec), "forward without autograd");
 }
 
 }  // namespace
@@ -180,7 +164,7 @@ TEST_CASE("fake_quantize cuda: PyTorch's golden outputs and gradients hold on th
     Tensor x = get(c + ".x").to(Device::cuda).set_requires_grad(true);
     Tensor y = fake_quantize(x, get(c + ".scale").to(Device::cuda), get(c + ".zero_point").to(Device::cuda), spec);
     y.backward(get(c + ".gy").to(Device::cuda));
-    require_same_bits(y.to(Device::cpu), get(c + ".y"), c + ".y");
-    require_same_bits(x.grad().to(Device::cpu), get(c + ".dx"), c + ".dx");
+    qat::testing::check_same_bits(y.to(Device::cpu), get(c + ".y"), c + ".y");
+    qat::testing::check_same_bits(x.grad().to(Device::cpu), get(c + ".dx"), c + ".dx");
   }
 }

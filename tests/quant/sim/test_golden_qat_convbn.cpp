@@ -88,25 +88,6 @@ void check_close(const Tensor& actual, const Tensor& expected, double tol, const
   CHECK(dmax <= tol * emax);
 }
 
-// Bitwise equality (step 0's fold is exact by construction).
-void check_bitwise(const Tensor& actual, const Tensor& expected, const std::string& what) {
-  INFO(what);
-  REQUIRE(actual.sizes() == expected.sizes());
-  const std::vector<float> a = actual.to_vector(), e = expected.to_vector();
-  int64_t bad = 0, first = -1;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &e[i], sizeof(float)) != 0) {
-      if (first < 0) first = int64_t(i);
-      ++bad;
-    }
-  std::ostringstream msg;
-  msg.precision(9);
-  msg << what << ": " << bad << "/" << a.size() << " elements differ in bits";
-  if (first >= 0) msg << "; first at " << first << ": ours " << a[first] << ", torch " << e[first];
-  INFO(msg.str());
-  CHECK(bad == 0);
-}
-
 // The integer levels round(wq / scale[c]) per output channel (axis 0) must agree:
 // a mismatch is a flipped rounding (or clamping) decision.
 void check_levels(const Tensor& wq, const Tensor& scale, const Tensor& wq_ref, const Tensor& scale_ref,
@@ -192,10 +173,10 @@ void run_case(const std::string& c) {
                                           used.zero_point.data<int32_t>() + used.zero_point.numel()))
       REQUIRE(z == 0);
     if (i == 0) {
-      check_bitwise(observer_state(q, "min_val"), gget(s + ".obs_min"), s + ".obs_min");
-      check_bitwise(observer_state(q, "max_val"), gget(s + ".obs_max"), s + ".obs_max");
-      check_bitwise(used.scale, gget(s + ".wscale"), s + ".wscale");
-      check_bitwise(wq, gget(s + ".wq"), s + ".wq");
+      qat::testing::check_same_bits(observer_state(q, "min_val"), gget(s + ".obs_min"), s + ".obs_min");
+      qat::testing::check_same_bits(observer_state(q, "max_val"), gget(s + ".obs_max"), s + ".obs_max");
+      qat::testing::check_same_bits(used.scale, gget(s + ".wscale"), s + ".wscale");
+      qat::testing::check_same_bits(wq, gget(s + ".wq"), s + ".wq");
     } else {
       check_close(observer_state(q, "min_val"), gget(s + ".obs_min"), tol, s + ".obs_min");
       check_close(observer_state(q, "max_val"), gget(s + ".obs_max"), tol, s + ".obs_max");
@@ -227,8 +208,8 @@ void run_case(const std::string& c) {
   qat::NoGradGuard ng;
   Tensor y = q.forward(gget(c + ".eval.x"));
   check_close(y, gget(c + ".eval.y"), tol, c + ".eval.y");
-  check_bitwise(observer_state(q, "min_val"), min_before, "eval leaves the observer alone (min)");
-  check_bitwise(observer_state(q, "max_val"), max_before, "eval leaves the observer alone (max)");
+  qat::testing::check_same_bits(observer_state(q, "min_val"), min_before, "eval leaves the observer alone (min)");
+  qat::testing::check_same_bits(observer_state(q, "max_val"), max_before, "eval leaves the observer alone (max)");
 }
 
 }  // namespace
