@@ -17,6 +17,9 @@
 #include "models/models.h"
 #include "optim/sgd.h"
 #include "apps/config.h"
+#include "apps/device_check.h"
+#include "core/cuda_runtime.h"
+#include "core/enum_names.h"
 #include "apps/train.h"
 #include "apps/run_state.h"
 #include "core/autograd.h"
@@ -52,15 +55,20 @@ void print_profile(double total_seconds, int steps) {
 
 }  // namespace
 
-// Times training steps of `model`; returns images per second.
-double time_training(Module& model, const BenchOptions& opt, const char* label) {
+// Times training steps of `model` on `device` (the model moves there);
+// returns images per second. Every step ends reading the loss back, so on
+// cuda the time includes the step's kernels.
+double time_training(Module& model, const BenchOptions& opt, Device device, const char* label) {
+  model.to(device);
   model.train();
   SGD sgd(make_param_groups(model.named_parameters(), 0.01, 5e-4, false), SGDOptions{0.9});
   Generator gen(1);
-  Tensor x = Tensor::randn({opt.batch, 3, opt.res, opt.res}, gen);
+  Tensor x = Tensor::randn({opt.batch, 3, opt.res, opt.res}, gen).to(device);
   std::vector<int32_t> labels(opt.batch);
   for (auto& l : labels) l = static_cast<int32_t>(gen.below(opt.classes));
-  Tensor y = Tensor::from_vector_i32(labels, {opt.batch});
+  Tensor y = Tensor::from_vector_i32(labels, {opt.batch}).to(device);
+  // Kernels run asynchronously: per-op host times would not be theirs.
+  const bool profile = opt.profile && device == Device::cpu;
 
   auto step = [&] {
     sgd.zero_grad();
@@ -80,7 +88,7 @@ double time_training(Module& model, const BenchOptions& opt, const char* label) 
     if (opt.verbose) std::printf("warm-up step %d: loss %.4f\n", i, l);
   }
   Profiler::reset();
-  Profiler::set_enabled(opt.profile);
+  Profiler::set_enabled(profile);
   const auto t0 = std::chrono::steady_clock::now();
   float last_loss = 0;
   for (int i = 0; i < opt.steps; ++i) {
@@ -90,9 +98,9 @@ double time_training(Module& model, const BenchOptions& opt, const char* label) 
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Profiler::set_enabled(false);
   const double ips = opt.steps * opt.batch / secs;
-  std::printf("train %s: %.1f img/s  (%.1f ms/step, last loss %.3f)\n", label, ips, 1000.0 * secs / opt.steps,
-              last_loss);
-  if (opt.profile) print_profile(secs, opt.steps);
+  std::printf("train %s%s: %.1f img/s  (%.1f ms/step, last loss %.3f)\n", label,
+              device == Device::cpu ? "" : " on cuda", ips, 1000.0 * secs / opt.steps, last_loss);
+  if (profile) print_profile(secs, opt.steps);
   return ips;
 }
 
@@ -223,6 +231,8 @@ int run_bench(const BenchOptions& opt, BenchFigures* figures) {
   set_num_threads(opt.threads);
   BenchFigures measured;
   if (opt.infer) {
+    QAT_CHECK(opt.device == "cpu", "bench --infer: the integer model runs on the CPU only (--device ", opt.device,
+              " times training steps)");
     std::printf("bench --infer: model %s, %dx%d, batch %d, %d classes, %d threads, %d timed passes after %d warm-up\n",
                 opt.model.c_str(), opt.res, opt.res, opt.batch, opt.classes, num_threads(), opt.steps, opt.warmup);
     measured = run_bench_infer(opt);
@@ -231,19 +241,28 @@ int run_bench(const BenchOptions& opt, BenchFigures* figures) {
   }
   std::printf("bench: model %s, %dx%d, batch %d, %d classes, %d threads, %d steps after %d warm-up\n",
               opt.model.c_str(), opt.res, opt.res, opt.batch, opt.classes, num_threads(), opt.steps, opt.warmup);
+  const Device device = *enum_from_name<Device>(opt.device);
+  check_training_device(device);  // Note [training device]: the FP32 step, before anything runs
+  if (device == Device::cuda) std::printf("device: %s\n", cuda::describe().c_str());
   ModulePtr model = make_model(opt.model, opt.classes, 0);
-  measured.fp32 = time_training(*model, opt, "fp32");
+  measured.fp32 = time_training(*model, opt, device, "fp32");
   if (!opt.config.empty()) {
     ExperimentConfig cfg = load_config(opt.config);
     QAT_CHECK(cfg.quant.enabled, "bench: ", opt.config, " has no enabled quant: section");
     cfg.model.name = opt.model;
     cfg.model.num_classes = opt.classes;
     cfg.train.seed = 0;
-    ModulePtr qmodel = build_model(cfg, /*load_init=*/false, /*print=*/false);
     // An INT8-training config times the integer GEMMs (forward and backward).
     const char* kind = cfg.quant.int8_training.enabled ? "int8" : "qat";
-    measured.quantized = time_training(*qmodel, opt, kind);
-    std::printf("%s/fp32 step time: %.3f\n", kind, measured.fp32 / measured.quantized);
+    const std::string refused =
+        training_device_refusal(device, cuda::device_info(), cuda::built(), training_step_of(cfg));
+    if (!refused.empty()) {
+      std::printf("train %s: not timed: %s\n", kind, refused.c_str());
+    } else {
+      ModulePtr qmodel = build_model(cfg, /*load_init=*/false, /*print=*/false);
+      measured.quantized = time_training(*qmodel, opt, device, kind);
+      std::printf("%s/fp32 step time: %.3f\n", kind, measured.fp32 / measured.quantized);
+    }
   }
   std::printf("peak memory: %.0f MiB (max RSS)\n", peak_rss_mib());
   if (figures) *figures = measured;

@@ -22,6 +22,7 @@ struct BenchOptions {
   bool infer = false;  // time inference instead: FP32 eval forward vs the frozen integer model
   std::string checkpoint;  // --infer with --config: freeze this checkpoint (else a calibrated random init)
   std::string int8_kernel;  // --infer: a GemmKernel name; empty: the best this CPU runs
+  std::string device = "cpu";  // where the training steps run: cpu or cuda (refused as train.device is)
 };
 
 // Images per second of `forward` on one fixed batch x (opt.batch images):

@@ -4,6 +4,15 @@
 
 namespace qat::apps {
 
+TrainingStep training_step_of(const ExperimentConfig& cfg) {
+  TrainingStep step;
+  step.quantized = cfg.quant.enabled;
+  step.learned_scales = cfg.quant.enabled && (cfg.quant.method == quant::QuantMethod::lsq ||
+                                              cfg.quant.method == quant::QuantMethod::lsq_plus);
+  step.int8 = cfg.quant.enabled && cfg.quant.int8_training.enabled;
+  return step;
+}
+
 std::vector<DeviceOpSupport> training_ops(bool cuda_built) {
   // Note [training device]: a twin counts only where it is compiled.
   return {
@@ -16,32 +25,45 @@ std::vector<DeviceOpSupport> training_ops(bool cuda_built) {
       {"dropout", false},
       {"cross_entropy", false},
       {"autograd's gradient sums (add_)", false},
-      {"SGD / AdamW updates", false},
-      {"fake_quantize", cuda_built},  // quant/sim/fake_quant.cu
-      {"observers' min/max", false},
-      {"LSQ / LSQ+", false},
-      {"INT8 training's GEMMs and gradient quantizers", false},
+      {"SGD / AdamW updates", cuda_built},  // optim/sgd.cu, optim/adamw.cu
+      {"fake_quantize", cuda_built, UsedBy::quantized},  // quant/sim/fake_quant.cu
+      {"observers' min/max", false, UsedBy::quantized},
+      {"Conv+BN folding (scale_channels)", false, UsedBy::quantized},
+      {"LSQ / LSQ+", false, UsedBy::learned_scales},
+      {"INT8 training's GEMMs and gradient quantizers", false, UsedBy::int8},
   };
 }
 
-std::string training_device_refusal(Device device, const cuda::DeviceInfo& info, bool built) {
+bool step_uses(const TrainingStep& step, UsedBy used_by) {
+  switch (used_by) {
+    case UsedBy::every_step: return true;
+    case UsedBy::quantized: return step.quantized;
+    case UsedBy::learned_scales: return step.learned_scales;
+    case UsedBy::int8: return step.int8;
+  }
+  return true;
+}
+
+std::string training_device_refusal(Device device, const cuda::DeviceInfo& info, bool built,
+                                    const TrainingStep& step) {
   if (device == Device::cpu) return "";
   const std::string key = std::string("train.device: ") + device_name(device);
   const std::string absent = cuda::unavailable_message(key, built, info);
   if (!absent.empty()) return absent + "; use train.device: cpu";
   std::string missing, present;
   for (const DeviceOpSupport& op : training_ops(built)) {
+    if (!step_uses(step, op.used_by)) continue;
     std::string& list = op.on_device ? present : missing;
     list += (list.empty() ? "" : ", ") + std::string(op.op);
   }
   if (missing.empty()) return "";
-  return key + ": " + info.name + " is present, but the training step cannot run on it yet: " + missing +
+  return key + ": " + info.name + " is present, but this training step cannot run on it yet: " + missing +
          " have no CUDA kernels (on the GPU so far: " + (present.empty() ? "none" : present) +
          "); use train.device: cpu";
 }
 
-void check_training_device(Device device) {
-  const std::string msg = training_device_refusal(device, cuda::device_info(), cuda::built());
+void check_training_device(Device device, const TrainingStep& step) {
+  const std::string msg = training_device_refusal(device, cuda::device_info(), cuda::built(), step);
   if (!msg.empty()) throw Error(msg);
 }
 

@@ -10,25 +10,40 @@
 #include <string>
 #include <vector>
 
+#include "apps/config.h"
 #include "core/cuda_runtime.h"
 #include "core/dtype.h"
 
 namespace qat::apps {
 
-// One step of training (forward, backward, update) as ops, and whether each
-// has a CUDA twin in this build (core/ops/cuda_twins.h, quant/sim/cuda_twins.h).
+// What a run's training step does beyond FP32 training, from its config.
+struct TrainingStep {
+  bool quantized = false;       // fake quantization with observers (quant.enabled)
+  bool learned_scales = false;  // LSQ / LSQ+
+  bool int8 = false;            // INT8 training's integer GEMMs (quant.int8_training)
+};
+TrainingStep training_step_of(const ExperimentConfig& cfg);
+
+// The ops of a training step (forward, backward, update), which steps use
+// each, and whether each has a CUDA twin in this build (core/ops/cuda_twins.h,
+// optim/cuda_twins.h, quant/sim/cuda_twins.h).
+enum class UsedBy { every_step, quantized, learned_scales, int8 };
 struct DeviceOpSupport {
   const char* op;
   bool on_device;
+  UsedBy used_by = UsedBy::every_step;
 };
 std::vector<DeviceOpSupport> training_ops(bool cuda_built);
+bool step_uses(const TrainingStep& step, UsedBy used_by);
 
-// "" when training on `device` can go ahead; else the error, which starts
-// with "train.device: cuda: " and says which of (1)-(3) fails. `info` and
-// `built` are cuda::device_info() and cuda::built() (parameters so that every
-// branch can be tested on any machine).
-std::string training_device_refusal(Device device, const cuda::DeviceInfo& info, bool built);
-// Throws qat::Error with training_device_refusal(device, this machine).
-void check_training_device(Device device);
+// "" when training `step` on `device` can go ahead; else the error, which
+// starts with "train.device: cuda: " and says which of (1)-(3) fails, naming
+// the ops this step needs that have no CUDA twin. `info` and `built` are
+// cuda::device_info() and cuda::built() (parameters so that every branch can
+// be tested on any machine).
+std::string training_device_refusal(Device device, const cuda::DeviceInfo& info, bool built,
+                                    const TrainingStep& step = {});
+// Throws qat::Error with training_device_refusal(device, this machine, step).
+void check_training_device(Device device, const TrainingStep& step = {});
 
 }  // namespace qat::apps

@@ -70,6 +70,11 @@ int run(int argc, char** argv) {
   b->add_option("--checkpoint", bench.checkpoint, "With --infer and --config: freeze this QAT checkpoint")
       ->check(CLI::ExistingFile);
   b->add_flag("!--no-profile", bench.profile, "Skip the per-op time breakdown");
+  b->add_option("--device", bench.device,
+                "Where the training steps run: " + qat::enum_name_list<qat::Device>() +
+                    " (cuda as train.device: refused, naming why, where the step cannot run on the GPU)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   b->add_option("--int8-kernel", bench.int8_kernel,
                 "With --infer: the integer GEMM kernel (" + qat::enum_name_list<qat::quant::GemmKernel>() +
                     "; default: the best this CPU runs)");

@@ -53,7 +53,7 @@ const std::string& meta(const Metadata& m, const std::string& key, const std::st
 namespace {
 bool all_finite(const Tensor& t) {
   if (t.dtype() != DType::f32) return true;
-  const Tensor c = t.contiguous();
+  const Tensor c = t.to(Device::cpu).contiguous();  // a model trained on cuda is checked on host copies
   const float* p = c.data<float>();
   const int64_t n = c.numel();
   int64_t bad = 0;

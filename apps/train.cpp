@@ -207,6 +207,8 @@ bool wants_overlap(OverlapPolicy p) {
 // What a data-parallel run cannot do yet, refused before anything starts.
 void check_data_parallel(const ExperimentConfig& cfg, int ranks) {
   if (ranks <= 1) return;
+  QAT_CHECK(cfg.train.device == Device::cpu, "train: train.device: ", device_name(cfg.train.device),
+            " does not run on several processes yet (the gradient sums are on host memory); use train.device: cpu");
   QAT_CHECK(cfg.data.on_bad_image != BadImagePolicy::skip, "train: data.on_bad_image: skip does not run on several "
             "processes (a process whose part of a batch is all bad would fall out of step); use error");
   QAT_CHECK(cfg.train.batch_size >= ranks, "train: train.batch_size ", cfg.train.batch_size, " is smaller than the ",
@@ -215,13 +217,13 @@ void check_data_parallel(const ExperimentConfig& cfg, int ranks) {
 
 }  // namespace
 
-EvalSummary evaluate(Module& model, data::DataLoader& loader, int64_t num_classes) {
+EvalSummary evaluate(Module& model, data::DataLoader& loader, int64_t num_classes, Device device) {
   model.eval();
-  return evaluate([&](const Tensor& x) { return model.forward(x); }, loader, num_classes);
+  return evaluate([&](const Tensor& x) { return model.forward(x); }, loader, num_classes, device);
 }
 
 EvalSummary evaluate(const std::function<Tensor(const Tensor&)>& forward, data::DataLoader& loader,
-                     int64_t num_classes) {
+                     int64_t num_classes, Device device) {
   NoGradGuard no_grad;
   EvalSummary r;
   double loss_sum = 0;
@@ -230,7 +232,7 @@ EvalSummary evaluate(const std::function<Tensor(const Tensor&)>& forward, data::
   data::Batch b;
   while (loader.next(b)) {
     const int64_t n = b.labels.size(0);
-    Tensor logits = forward(b.images);
+    const Tensor logits = forward(b.images.to(device)).to(Device::cpu);
     loss_sum += cross_entropy(logits, b.labels).item() * static_cast<double>(n);
     c1 += topk_correct(logits, b.labels, 1);
     c5 += topk_correct(logits, b.labels, std::min<int64_t>(5, num_classes));
@@ -337,7 +339,9 @@ int run_train(const TrainArgs& args) {
   std::vector<std::string> overrides = args.overrides;
   if (!args.device.empty()) overrides.push_back("train.device=" + args.device);
   ExperimentConfig cfg = load_config(args.config, overrides);
-  check_training_device(cfg.train.device);  // Note [training device]: before the run directory is touched
+  // Note [training device]: before the run directory is touched.
+  const Device device = cfg.train.device;
+  check_training_device(device, training_step_of(cfg));
   if (!args.resume_dir.empty()) cfg.output.dir = args.resume_dir;
   const std::string run_dir = cfg.output.dir;
   const std::string hash = config_hash(cfg);
@@ -383,6 +387,7 @@ int run_train(const TrainArgs& args) {
             " images, fewer than one batch of ", cfg.train.batch_size);
 
   ModulePtr model = build_model(cfg, args.resume_dir.empty(), true);
+  model->to(device);  // before the optimizer, whose state then lives there too
   auto optimizer = make_optimizer(cfg.train, *model);
   const LrSchedule schedule(schedule_options(cfg.train), *optimizer);  // before any resume: base lrs
 
@@ -449,14 +454,14 @@ int run_train(const TrainArgs& args) {
                                            static_cast<uint64_t>(rank),
                                            static_cast<uint64_t>(epoch) << 32 | static_cast<uint64_t>(step)));
       optimizer->zero_grad();
-      Tensor logits = model->forward(batch.images);
-      Tensor loss = cross_entropy(logits, batch.labels, static_cast<float>(cfg.train.label_smoothing));
+      Tensor logits = model->forward(batch.images.to(device));
+      Tensor loss = cross_entropy(logits, batch.labels.to(device), static_cast<float>(cfg.train.label_smoothing));
       const float lv = loss.item();
       QAT_CHECK(std::isfinite(lv), "train: loss is ", lv, " at epoch ", epoch + 1, " step ", step + 1, "; stopping. ",
                 checkpoints_left(run_dir));
       // The step's loss, correct and images over all processes, and whether any was interrupted.
       double step_sums[4] = {static_cast<double>(lv) * static_cast<double>(batch.labels.size(0)),
-                             static_cast<double>(topk_correct(logits.detach(), batch.labels, 1)),
+                             static_cast<double>(topk_correct(logits.detach().to(Device::cpu), batch.labels, 1)),
                              static_cast<double>(batch.labels.size(0)), g_interrupted ? 1.0 : 0.0};
       if (all) {
         all->sum(step_sums, 4);
@@ -497,7 +502,7 @@ int run_train(const TrainArgs& args) {
     }
     progress.finish();
     const double train_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const EvalSummary v = evaluate(*model, val_loader, cfg.model.num_classes);
+    const EvalSummary v = evaluate(*model, val_loader, cfg.model.num_classes, device);
     QAT_CHECK(std::isfinite(v.loss), "train: val loss is ", v.loss, " after epoch ", epoch + 1, "; stopping. ",
               checkpoints_left(run_dir));
     require_finite_state(*model, optimizer.get(), epoch + 1, run_dir);

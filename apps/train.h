@@ -41,9 +41,11 @@ struct EvalSummary {
 };
 
 // Top-1/top-5/loss of a model (or any logits function) over a loader's epoch.
-EvalSummary evaluate(Module& model, data::DataLoader& loader, int64_t num_classes);
+// The images go to `device` (where the model is); the logits come back to the
+// CPU for the loss and the counts.
+EvalSummary evaluate(Module& model, data::DataLoader& loader, int64_t num_classes, Device device = Device::cpu);
 EvalSummary evaluate(const std::function<Tensor(const Tensor&)>& forward, data::DataLoader& loader,
-                     int64_t num_classes);
+                     int64_t num_classes, Device device = Device::cpu);
 data::TransformSpec transform_spec(const DataConfig& d);
 // The ImageFolder at `root` with the config's bad-image policy and decode limits.
 data::ImageFolder image_folder(const DataConfig& d, const std::string& root);

@@ -110,6 +110,27 @@ void Module::zero_grad() {
   for (auto& [n, t] : named_parameters()) Tensor(t).zero_grad();
 }
 
+namespace {
+
+// Points t's impl at a contiguous copy of its data on `device`.
+void move_in_place(const Tensor& t, Device device) {
+  if (!t.defined() || t.device() == device) return;
+  const Tensor moved = t.detach().to(device);
+  TensorImpl& impl = *t.impl_ptr();
+  QAT_CHECK(!impl.grad_fn, "Module::to: a parameter or buffer (shape ", t.sizes(), ") has autograd history");
+  impl.storage = moved.impl_ptr()->storage;
+  impl.strides = moved.strides();
+  impl.offset = 0;
+  impl.grad.reset();
+}
+
+}  // namespace
+
+void Module::to(Device device) {
+  for (auto& [n, t] : named_parameters()) move_in_place(t, device);
+  for (auto& [n, t] : named_buffers()) move_in_place(t, device);
+}
+
 int64_t Module::num_parameters() const {
   int64_t n = 0;
   for (auto& [name, t] : named_parameters()) n += t.numel();

@@ -51,6 +51,10 @@ class Module {
   void load_state_dict(const TensorMap& state, bool strict = true);
 
   void zero_grad();
+  // Moves every parameter and buffer to `device` in place: each tensor keeps
+  // its identity, so handles held elsewhere (an optimizer's, a quantizer's)
+  // see the moved data. Gradients are dropped. No autograd history.
+  void to(Device device);
   int64_t num_parameters() const;
   // Indented tree of the module with each layer's description.
   std::string to_string() const;

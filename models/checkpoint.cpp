@@ -9,9 +9,10 @@ const std::string kModelPrefix = "model.";
 void save_checkpoint(const std::string& path, const Module& model, const Optimizer* optimizer,
                      const Metadata& metadata) {
   TensorMap all;
-  for (auto& [name, t] : model.state_dict()) all[kModelPrefix + name] = t;
+  // A model trained on cuda is written from host copies.
+  for (auto& [name, t] : model.state_dict()) all[kModelPrefix + name] = t.to(Device::cpu);
   if (optimizer)
-    for (auto& [name, t] : optimizer->state_dict()) all[name] = t;
+    for (auto& [name, t] : optimizer->state_dict()) all[name] = t.to(Device::cpu);
   save_safetensors(path, all, metadata);
 }
 

@@ -8,6 +8,11 @@
 #include <experimental/simd>
 #pragma GCC diagnostic pop
 
+#include "optim/math.h"
+#if QAT_WITH_CUDA
+#include "optim/cuda_twins.h"
+#endif
+
 namespace qat {
 
 namespace {
@@ -15,19 +20,29 @@ namespace {
 namespace stdx = std::experimental;
 using FloatVec = stdx::native_simd<float>;
 
-struct Coefs {
-  float decay, b1, c1, b2, c2, step_size, bc2_sqrt, eps;
+// sqrt for float (std::sqrt) or FloatVec (stdx::sqrt).
+struct SqrtOf {
+  template <class T>
+  T operator()(const T& x) const {
+    using std::sqrt;
+    using stdx::sqrt;
+    return sqrt(x);
+  }
 };
 
-// One AdamW element update, for float or FloatVec (see adamw.h for the math,
-// evaluated in torch's order).
-template <class T>
-inline void adamw_update(T& p, T& m, T& v, const T& g, const Coefs& c) {
-  using std::sqrt;
-  using stdx::sqrt;
-  m = c.b1 * m + c.c1 * g;
-  v = c.b2 * v + c.c2 * g * g;
-  p = p * c.decay - c.step_size * m / (sqrt(v) / c.bc2_sqrt + c.eps);
+// Scalars as torch computes them: in double (from the float32-rounded lr,
+// see Note [optimizer state_dict]), then used in float32.
+optim_math::AdamWCoefs adamw_coefs(const ParamGroup& group, const AdamWOptions& opt, const ParamState& s) {
+  const double lr = static_cast<float>(group.lr);
+  const double t = static_cast<double>(s.step);
+  return {static_cast<float>(1.0 - lr * group.weight_decay),
+          static_cast<float>(opt.beta1),
+          static_cast<float>(1.0 - opt.beta1),
+          static_cast<float>(opt.beta2),
+          static_cast<float>(1.0 - opt.beta2),
+          static_cast<float>(lr / (1.0 - std::pow(opt.beta1, t))),
+          static_cast<float>(std::sqrt(1.0 - std::pow(opt.beta2, t))),
+          static_cast<float>(opt.eps)};
 }
 
 }  // namespace
@@ -46,18 +61,7 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer(s
 // loop the step is about 5x slower on AlexNet's 58M parameters. Blocks have a fixed size
 // (a multiple of the SIMD width), so results do not depend on the thread count.
 void AdamW::update(const ParamGroup& group, float* p, const float* g, int64_t n, ParamState& s) {
-  // Scalars as torch computes them: in double (from the float32-rounded lr,
-  // see Note [optimizer state_dict]), then used in float32.
-  const double lr = static_cast<float>(group.lr);
-  const double t = static_cast<double>(s.step);
-  const Coefs c{static_cast<float>(1.0 - lr * group.weight_decay),
-                static_cast<float>(opt_.beta1),
-                static_cast<float>(1.0 - opt_.beta1),
-                static_cast<float>(opt_.beta2),
-                static_cast<float>(1.0 - opt_.beta2),
-                static_cast<float>(lr / (1.0 - std::pow(opt_.beta1, t))),
-                static_cast<float>(std::sqrt(1.0 - std::pow(opt_.beta2, t))),
-                static_cast<float>(opt_.eps)};
+  const optim_math::AdamWCoefs c = adamw_coefs(group, opt_, s);
   float* m = s.buffers[0].data<float>();
   float* v = s.buffers[1].data<float>();
   constexpr int64_t W = FloatVec::size();
@@ -71,16 +75,23 @@ void AdamW::update(const ParamGroup& group, float* p, const float* g, int64_t n,
     for (; i + W <= hi; i += W) {
       FloatVec pv(p + i, stdx::element_aligned), mv(m + i, stdx::element_aligned);
       FloatVec vv(v + i, stdx::element_aligned), gv(g + i, stdx::element_aligned);
-      adamw_update(pv, mv, vv, gv, c);
+      optim_math::adamw_update(pv, mv, vv, gv, c, SqrtOf{});
       pv.copy_to(p + i, stdx::element_aligned);
       mv.copy_to(m + i, stdx::element_aligned);
       vv.copy_to(v + i, stdx::element_aligned);
     }
     for (; i < hi; ++i) {
       float gi = g[i];
-      adamw_update(p[i], m[i], v[i], gi, c);
+      optim_math::adamw_update(p[i], m[i], v[i], gi, c, SqrtOf{});
     }
   }
 }
+
+#if QAT_WITH_CUDA
+void AdamW::update_on_device(const ParamGroup& group, const Tensor& p, const Tensor& g, ParamState& s) {
+  cuda_twin::adamw_update(p.device_data<float>(), g.device_data<float>(), s.buffers[0].device_data<float>(),
+                          s.buffers[1].device_data<float>(), p.numel(), adamw_coefs(group, opt_, s));
+}
+#endif
 
 }  // namespace qat

@@ -41,9 +41,8 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const Tensor& p = groups_[g].params[i];
-      QAT_CHECK(p.defined() && p.dtype() == DType::f32 && p.device() == Device::cpu && p.is_contiguous(),
-                "Optimizer: parameter ", i, " of group '", groups_[g].name,
-                "' must be a contiguous float32 CPU tensor, got ",
+      QAT_CHECK(p.defined() && p.dtype() == DType::f32 && p.is_contiguous(), "Optimizer: parameter ", i,
+                " of group '", groups_[g].name, "' must be a contiguous float32 tensor, got ",
                 (p.defined() ? dtype_name(p.dtype()) : "undefined"), " ", (p.defined() ? p.sizes() : Shape{}));
     }
     state_[g].resize(groups_[g].params.size());
@@ -76,26 +75,33 @@ void Optimizer::step() {
       Tensor p = group.params[i];
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
-      QAT_CHECK(grad.dtype() == DType::f32 && grad.sizes() == p.sizes() && grad.device() == Device::cpu, name(),
+      QAT_CHECK(grad.dtype() == DType::f32 && grad.sizes() == p.sizes() && grad.device() == p.device(), name(),
                 ": gradient of parameter ", i, " of group '", group.name, "' is ", dtype_name(grad.dtype()), " ",
-                grad.sizes(), ", expected float32 ", p.sizes());
+                grad.sizes(), " on ", device_name(grad.device()), ", expected float32 ", p.sizes(), " on ",
+                device_name(p.device()));
       grad = grad.contiguous();
       ParamState& s = state_[g][i];
       if (s.buffers.size() != nbuf) {
         s.buffers.clear();
-        for (size_t b = 0; b < nbuf; ++b) s.buffers.push_back(Tensor::zeros(p.sizes()));
+        for (size_t b = 0; b < nbuf; ++b) s.buffers.push_back(Tensor::zeros(p.sizes(), DType::f32, p.device()));
       }
       ++s.step;
-      if (const float scale = lr_scale_[g][i]; scale != 1.f) {
-        const ParamGroup scaled{group.name, {}, group.lr * scale, group.weight_decay};
-        update(scaled, p.data<float>(), grad.data<float>(), p.numel(), s);
-      } else {
-        update(group, p.data<float>(), grad.data<float>(), p.numel(), s);
-      }
+      const float scale = lr_scale_[g][i];
+      const ParamGroup scaled{group.name, {}, group.lr * scale, group.weight_decay};
+      const ParamGroup& used = scale != 1.f ? scaled : group;
+      if (p.device() == Device::cuda)
+        update_on_device(used, p, grad, s);
+      else
+        update(used, p.data<float>(), grad.data<float>(), p.numel(), s);
       p.bump_version();
     }
   }
   ++steps_;
+}
+
+void Optimizer::update_on_device(const ParamGroup& group, const Tensor& p, const Tensor&, ParamState&) {
+  QAT_FAIL(name(), ": a parameter of group '", group.name, "' (shape ", p.sizes(), ") is on ",
+           device_name(p.device()), ", but ", name(), " has no update for that device; keep the model on the CPU");
 }
 
 void Optimizer::zero_grad() {
@@ -158,7 +164,11 @@ void Optimizer::load_state_dict(const TensorMap& state, const std::string& prefi
       s.step = param_steps[g][i];
       s.buffers.clear();
       if (s.step == 0) continue;
-      for (const std::string& b : names) s.buffers.push_back(state.at(param_key(prefix, g, i) + b).clone());
+      const Device device = groups_[g].params[i].device();
+      for (const std::string& b : names) {
+        const Tensor& saved = state.at(param_key(prefix, g, i) + b);
+        s.buffers.push_back(saved.device() == device ? saved.clone() : saved.to(device));  // a copy of its own
+      }
     }
   }
 }

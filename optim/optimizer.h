@@ -3,8 +3,8 @@
 // checkpointable state. Subclasses (SGD, AdamW) supply the per-parameter
 // update as a flat loop over contiguous float32 data.
 //
-// Parameters are leaf tensors (f32, CPU, contiguous). step() writes their data
-// in place through the raw pointer and bumps their version counter; a
+// Parameters are leaf tensors (f32, contiguous, on the CPU or on cuda). step()
+// writes their data in place and bumps their version counter; a
 // parameter whose .grad is undefined is skipped (and its state left alone), as
 // in PyTorch.
 #include <cstdint>
@@ -76,6 +76,9 @@ class Optimizer {
   // Updates one parameter: p, g have n contiguous floats; s.step already
   // counts this update (1 on the parameter's first) and s.buffers are allocated.
   virtual void update(const ParamGroup& group, float* p, const float* g, int64_t n, ParamState& s) = 0;
+  // The same for a parameter on cuda (p, g and s.buffers in device memory),
+  // through the optimizer's CUDA twin; the base refuses.
+  virtual void update_on_device(const ParamGroup& group, const Tensor& p, const Tensor& g, ParamState& s);
   virtual const char* name() const = 0;
 
  private:

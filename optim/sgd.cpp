@@ -1,6 +1,26 @@
 #include "optim/sgd.h"
 
+#include "optim/math.h"
+#if QAT_WITH_CUDA
+#include "optim/cuda_twins.h"
+#endif
+
 namespace qat {
+
+namespace {
+
+optim_math::SgdCoefs sgd_coefs(const ParamGroup& group, const SGDOptions& opt, const ParamState& s) {
+  optim_math::SgdCoefs c;
+  c.lr = static_cast<float>(group.lr);
+  c.weight_decay = static_cast<float>(group.weight_decay);
+  c.momentum = static_cast<float>(opt.momentum);
+  c.damp_keep = static_cast<float>(1.0 - opt.dampening);
+  c.first = s.step == 1;
+  c.nesterov = opt.nesterov;
+  return c;
+}
+
+}  // namespace
 
 SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options) : Optimizer(std::move(groups)), opt_(options) {
   QAT_CHECK(opt_.momentum >= 0.0, "SGD: momentum must be >= 0, got ", opt_.momentum);
@@ -18,25 +38,22 @@ std::vector<std::string> SGD::buffer_names() const {
 }
 
 void SGD::update(const ParamGroup& group, float* p, const float* g, int64_t n, ParamState& s) {
-  const float lr = static_cast<float>(group.lr);
-  const float wd = static_cast<float>(group.weight_decay);
+  const optim_math::SgdCoefs c = sgd_coefs(group, opt_, s);
   if (opt_.momentum == 0.0) {
 #pragma omp parallel for schedule(static) if (n >= kOptimParallelMin)
-    for (int64_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+    for (int64_t i = 0; i < n; ++i) optim_math::sgd_plain_update(p[i], g[i], c);
     return;
   }
-  const float mom = static_cast<float>(opt_.momentum);
-  const float damp = static_cast<float>(1.0 - opt_.dampening);
-  const bool first = s.step == 1;
-  const bool nesterov = opt_.nesterov;
   float* buf = s.buffers[0].data<float>();
 #pragma omp parallel for schedule(static) if (n >= kOptimParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = g[i] + wd * p[i];
-    const float b = first ? d : mom * buf[i] + damp * d;
-    buf[i] = b;
-    p[i] -= lr * (nesterov ? d + mom * b : b);
-  }
+  for (int64_t i = 0; i < n; ++i) optim_math::sgd_momentum_update(p[i], buf[i], g[i], c);
 }
+
+#if QAT_WITH_CUDA
+void SGD::update_on_device(const ParamGroup& group, const Tensor& p, const Tensor& g, ParamState& s) {
+  float* buf = opt_.momentum == 0.0 ? nullptr : s.buffers[0].device_data<float>();
+  cuda_twin::sgd_update(p.device_data<float>(), g.device_data<float>(), buf, p.numel(), sgd_coefs(group, opt_, s));
+}
+#endif
 
 }  // namespace qat

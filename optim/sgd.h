@@ -25,6 +25,9 @@ class SGD : public Optimizer {
  protected:
   std::vector<std::string> buffer_names() const override;
   void update(const ParamGroup& group, float* p, const float* g, int64_t n, ParamState& s) override;
+#if QAT_WITH_CUDA
+  void update_on_device(const ParamGroup& group, const Tensor& p, const Tensor& g, ParamState& s) override;
+#endif
   const char* name() const override { return "SGD"; }
 
  private:

@@ -4,8 +4,11 @@
 # [cuda]) plus the CPU tests of the per-element rules the kernels share
 # ([math]), with QAT_REQUIRE_GPU=1 so that a test that would be skipped for
 # want of a GPU fails instead. Prints the GPU, each test's time and a summary.
-# For a machine with an NVIDIA GPU; fails loudly when none is visible.
-# Budget: under 5 minutes on 16 cores (the build is most of it).
+# Then the benchmark lines: training-step img/s on the GPU (`qat bench
+# --device cuda`: FP32, and QAT where the step runs there) beside the same on
+# the CPU. For a machine with an NVIDIA GPU; fails loudly when none is visible.
+# Budget: under 5 minutes on 16 cores (the build is most of it; the tests
+# have 240 s, each benchmark 120 s).
 #   bash scripts/gpu_check.sh            # JOBS=N to change the build's parallelism
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,6 +54,17 @@ timeout 240 ./build-gpu/qat_tests "[cuda],[math]" --durations yes 2>&1 | tee "$l
 if grep -q "skipped: no CUDA device\|skipped: this qat was built without CUDA" "$log_dir/tests.log"; then
   fail "a GPU test was skipped for want of a GPU (see $log_dir/tests.log)"
 fi
+
+# 5. Benchmarks, also when a test failed (their lines help find out why):
+#    AlexNet-BN 128 px batch 32, the training step on the GPU beside the CPU.
+bench_cfg=configs/alexnet_w8a8_imagenette.yaml
+echo
+echo "gpu_check: benchmarks"
+timeout 120 ./build-gpu/qat bench --device cuda --config "$bench_cfg" --steps 20 --warmup 3 2>&1 |
+  tee "$log_dir/bench_cuda.log" | grep -E "^(device|train|qat/|int8/)" | sed 's/^/  /' || echo "  bench --device cuda failed (see $log_dir/bench_cuda.log)"
+timeout 120 ./build-gpu/qat bench --config "$bench_cfg" --threads "$(nproc)" --steps 5 --warmup 1 --no-profile 2>&1 |
+  tee "$log_dir/bench_cpu.log" | grep -E "^(cpu|train|qat/|int8/)" | sed 's/^/  /' || echo "  bench on the CPU failed (see $log_dir/bench_cpu.log)"
+
 [ "$status" -eq 0 ] || fail "GPU tests (exit status $status; $log_dir/tests.log)"
 
 echo

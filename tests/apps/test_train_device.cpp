@@ -14,8 +14,10 @@
 
 #include "apps/config.h"
 #include "apps/device_check.h"
+#include "apps/metrics_log.h"
 #include "apps/train.h"
 #include "core/cuda_runtime.h"
+#include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -52,7 +54,8 @@ TEST_CASE("train.device: cpu by default, cuda accepted, anything else refused na
   CHECK_THROWS_WITH(load_config(bad), Contains("train.device") && Contains("cpu, cuda") && Contains("line 16"));
 }
 
-TEST_CASE("train.device: cuda is refused naming what is missing, the build, the GPU or the ops", "[config][cuda]") {
+TEST_CASE("train.device: cuda is refused naming what is missing, the build, the GPU or the step's ops",
+          "[config][cuda]") {
   qat::cuda::DeviceInfo none;
   none.reason = "cudaGetDeviceCount failed: cudaErrorNoDevice: no CUDA-capable device is detected";
   qat::cuda::DeviceInfo gpu;
@@ -67,11 +70,20 @@ TEST_CASE("train.device: cuda is refused naming what is missing, the build, the 
   CHECK(training_device_refusal(Device::cuda, none, true) ==
         "train.device: cuda: no usable CUDA device: " + none.reason + "; use train.device: cpu");
   // A GPU, but not every op of the step on it: named, never a silent CPU run.
-  const std::string ops = training_device_refusal(Device::cuda, gpu, true);
-  CHECK_THAT(ops, Contains("train.device: cuda: NVIDIA H200 is present, but the training step cannot run on it yet: "
-                           "conv2d, linear, batch_norm, max_pool2d"));
-  CHECK_THAT(ops, Contains("SGD / AdamW updates") && Contains("have no CUDA kernels"));
-  CHECK_THAT(ops, Contains("(on the GPU so far: relu, fake_quantize)"));
+  // Each step lists only the ops it uses.
+  const std::string fp32 = training_device_refusal(Device::cuda, gpu, true);
+  CHECK_THAT(fp32, Contains("train.device: cuda: NVIDIA H200 is present, but this training step cannot run on it yet: "
+                            "conv2d, linear, batch_norm, max_pool2d"));
+  CHECK_THAT(fp32, Contains("have no CUDA kernels (on the GPU so far: relu, SGD / AdamW updates)"));
+  CHECK_THAT(fp32, !Contains("observers") && !Contains("LSQ") && !Contains("INT8"));
+  TrainingStep qat_lsq;
+  qat_lsq.quantized = qat_lsq.learned_scales = true;
+  const std::string lsq = training_device_refusal(Device::cuda, gpu, true, qat_lsq);
+  CHECK_THAT(lsq, Contains("observers' min/max") && Contains("LSQ / LSQ+") && !Contains("INT8"));
+  CHECK_THAT(lsq, Contains("(on the GPU so far: relu, SGD / AdamW updates, fake_quantize)"));
+  TrainingStep int8 = qat_lsq;
+  int8.int8 = true;
+  CHECK_THAT(training_device_refusal(Device::cuda, gpu, true, int8), Contains("INT8 training's GEMMs"));
   // The table: each op once; the twins count only where they are built.
   std::set<std::string> names;
   int on_built = 0, on_unbuilt = 0;
@@ -80,12 +92,23 @@ TEST_CASE("train.device: cuda is refused naming what is missing, the build, the 
     on_built += op.on_device;
   }
   for (const DeviceOpSupport& op : training_ops(false)) on_unbuilt += op.on_device;
-  CHECK(on_built == 2);
+  CHECK(on_built == 3);
   CHECK(on_unbuilt == 0);
   // This machine.
   CHECK_NOTHROW(check_training_device(Device::cpu));
   CHECK_THROWS_WITH(check_training_device(Device::cuda),
                     training_device_refusal(Device::cuda, qat::cuda::device_info(), qat::cuda::built()));
+}
+
+TEST_CASE("a config's training step: FP32, quantized, learned scales, INT8", "[config]") {
+  qat::testing::TempDir t;
+  const std::string cfg = qat::testing::write_sample_config(t.dir, "c.yaml", "", 1, 1);
+  const TrainingStep fp32 = training_step_of(load_config(cfg));
+  CHECK_FALSE((fp32.quantized || fp32.learned_scales || fp32.int8));
+  const TrainingStep q = training_step_of(load_config(cfg, {"quant.enabled=true"}));
+  CHECK((q.quantized && !q.learned_scales && !q.int8));
+  CHECK(training_step_of(load_config(cfg, {"quant.enabled=true", "quant.method=lsq_plus"})).learned_scales);
+  CHECK(training_step_of(load_config(cfg, {"quant.enabled=true", "quant.int8_training.enabled=true"})).int8);
 }
 
 TEST_CASE("qat train with --device cuda or train.device cuda refuses before touching the run directory",
@@ -115,4 +138,42 @@ TEST_CASE("qat train with --device cuda or train.device cuda refuses before touc
   const std::string bad = std::string(QAT_BINARY) + " train " + plain + " --device gpu > " + log.string() + " 2>&1";
   CHECK(std::system(bad.c_str()) != 0);
   CHECK_THAT(slurp(log), Contains("--device") && Contains("gpu"));
+}
+
+// On a GPU: the sample trained on cuda follows the CPU run (the sums run in
+// another order: cuDNN, cuBLAS; 8 steps keep that within 1e-4), the
+// checkpoints are host files that evaluate on the CPU to the val figures the
+// cuda run logged, and a run stopped on cuda resumes there.
+TEST_CASE("qat train on cuda trains the sample as on the CPU, and its checkpoints evaluate on the CPU",
+          "[cuda][e2e]") {
+  if (!qat::testing::cuda_device_or_skip()) return;
+  qat::testing::TempDir t;
+  const std::string cfg = qat::testing::write_sample_config(t.dir, "c.yaml", "", 2, 4, "run_cpu");
+  REQUIRE(run_train({cfg, {}, ""}) == 0);
+  TrainArgs on_gpu{cfg, {"output.dir=" + (t.dir / "run_cuda").string()}, ""};
+  on_gpu.device = "cuda";
+  REQUIRE(run_train(on_gpu) == 0);
+  const auto cpu = read_metrics((t.dir / "run_cpu").string()), gpu = read_metrics((t.dir / "run_cuda").string());
+  REQUIRE(cpu.size() == 2);
+  REQUIRE(gpu.size() == 2);
+  for (size_t e = 0; e < 2; ++e) {
+    INFO("epoch " << e + 1);
+    CHECK(gpu[e].train_loss == Approx(cpu[e].train_loss).epsilon(1e-4));
+    CHECK(gpu[e].val_loss == Approx(cpu[e].val_loss).epsilon(1e-4));
+    CHECK(gpu[e].val_top1 == Approx(cpu[e].val_top1).margin(0.011));  // one image of 100 near a tie
+  }
+  const EvalSummary on_host = eval_checkpoint({cfg, {}, (t.dir / "run_cuda" / "last.safetensors").string()});
+  CHECK(on_host.loss == Approx(gpu[1].val_loss).epsilon(1e-5));
+  CHECK(on_host.top1 == Approx(gpu[1].val_top1).margin(0.011));
+  // Stopped after 6 steps (mid epoch 2) and resumed on cuda.
+  TrainArgs stop{cfg, {"output.dir=" + (t.dir / "run_stop").string()}, ""};
+  stop.device = "cuda";
+  stop.stop_after_steps = 6;
+  REQUIRE(run_train(stop) == 130);
+  TrainArgs resume{cfg, {}, (t.dir / "run_stop").string()};
+  resume.device = "cuda";
+  REQUIRE(run_train(resume) == 0);
+  const auto resumed = read_metrics((t.dir / "run_stop").string());
+  REQUIRE(resumed.size() == 2);
+  CHECK(resumed[1].val_loss == Approx(gpu[1].val_loss).epsilon(1e-4));
 }
