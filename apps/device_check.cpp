@@ -27,7 +27,7 @@ std::vector<DeviceOpSupport> training_ops(bool cuda_built) {
       {"autograd's gradient sums (add_)", false},
       {"SGD / AdamW updates", cuda_built},  // optim/sgd.cu, optim/adamw.cu
       {"fake_quantize", cuda_built, UsedBy::quantized},  // quant/sim/fake_quant.cu
-      {"observers' min/max", false, UsedBy::quantized},
+      {"observers' min/max", cuda_built, UsedBy::quantized},  // quant/observe/minmax.cu
       {"Conv+BN folding (scale_channels)", false, UsedBy::quantized},
       {"LSQ / LSQ+", false, UsedBy::learned_scales},
       {"INT8 training's GEMMs and gradient quantizers", false, UsedBy::int8},

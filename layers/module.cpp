@@ -23,6 +23,12 @@ Tensor& Module::register_buffer(const std::string& name, Tensor t) {
   return buffers_.back().second;
 }
 
+Tensor& Module::register_host_buffer(const std::string& name, Tensor t) {
+  QAT_CHECK(t.device() == Device::cpu, type_name(), ": host buffer '", name, "' is on ", device_name(t.device()));
+  host_buffers_.insert(name);
+  return register_buffer(name, std::move(t));
+}
+
 void Module::add_child(const std::string& name, ModulePtr m) {
   QAT_CHECK(m != nullptr, type_name(), ": child '", name, "' is null");
   for (auto& [n, c] : children_) QAT_CHECK(n != name, type_name(), ": child '", name, "' registered twice");
@@ -127,8 +133,10 @@ void move_in_place(const Tensor& t, Device device) {
 }  // namespace
 
 void Module::to(Device device) {
-  for (auto& [n, t] : named_parameters()) move_in_place(t, device);
-  for (auto& [n, t] : named_buffers()) move_in_place(t, device);
+  for (auto& [n, t] : params_) move_in_place(t, device);
+  for (auto& [n, t] : buffers_)
+    if (!host_buffers_.count(n)) move_in_place(t, device);
+  for (auto& [n, c] : children_) c->to(device);
 }
 
 int64_t Module::num_parameters() const {

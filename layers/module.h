@@ -6,6 +6,7 @@
 // torchvision's.
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,9 +52,10 @@ class Module {
   void load_state_dict(const TensorMap& state, bool strict = true);
 
   void zero_grad();
-  // Moves every parameter and buffer to `device` in place: each tensor keeps
-  // its identity, so handles held elsewhere (an optimizer's, a quantizer's)
-  // see the moved data. Gradients are dropped. No autograd history.
+  // Moves every parameter and buffer (but the host buffers) to `device` in
+  // place: each tensor keeps its identity, so handles held elsewhere (an
+  // optimizer's, a layer's own members) see the moved data. Gradients are
+  // dropped. No autograd history.
   void to(Device device);
   int64_t num_parameters() const;
   // Indented tree of the module with each layer's description.
@@ -62,6 +64,10 @@ class Module {
  protected:
   Tensor& register_parameter(const std::string& name, Tensor t);
   Tensor& register_buffer(const std::string& name, Tensor t);
+  // A buffer that stays on the CPU when the module moves (to()): control
+  // state that host code reads and writes every step (a quantizer's flags,
+  // qparams and observed ranges), a few numbers, saved like any buffer.
+  Tensor& register_host_buffer(const std::string& name, Tensor t);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     add_child(name, m);
@@ -75,6 +81,7 @@ class Module {
   void print(std::string& out, const std::string& name, int depth) const;
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::set<std::string> host_buffers_;  // names in buffers_ that to() leaves on the CPU
   std::vector<std::pair<std::string, ModulePtr>> children_;
 };
 

@@ -8,6 +8,9 @@
 #include "core/collective.h"
 #include "core/ops/common.h"
 #include "quant/observe/channel_layout.h"
+#if QAT_WITH_CUDA
+#include "quant/observe/cuda_twins.h"
+#endif
 
 namespace qat::quant {
 
@@ -62,13 +65,16 @@ inline float moving_average(float m, float cur, float c) {
 
 void reduce_minmax(const Tensor& x, bool per_channel, int64_t axis, float* cur_min, float* cur_max) {
   const Tensor xc = x.contiguous();
-  const float* px = xc.data<float>();
   const ChannelLayout l = ChannelLayout::of(xc, per_channel, axis);
   const int64_t C = l.channels;
   std::fill(cur_min, cur_min + C, kInf);
   std::fill(cur_max, cur_max + C, -kInf);
   const int64_t n = xc.numel();
   if (n == 0) return;
+#if QAT_WITH_CUDA
+  if (xc.device() == Device::cuda) return cuda_twin::reduce_minmax(xc, {l.outer, l.channels, l.inner}, cur_min, cur_max);
+#endif
+  const float* px = xc.data<float>();
 
   if (l.channels_innermost()) {
     // Blocks of rows, per-thread partials.

@@ -18,8 +18,12 @@ Observer::Observer(const QuantSpec& spec, int64_t channels) : spec_(spec), chann
 void Observer::observe(const Tensor& x) {
   if (!enabled) return;
   QAT_PROFILE("observer.observe");
-  detail::check_f32(x, "observer", "input");
+  detail::check_f32_any_device(x, "observer", "input");
   if (x.numel() == 0) return;
+  // On cuda, the range folds (MinMax, MovingAverage) reduce there and fold on
+  // the host; a calibrator's statistics (histograms) are built on the CPU.
+  QAT_CHECK(x.device() == Device::cpu || channel_fold() != nullptr, "observer ", describe(), ": the input (shape ",
+            x.sizes(), ") is on ", device_name(x.device()), ", but this observer runs on the CPU only");
   if (spec_.per_channel) {
     QAT_CHECK(spec_.axis < x.dim(), "observer: channel axis ", spec_.axis, " out of range for input shape ", x.sizes());
     QAT_CHECK(x.size(spec_.axis) == channels_, "observer: expected ", channels_, " channels along axis ", spec_.axis,

@@ -135,7 +135,10 @@ FakeQuantPlan plan_fake_quantize(const Tensor& x, const Tensor& scale, const Ten
   if (x.defined() && (!spec.per_channel || spec.axis < x.dim()))
     p.layout = ChannelLayout::of(x, spec.per_channel, spec.axis);
   check_qparams(x, scale, zero_point, spec, p.layout.channels);
-  qat::detail::check_same_device("fake_quantize", {{"input", &x}, {"scale", &scale}, {"zero_point", &zero_point}});
+  // qparams on the CPU are read there for an input on either device.
+  if (scale.device() != Device::cpu || zero_point.device() != Device::cpu)
+    qat::detail::check_same_device("fake_quantize",
+                                   {{"input", &x}, {"scale", &scale}, {"zero_point", &zero_point}});
   const int32_t qmin_i = spec.qmin(), qmax_i = spec.qmax();
   QAT_CHECK(qmin_i < qmax_i, "fake_quantize: bad range [", qmin_i, ", ", qmax_i, "] from ", spec.describe());
 

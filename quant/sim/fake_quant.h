@@ -13,7 +13,9 @@
 // Shapes: x f32, any shape; scale f32 and zero_point i32 of shape (1) per-tensor
 // (or 0-d) or (C) per-channel with C = x.size(spec.axis). Devices: CPU, or
 // cuda (the twin quant/sim/fake_quant.cu: the same outputs and masks, bit for
-// bit, the mask as bytes); scale and zero_point on x's device. scale > 0 and finite,
+// bit, the mask as bytes); scale and zero_point on x's device or on the CPU
+// (they are read on the host either way: a quantizer keeps them there, as
+// PyTorch lets CPU scalars meet cuda tensors). scale > 0 and finite,
 // qmin <= zero_point <= qmax (checked, like PyTorch). scale and zero_point get
 // no gradient (the learned step size is quant/sim/lsq's job).
 // Backward (writes a fresh dx, no accumulation):

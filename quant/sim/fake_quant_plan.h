@@ -17,8 +17,8 @@ struct FakeQuantPlan {
   float qmin = 0.f, qmax = 0.f;
 };
 
-// Checks what fake_quant.h states (dtypes, shapes, x, scale and zero_point on
-// one device, scale > 0 and finite, qmin <= zero_point <= qmax) and reads the
+// Checks what fake_quant.h states (dtypes, shapes, scale and zero_point on
+// x's device or on the CPU, scale > 0 and finite, qmin <= zero_point <= qmax) and reads the
 // qparams (copied to the host when they are on the device).
 FakeQuantPlan plan_fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point,
                                  const QuantSpec& spec);

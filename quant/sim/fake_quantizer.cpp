@@ -45,11 +45,12 @@ FakeQuantizer::FakeQuantizer(const QuantizerConfig& cfg, int64_t channels) : cfg
   cfg_.spec.validate("FakeQuantizer");
   QAT_CHECK(channels >= 1, "FakeQuantizer: channels must be >= 1, got ", channels);
   QAT_CHECK(cfg_.spec.per_channel || channels == 1, "FakeQuantizer: per-tensor spec with ", channels, " channels");
-  scale_ = register_buffer("scale", Tensor::ones({channels}));
-  zero_point_ = register_buffer("zero_point", Tensor::zeros({channels}, DType::i32));
-  observer_on_ = register_buffer("observer_enabled", flag(true));
-  fake_quant_on_ = register_buffer("fake_quant_enabled", flag(true));
-  initialized_ = register_buffer("initialized", flag(false));
+  // Host buffers: read on the host every step, wherever the model trains.
+  scale_ = register_host_buffer("scale", Tensor::ones({channels}));
+  zero_point_ = register_host_buffer("zero_point", Tensor::zeros({channels}, DType::i32));
+  observer_on_ = register_host_buffer("observer_enabled", flag(true));
+  fake_quant_on_ = register_host_buffer("fake_quant_enabled", flag(true));
+  initialized_ = register_host_buffer("initialized", flag(false));
 }
 
 std::string FakeQuantizer::describe() const {
@@ -89,7 +90,8 @@ ObserverFakeQuantizer::ObserverFakeQuantizer(const QuantizerConfig& cfg, int64_t
   QAT_CHECK(observer_ && observer_->channels() == channels, "FakeQuantizer: the observer factory made ",
             observer_ ? "an observer of " + std::to_string(observer_->channels()) + " channels" : std::string("none"),
             " for ", channels, " channels");
-  for (auto& [name, t] : observer_->state()) register_buffer(name, t);
+  // The observer folds each observation's range on the host (minmax.h).
+  for (auto& [name, t] : observer_->state()) register_host_buffer(name, t);
 }
 
 std::string ObserverFakeQuantizer::describe() const {

@@ -22,15 +22,15 @@ Int8GradState::Int8GradState(const Int8GradConfig& cfg, uint64_t seed, std::stri
     : cfg_(cfg), seed_(seed), layer_(std::move(layer)) {
   QAT_CHECK(cfg.bits >= 2 && cfg.bits <= 8, "int8 training: gradient_bits must be in [2, 8], got ", cfg.bits);
   QAT_CHECK(cfg.period >= 1, "int8 training: period must be >= 1, got ", cfg.period);
-  clip_dw_ = register_buffer("clip_dw", Tensor::zeros({1}));
-  clip_dx_ = register_buffer("clip_dx", Tensor::zeros({1}));
-  ratio_dw_ = register_buffer("ratio_dw", Tensor::zeros({1}));
-  ratio_dx_ = register_buffer("ratio_dx", Tensor::zeros({1}));
-  distance_dw_ = register_buffer("distance_dw", Tensor::zeros({1}));
-  distance_dx_ = register_buffer("distance_dx", Tensor::zeros({1}));
-  lr_scale_ = register_buffer("lr_scale", Tensor::ones({1}));
-  steps_ = register_buffer("steps", Tensor::zeros({1}, DType::i32));
-  epoch_sums_ = register_buffer("epoch_sums", Tensor::zeros({5}));
+  clip_dw_ = register_host_buffer("clip_dw", Tensor::zeros({1}));
+  clip_dx_ = register_host_buffer("clip_dx", Tensor::zeros({1}));
+  ratio_dw_ = register_host_buffer("ratio_dw", Tensor::zeros({1}));
+  ratio_dx_ = register_host_buffer("ratio_dx", Tensor::zeros({1}));
+  distance_dw_ = register_host_buffer("distance_dw", Tensor::zeros({1}));
+  distance_dx_ = register_host_buffer("distance_dx", Tensor::zeros({1}));
+  lr_scale_ = register_host_buffer("lr_scale", Tensor::ones({1}));
+  steps_ = register_host_buffer("steps", Tensor::zeros({1}, DType::i32));
+  epoch_sums_ = register_host_buffer("epoch_sums", Tensor::zeros({5}));
 }
 
 std::string Int8GradState::describe() const {

@@ -1,6 +1,7 @@
 #include "quant/sim/qat_modules.h"
 
 #include <cmath>
+#include <vector>
 
 #include "core/ops.h"
 #include "core/profiler.h"
@@ -61,16 +62,16 @@ void QatConv2d::set_output_quantizer(std::shared_ptr<FakeQuantizer> q) {
 // from 0. Note [BN folding in QAT] (qat_modules.h).
 Tensor QatConv2d::fold_scale(bool differentiable) const {
   const int64_t O = bn->channels;
-  Tensor inv_std = Tensor::empty({O});
-  Tensor nudge = Tensor::zeros({O});
-  const float* rv = bn->running_var.data<float>();
-  const float* g = bn->weight.data<float>();
+  // O constants computed on the host, then placed where the layer lives.
+  const std::vector<float> rv = bn->running_var.to_vector(), g = bn->weight.to_vector();
+  std::vector<float> inv_std(O), nudge(O, 0.f);
   for (int64_t c = 0; c < O; ++c) {
-    inv_std.data<float>()[c] = 1.f / std::sqrt(rv[c] + bn->eps);
-    if (std::abs(g[c]) < 1e-6f) nudge.data<float>()[c] = (g[c] < 0 ? -1e-6f : 1e-6f) - g[c];
+    inv_std[c] = 1.f / std::sqrt(rv[c] + bn->eps);
+    if (std::abs(g[c]) < 1e-6f) nudge[c] = (g[c] < 0 ? -1e-6f : 1e-6f) - g[c];
   }
+  const Device device = bn->weight.device();
   Tensor gamma = differentiable ? bn->weight : bn->weight.detach();
-  return mul(add(gamma, nudge), inv_std);
+  return mul(add(gamma, Tensor::from_vector(nudge, {O}).to(device)), Tensor::from_vector(inv_std, {O}).to(device));
 }
 
 Tensor QatConv2d::forward(const Tensor& x_in) {
@@ -84,7 +85,7 @@ Tensor QatConv2d::forward(const Tensor& x_in) {
     Tensor sf = fold_scale(true);
     Tensor w_fold = scale_channels(weight, sf, 0);
     y = conv(x, w_fold, Tensor());
-    y = scale_channels(y, div(Tensor::ones({O}), sf), 1);
+    y = scale_channels(y, div(Tensor::ones({O}).to(sf.device()), sf), 1);
     if (bias.defined()) y = add(y, reshape(bias, {1, O, 1, 1}));
     const bool batch_stats = is_training() && !bn_frozen_;
     y = batch_norm(y, bn->weight, bn->bias, bn->running_mean, bn->running_var, batch_stats, bn->momentum, bn->eps);

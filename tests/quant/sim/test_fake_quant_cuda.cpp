@@ -93,6 +93,9 @@ void check_parity(const Case& k, uint64_t seed) {
   qat::NoGradGuard no_grad;
   qat::testing::check_same_bits(fake_quantize(x.to(Device::cuda), sd, zd, spec).to(Device::cpu),
                                 fake_quantize(x, s, z, spec), "forward without autograd");
+  // qparams kept on the host (a quantizer's buffers) for an input on cuda.
+  qat::testing::check_same_bits(fake_quantize(x.to(Device::cuda), s, z, spec).to(Device::cpu),
+                                fake_quantize(x, s, z, spec), "qparams on the CPU");
 }
 
 }  // namespace
@@ -100,11 +103,11 @@ void check_parity(const Case& k, uint64_t seed) {
 TEST_CASE("fake_quantize cuda: mixed devices are refused naming the op and both devices", "[cuda][quant]") {
   QuantSpec spec;
   const Tensor x = Tensor::ones({2, 3}), s = Tensor::from_vector({0.1f}, {1}), z = Tensor::from_vector_i32({0}, {1});
-  {
-    CudaOrLabelled xd(x);
-    CHECK_THROWS_WITH(fake_quantize(xd.t, s, z, spec),
-                      Contains("fake_quantize: expected all tensors on one device, but input is on cuda and scale is "
-                               "on cpu"));
+  {  // qparams on the CPU serve an input on cuda; one on cuda and one on the CPU do not
+    CudaOrLabelled xd(x), sd(s);
+    CHECK_THROWS_WITH(fake_quantize(xd.t, sd.t, z, spec),
+                      Contains("fake_quantize: expected all tensors on one device, but input is on cuda and "
+                               "zero_point is on cpu"));
   }
   {
     CudaOrLabelled sd(s);
