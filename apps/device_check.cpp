@@ -29,7 +29,7 @@ std::vector<DeviceOpSupport> training_ops(bool cuda_built) {
       {"fake_quantize", cuda_built, UsedBy::quantized},  // quant/sim/fake_quant.cu
       {"observers' min/max", cuda_built, UsedBy::quantized},  // quant/observe/minmax.cu
       {"Conv+BN folding (scale_channels)", false, UsedBy::quantized},
-      {"LSQ / LSQ+", false, UsedBy::learned_scales},
+      {"LSQ / LSQ+", cuda_built, UsedBy::learned_scales},  // quant/sim/lsq.cu
       {"INT8 training's GEMMs and gradient quantizers", false, UsedBy::int8},
   };
 }

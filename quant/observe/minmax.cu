@@ -6,12 +6,12 @@
 #include "core/cuda_check.h"
 #include "core/cuda_launch.h"
 #include "quant/observe/cuda_twins.h"
+#include "quant/observe/minmax_math.h"
 
 namespace qat::quant::cuda_twin {
 
 namespace {
 
-using minmax_math::ChannelGeometry;
 
 // Index i = c * slots + s: slot s of channel c.
 __global__ void slot_min_max_kernel(const float* __restrict__ x, ChannelGeometry g, int64_t slots,
@@ -30,7 +30,7 @@ __global__ void channel_min_max_kernel(const float* __restrict__ slot_min, const
 }  // namespace
 
 void reduce_minmax(const Tensor& x, const ChannelGeometry& g, float* cur_min, float* cur_max) {
-  const int64_t C = g.channels, slots = minmax_math::slots_for(g);
+  const int64_t C = g.channels, slots = slots_for(g);
   Tensor partial = Tensor::empty({2, C * slots}, DType::f32, Device::cuda);
   Tensor result = Tensor::empty({2, C}, DType::f32, Device::cuda);
   float* p = partial.device_data<float>();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/collective.h"
@@ -216,17 +217,19 @@ void LsqPlusFakeQuantizer::initialize_from(const Tensor& x) {
 void LsqPlusFakeQuantizer::start_from(const QParams& q) {
   LearnedFakeQuantizer::start_from(q);
   NoGradGuard ng;
-  for (int64_t c = 0; c < offset_.numel(); ++c)  // beta = -z s: the affine grid's zero point
-    offset_.data<float>()[c] = -static_cast<float>(q.zero_point.data<int32_t>()[c]) * q.scale.data<float>()[c];
-  offset_.bump_version();
+  std::vector<float> beta(offset_.numel());
+  for (size_t c = 0; c < beta.size(); ++c)  // beta = -z s: the affine grid's zero point
+    beta[c] = -static_cast<float>(q.zero_point.data<int32_t>()[c]) * q.scale.data<float>()[c];
+  offset_.copy_(Tensor::from_vector(beta, offset_.sizes()));  // wherever the offset lives
 }
 
 // v̂ = v̄ s + β  <=>  q = v̄ - round(β/s) with x̂ = (q - z) s and z = -round(β / s).
 // The offset is learned freely: the zero point is clamped into the grid.
 Tensor LsqPlusFakeQuantizer::zero_points(const Tensor& s) const {
   Tensor z = Tensor::zeros(zero_point_.sizes(), DType::i32);
+  const std::vector<float> beta = offset_.to_vector(), step = s.to_vector();  // the offset may be on cuda
   for (int64_t c = 0; c < z.numel(); ++c) {
-    const double zc = -std::nearbyint(static_cast<double>(offset_.data<float>()[c]) / s.data<float>()[c]);
+    const double zc = -std::nearbyint(static_cast<double>(beta[c]) / step[c]);
     z.data<int32_t>()[c] = static_cast<int32_t>(std::clamp<double>(zc, cfg_.spec.qmin(), cfg_.spec.qmax()));
   }
   return z;
@@ -235,7 +238,7 @@ Tensor LsqPlusFakeQuantizer::zero_points(const Tensor& s) const {
 // scale_ holds the effective step of the last forward; step and offset are
 // detached: a frozen application trains neither.
 Tensor LsqPlusFakeQuantizer::apply_frozen(const Tensor& x) const {
-  return lsq_plus_quantize(x, scale_, offset_.detach(), cfg_.spec, 1.f);
+  return lsq_plus_quantize(x, scale_.to(offset_.device()), offset_.detach(), cfg_.spec, 1.f);
 }
 
 Tensor LsqPlusFakeQuantizer::quantize(const Tensor& x, float grad_scale) const {

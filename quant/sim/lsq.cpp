@@ -9,7 +9,11 @@
 #include "core/autograd.h"
 #include "core/ops/common.h"
 #include "quant/observe/channel_layout.h"
+#include "quant/sim/lsq_plan.h"
 #include "quant/sim/math.h"
+#if QAT_WITH_CUDA
+#include "quant/sim/cuda_twins.h"
+#endif
 
 namespace qat::quant {
 
@@ -18,48 +22,6 @@ namespace {
 // Work split: Note [channel layout]. kChunk bounds the float partial sums of
 // the backward (then added in double), so it decides the result bits.
 constexpr int64_t kChunk = 4096;
-
-// Per-channel constants: s = max(|p|, floor), 1/s, β, sign(p).
-struct Channels {
-  std::vector<float> s, inv, beta, sign;
-};
-
-Channels channel_constants(const Tensor& step, const Tensor& offset, float floor) {
-  const int64_t c = step.numel();
-  Channels k;
-  k.s.resize(c), k.inv.resize(c), k.beta.assign(c, 0.f), k.sign.resize(c);
-  const std::vector<float> p = step.to_vector();
-  for (int64_t i = 0; i < c; ++i) {
-    k.s[i] = std::max(std::fabs(p[i]), floor);
-    k.inv[i] = 1.f / k.s[i];
-    k.sign[i] = p[i] < 0.f ? -1.f : 1.f;
-  }
-  if (offset.defined()) k.beta = offset.to_vector();
-  return k;
-}
-
-void check_args(const char* op, const Tensor& v, const Tensor& step, const Tensor* offset, const QuantSpec& spec) {
-  spec.validate(op);
-  QAT_CHECK(spec.formula != ScaleFormula::power_of_two, op,
-            ": a learned step cannot honour power_of_two scales (spec ", spec.describe(), ")");
-  detail::check_f32(v, op, "input");
-  detail::check_f32(step, op, "step");
-  QAT_CHECK(v.device() == Device::cpu && step.device() == Device::cpu, op, ": CPU tensors only");
-  auto check_param = [&](const Tensor& t, const char* what) {
-    if (spec.per_channel) {
-      QAT_CHECK(spec.axis < v.dim(), op, ": channel axis ", spec.axis, " out of range for input ", v.sizes());
-      QAT_CHECK(t.dim() == 1 && t.size(0) == v.size(spec.axis), op, ": per-channel ", what, " must have shape (",
-                v.size(spec.axis), ") for input ", v.sizes(), " and axis ", spec.axis, ", got ", t.sizes());
-    } else {
-      QAT_CHECK(t.numel() == 1 && t.dim() <= 1, op, ": per-tensor ", what, " must have shape (1), got ", t.sizes());
-    }
-  };
-  check_param(step, "step");
-  if (offset) {
-    detail::check_f32(*offset, op, "offset");
-    check_param(*offset, "offset");
-  }
-}
 
 // ---------------------------------------------------------------- forward
 template <bool kPlus>
@@ -70,7 +32,7 @@ void forward_run(const float* __restrict v, float* __restrict o, int64_t n, floa
 }
 
 template <bool kPlus>
-void forward_kernel(const float* v, float* o, const ChannelLayout& l, const Channels& k, float lo, float hi) {
+void forward_kernel(const float* v, float* o, const ChannelLayout& l, const LsqChannels& k, float lo, float hi) {
   if (l.channels_innermost()) {  // vectorise across channels
     const float *s = k.s.data(), *inv = k.inv.data(), *beta = k.beta.data();
     const int64_t c = l.channels;
@@ -118,7 +80,7 @@ void backward_run(const float* __restrict v, const float* __restrict g, float* _
 // Each thread accumulates into its own slice; slices are added in thread
 // order, so the result does not depend on scheduling.
 template <bool kPlus, LsqClip kClip, bool kDv>
-std::vector<double> backward_kernel(const float* v, const float* g, float* dv, const ChannelLayout& l, const Channels& k,
+std::vector<double> backward_kernel(const float* v, const float* g, float* dv, const ChannelLayout& l, const LsqChannels& k,
                                     float lo, float hi) {
   const int64_t c = l.channels;
   const bool parallel = l.numel() > detail::kParallelGrain;
@@ -167,7 +129,7 @@ std::vector<double> backward_kernel(const float* v, const float* g, float* dv, c
 
 template <bool kPlus>
 std::vector<double> backward_dispatch(LsqClip clip, bool need_dv, const float* v, const float* g, float* dv,
-                                      const ChannelLayout& l, const Channels& k, float lo, float hi) {
+                                      const ChannelLayout& l, const LsqChannels& k, float lo, float hi) {
   if (clip == LsqClip::paper)
     return need_dv ? backward_kernel<kPlus, LsqClip::paper, true>(v, g, dv, l, k, lo, hi)
                    : backward_kernel<kPlus, LsqClip::paper, false>(v, g, dv, l, k, lo, hi);
@@ -179,13 +141,15 @@ std::vector<double> backward_dispatch(LsqClip clip, bool need_dv, const float* v
 Tensor lsq_impl(const char* op, const Tensor& v, const Tensor& step, const Tensor* offset, const QuantSpec& spec,
                 float grad_scale, LsqClip clip) {
   QAT_PROFILE("lsq.forward");
-  check_args(op, v, step, offset, spec);
-  QAT_CHECK(std::isfinite(grad_scale), op, ": grad_scale must be finite, got ", grad_scale);
+  check_lsq_args(op, v, step, offset, spec, grad_scale);
+#if QAT_WITH_CUDA
+  if (v.device() == Device::cuda) return cuda_twin::lsq_quantize(op, v, step, offset, spec, grad_scale, clip);
+#endif
   const bool plus = offset != nullptr;
   const float floor = lsq_min_step(spec);
   const float lo = static_cast<float>(spec.qmin()), hi = static_cast<float>(spec.qmax());
   const ChannelLayout l = ChannelLayout::of(v, spec.per_channel, spec.axis);
-  const Channels k = channel_constants(step, plus ? *offset : Tensor(), floor);
+  const LsqChannels k = lsq_channel_constants(step, plus ? *offset : Tensor(), floor);
 
   Tensor vc = v.contiguous();
   Tensor out = Tensor::empty(v.sizes());
@@ -201,7 +165,7 @@ Tensor lsq_impl(const char* op, const Tensor& v, const Tensor& step, const Tenso
     const Tensor& p = sp.get(op);
     const Tensor off = plus ? so.get(op) : Tensor();
     const ChannelLayout l = ChannelLayout::of(v, spec.per_channel, spec.axis);
-    const Channels k = channel_constants(p, off, floor);
+    const LsqChannels k = lsq_channel_constants(p, off, floor);
     Tensor gc = grad.contiguous();
     Tensor dv;
     if (need[0]) dv = Tensor::empty(v.sizes());
@@ -240,13 +204,14 @@ struct Stats {
 };
 
 Stats channel_stats(const Tensor& v, const QuantSpec& spec, bool per_channel, const char* op) {
-  detail::check_f32(v, op, "input");
+  detail::check_f32_any_device(v, op, "input");
   QAT_CHECK(v.numel() > 0, op, ": empty input ", v.sizes());
   if (per_channel)
     QAT_CHECK(spec.axis < v.dim(), op, ": channel axis ", spec.axis, " out of range for input ", v.sizes());
   const ChannelLayout l = ChannelLayout::of(v, per_channel, spec.axis);
   const int64_t c = l.channels;
-  Tensor vc = v.contiguous();
+  // Once per quantizer (its initialisation): a cuda tensor is read on the host.
+  Tensor vc = v.to(Device::cpu).contiguous();
   const float* pv = vc.data<float>();
   std::vector<double> sa(c, 0.0), sm(c, 0.0), sq(c, 0.0), mn(c, INFINITY), mx(c, -INFINITY);
   for (int64_t o = 0; o < l.outer; ++o)
@@ -281,6 +246,47 @@ Stats channel_stats(const Tensor& v, const QuantSpec& spec, bool per_channel, co
 
 }  // namespace
 
+LsqChannels lsq_channel_constants(const Tensor& step, const Tensor& offset, float floor) {
+  const int64_t c = step.numel();
+  LsqChannels k;
+  k.s.resize(c), k.inv.resize(c), k.beta.assign(c, 0.f), k.sign.resize(c);
+  const std::vector<float> p = step.to_vector();
+  for (int64_t i = 0; i < c; ++i) {
+    k.s[i] = std::max(std::fabs(p[i]), floor);
+    k.inv[i] = 1.f / k.s[i];
+    k.sign[i] = p[i] < 0.f ? -1.f : 1.f;
+  }
+  if (offset.defined()) k.beta = offset.to_vector();
+  return k;
+}
+
+void check_lsq_args(const char* op, const Tensor& v, const Tensor& step, const Tensor* offset, const QuantSpec& spec,
+                    float grad_scale) {
+  spec.validate(op);
+  QAT_CHECK(spec.formula != ScaleFormula::power_of_two, op,
+            ": a learned step cannot honour power_of_two scales (spec ", spec.describe(), ")");
+  detail::check_f32_any_device(v, op, "input");
+  detail::check_f32_any_device(step, op, "step");
+  auto check_param = [&](const Tensor& t, const char* what) {
+    if (spec.per_channel) {
+      QAT_CHECK(spec.axis < v.dim(), op, ": channel axis ", spec.axis, " out of range for input ", v.sizes());
+      QAT_CHECK(t.dim() == 1 && t.size(0) == v.size(spec.axis), op, ": per-channel ", what, " must have shape (",
+                v.size(spec.axis), ") for input ", v.sizes(), " and axis ", spec.axis, ", got ", t.sizes());
+    } else {
+      QAT_CHECK(t.numel() == 1 && t.dim() <= 1, op, ": per-tensor ", what, " must have shape (1), got ", t.sizes());
+    }
+  };
+  check_param(step, "step");
+  if (offset) {
+    detail::check_f32_any_device(*offset, op, "offset");
+    check_param(*offset, "offset");
+    detail::check_same_device(op, {{"input", &v}, {"step", &step}, {"offset", offset}});
+  } else {
+    detail::check_same_device(op, {{"input", &v}, {"step", &step}});
+  }
+  QAT_CHECK(std::isfinite(grad_scale), op, ": grad_scale must be finite, got ", grad_scale);
+}
+
 float lsq_min_step(const QuantSpec& spec) { return std::max(spec.min_scale, kLsqStepFloor); }
 
 Tensor lsq_quantize(const Tensor& v, const Tensor& step, const QuantSpec& spec, float grad_scale, LsqClip clip) {
@@ -300,7 +306,7 @@ float lsq_grad_scale(int64_t numel_per_step, const QuantSpec& spec) {
 }
 
 Tensor lsq_step_value(const Tensor& step_param, const QuantSpec& spec) {
-  detail::check_f32(step_param, "lsq_step_value", "step");
+  detail::check_f32_any_device(step_param, "lsq_step_value", "step");
   const float floor = lsq_min_step(spec);
   std::vector<float> p = step_param.to_vector();
   for (float& x : p) x = std::max(std::fabs(x), floor);

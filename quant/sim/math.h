@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/host_device.h"
+#include "quant/observe/channel_geometry.h"
 
 namespace qat::quant::math {
 
@@ -69,6 +70,34 @@ QAT_HOST_DEVICE inline LsqGrad lsq_grad(float v, float g, float inv, float beta,
   const bool clipped = below || above;
   // Selects, never mask products: t may be ±inf far out of range.
   return {clipped ? 0.f : g, (below ? lo : above ? hi : r - t) * g, clipped ? g : 0.f};
+}
+
+// LSQ's backward as the slots split of the CUDA twin (channel_geometry.h):
+// slot s of channel c writes dv (when dv is not null) for its elements and
+// sums their step and offset terms in double. inv_beta: per channel, 1/s
+// then beta (2C floats).
+template <bool kPlus, bool kPaperClip>
+QAT_HOST_DEVICE inline void lsq_slot_backward(const float* v, const float* g, float* dv, const ChannelGeometry& geo,
+                                              const float* inv_beta, int64_t c, int64_t slot, int64_t slots,
+                                              float lo, float hi, double& ds, double& db) {
+  const float inv = inv_beta[c], beta = inv_beta[geo.channels + c];
+  ds = 0.0;
+  db = 0.0;
+  const int64_t n = geo.per_channel();
+  for (int64_t k = slot; k < n; k += slots) {
+    const int64_t i = geo.offset(c, k);
+    const LsqGrad e = lsq_grad<kPlus, kPaperClip>(v[i], g[i], inv, beta, lo, hi);
+    if (dv != nullptr) dv[i] = e.dv;
+    ds += e.ds;
+    db += e.db;
+  }
+}
+
+// Channel c's sum of its `slots` partials (laid out [channel][slot]).
+QAT_HOST_DEVICE inline double channel_sum(const double* partial, int64_t c, int64_t slots) {
+  double sum = 0.0;
+  for (int64_t s = 0; s < slots; ++s) sum += partial[c * slots + s];
+  return sum;
 }
 
 }  // namespace qat::quant::math

@@ -40,7 +40,7 @@ Tensor awkward(const Shape& shape, uint64_t seed, int64_t all_nan_row = -1) {
 }
 
 // The two bodies run on the host, as the kernels run them.
-void host_bodies(const Tensor& x, const minmax_math::ChannelGeometry& g, int64_t slots, std::vector<float>& mn,
+void host_bodies(const Tensor& x, const ChannelGeometry& g, int64_t slots, std::vector<float>& mn,
                  std::vector<float>& mx) {
   const int64_t C = g.channels;
   std::vector<float> smin(C * slots), smax(C * slots);
@@ -73,10 +73,10 @@ TEST_CASE("observer min/max: the CUDA twin's per-index bodies give the CPU reduc
   for (const Case& k : kCases) {
     const Tensor x = awkward(k.shape, ++seed, k.per_channel && k.axis == 0 ? 1 : -1);
     const ChannelLayout l = ChannelLayout::of(x, k.per_channel, k.axis);
-    const minmax_math::ChannelGeometry g{l.outer, l.channels, l.inner};
+    const ChannelGeometry g{l.outer, l.channels, l.inner};
     std::vector<float> want_min(l.channels), want_max(l.channels);
     reduce_minmax(x, k.per_channel, k.axis, want_min.data(), want_max.data());
-    for (const int64_t slots : {int64_t{1}, int64_t{3}, int64_t{32}, minmax_math::slots_for(g), g.per_channel() + 5}) {
+    for (const int64_t slots : {int64_t{1}, int64_t{3}, int64_t{32}, slots_for(g), g.per_channel() + 5}) {
       INFO("shape " << shape_str(k.shape) << ", axis " << k.axis << ", per channel " << k.per_channel << ", slots " << slots);
       std::vector<float> mn, mx;
       host_bodies(x, g, slots, mn, mx);
