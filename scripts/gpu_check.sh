@@ -10,6 +10,7 @@
 # Budget: under 5 minutes on 16 cores (the build is most of it; the tests
 # have 240 s, each benchmark 120 s).
 #   bash scripts/gpu_check.sh            # JOBS=N to change the build's parallelism
+#   QAT_GPU_BUNDLE=.gpu_bundle/qat-gpu.tar.xz bash scripts/gpu_check.sh   # built by scripts/gpu_bundle.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -29,28 +30,48 @@ else
   echo "gpu_check: nvidia-smi not found; the CUDA runtime's answer below decides"
 fi
 
-# 2. Configure and build with CUDA required.
+# 2. qat with CUDA: the bundle built elsewhere (scripts/gpu_bundle.sh: for a
+#    GPU machine without qat's libraries or a package registry), or a build here.
 mkdir -p "$log_dir"
-echo "gpu_check: configuring build-gpu (QAT_CUDA=ON) ..."
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DQAT_CUDA=ON >"$log_dir/configure.log" 2>&1 ||
-  { tail -30 "$log_dir/configure.log"; fail "configure (see $log_dir/configure.log)"; }
-grep "qat: CUDA" "$log_dir/configure.log" || true
-echo "gpu_check: building qat and qat_tests with $jobs jobs ..."
-cmake --build build-gpu -j"$jobs" --target qat qat_tests >"$log_dir/build.log" 2>&1 ||
-  { grep -E -B2 -A8 "error|warning" "$log_dir/build.log" | head -80; fail "build (see $log_dir/build.log)"; }
-echo "gpu_check: built in $(elapsed)"
+if [ -n "${QAT_GPU_BUNDLE:-}" ]; then
+  [ -f "$QAT_GPU_BUNDLE" ] || fail "QAT_GPU_BUNDLE=$QAT_GPU_BUNDLE: no such file (make it with scripts/gpu_bundle.sh)"
+  stage=$PWD/.gpu_bundle/stage
+  rm -rf "$stage" && mkdir -p "$stage" && tar -C "$stage" -xJf "$QAT_GPU_BUNDLE"
+  # The binaries read the sample data and golden files under the path they
+  # were built in: point it at this checkout.
+  src=$(cat "$stage/source_dir")
+  if [ "$src" != "$PWD" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
+  [ -d "$src/data/samples" ] || fail "$src holds no checkout of qat (the bundle's source path)"
+  # CUDA's libraries as this machine has them (toolkit or Python wheels).
+  cuda_dirs=$(find /usr/local /usr/lib /opt \( -name 'libcudnn.so.9' -o -name 'libcublas.so.13' -o \
+    -name 'libcudart.so.13' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
+  export LD_LIBRARY_PATH="$stage/lib:${cuda_dirs}${LD_LIBRARY_PATH:-}"
+  bin=$stage/bin
+  echo "gpu_check: bundle $QAT_GPU_BUNDLE (built from $src); CUDA libraries from: ${cuda_dirs:-none found}"
+  ldd "$bin/qat_tests" | grep "not found" && fail "libraries missing (above)"
+else
+  echo "gpu_check: configuring build-gpu (QAT_CUDA=ON) ..."
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DQAT_CUDA=ON >"$log_dir/configure.log" 2>&1 ||
+    { tail -30 "$log_dir/configure.log"; fail "configure (see $log_dir/configure.log; on a machine without qat's libraries use scripts/gpu_bundle.sh)"; }
+  grep "qat: CUDA" "$log_dir/configure.log" || true
+  echo "gpu_check: building qat and qat_tests with $jobs jobs ..."
+  cmake --build build-gpu -j"$jobs" --target qat qat_tests >"$log_dir/build.log" 2>&1 ||
+    { grep -E -B2 -A8 "error|warning" "$log_dir/build.log" | head -80; fail "build (see $log_dir/build.log)"; }
+  bin=build-gpu
+  echo "gpu_check: built in $(elapsed)"
+fi
 
 # 3. The GPU as the CUDA runtime sees it (the device-report test fails
 #    under QAT_REQUIRE_GPU=1 when there is none, with the runtime's reason).
 export QAT_REQUIRE_GPU=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-4}
-if ! timeout 60 ./build-gpu/qat_tests "cuda: the build and the device are reported*" >"$log_dir/device.log" 2>&1; then
+if ! timeout 60 "$bin/qat_tests" "cuda: the build and the device are reported*" >"$log_dir/device.log" 2>&1; then
   grep -A4 "with message" "$log_dir/device.log" | grep -v "with message" | sed 's/^ */  /' >&2 || true
   fail "no GPU that the CUDA runtime can use (reason above; $log_dir/device.log)"
 fi
 
 # 4. Every GPU test: a missing GPU is a failure here, not a skip.
 status=0
-timeout 240 ./build-gpu/qat_tests "[cuda],[math]" --durations yes 2>&1 | tee "$log_dir/tests.log" || status=$?
+timeout 240 "$bin/qat_tests" "[cuda],[math]" --durations yes 2>&1 | tee "$log_dir/tests.log" || status=$?
 if grep -q "skipped: no CUDA device\|skipped: this qat was built without CUDA" "$log_dir/tests.log"; then
   fail "a GPU test was skipped for want of a GPU (see $log_dir/tests.log)"
 fi
@@ -60,9 +81,9 @@ fi
 bench_cfg=configs/alexnet_w8a8_imagenette.yaml
 echo
 echo "gpu_check: benchmarks"
-timeout 120 ./build-gpu/qat bench --device cuda --config "$bench_cfg" --steps 20 --warmup 3 2>&1 |
+timeout 120 "$bin/qat" bench --device cuda --config "$bench_cfg" --steps 20 --warmup 3 2>&1 |
   tee "$log_dir/bench_cuda.log" | grep -E "^(device|train|qat/|int8/)" | sed 's/^/  /' || echo "  bench --device cuda failed (see $log_dir/bench_cuda.log)"
-timeout 120 ./build-gpu/qat bench --config "$bench_cfg" --threads "$(nproc)" --steps 5 --warmup 1 --no-profile 2>&1 |
+timeout 120 "$bin/qat" bench --config "$bench_cfg" --threads "$(nproc)" --steps 5 --warmup 1 --no-profile 2>&1 |
   tee "$log_dir/bench_cpu.log" | grep -E "^(cpu|train|qat/|int8/)" | sed 's/^/  /' || echo "  bench on the CPU failed (see $log_dir/bench_cpu.log)"
 
 [ "$status" -eq 0 ] || fail "GPU tests (exit status $status; $log_dir/tests.log)"
@@ -71,5 +92,5 @@ echo
 echo "gpu_check: summary"
 grep -A1 "GPU: " "$log_dir/tests.log" | grep -v "^--" | sed 's/^ */  /' || true
 grep -E "^All tests passed|^test cases:" "$log_dir/tests.log" | sed 's/^/  /'
-echo "  [cuda] tests: $(./build-gpu/qat_tests "[cuda]" --list-test-names-only | grep -c .), total time $(elapsed)"
+echo "  [cuda] tests: $("$bin/qat_tests" "[cuda]" --list-test-names-only | grep -c .), total time $(elapsed)"
 echo "gpu_check: PASSED"
