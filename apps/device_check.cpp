@@ -16,9 +16,9 @@ TrainingStep training_step_of(const ExperimentConfig& cfg) {
 std::vector<DeviceOpSupport> training_ops(bool cuda_built) {
   // Note [training device]: a twin counts only where it is compiled.
   return {
-      {"conv2d", false},
-      {"linear", false},
-      {"batch_norm", false},
+      {"conv2d", cuda_built},      // core/ops/conv2d.cu (cuDNN)
+      {"linear", cuda_built},      // core/ops/linear.cu (cuBLAS)
+      {"batch_norm", cuda_built},  // core/ops/batch_norm.cu (cuDNN)
       {"relu", cuda_built},  // core/ops/relu.cu
       {"max_pool2d", false},
       {"adaptive_avg_pool2d", false},

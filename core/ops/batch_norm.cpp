@@ -5,6 +5,10 @@
 
 #include "core/collective.h"
 #include "core/ops/common.h"
+#include "core/ops/math.h"
+#if QAT_WITH_CUDA
+#include "core/ops/cuda_twins.h"
+#endif
 
 namespace qat {
 
@@ -52,18 +56,20 @@ struct Layout {
 };
 
 Layout check_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& rm, const Tensor& rv) {
-  detail::check_f32(x, "batch_norm", "input");
+  detail::check_f32_any_device(x, "batch_norm", "input");
   QAT_CHECK(x.dim() == 2 || x.dim() == 4, "batch_norm: expected input (N,C) or (N,C,H,W), got ", x.sizes());
   const int64_t c = x.size(1);
   const std::pair<const Tensor*, const char*> per_channel[] = {
       {&weight, "weight"}, {&bias, "bias"}, {&rm, "running_mean"}, {&rv, "running_var"}};
   for (auto [t, name] : per_channel) {
     if (!t->defined()) continue;
-    detail::check_f32(*t, "batch_norm", name);
+    detail::check_f32_any_device(*t, "batch_norm", name);
     QAT_CHECK(t->dim() == 1 && t->size(0) == c && t->is_contiguous(), "batch_norm: expected ", name, " (", c,
               ") for input ", x.sizes(), ", got ", t->sizes());
   }
   QAT_CHECK(rm.defined() == rv.defined(), "batch_norm: running_mean and running_var must both be given or neither");
+  detail::check_same_device("batch_norm", {{"input", &x}, {"weight", &weight}, {"bias", &bias},
+                                           {"running_mean", &rm}, {"running_var", &rv}});
   const int64_t hw = x.dim() == 4 ? x.size(2) * x.size(3) : 1;
   return {x.size(0), c, hw};
 }
@@ -79,6 +85,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   Collective* coll = use_batch_stats && sync_batch_norm() ? collective() : nullptr;
   QAT_CHECK(!use_batch_stats || L.m() > 1 || coll, "batch_norm: training needs more than one value per channel, got "
             "input ", x.sizes());
+  if (x.device() == Device::cuda) {
+    QAT_CHECK(!coll, "batch_norm: the statistics of the global batch of all processes (synchronised batch norm) "
+              "are computed on the CPU only; input ", x.sizes(), " is on cuda");
+#if QAT_WITH_CUDA
+    return cuda_twin::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);  // batch_norm.cu
+#endif
+  }
   Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.sizes());
   const float* px = xc.data<float>();
@@ -135,7 +148,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
       var = rv[c];
     }
     mean[c] = mu;
-    istd[c] = 1.f / std::sqrt(var + eps);
+    istd[c] = op_math::bn_inv_std(var, eps);
     const float scale = istd[c] * (pw ? pw[c] : 1.f);
     const float shift = (pb ? pb[c] : 0.f) - mu * scale;
     for (int64_t n = 0; n < L.n; ++n) {

@@ -1,5 +1,7 @@
 #pragma once
-// Batch normalisation over channel dim 1 of x: (N, C) or (N, C, H, W).
+// Batch normalisation over channel dim 1 of x: (N, C) or (N, C, H, W); CPU
+// or cuda, all tensors on one device (twin on cuDNN: core/ops/batch_norm.cu,
+// which refuses eps below cuDNN's minimum and synchronised statistics).
 // weight, bias: (C) or undefined (no affine); running_mean, running_var: (C)
 // or undefined (then batch statistics are used in eval too, as PyTorch).
 // training: normalise with the batch mean and biased variance; update the

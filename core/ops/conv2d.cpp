@@ -8,10 +8,13 @@
 #include "core/blas.h"
 #include "core/ops/common.h"
 #include "core/threads.h"
+#if QAT_WITH_CUDA
+#include "core/ops/cuda_twins.h"
+#endif
 
 namespace qat {
 
-using detail::check_f32;
+using detail::check_f32_any_device;
 
 
 namespace {
@@ -25,8 +28,8 @@ struct Geometry {
 };
 
 Geometry check_and_measure(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
-  check_f32(x, "conv2d", "input");
-  check_f32(w, "conv2d", "weight");
+  check_f32_any_device(x, "conv2d", "input");
+  check_f32_any_device(w, "conv2d", "weight");
   QAT_CHECK(x.dim() == 4, "conv2d: expected input (N,C,H,W), got ", x.sizes());
   QAT_CHECK(w.dim() == 4, "conv2d: expected weight (O,C/groups,KH,KW), got ", w.sizes());
   QAT_CHECK(p.groups >= 1 && p.stride_h >= 1 && p.stride_w >= 1 && p.dil_h >= 1 && p.dil_w >= 1 && p.pad_h >= 0 &&
@@ -39,9 +42,10 @@ Geometry check_and_measure(const Tensor& x, const Tensor& w, const Tensor& b, co
   QAT_CHECK(w.size(1) == g.cg(), "conv2d: expected input with ", w.size(1) * g.groups, " channels for weight ",
             w.sizes(), " and groups ", g.groups, ", got input ", x.sizes());
   if (b.defined()) {
-    check_f32(b, "conv2d", "bias");
+    check_f32_any_device(b, "conv2d", "bias");
     QAT_CHECK(b.dim() == 1 && b.size(0) == g.o, "conv2d: expected bias (", g.o, "), got ", b.sizes());
   }
+  detail::check_same_device("conv2d", {{"input", &x}, {"weight", &w}, {"bias", &b}});
   g.oh = conv_out_size(g.h, g.kh, p.stride_h, p.pad_h, p.dil_h, "conv2d");
   g.ow = conv_out_size(g.w, g.kw, p.stride_w, p.pad_w, p.dil_w, "conv2d");
   return g;
@@ -316,6 +320,9 @@ TensorList backward_impl(const Tensor& gy, const Tensor& xc, const Tensor& wc, c
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
   QAT_PROFILE("conv2d.forward");
   const Geometry g = check_and_measure(x, weight, bias, p);
+#if QAT_WITH_CUDA
+  if (x.device() == Device::cuda) return cuda_twin::conv2d(x, weight, bias, p);  // core/ops/conv2d.cu
+#endif
   Tensor xc = x.contiguous(), wc = weight.contiguous();
   Tensor out = forward_impl(xc, wc, bias, g, p);
   return record(out, "conv2d", {&x, &weight, &bias},

@@ -1,5 +1,6 @@
 #pragma once
-// 2-D convolution (cross-correlation, as PyTorch).
+// 2-D convolution (cross-correlation, as PyTorch); CPU or cuda, all tensors
+// on one device (twin on cuDNN: core/ops/conv2d.cu; below, the CPU's way).
 // x: (N, C, H, W), weight: (O, C/groups, KH, KW), bias: (O) or undefined
 // -> (N, O, OH, OW), OH = (H + 2*pad_h - dil_h*(KH-1) - 1) / stride_h + 1.
 // Forward: im2col of the whole batch per group, then one sgemm

@@ -2,17 +2,24 @@
 
 #include "core/blas.h"
 #include "core/ops/common.h"
+#if QAT_WITH_CUDA
+#include "core/ops/cuda_twins.h"
+#endif
 
 namespace qat {
 
-using detail::check_f32;
+using detail::check_f32_any_device;
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   QAT_PROFILE("matmul.forward");
-  check_f32(a, "matmul", "a");
-  check_f32(b, "matmul", "b");
+  check_f32_any_device(a, "matmul", "a");
+  check_f32_any_device(b, "matmul", "b");
+  detail::check_same_device("matmul", {{"a", &a}, {"b", &b}});
   QAT_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "matmul: expected (M,K) x (K,N), got ",
             a.sizes(), " x ", b.sizes());
+#if QAT_WITH_CUDA
+  if (a.device() == Device::cuda) return cuda_twin::matmul(a, b);  // core/ops/linear.cu
+#endif
   Tensor ac = a.contiguous(), bc = b.contiguous();
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   Tensor out = Tensor::empty({m, n});
@@ -38,15 +45,19 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   QAT_PROFILE("linear.forward");
-  check_f32(x, "linear", "input");
-  check_f32(weight, "linear", "weight");
+  check_f32_any_device(x, "linear", "input");
+  check_f32_any_device(weight, "linear", "weight");
   QAT_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1), "linear: expected input (N,",
             weight.dim() == 2 ? weight.size(1) : -1, ") for weight ", weight.sizes(), ", got input ", x.sizes());
   const int64_t n = x.size(0), in = x.size(1), out_f = weight.size(0);
   if (bias.defined()) {
-    check_f32(bias, "linear", "bias");
+    check_f32_any_device(bias, "linear", "bias");
     QAT_CHECK(bias.dim() == 1 && bias.size(0) == out_f, "linear: expected bias (", out_f, "), got ", bias.sizes());
   }
+  detail::check_same_device("linear", {{"input", &x}, {"weight", &weight}, {"bias", &bias}});
+#if QAT_WITH_CUDA
+  if (x.device() == Device::cuda) return cuda_twin::linear(x, weight, bias);  // core/ops/linear.cu
+#endif
   Tensor xc = x.contiguous(), wc = weight.contiguous();
   Tensor out = Tensor::empty({n, out_f});
   float* po = out.data<float>();

@@ -1,5 +1,6 @@
 #pragma once
-// Matrix products on OpenBLAS sgemm.
+// Matrix products on OpenBLAS sgemm; CPU or cuda, all tensors on one device
+// (twins on cuBLAS: core/ops/linear.cu).
 #include "core/tensor.h"
 
 namespace qat {

@@ -174,9 +174,9 @@ TEST_CASE("cuda: ops without a CUDA kernel refuse a cuda tensor, naming the op a
   const Tensor cpu = Tensor::ones({2, 3});
   CHECK_THROWS_WITH(qat::add(cpu, d.t),
                     Contains("add: b (shape [2, 3]) is on cuda, but add runs on the CPU only"));
-  CHECK_THROWS_WITH(qat::linear(d.t, Tensor::ones({4, 3})), Contains("linear: input (shape [2, 3]) is on cuda"));
-  CHECK_THROWS_WITH(qat::linear(cpu, Tensor::ones({4, 3}), d.t.view({6}).narrow(0, 0, 4)),
-                    Contains("linear: bias") && Contains("is on cuda"));
+  CHECK_THROWS_WITH(qat::max_pool2d(d.t.view({1, 1, 2, 3}), {1, 1, 1, 1}),
+                    Contains("max_pool2d: input (shape [1, 1, 2, 3]) is on cuda"));
+  CHECK_THROWS_WITH(qat::mul(cpu, d.t), Contains("mul: b") && Contains("is on cuda"));
   // The helper every op with a CUDA twin calls, on its own.
   CHECK_THROWS_WITH(qat::detail::check_same_device("my_op", {{"x", &cpu}, {"w", &d.t}}),
                     Equals("my_op: expected all tensors on one device, but x is on cpu and w is on cuda"));
