@@ -62,6 +62,23 @@ cudnnHandle_t create_cudnn_handle() {
 
 }  // namespace
 
+LibraryVersions loaded_library_versions() {
+  LibraryVersions v;
+  QAT_CUBLAS_CHECK(cublasGetProperty(MAJOR_VERSION, &v.cublas_major));
+  QAT_CUBLAS_CHECK(cublasGetProperty(MINOR_VERSION, &v.cublas_minor));
+  QAT_CUBLAS_CHECK(cublasGetProperty(PATCH_LEVEL, &v.cublas_patch));
+  v.cudnn = cudnnGetVersion();
+  v.cudnn_cudart = cudnnGetCudartVersion();
+  return v;
+}
+
+std::string describe_libraries() {
+  const LibraryVersions v = loaded_library_versions();
+  return detail::cat("cuBLAS ", v.cublas_major, ".", v.cublas_minor, ".", v.cublas_patch, " (built with ",
+                     CUBLAS_VER_MAJOR, ".", CUBLAS_VER_MINOR, ".", CUBLAS_VER_PATCH, "), cuDNN ", v.cudnn,
+                     " (built with ", CUDNN_VERSION, ", its CUDA runtime ", v.cudnn_cudart, ")");
+}
+
 cublasHandle_t cublas_handle() {
   static const cublasHandle_t h = create_cublas_handle();  // a throw leaves it to the next call
   return h;

@@ -36,6 +36,17 @@ namespace qat::cuda {
 cublasHandle_t cublas_handle();
 cudnnHandle_t cudnn_handle();
 
+// The libraries as loaded and as built against, e.g. "cuBLAS 13.0.0 (built
+// with 13.0.0), cuDNN 91400 (built with 91400, its CUDA runtime 13000)": a
+// GPU machine may carry other versions than the build machine. Host calls:
+// no GPU needed.
+struct LibraryVersions {
+  int cublas_major = 0, cublas_minor = 0, cublas_patch = 0;
+  size_t cudnn = 0, cudnn_cudart = 0;
+};
+LibraryVersions loaded_library_versions();
+std::string describe_libraries();
+
 // "<file>:<line>: <call>: <status name> (<code>): <library's text>" (cuDNN:
 // and the detail of cudnnGetLastErrorString when it has any).
 std::string cublas_error_message(cublasStatus_t s, const char* call, const char* file, int line);

@@ -3,8 +3,8 @@
 # reaches no package registry and has none of qat's libraries (OpenBLAS,
 # yaml-cpp, ONNX, ...), so qat is built HERE with CUDA, for any x86-64 CPU
 # (QAT_NATIVE=OFF: the kernels are still chosen at run time) and without MPI,
-# and packed with the shared libraries it needs beyond glibc, libstdc++ and
-# CUDA's own into .gpu_bundle/qat-gpu.tar.xz (git ignores it; about 20 MB).
+# and packed with the shared libraries it needs beyond glibc, libstdc++,
+# the driver, cuBLAS and cuDNN into .gpu_bundle/qat-gpu.tar.xz (git ignores it; about 20 MB).
 # The binaries keep this checkout's paths (/work/main/...) for the sample data
 # and the golden files; gpu_check.sh links that path to the checkout there.
 #   bash scripts/gpu_bundle.sh          # JOBS=N to change the build's parallelism
@@ -20,10 +20,12 @@ cmake -S . -B build-gpu-bundle -DCMAKE_BUILD_TYPE=Release -DQAT_CUDA=ON -DQAT_NA
 cmake --build build-gpu-bundle -j"${JOBS:-2}" --target qat qat_tests
 strip "$stage/bin/qat" "$stage/bin/qat_tests"
 # What ldd resolves, less glibc, the C++ runtime (the GPU machine's is newer
-# and backward compatible) and CUDA's libraries (the machine's own).
+# and backward compatible), the driver and cuBLAS/cuDNN (hundreds of MB: the
+# machine's own; the GPU check prints their versions). The CUDA runtime the
+# binaries were built with travels (drivers run newer minor versions).
 ldd "$stage/bin/qat_tests" "$stage/bin/qat" | awk '/=> \//{print $3}' | sort -u |
   grep -v -E '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux-x86-64)\.so' |
-  grep -v -E '/lib(cuda|cudart|cublas|cublasLt|cudnn[a-z_]*|nvrtc|nvJitLink)\.so' |
+  grep -v -E '/lib(cuda|cublas|cublasLt|cudnn[a-z_]*|nvrtc|nvJitLink)\.so' |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 printf '%s\n' "$root" >"$stage/source_dir"  # the path compiled into the binaries
 tar -C "$stage" -cJf "$root/.gpu_bundle/qat-gpu.tar.xz" .

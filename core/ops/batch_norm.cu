@@ -142,10 +142,10 @@ TensorList backward_empty(const Tensor& x, const BatchNormSaved& s, const NeedGr
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, bool training, float momentum, float eps) {
   BatchNormSaved s;
-  s.plan = cuda_plan::plan_batch_norm(x.sizes(), static_cast<double>(eps), CUDNN_BN_MIN_EPSILON);
+  s.batch_stats = training || !running_mean.defined();
+  s.plan = cuda_plan::plan_batch_norm(x.sizes(), static_cast<double>(eps), CUDNN_BN_MIN_EPSILON, s.batch_stats);
   s.channels = x.size(1);
   s.inner = x.dim() == 4 ? x.size(2) * x.size(3) : 1;
-  s.batch_stats = training || !running_mean.defined();
   s.eps = eps;
   s.scale = weight.defined() ? weight : per_channel_constant(s.channels, 1.f);
   const Tensor shift = bias.defined() ? bias : per_channel_constant(s.channels, 0.f);

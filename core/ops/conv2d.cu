@@ -39,7 +39,23 @@ struct ConvDescriptors {
   cuda::ConvolutionDescriptor conv;
 };
 
-bool not_supported(cudnnStatus_t s) { return CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED; }
+// "Not supported" for this algorithm under these settings: try the next one.
+// The category also holds setup failures (a sub-library, the driver or the
+// runtime missing: 3005-3009 in cudnn_graph.h), which no other algorithm
+// would get past: those throw at once.
+bool not_supported(cudnnStatus_t s) {
+  if (CUDNN_STATUS_CATEGORY(s) != CUDNN_STATUS_NOT_SUPPORTED) return false;
+  switch (s) {
+    case CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING:
+    case CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE:
+    case CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDA_DRIVER:
+    case CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDART:
+    case CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH:
+      return false;
+    default:
+      return true;
+  }
+}
 
 // The FFT and Winograd algorithms of each direction (Note [FP32 on the GPU]).
 bool transform_based(cudnnConvolutionFwdAlgo_t a) {
@@ -82,22 +98,32 @@ std::string list_algorithms(const std::vector<ConvAlgoCandidate>& listed) {
 template <class Workspace, class Run>
 void run_first_accepted(const char* what, const std::vector<ConvAlgoCandidate>& listed, Workspace workspace,
                         Run run) {
+  std::string skipped;  // each algorithm cuDNN declined, with its answer, for the error below
+  auto skip = [&](int algo, const char* stage, cudnnStatus_t s) {
+    skipped += detail::cat(skipped.empty() ? "" : "; ", algo, " (", stage, ": ", cudnnGetErrorString(s), ")");
+  };
   for (const int algo : cuda_plan::order_conv_algorithms(listed)) {
     size_t bytes = 0;
     const cudnnStatus_t ws = workspace(algo, &bytes);
-    if (not_supported(ws)) continue;
+    if (not_supported(ws)) {
+      skip(algo, "workspace size", ws);
+      continue;
+    }
     if (ws != CUDNN_STATUS_SUCCESS)
       cuda::throw_cudnn_error(ws, detail::cat(what, ": workspace size of algorithm ", algo).c_str(), __FILE__,
                               __LINE__);
     cuda::DeviceBuffer buffer(bytes);
     const cudnnStatus_t s = run(algo, buffer.get(), bytes);
-    if (not_supported(s)) continue;
+    if (not_supported(s)) {
+      skip(algo, "run", s);
+      continue;
+    }
     if (s != CUDNN_STATUS_SUCCESS)
       cuda::throw_cudnn_error(s, detail::cat(what, " with algorithm ", algo).c_str(), __FILE__, __LINE__);
     return;
   }
   QAT_FAIL("conv2d on cuda: cuDNN runs none of the FP32 (FMA, no FFT/Winograd) algorithms its heuristic lists for ", what,
-           "; listed: ", list_algorithms(listed));
+           "; listed: ", list_algorithms(listed), "; declined: ", skipped.empty() ? "none tried" : skipped);
 }
 
 const float kOne = 1.f, kZero = 0.f;

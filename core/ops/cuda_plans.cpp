@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 
@@ -132,11 +133,16 @@ std::vector<int> order_conv_algorithms(const std::vector<ConvAlgoCandidate>& lis
   return deterministic;
 }
 
-BatchNormPlan plan_batch_norm(const Shape& x, double eps, double min_epsilon) {
+BatchNormPlan plan_batch_norm(const Shape& x, double eps, double min_epsilon, bool batch_stats) {
   const char* op = "batch_norm on cuda";
   QAT_CHECK(x.size() == 2 || x.size() == 4, op, ": expected input (N,C) or (N,C,H,W), got ", x);
   QAT_CHECK(!std::isnan(eps) && eps >= min_epsilon, op, ": eps = ", eps, " is below cuDNN's minimum ",
             "CUDNN_BN_MIN_EPSILON = ", min_epsilon, "; use eps >= ", min_epsilon, " or the CPU");
+  const int64_t max_batch = batch_stats ? 880801 : 65535;
+  QAT_CHECK(x[0] <= max_batch, op, ": a batch of ", x[0], " is beyond the ", max_batch, " that cuDNN's ",
+            batch_stats ? "training" : "inference", " kernels take; split the batch or use the CPU");
+  QAT_CHECK(shape_numel(x) < int64_t{std::numeric_limits<int>::max()}, op, ": input ", x, " has ", shape_numel(x),
+            " elements, beyond cuDNN's 32-bit indexing; split the batch or use the CPU");
   BatchNormPlan b{};
   const int64_t h = x.size() == 4 ? x[2] : 1, w = x.size() == 4 ? x[3] : 1;
   four_ints({x[0], x[1], h, w}, b.x, op, "input size");

@@ -111,6 +111,11 @@ struct BatchNormPlan {
   int x[4];
   int channel[4];  // 1,C,1,1
 };
-BatchNormPlan plan_batch_norm(const Shape& x, double eps, double min_epsilon);
+// batch_stats: normalised with the batch's statistics (cuDNN's training
+// kernels) or with running ones (its inference kernel). Refuses what cuDNN's
+// kernels are known to refuse (PyTorch keeps these cases off cuDNN): a batch
+// beyond 880801 with batch statistics or 65535 with running ones, and
+// inputs of INT_MAX elements or more (32-bit indexing).
+BatchNormPlan plan_batch_norm(const Shape& x, double eps, double min_epsilon, bool batch_stats);
 
 }  // namespace qat::cuda_plan

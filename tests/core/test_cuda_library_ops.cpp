@@ -369,6 +369,20 @@ TEST_CASE("cuda library ops: synchronised batch norm is refused on cuda, naming 
                            "norm) are computed on the CPU only; input [4, 3] is on cuda"));
 }
 
+// The versions a GPU machine loads may not be the build machine's: the GPU
+// check prints them, and a different major version fails here.
+TEST_CASE("cuda library ops: the cuBLAS and cuDNN loaded have the major versions built against", "[cuda]") {
+#if QAT_WITH_CUDA
+  const qat::cuda::LibraryVersions v = qat::cuda::loaded_library_versions();
+  CHECK(v.cublas_major == CUBLAS_VER_MAJOR);
+  CHECK(v.cudnn / 10000 == CUDNN_VERSION / 10000);
+  CHECK(v.cudnn_cudart / 1000 == CUDART_VERSION / 1000);
+  WARN("GPU libraries: " << qat::cuda::describe_libraries());
+#else
+  WARN("skipped: this qat was built without CUDA");
+#endif
+}
+
 TEST_CASE("cuda library ops: cuBLAS and cuDNN failures name the call, file:line and the library's status", "[cuda]") {
 #if QAT_WITH_CUDA
   // Calls that fail on any machine, GPU or not: no handle, a bad descriptor size.

@@ -321,17 +321,23 @@ TEST_CASE("cuda plans: conv algorithms are tried deterministic first, never tens
 }
 
 TEST_CASE("cuda plans: batch norm's cuDNN shapes, and eps below cuDNN's minimum refused", "[math]") {
-  const BatchNormPlan a = plan_batch_norm({8, 3}, 1e-5, 0.0);
+  const BatchNormPlan a = plan_batch_norm({8, 3}, 1e-5, 0.0, true);
   CHECK((a.x[0] == 8 && a.x[1] == 3 && a.x[2] == 1 && a.x[3] == 1));
   CHECK((a.channel[0] == 1 && a.channel[1] == 3 && a.channel[2] == 1 && a.channel[3] == 1));
-  const BatchNormPlan b = plan_batch_norm({2, 5, 7, 9}, 1e-5, 0.0);
+  const BatchNormPlan b = plan_batch_norm({2, 5, 7, 9}, 1e-5, 0.0, false);
   CHECK((b.x[0] == 2 && b.x[1] == 5 && b.x[2] == 7 && b.x[3] == 9));
   CHECK(b.channel[1] == 5);
-  CHECK_THROWS_WITH(plan_batch_norm({2, 3}, 1e-6, 1e-5),
+  CHECK_THROWS_WITH(plan_batch_norm({2, 3}, 1e-6, 1e-5, true),
                     Contains("batch_norm on cuda: eps = 1e-06 is below cuDNN's minimum CUDNN_BN_MIN_EPSILON = 1e-05"));
-  CHECK_THROWS_WITH(plan_batch_norm({2, 3}, -1.0, 0.0), Contains("below cuDNN's minimum"));
-  CHECK_THROWS_WITH(plan_batch_norm({2, 3}, std::nan(""), 0.0), Contains("below cuDNN's minimum"));
-  CHECK_THROWS_WITH(plan_batch_norm({1 << 16, 1 << 16}, 1e-5, 0.0), Contains("beyond the int range"));
+  CHECK_THROWS_WITH(plan_batch_norm({2, 3}, -1.0, 0.0, true), Contains("below cuDNN's minimum"));
+  CHECK_THROWS_WITH(plan_batch_norm({2, 3}, std::nan(""), 0.0, true), Contains("below cuDNN's minimum"));
+  CHECK_THROWS_WITH(plan_batch_norm({1 << 15, 1 << 16}, 1e-5, 0.0, true), Contains("beyond cuDNN's 32-bit indexing"));
+  // The batch sizes cuDNN's kernels take, by mode.
+  CHECK_NOTHROW(plan_batch_norm({65535, 2}, 1e-5, 0.0, false));
+  CHECK_THROWS_WITH(plan_batch_norm({65536, 2}, 1e-5, 0.0, false),
+                    Contains("a batch of 65536 is beyond the 65535 that cuDNN's inference kernels take"));
+  CHECK_NOTHROW(plan_batch_norm({880801, 2}, 1e-5, 0.0, true));
+  CHECK_THROWS_WITH(plan_batch_norm({880802, 2}, 1e-5, 0.0, true), Contains("training kernels"));
 #if QAT_WITH_CUDA
   // cuDNN's own parameter shape for spatial mode (a host-only call: no GPU).
   const qat::cuda::TensorDescriptor xd(b.x);
