@@ -87,7 +87,7 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
   if (!grad.defined()) {
     QAT_CHECK(root.numel() == 1, "backward: grad can be implicit only for a scalar output, got shape ",
               root.sizes());
-    grad = Tensor::ones(root.sizes());
+    grad = Tensor::ones(root.sizes()).to(root.device());  // a device loss gets a device seed
   }
   QAT_CHECK(grad.sizes() == root.sizes(), "backward: gradient shape ", grad.sizes(), " does not match output ",
             root.sizes());

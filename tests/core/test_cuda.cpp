@@ -160,8 +160,13 @@ TEST_CASE("cuda: CPU code refuses the data of a cuda tensor, naming its device",
   CHECK_THROWS_WITH(d.t.data<float>(),
                     Contains("Tensor::data<float32>: the tensor (shape [2, 3]) is on cuda, and CPU code cannot read "
                              "device memory"));
-  CHECK_THROWS_WITH(d.t.fill_(1.f), Contains("fill_: the tensor (shape [2, 3]) is on cuda; fill_ runs on the CPU only"));
-  CHECK_THROWS_WITH(d.t.mul_(2.f), Contains("mul_: ") && Contains("is on cuda"));
+  // In-place fill_/mul_/add_ run on the device (core/tensor.cu): without a GPU they refuse naming why.
+  if (!cuda::available()) {
+    CHECK_THROWS_WITH(d.t.fill_(1.f), cuda::built() ? Contains("fill_: no usable CUDA device")
+                                                    : Contains("fill_: the tensor (shape [2, 3]) is on cuda; fill_ runs "
+                                                               "on the CPU only"));
+    CHECK_THROWS_WITH(d.t.mul_(2.f), Contains("mul_: ") && Contains(cuda::built() ? no_gpu_words() : "is on cuda"));
+  }
   CHECK_THROWS_WITH(d.t.to(DType::i8), Contains("to(int8): ") && Contains("on cuda runs on the CPU only"));
   CHECK_THROWS_WITH(Tensor::ones({3}).device_data<float>(), Contains("is on cpu, not on cuda"));
   qat::testing::TempDir dir;
@@ -172,8 +177,6 @@ TEST_CASE("cuda: CPU code refuses the data of a cuda tensor, naming its device",
 TEST_CASE("cuda: ops without a CUDA kernel refuse a cuda tensor, naming the op and the devices", "[cuda]") {
   CudaOrLabelled d(Tensor::ones({2, 3}));
   const Tensor cpu = Tensor::ones({2, 3});
-  CHECK_THROWS_WITH(qat::add(cpu, d.t),
-                    Contains("add: b (shape [2, 3]) is on cuda, but add runs on the CPU only"));
   CHECK_THROWS_WITH(qat::linear(d.t, Tensor::ones({4, 3})), Contains("linear: input (shape [2, 3]) is on cuda"));
   CHECK_THROWS_WITH(qat::linear(cpu, Tensor::ones({4, 3}), d.t.view({6}).narrow(0, 0, 4)),
                     Contains("linear: bias") && Contains("is on cuda"));
@@ -214,7 +217,8 @@ TEST_CASE("cuda: to(cuda).to(cpu) returns every dtype and view bit for bit", "[c
   require_same_bits(cols.to(Device::cuda).to(Device::cpu), cols.contiguous(), "CPU view to the device");
   require_same_bits(m.to(Device::cuda).narrow(1, 2, 5).to(Device::cpu), cols.contiguous(), "device view to the host");
   require_same_bits(m.to(Device::cuda).narrow(0, 3, 0).to(Device::cpu), m.narrow(0, 3, 0).contiguous(), "empty view");
-  CHECK_THROWS_WITH(m.to(Device::cuda).narrow(1, 2, 5).clone(), Contains("non-contiguous cuda tensor"));
+  require_same_bits(m.to(Device::cuda).narrow(1, 2, 5).clone().to(Device::cpu), cols.contiguous(),
+                    "clone of a device view (core/tensor.cu)");
 }
 
 TEST_CASE("cuda: zeros, clone, copy_ and item on the device", "[cuda]") {
