@@ -5,9 +5,15 @@
 // builds only (QAT_WITH_CUDA). What a twin saves for backward and how its
 // gradient is written (overwrite or accumulate) is what the op's header says.
 #include "core/tensor.h"
+#include "core/window.h"
 
 namespace qat::cuda_twin {
 
 Tensor relu(const Tensor& x);  // core/ops/relu.cu
+
+// core/ops/pool.cu
+Tensor max_pool2d(const Tensor& x, const Pool2dParams& p);
+Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p, bool count_include_pad);
+Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);
 
 }  // namespace qat::cuda_twin
