@@ -16,4 +16,9 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p);
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p, bool count_include_pad);
 Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);
 
+// core/ops/loss.cu (targets already checked on the host by the op)
+Tensor log_softmax(const Tensor& x);
+Tensor nll_loss(const Tensor& logp, const Tensor& target);
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, float label_smoothing);
+
 }  // namespace qat::cuda_twin
