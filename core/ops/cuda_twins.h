@@ -4,6 +4,7 @@
 // is on cuda; the twin shares the per-element rules of core/ops/math.h. CUDA
 // builds only (QAT_WITH_CUDA). What a twin saves for backward and how its
 // gradient is written (overwrite or accumulate) is what the op's header says.
+#include "core/generator.h"
 #include "core/tensor.h"
 #include "core/window.h"
 
@@ -15,6 +16,10 @@ Tensor relu(const Tensor& x);  // core/ops/relu.cu
 Tensor max_pool2d(const Tensor& x, const Pool2dParams& p);
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p, bool count_include_pad);
 Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);
+
+// core/ops/dropout.cu: training with p > 0 only (the op returns x otherwise);
+// its own mask rule (Note [device dropout mask]).
+Tensor dropout(const Tensor& x, float p, bool training, Generator& gen);
 
 // core/ops/loss.cu (targets already checked on the host by the op)
 Tensor log_softmax(const Tensor& x);
