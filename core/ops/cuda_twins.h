@@ -26,4 +26,6 @@ Tensor log_softmax(const Tensor& x);
 Tensor nll_loss(const Tensor& logp, const Tensor& target);
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, float label_smoothing);
 
+Tensor scale_channels(const Tensor& x, const Tensor& s, int64_t axis);  // core/ops/scale_channels.cu
+
 }  // namespace qat::cuda_twin
