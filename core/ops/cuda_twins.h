@@ -5,6 +5,7 @@
 // builds only (QAT_WITH_CUDA). What a twin saves for backward and how its
 // gradient is written (overwrite or accumulate) is what the op's header says.
 #include "core/generator.h"
+#include "core/ops/math.h"
 #include "core/tensor.h"
 #include "core/window.h"
 
@@ -27,5 +28,15 @@ Tensor nll_loss(const Tensor& logp, const Tensor& target);
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, float label_smoothing);
 
 Tensor scale_channels(const Tensor& x, const Tensor& s, int64_t axis);  // core/ops/scale_channels.cu
+
+// core/ops/elementwise.cu: the forward values of the elementwise ops (their
+// backwards compose ops that have twins), `shape` the broadcast shape.
+Tensor binary_forward(const Tensor& a, const Tensor& b, const Shape& shape, op_math::BinaryOp op);
+Tensor scalar_forward(const Tensor& a, op_math::BinaryOp op, float s);  // a (op) s
+Tensor sum_to(const Tensor& g, const Shape& shape);
+
+// core/ops/shape_ops.cu
+Tensor sum(const Tensor& x);
+Tensor mean(const Tensor& x);
 
 }  // namespace qat::cuda_twin
