@@ -11,11 +11,11 @@ std::vector<DeviceOpSupport> training_ops(bool cuda_built) {
       {"linear", false},
       {"batch_norm", false},
       {"relu", cuda_built},  // core/ops/relu.cu
-      {"max_pool2d", false},
-      {"adaptive_avg_pool2d", false},
-      {"dropout", false},
-      {"cross_entropy", false},
-      {"autograd's gradient sums (add_)", false},
+      {"max_pool2d", cuda_built},                       // core/ops/pool.cu
+      {"adaptive_avg_pool2d", cuda_built},              // core/ops/pool.cu
+      {"dropout", cuda_built},                          // core/ops/dropout.cu
+      {"cross_entropy", cuda_built},                    // core/ops/loss.cu
+      {"autograd's gradient sums (add_)", cuda_built},  // core/tensor.cu
       {"SGD / AdamW updates", false},
       {"fake_quantize", cuda_built},  // quant/sim/fake_quant.cu
       {"observers' min/max", false},
