@@ -20,16 +20,16 @@ std::vector<DeviceOpSupport> training_ops(bool cuda_built) {
       {"linear", cuda_built},      // core/ops/linear.cu (cuBLAS)
       {"batch_norm", cuda_built},  // core/ops/batch_norm.cu (cuDNN)
       {"relu", cuda_built},  // core/ops/relu.cu
-      {"max_pool2d", false},
-      {"adaptive_avg_pool2d", false},
-      {"dropout", false},
-      {"cross_entropy", false},
-      {"autograd's gradient sums (add_)", false},
-      {"SGD / AdamW updates", cuda_built},  // optim/sgd.cu, optim/adamw.cu
-      {"fake_quantize", cuda_built, UsedBy::quantized},  // quant/sim/fake_quant.cu
-      {"observers' min/max", cuda_built, UsedBy::quantized},  // quant/observe/minmax.cu
-      {"Conv+BN folding (scale_channels)", false, UsedBy::quantized},
-      {"LSQ / LSQ+", cuda_built, UsedBy::learned_scales},  // quant/sim/lsq.cu
+      {"max_pool2d", cuda_built},                       // core/ops/pool.cu
+      {"adaptive_avg_pool2d", cuda_built},              // core/ops/pool.cu
+      {"dropout", cuda_built},                          // core/ops/dropout.cu
+      {"cross_entropy", cuda_built},                    // core/ops/loss.cu
+      {"autograd's gradient sums (add_)", cuda_built},  // core/tensor.cu
+      {"SGD / AdamW updates", cuda_built},              // optim/sgd.cu, optim/adamw.cu
+      {"fake_quantize", cuda_built, UsedBy::quantized},                     // quant/sim/fake_quant.cu
+      {"observers' min/max", cuda_built, UsedBy::quantized},                // quant/observe/minmax.cu
+      {"Conv+BN folding (scale_channels)", cuda_built, UsedBy::quantized},  // core/ops/scale_channels.cu
+      {"LSQ / LSQ+", cuda_built, UsedBy::learned_scales},                   // quant/sim/lsq.cu
       {"INT8 training's GEMMs and gradient quantizers", false, UsedBy::int8},
   };
 }

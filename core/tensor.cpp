@@ -10,6 +10,12 @@
 #include "core/autograd.h"
 #include "core/cuda_runtime.h"
 #include "core/generator.h"
+#include "core/ops/common.h"
+#include "core/ops/math.h"
+#include "core/strided_layout.h"
+#if QAT_WITH_CUDA
+#include "core/tensor_cuda.h"
+#endif
 
 namespace qat {
 
@@ -269,11 +275,17 @@ Tensor Tensor::contiguous() const {
 Tensor Tensor::clone() const {
   const size_t es = dtype_size(dtype());
   if (device() != Device::cpu) {
-    QAT_CHECK(is_contiguous(), "clone: a non-contiguous ", device_name(device()), " tensor (shape ", sizes(),
-              ", strides ", strides(), ") cannot be copied on the device yet; .to(Device::cpu) copies it to the host");
     Tensor out = empty(sizes(), dtype(), device());
-    cuda::copy(out.impl().storage->data, device(), static_cast<const char*>(impl().storage->data) + offset() * es,
-               device(), nbytes());
+    const char* src = static_cast<const char*>(impl().storage->data) + offset() * es;
+    if (is_contiguous()) {
+      cuda::copy(out.impl().storage->data, device(), src, device(), nbytes());
+    } else {  // (without CUDA, empty() above has thrown: no device tensors)
+#if QAT_WITH_CUDA
+      // A strided view: one kernel gathers it (core/tensor.cu).
+      tensor_cuda::gather_strided(src, make_strided_layout(sizes(), strides(), "clone"), out.impl().storage->data,
+                                  numel(), es);
+#endif
+    }
     return out;
   }
   Tensor out = empty(sizes(), dtype());
@@ -384,10 +396,21 @@ void check_inplace(const Tensor& t, const char* op) {
             "); wrap it in NoGradGuard");
 }
 
-void check_on_cpu(const Tensor& t, const char* op) {
+// The in-place ops of a cuda tensor run the kernels of core/tensor.cu; where
+// there is no GPU (a tensor only labelled cuda, in the tests) they refuse
+// before launching, and a build without CUDA refuses them as CPU-only.
+#if QAT_WITH_CUDA
+void check_device_kernels(const Tensor&, const char* op) { cuda::require(op); }
+#else
+void check_device_kernels(const Tensor& t, const char* op) {
   QAT_CHECK(t.device() == Device::cpu, op, ": the tensor (shape ", t.sizes(), ") is on ", device_name(t.device()),
             "; ", op, " runs on the CPU only");
 }
+#endif
+
+#if QAT_WITH_CUDA
+StridedLayout layout_of(const Tensor& t, const char* op) { return make_strided_layout(t.sizes(), t.strides(), op); }
+#endif
 }  // namespace
 
 void Tensor::copy_(const Tensor& src) {
@@ -395,12 +418,25 @@ void Tensor::copy_(const Tensor& src) {
   QAT_CHECK(src.sizes() == sizes() && src.dtype() == dtype(), "copy_: destination ", sizes(), " ",
             dtype_name(dtype()), ", source ", src.sizes(), " ", dtype_name(src.dtype()));
   const size_t es = dtype_size(dtype());
+#if QAT_WITH_CUDA
+  if (device() == Device::cuda && !is_contiguous()) {
+    // Into a strided device view: the values contiguous on the device (a
+    // copy of their own when they share this storage), then one kernel.
+    const Tensor s = src.device() != Device::cuda ? src.to(Device::cuda)
+                     : same_storage(src)           ? src.clone()
+                                                   : src.contiguous();
+    tensor_cuda::scatter_strided(static_cast<const char*>(s.impl().storage->data) + s.offset() * es,
+                                 static_cast<char*>(impl().storage->data) + offset() * es,
+                                 layout_of(*this, "copy_"), numel(), es);
+    bump_version();
+    return;
+  }
+#endif
   if (device() != Device::cpu || src.device() != Device::cpu) {
     QAT_CHECK(is_contiguous(), "copy_: a ", device_name(device()), " destination must be contiguous, got shape ",
               sizes(), " strides ", strides());
-    const Tensor s = src.device() == Device::cpu ? src.contiguous()
-                     : src.is_contiguous()       ? src
-                                                 : src.to(Device::cpu);
+    // A strided device source is made contiguous on the device (core/tensor.cu).
+    const Tensor s = src.contiguous();
     cuda::copy(static_cast<char*>(impl().storage->data) + offset() * es, device(),
                static_cast<const char*>(s.impl().storage->data) + s.offset() * es, s.device(), nbytes());
     bump_version();
@@ -420,8 +456,15 @@ void Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::fill_(float v) {
   check_inplace(*this, "fill_");
-  check_on_cpu(*this, "fill_");
+  if (device() != Device::cpu) check_device_kernels(*this, "fill_");
   QAT_CHECK(dtype() == DType::f32, "fill_: expected float32, got ", dtype_name(dtype()));
+#if QAT_WITH_CUDA
+  if (device() == Device::cuda) {
+    tensor_cuda::fill(device_data<float>(), layout_of(*this, "fill_"), v, numel());
+    bump_version();
+    return *this;
+  }
+#endif
   float* base = static_cast<float*>(impl().storage->data);
   for_each_offset(sizes(), strides(), offset(), [&](int64_t, int64_t off) { base[off] = v; });
   bump_version();
@@ -430,24 +473,40 @@ Tensor& Tensor::fill_(float v) {
 
 Tensor& Tensor::add_(const Tensor& other, float alpha) {
   check_inplace(*this, "add_");
-  check_on_cpu(*this, "add_");
-  check_on_cpu(other, "add_");
+  detail::check_same_device("add_", {{"destination", this}, {"other", &other}});
+  if (device() != Device::cpu) check_device_kernels(*this, "add_");
+  QAT_CHECK(dtype() == DType::f32 && other.dtype() == DType::f32, "add_: expected float32, got ",
+            dtype_name(dtype()), " and ", dtype_name(other.dtype()));
   QAT_CHECK(other.sizes() == sizes(), "add_: shape ", sizes(), " vs ", other.sizes());
   QAT_CHECK(is_contiguous(), "add_: destination must be contiguous, shape ", sizes());
-  Tensor o = other.contiguous();
+  const Tensor o = other.contiguous();
+  const int64_t n = numel();
+#if QAT_WITH_CUDA
+  if (device() == Device::cuda) {
+    tensor_cuda::add_scaled(device_data<float>(), o.device_data<float>(), alpha, n);
+    bump_version();
+    return *this;
+  }
+#endif
   float* d = data<float>();
   const float* s = o.data<float>();
-  const int64_t n = numel();
-  for (int64_t i = 0; i < n; ++i) d[i] += alpha * s[i];
+  for (int64_t i = 0; i < n; ++i) d[i] = op_math::add_scaled(d[i], alpha, s[i]);
   bump_version();
   return *this;
 }
 
 Tensor& Tensor::mul_(float s) {
   check_inplace(*this, "mul_");
-  check_on_cpu(*this, "mul_");
-  float* base = static_cast<float*>(impl().storage->data);
+  if (device() != Device::cpu) check_device_kernels(*this, "mul_");
   QAT_CHECK(dtype() == DType::f32, "mul_: expected float32, got ", dtype_name(dtype()));
+#if QAT_WITH_CUDA
+  if (device() == Device::cuda) {
+    tensor_cuda::scale(device_data<float>(), layout_of(*this, "mul_"), s, numel());
+    bump_version();
+    return *this;
+  }
+#endif
+  float* base = static_cast<float*>(impl().storage->data);
   for_each_offset(sizes(), strides(), offset(), [&](int64_t, int64_t off) { base[off] *= s; });
   bump_version();
   return *this;

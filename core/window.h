@@ -4,15 +4,18 @@
 // core/ops/ and the integer kernels of quant/integer/.
 #include <cstdint>
 
+#include "core/host_device.h"
+
 namespace qat {
 
 // Window i of adaptive pooling from `in` values to `out`: [begin, end)
-// (PyTorch's rule: floor(i in / out) to ceil((i + 1) in / out)).
+// (PyTorch's rule: floor(i in / out) to ceil((i + 1) in / out)). Host and
+// device (the CUDA pools, core/ops/pool_math.h).
 struct AdaptiveWindow {
   int64_t begin, end;
-  int64_t size() const { return end - begin; }
+  QAT_HOST_DEVICE int64_t size() const { return end - begin; }
 };
-inline AdaptiveWindow adaptive_window(int64_t i, int64_t in, int64_t out) {
+QAT_HOST_DEVICE inline AdaptiveWindow adaptive_window(int64_t i, int64_t in, int64_t out) {
   return {i * in / out, ((i + 1) * in + out - 1) / out};
 }
 

@@ -40,6 +40,14 @@ inline void check_same_device(const char* op, std::initializer_list<std::pair<co
   }
 }
 
+// A backward's incoming gradient on the device its op ran on (`op` names the
+// backward, e.g. "avg_pool2d backward"): as check_same_device, for a backward
+// that saved no tensor to compare with.
+inline void check_gradient_device(const Tensor& g, Device input_device, const char* op) {
+  QAT_CHECK(g.device() == input_device, op, ": expected all tensors on one device, but input is on ",
+            device_name(input_device), " and gradient is on ", device_name(g.device()));
+}
+
 inline void check_dim(const Tensor& t, int64_t nd, const char* op, const char* what, const char* layout) {
   QAT_CHECK(t.dim() == nd, op, ": expected ", what, " ", layout, ", got shape ", t.sizes());
 }

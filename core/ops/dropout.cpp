@@ -1,14 +1,21 @@
 #include "core/ops/dropout.h"
 
 #include "core/ops/common.h"
+#if QAT_WITH_CUDA
+#include "core/ops/cuda_twins.h"
+#endif
 
 namespace qat {
 
 Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
   QAT_PROFILE("dropout");
-  detail::check_f32(x, "dropout", "input");
+  detail::check_f32_any_device(x, "dropout", "input");
   QAT_CHECK(p >= 0.f && p <= 1.f, "dropout: probability must be in [0, 1], got ", p);
   if (!training || p == 0.f) return x;
+#if QAT_WITH_CUDA
+  // Its own mask rule, from one draw of gen (Note [device dropout mask]).
+  if (x.device() == Device::cuda) return cuda_twin::dropout(x, p, training, gen);  // core/ops/dropout.cu
+#endif
   const float scale = p < 1.f ? 1.f / (1.f - p) : 0.f;
   Tensor xc = x.contiguous();
   const int64_t n = xc.numel();

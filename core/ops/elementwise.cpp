@@ -1,12 +1,14 @@
 #include "core/ops/elementwise.h"
 
-#include <functional>
-
+#include "core/ops/broadcast.h"
 #include "core/ops/common.h"
+#if QAT_WITH_CUDA
+#include "core/ops/cuda_twins.h"
+#endif
 
 namespace qat {
 
-using detail::check_f32;
+using op_math::BinaryOp;
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   const size_t nd = std::max(a.size(), b.size());
@@ -24,15 +26,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 namespace {
 
 // Strides of t seen through the broadcast shape `out` (0 where broadcast).
-Shape strides_in(const Tensor& t, const Shape& out) {
-  const size_t nd = out.size(), td = t.sizes().size();
-  Shape st(nd, 0);
-  for (size_t i = 0; i < td; ++i) {
-    const size_t o = nd - td + i;
-    st[o] = t.sizes()[i] == 1 ? 0 : t.strides()[i];
-  }
-  return st;
-}
+Shape strides_in(const Tensor& t, const Shape& out) { return op_math::broadcast_strides(t, out); }
 
 // Visits out's elements in row-major order with the matching offsets of a and b.
 template <class F>
@@ -60,11 +54,18 @@ void for_each_broadcast(const Shape& out, const Shape& sa, const Shape& sb, F&& 
   }
 }
 
-template <class F>
-Tensor binary_forward(const Tensor& a, const Tensor& b, const char* op, F f) {
-  check_f32(a, op, "a");
-  check_f32(b, op, "b");
+// The forward value of a binary op; on cuda, its twin (core/ops/elementwise.cu).
+// The op is a template argument so that the CPU loops see a constant.
+template <BinaryOp kind>
+Tensor binary_forward(const Tensor& a, const Tensor& b, const char* op) {
+  detail::check_f32_any_device(a, op, "a");
+  detail::check_f32_any_device(b, op, "b");
+  detail::check_same_device(op, {{"a", &a}, {"b", &b}});
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), op);
+#if QAT_WITH_CUDA
+  if (a.device() == Device::cuda) return cuda_twin::binary_forward(a, b, shape, kind);
+#endif
+  const auto f = [](float x, float y) { return op_math::binary_value(kind, x, y); };
   Tensor out = Tensor::empty(shape);
   float* po = out.data<float>();
   const float* pa = a.data<float>();
@@ -84,9 +85,14 @@ Tensor binary_forward(const Tensor& a, const Tensor& b, const char* op, F f) {
   return out;
 }
 
-template <class F>
-Tensor unary_forward(const Tensor& a, const char* op, F f) {
-  check_f32(a, op, "input");
+// a (op) s, elementwise; on cuda, its twin (core/ops/elementwise.cu).
+template <BinaryOp kind>
+Tensor scalar_forward(const Tensor& a, const char* op, float s) {
+  detail::check_f32_any_device(a, op, "input");
+#if QAT_WITH_CUDA
+  if (a.device() == Device::cuda) return cuda_twin::scalar_forward(a, kind, s);
+#endif
+  const auto f = [s](float x) { return op_math::binary_value(kind, x, s); };
   Tensor c = a.contiguous();
   Tensor out = Tensor::empty(a.sizes());
   const float* pa = c.data<float>();
@@ -102,6 +108,10 @@ Tensor unary_forward(const Tensor& a, const char* op, F f) {
 Tensor sum_to(const Tensor& g, const Shape& shape) {
   if (g.sizes() == shape) return g;
   QAT_CHECK(shape.size() <= g.sizes().size(), "sum_to: cannot reduce ", g.sizes(), " to ", shape);
+  detail::check_f32_any_device(g, "sum_to", "input");
+#if QAT_WITH_CUDA
+  if (g.device() == Device::cuda) return cuda_twin::sum_to(g, shape);  // core/ops/elementwise.cu
+#endif
   Tensor out = Tensor::zeros(shape);
   Tensor gc = g.contiguous();
   const Shape so = strides_in(out, g.sizes());
@@ -114,14 +124,14 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
 
 // d(a+b) = g, d(a-b) = (g, -g)
 Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(a, b, "add", std::plus<float>());
+  Tensor out = binary_forward<BinaryOp::add>(a, b, "add");
   return record(out, "add", {&a, &b}, [sa = a.sizes(), sb = b.sizes()](const Tensor& g, const NeedGrad& need) {
     return TensorList{need[0] ? sum_to(g, sa) : Tensor(), need[1] ? sum_to(g, sb) : Tensor()};
   });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(a, b, "sub", std::minus<float>());
+  Tensor out = binary_forward<BinaryOp::sub>(a, b, "sub");
   return record(out, "sub", {&a, &b}, [sa = a.sizes(), sb = b.sizes()](const Tensor& g, const NeedGrad& need) {
     return TensorList{need[0] ? sum_to(g, sa) : Tensor(), need[1] ? sum_to(neg(g), sb) : Tensor()};
   });
@@ -129,7 +139,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 
 // d(a*b) = (g*b, g*a); each side saves only the other operand it needs.
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(a, b, "mul", std::multiplies<float>());
+  Tensor out = binary_forward<BinaryOp::mul>(a, b, "mul");
   const bool need_a = any_requires_grad({&a}), need_b = any_requires_grad({&b});
   return record(out, "mul", {&a, &b},
                 [sa = Saved(need_b ? a : Tensor()), sb = Saved(need_a ? b : Tensor()), shape_a = a.sizes(),
@@ -143,7 +153,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 
 // d(a/b) = (g/b, -g*a/b^2)
 Tensor div(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(a, b, "div", std::divides<float>());
+  Tensor out = binary_forward<BinaryOp::div>(a, b, "div");
   return record(out, "div", {&a, &b}, [sa = Saved(a), sb = Saved(b)](const Tensor& g, const NeedGrad& need) {
     const Tensor& av = sa.get("div");
     const Tensor& bv = sb.get("div");
@@ -155,12 +165,12 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor add(const Tensor& a, float s) {
-  Tensor out = unary_forward(a, "add", [s](float x) { return x + s; });
+  Tensor out = scalar_forward<BinaryOp::add>(a, "add", s);
   return record(out, "add_scalar", {&a}, [](const Tensor& g, const NeedGrad&) { return TensorList{g}; });
 }
 
 Tensor mul(const Tensor& a, float s) {
-  Tensor out = unary_forward(a, "mul", [s](float x) { return x * s; });
+  Tensor out = scalar_forward<BinaryOp::mul>(a, "mul", s);
   return record(out, "mul_scalar", {&a}, [s](const Tensor& g, const NeedGrad&) { return TensorList{mul(g, s)}; });
 }
 

@@ -1,13 +1,25 @@
 #pragma once
 // Per-element rules of core's ops, shared by the CPU loops (<op>.cpp) and
 // their CUDA twins (<op>.cu), so that the CPU tests cover the arithmetic both
-// run (DESIGN.md, convention 1). Pure functions of numbers; no state.
+// run (DESIGN.md, convention 1). Pure functions of floats; no state.
+//
+// Note [pinned fused multiply-add]: a rule with a product feeding a sum says
+// which rounding it means. nvcc fuses `a * b + c` into one FMA by default,
+// and GCC does so on the host as well with -march=native on an FMA CPU
+// (-ffp-contract=fast, even across statements), but only where its optimiser
+// happens to see the pattern. Such a rule calls mul_add (fmaf: one rounding,
+// on every compiler and device), so the CPU op, its twin and the host test
+// compute the same bits. A product that is the last operation is safe as is.
 #include <cmath>
 #include <cstdint>
 
 #include "core/host_device.h"
 
 namespace qat::op_math {
+
+// a * b + c with one rounding (Note [pinned fused multiply-add]).
+QAT_HOST_DEVICE inline float mul_add(float a, float b, float c) { return fmaf(a, b, c); }
+QAT_HOST_DEVICE inline double mul_add(double a, double b, double c) { return fma(a, b, c); }
 
 // relu(x) = x > 0 ? x : 0. NaN and -0 give +0.
 QAT_HOST_DEVICE inline float relu_value(float x) { return x > 0.f ? x : 0.f; }
@@ -35,6 +47,21 @@ QAT_HOST_DEVICE inline float bn_inv_std(float var, float eps) { return 1.f / sqr
 QAT_HOST_DEVICE inline float bn_eval_grad(float g, float gamma, float istd) {
   const float k = gamma * istd;
   return k * g;
+}
+
+// Tensor::add_: dst + alpha * src, one rounding (with alpha = 1 exactly dst + src).
+QAT_HOST_DEVICE inline float add_scaled(float dst, float alpha, float src) { return mul_add(alpha, src, dst); }
+
+// The binary elementwise ops (core/ops/elementwise.h), one IEEE operation each.
+enum class BinaryOp { add, sub, mul, div };
+QAT_HOST_DEVICE inline float binary_value(BinaryOp op, float a, float b) {
+  switch (op) {
+    case BinaryOp::add: return a + b;
+    case BinaryOp::sub: return a - b;
+    case BinaryOp::mul: return a * b;
+    case BinaryOp::div: return a / b;
+  }
+  return a;  // not reached
 }
 
 }  // namespace qat::op_math

@@ -9,13 +9,17 @@
 
 #include "core/ops/common.h"
 #include "core/ops/conv2d.h"
+#include "core/ops/pool_math.h"
+#if QAT_WITH_CUDA
+#include "core/ops/cuda_twins.h"
+#endif
 
 namespace qat {
 
 namespace {
 
 void check_pool_input(const Tensor& x, const char* op) {
-  detail::check_f32(x, op, "input");
+  detail::check_f32_any_device(x, op, "input");
   QAT_CHECK(x.dim() == 4, op, ": expected input (N,C,H,W), got ", x.sizes());
 }
 
@@ -121,6 +125,9 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const int64_t OH = conv_out_size(H, p.kernel_h, p.stride_h, p.pad_h, 1, "max_pool2d");
   const int64_t OW = conv_out_size(W, p.kernel_w, p.stride_w, p.pad_w, 1, "max_pool2d");
+#if QAT_WITH_CUDA
+  if (x.device() == Device::cuda) return cuda_twin::max_pool2d(x, p);  // core/ops/pool.cu
+#endif
   Tensor xc = x.contiguous();
   Tensor out = Tensor::empty({N, C, OH, OW});
   Tensor idx = Tensor::empty({N, C, OH, OW}, DType::i32);
@@ -168,45 +175,38 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
 namespace {
 
 // Shared by avg_pool2d and adaptive_avg_pool2d: each output averages a window
-// [y0,y1) x [x0,x1) of its plane with a divisor.
-struct Window {
-  int64_t y0, y1, x0, x1;
-  float inv_count;
-};
-
-template <class WindowFn>
-Tensor window_average(const Tensor& x, int64_t OH, int64_t OW, const char* name, WindowFn win) {
-  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+// of its plane (op_math::SlidingAvgWindows, AdaptiveAvgWindows). The forward
+// is the per-output body the CUDA twin runs; the backward scatters each
+// output's share into its window, the order the twin's gather reproduces
+// (Note [pool backward as a gather], core/ops/pool_math.h).
+template <class Windows>
+Tensor window_average(const Tensor& x, const char* name, const Windows& windows) {
   Tensor xc = x.contiguous();
-  Tensor out = Tensor::empty({N, C, OH, OW});
+  const op_math::PlaneSizes s = windows.s;
+  Tensor out = Tensor::empty({x.size(0), x.size(1), s.OH, s.OW});
   const float* px = xc.data<float>();
   float* po = out.data<float>();
+  const int64_t n = out.numel();
 #pragma omp parallel for schedule(static)
-  for (int64_t plane = 0; plane < N * C; ++plane) {
-    const float* xp = px + plane * H * W;
-    for (int64_t oy = 0; oy < OH; ++oy)
-      for (int64_t ox = 0; ox < OW; ++ox) {
-        const Window w = win(oy, ox);
-        float acc = 0.f;
-        for (int64_t iy = w.y0; iy < w.y1; ++iy)
-          for (int64_t ix = w.x0; ix < w.x1; ++ix) acc += xp[iy * W + ix];
-        po[(plane * OH + oy) * OW + ox] = acc * w.inv_count;
-      }
-  }
-  return record(out, name, {&x}, [in_shape = x.sizes(), OH, OW, win](const Tensor& g, const NeedGrad&) {
+  for (int64_t i = 0; i < n; ++i) po[i] = op_math::window_average_at(i, px, windows);
+  return record(out, name, {&x}, [in_shape = x.sizes(), windows](const Tensor& g, const NeedGrad&) {
     Tensor gc = g.contiguous();
     Tensor dx = Tensor::zeros(in_shape);
-    const int64_t planes = in_shape[0] * in_shape[1], H = in_shape[2], W = in_shape[3];
+    const op_math::PlaneSizes s = windows.s;
+    const int64_t planes = in_shape[0] * in_shape[1];
     const float* pg = gc.data<float>();
     float* pd = dx.data<float>();
 #pragma omp parallel for schedule(static)
     for (int64_t plane = 0; plane < planes; ++plane)
-      for (int64_t oy = 0; oy < OH; ++oy)
-        for (int64_t ox = 0; ox < OW; ++ox) {
-          const Window w = win(oy, ox);
-          const float v = pg[(plane * OH + oy) * OW + ox] * w.inv_count;
+      for (int64_t oy = 0; oy < s.OH; ++oy)
+        for (int64_t ox = 0; ox < s.OW; ++ox) {
+          const op_math::AvgWindow w = windows(oy, ox);
+          const float go = pg[(plane * s.OH + oy) * s.OW + ox];
           for (int64_t iy = w.y0; iy < w.y1; ++iy)
-            for (int64_t ix = w.x0; ix < w.x1; ++ix) pd[plane * H * W + iy * W + ix] += v;
+            for (int64_t ix = w.x0; ix < w.x1; ++ix) {
+              float& d = pd[plane * s.H * s.W + iy * s.W + ix];
+              d = op_math::add_window_share(d, go, w.inv_count);
+            }
         }
     return TensorList{dx};
   });
@@ -221,15 +221,10 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p, bool count_include_pad
   const int64_t H = x.size(2), W = x.size(3);
   const int64_t OH = conv_out_size(H, p.kernel_h, p.stride_h, p.pad_h, 1, "avg_pool2d");
   const int64_t OW = conv_out_size(W, p.kernel_w, p.stride_w, p.pad_w, 1, "avg_pool2d");
-  return window_average(x, OH, OW, "avg_pool2d", [=](int64_t oy, int64_t ox) {
-    int64_t y0 = oy * p.stride_h - p.pad_h, x0 = ox * p.stride_w - p.pad_w;
-    int64_t y1 = std::min(y0 + p.kernel_h, H + p.pad_h), x1 = std::min(x0 + p.kernel_w, W + p.pad_w);
-    const int64_t padded_count = (y1 - y0) * (x1 - x0);
-    y0 = std::max<int64_t>(y0, 0), x0 = std::max<int64_t>(x0, 0);
-    y1 = std::min(y1, H), x1 = std::min(x1, W);
-    const int64_t count = count_include_pad ? padded_count : (y1 - y0) * (x1 - x0);
-    return Window{y0, y1, x0, x1, 1.f / static_cast<float>(count)};
-  });
+#if QAT_WITH_CUDA
+  if (x.device() == Device::cuda) return cuda_twin::avg_pool2d(x, p, count_include_pad);  // core/ops/pool.cu
+#endif
+  return window_average(x, "avg_pool2d", op_math::avg_pool_windows({H, W, OH, OW}, p, count_include_pad));
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
@@ -238,10 +233,10 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
   QAT_CHECK(out_h >= 1 && out_w >= 1, "adaptive_avg_pool2d: output size (", out_h, ",", out_w, ") must be >= 1");
   const int64_t H = x.size(2), W = x.size(3);
   QAT_CHECK(H >= 1 && W >= 1, "adaptive_avg_pool2d: empty input plane ", x.sizes());
-  return window_average(x, out_h, out_w, "adaptive_avg_pool2d", [=](int64_t oy, int64_t ox) {
-    const AdaptiveWindow y = adaptive_window(oy, H, out_h), x = adaptive_window(ox, W, out_w);
-    return Window{y.begin, y.end, x.begin, x.end, 1.f / static_cast<float>(y.size() * x.size())};
-  });
+#if QAT_WITH_CUDA
+  if (x.device() == Device::cuda) return cuda_twin::adaptive_avg_pool2d(x, out_h, out_w);  // core/ops/pool.cu
+#endif
+  return window_average(x, "adaptive_avg_pool2d", op_math::AdaptiveAvgWindows{{H, W, out_h, out_w}});
 }
 
 }  // namespace qat

@@ -1,6 +1,10 @@
 #include "core/ops/scale_channels.h"
 
 #include "core/ops/common.h"
+#include "core/ops/scale_channels_math.h"
+#if QAT_WITH_CUDA
+#include "core/ops/cuda_twins.h"
+#endif
 
 namespace qat {
 
@@ -8,21 +12,6 @@ namespace {
 struct Span {
   int64_t outer, C, inner;
 };
-
-// sum a[i] b[i] in 16 interleaved float partial sums (lane j takes i = j
-// mod 16), then added in order: one running float sum is a chain of
-// dependent adds, 4 cycles an element, while these vectorise. Fixed order,
-// so the same on every run and thread count.
-float dot_lanes(const float* __restrict a, const float* __restrict b, int64_t n) {
-  float part[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) part[j] += a[i + j] * b[i + j];
-  for (int j = 0; i < n; ++i, ++j) part[j] += a[i] * b[i];
-  float sum = 0.f;
-  for (const float p : part) sum += p;
-  return sum;
-}
 
 Span span_of(const Tensor& x, int64_t axis) {
   Span sp{1, x.size(axis), 1};
@@ -34,11 +23,15 @@ Span span_of(const Tensor& x, int64_t axis) {
 
 Tensor scale_channels(const Tensor& x, const Tensor& s, int64_t axis) {
   QAT_PROFILE("scale_channels.forward");
-  detail::check_f32(x, "scale_channels", "input");
-  detail::check_f32(s, "scale_channels", "scale");
+  detail::check_f32_any_device(x, "scale_channels", "input");
+  detail::check_f32_any_device(s, "scale_channels", "scale");
+  detail::check_same_device("scale_channels", {{"input", &x}, {"scale", &s}});
   QAT_CHECK(axis >= 0 && axis < x.dim(), "scale_channels: axis ", axis, " out of range for input ", x.sizes());
   QAT_CHECK(s.dim() == 1 && s.size(0) == x.size(axis), "scale_channels: expected scale (", x.size(axis),
             ") for input ", x.sizes(), " along axis ", axis, ", got ", s.sizes());
+#if QAT_WITH_CUDA
+  if (x.device() == Device::cuda) return cuda_twin::scale_channels(x, s, axis);  // core/ops/scale_channels.cu
+#endif
   const Tensor xc = x.contiguous(), sc = s.contiguous();
   const Span sp = span_of(xc, axis);
   Tensor out = Tensor::empty(x.sizes());
@@ -74,14 +67,8 @@ Tensor scale_channels(const Tensor& x, const Tensor& s, int64_t axis) {
                     r[1] = Tensor::empty({sp.C});
                     float* pds = r[1].data<float>();
 #pragma omp parallel for if (gc.numel() > detail::kParallelGrain) schedule(static)
-                    for (int64_t c = 0; c < sp.C; ++c) {
-                      double acc = 0;
-                      for (int64_t o = 0; o < sp.outer; ++o) {
-                        const int64_t base = (o * sp.C + c) * sp.inner;
-                        acc += dot_lanes(pg + base, px + base, sp.inner);
-                      }
-                      pds[c] = static_cast<float>(acc);
-                    }
+                    for (int64_t c = 0; c < sp.C; ++c)
+                      pds[c] = op_math::scale_channel_grad(c, pg, px, sp.outer, sp.C, sp.inner);
                   }
                   return r;
                 });

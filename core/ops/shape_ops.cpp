@@ -2,6 +2,9 @@
 
 #include "core/ops/common.h"
 #include "core/ops/elementwise.h"
+#if QAT_WITH_CUDA
+#include "core/ops/cuda_twins.h"
+#endif
 
 namespace qat {
 
@@ -28,14 +31,17 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   Tensor out = x.narrow(dim, start, length).contiguous();
   if (out.same_storage(x)) out = out.clone();
   return record(out, "slice", {&x}, [in_shape = x.sizes(), dim, start, length](const Tensor& g, const NeedGrad&) {
-    Tensor dx = Tensor::zeros(in_shape);
+    Tensor dx = Tensor::zeros(in_shape, DType::f32, g.device());
     dx.narrow(dim, start, length).copy_(g);
     return TensorList{dx};
   });
 }
 
 Tensor sum(const Tensor& x) {
-  detail::check_f32(x, "sum", "input");
+  detail::check_f32_any_device(x, "sum", "input");
+#if QAT_WITH_CUDA
+  if (x.device() == Device::cuda) return cuda_twin::sum(x);  // core/ops/shape_ops.cu
+#endif
   Tensor xc = x.contiguous();
   const float* p = xc.data<float>();
   double acc = 0;
@@ -49,7 +55,11 @@ Tensor sum(const Tensor& x) {
 }
 
 Tensor mean(const Tensor& x) {
+  detail::check_f32_any_device(x, "mean", "input");
   QAT_CHECK(x.numel() > 0, "mean: empty tensor of shape ", x.sizes());
+#if QAT_WITH_CUDA
+  if (x.device() == Device::cuda) return cuda_twin::mean(x);  // core/ops/shape_ops.cu
+#endif
   Tensor s = sum(x);
   const float inv = 1.f / static_cast<float>(x.numel());
   Tensor out = Tensor::scalar(s.item() * inv);
@@ -58,8 +68,9 @@ Tensor mean(const Tensor& x) {
   });
 }
 
+// On cuda through sum_to's twin.
 Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
-  detail::check_f32(x, "sum", "input");
+  detail::check_f32_any_device(x, "sum", "input");
   const int64_t nd = x.dim();
   if (dim < 0) dim += nd;
   QAT_CHECK(dim >= 0 && dim < nd, "sum: dim ", dim, " out of range for shape ", x.sizes());
@@ -71,7 +82,7 @@ Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
   out = out.view(final_shape);
   return record(out, "sum_dim", {&x}, [shape = x.sizes(), kept](const Tensor& g, const NeedGrad&) {
     Tensor gk = g.contiguous().view(kept);
-    Tensor dx = Tensor::zeros(shape);
+    Tensor dx = Tensor::zeros(shape, DType::f32, g.device());
     return TensorList{add(dx, gk)};
   });
 }
