@@ -9,6 +9,17 @@
 
 namespace qat::detail {
 
+// x seen as (outer, channels, inner) around dim `axis` (contiguous layout).
+struct ChannelSpan {
+  int64_t outer = 1, channels = 1, inner = 1;
+};
+inline ChannelSpan channel_span(const Tensor& x, int64_t axis) {
+  ChannelSpan sp{1, x.size(axis), 1};
+  for (int64_t d = 0; d < axis; ++d) sp.outer *= x.size(d);
+  for (int64_t d = axis + 1; d < x.dim(); ++d) sp.inner *= x.size(d);
+  return sp;
+}
+
 // A defined float32 tensor on any device: for ops with a CUDA twin
 // (core/ops/cuda_twins.h), which dispatch on the input's device.
 inline void check_f32_any_device(const Tensor& t, const char* op, const char* what) {

@@ -8,19 +8,6 @@
 
 namespace qat {
 
-namespace {
-struct Span {
-  int64_t outer, C, inner;
-};
-
-Span span_of(const Tensor& x, int64_t axis) {
-  Span sp{1, x.size(axis), 1};
-  for (int64_t d = 0; d < axis; ++d) sp.outer *= x.size(d);
-  for (int64_t d = axis + 1; d < x.dim(); ++d) sp.inner *= x.size(d);
-  return sp;
-}
-}  // namespace
-
 Tensor scale_channels(const Tensor& x, const Tensor& s, int64_t axis) {
   QAT_PROFILE("scale_channels.forward");
   detail::check_f32_any_device(x, "scale_channels", "input");
@@ -33,15 +20,15 @@ Tensor scale_channels(const Tensor& x, const Tensor& s, int64_t axis) {
   if (x.device() == Device::cuda) return cuda_twin::scale_channels(x, s, axis);  // core/ops/scale_channels.cu
 #endif
   const Tensor xc = x.contiguous(), sc = s.contiguous();
-  const Span sp = span_of(xc, axis);
+  const detail::ChannelSpan sp = detail::channel_span(xc, axis);
   Tensor out = Tensor::empty(x.sizes());
   const float* px = xc.data<float>();
   const float* ps = sc.data<float>();
   float* po = out.data<float>();
 #pragma omp parallel for collapse(2) if (xc.numel() > detail::kParallelGrain) schedule(static)
   for (int64_t o = 0; o < sp.outer; ++o)
-    for (int64_t c = 0; c < sp.C; ++c) {
-      const int64_t base = (o * sp.C + c) * sp.inner;
+    for (int64_t c = 0; c < sp.channels; ++c) {
+      const int64_t base = (o * sp.channels + c) * sp.inner;
       for (int64_t i = 0; i < sp.inner; ++i) po[base + i] = px[base + i] * ps[c];
     }
   const bool need_s = any_requires_grad({&s});
@@ -57,18 +44,18 @@ Tensor scale_channels(const Tensor& x, const Tensor& s, int64_t axis) {
                     float* pd = r[0].data<float>();
 #pragma omp parallel for collapse(2) if (gc.numel() > detail::kParallelGrain) schedule(static)
                     for (int64_t o = 0; o < sp.outer; ++o)
-                      for (int64_t c = 0; c < sp.C; ++c) {
-                        const int64_t base = (o * sp.C + c) * sp.inner;
+                      for (int64_t c = 0; c < sp.channels; ++c) {
+                        const int64_t base = (o * sp.channels + c) * sp.inner;
                         for (int64_t i = 0; i < sp.inner; ++i) pd[base + i] = pg[base + i] * ps[c];
                       }
                   }
                   if (need[1]) {
                     const float* px = sx.get("scale_channels").data<float>();
-                    r[1] = Tensor::empty({sp.C});
+                    r[1] = Tensor::empty({sp.channels});
                     float* pds = r[1].data<float>();
 #pragma omp parallel for if (gc.numel() > detail::kParallelGrain) schedule(static)
-                    for (int64_t c = 0; c < sp.C; ++c)
-                      pds[c] = op_math::scale_channel_grad(c, pg, px, sp.outer, sp.C, sp.inner);
+                    for (int64_t c = 0; c < sp.channels; ++c)
+                      pds[c] = op_math::scale_channel_grad(c, pg, px, sp.outer, sp.channels, sp.inner);
                   }
                   return r;
                 });

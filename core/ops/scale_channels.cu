@@ -24,18 +24,7 @@ __global__ void scale_grad_kernel(const float* __restrict__ g, const float* __re
   QAT_GRID_STRIDE_LOOP(c, channels) ds[c] = op_math::scale_channel_grad(c, g, x, outer, channels, inner);
 }
 
-struct Span {
-  int64_t outer, channels, inner;
-};
-
-Span span_of(const Tensor& x, int64_t axis) {
-  Span sp{1, x.size(axis), 1};
-  for (int64_t d = 0; d < axis; ++d) sp.outer *= x.size(d);
-  for (int64_t d = axis + 1; d < x.dim(); ++d) sp.inner *= x.size(d);
-  return sp;
-}
-
-Tensor scale_by_channel(const Tensor& in, const Tensor& s, const Span& sp) {
+Tensor scale_by_channel(const Tensor& in, const Tensor& s, const detail::ChannelSpan& sp) {
   Tensor out = Tensor::empty(in.sizes(), DType::f32, Device::cuda);
   const int64_t n = out.numel();
   if (n > 0) {
@@ -50,7 +39,7 @@ Tensor scale_by_channel(const Tensor& in, const Tensor& s, const Span& sp) {
 
 Tensor scale_channels(const Tensor& x, const Tensor& s, int64_t axis) {
   const Tensor xc = x.contiguous(), sc = s.contiguous();
-  const Span sp = span_of(xc, axis);
+  const detail::ChannelSpan sp = detail::channel_span(xc, axis);
   Tensor out = scale_by_channel(xc, sc, sp);
   const bool need_s = any_requires_grad({&s});
   return record(out, "scale_channels", {&x, &s},

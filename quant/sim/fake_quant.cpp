@@ -206,6 +206,18 @@ struct RowBits {
 // Stream: the row goes to memory with non-temporal stores (y 64-byte
 // aligned, n a multiple of 16), for weights far larger than the caches
 // (AlexNet's linear layers): a plain store first reads the line it writes.
+// 16 values: their mask word, and the fake-quantized values. (A function of
+// its own, not a lambda: GCC gives a lambda none of its enclosing function's
+// target attribute, and a portable build then cannot inline the intrinsics.)
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 fq16_bits(__m512 xv, __m512 vs, __m512 vinv,
+                                                                              __m512 vz, __m512 lo, __m512 hi,
+                                                                              uint16_t& word) {
+  const __m512 t =
+      _mm512_add_ps(_mm512_roundscale_ps(_mm512_mul_ps(xv, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+  word = _mm512_cmp_ps_mask(t, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(t, hi, _CMP_LE_OQ);
+  return _mm512_mul_ps(_mm512_sub_ps(_mm512_min_ps(hi, _mm512_max_ps(lo, t)), vz), vs);
+}
+
 template <bool Stream>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void fq_row_bits_avx512_impl(const float* x, float* y, int64_t n,
                                                                                    float s, float inv, float z,
@@ -213,22 +225,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void fq_row_bits_avx512_imp
                                                                                    uint16_t* bits) {
   const __m512 vs = _mm512_set1_ps(s), vinv = _mm512_set1_ps(inv), vz = _mm512_set1_ps(z);
   const __m512 lo = _mm512_set1_ps(qmin), hi = _mm512_set1_ps(qmax);
-  // 16 values; masked loads and stores only in the tail (on Zen 4 a masked
-  // store costs several plain ones).
-  auto step = [&](int64_t i, __m512 xv) {
-    const __m512 t =
-        _mm512_add_ps(_mm512_roundscale_ps(_mm512_mul_ps(xv, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
-    bits[i / 16] = _mm512_cmp_ps_mask(t, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(t, hi, _CMP_LE_OQ);
-    return _mm512_mul_ps(_mm512_sub_ps(_mm512_min_ps(hi, _mm512_max_ps(lo, t)), vz), vs);
-  };
+  // Masked loads and stores only in the tail (on Zen 4 a masked store costs
+  // several plain ones).
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    if constexpr (Stream) _mm512_stream_ps(y + i, step(i, _mm512_loadu_ps(x + i)));
-    else _mm512_storeu_ps(y + i, step(i, _mm512_loadu_ps(x + i)));
+    const __m512 q = fq16_bits(_mm512_loadu_ps(x + i), vs, vinv, vz, lo, hi, bits[i / 16]);
+    if constexpr (Stream) _mm512_stream_ps(y + i, q);
+    else _mm512_storeu_ps(y + i, q);
   }
   if (i < n) {
     const __mmask16 live = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(y + i, live, step(i, _mm512_maskz_loadu_ps(live, x + i)));
+    _mm512_mask_storeu_ps(y + i, live, fq16_bits(_mm512_maskz_loadu_ps(live, x + i), vs, vinv, vz, lo, hi, bits[i / 16]));
   }
   if constexpr (Stream) _mm_sfence();  // the streamed lines are visible before the row is reported done
 }

@@ -277,7 +277,7 @@ TEST_CASE("twin bodies: adaptive_avg_pool2d forward and gather backward equal th
 
 // ---------------------------------------------------------------- losses
 
-TEST_CASE("twin bodies: cross_entropy's rows, batch mean and gradient equal the CPU op; smoothing 0 is nll of "
+TEST_CASE("twin bodies: cross_entropy's rows, batch mean and gradient equal the CPU op, and smoothing 0 is nll of "
           "log_softmax",
           "[math][cuda]") {
   Generator gen(8);
@@ -314,7 +314,7 @@ TEST_CASE("twin bodies: cross_entropy's rows, batch mean and gradient equal the 
       }
 }
 
-TEST_CASE("twin bodies: log_softmax and nll_loss rows and gradients equal the CPU ops; the log-softmax is right",
+TEST_CASE("twin bodies: log_softmax and nll_loss rows and gradients equal the CPU ops, and the log-softmax is right",
           "[math][cuda]") {
   Generator gen(9);
   const int64_t n = 7, c = 13;
