@@ -129,7 +129,7 @@ namespace {
 ModulePtr qat_model_for_bench(const BenchOptions& opt) {
   ExperimentConfig cfg;
   if (!opt.config.empty()) {
-    cfg = load_config(opt.config);
+    cfg = load_config(opt.config, {}, DataPaths::as_recorded);  // synthetic data: its data paths may be absent
     QAT_CHECK(cfg.quant.enabled, "bench: ", opt.config, " has no enabled quant: section");
   } else {
     cfg.quant.enabled = true;
@@ -247,7 +247,7 @@ int run_bench(const BenchOptions& opt, BenchFigures* figures) {
   ModulePtr model = make_model(opt.model, opt.classes, 0);
   measured.fp32 = time_training(*model, opt, device, "fp32");
   if (!opt.config.empty()) {
-    ExperimentConfig cfg = load_config(opt.config);
+    ExperimentConfig cfg = load_config(opt.config, {}, DataPaths::as_recorded);  // synthetic data, as above
     QAT_CHECK(cfg.quant.enabled, "bench: ", opt.config, " has no enabled quant: section");
     cfg.model.name = opt.model;
     cfg.model.num_classes = opt.classes;

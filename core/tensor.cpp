@@ -435,8 +435,10 @@ void Tensor::copy_(const Tensor& src) {
   if (device() != Device::cpu || src.device() != Device::cpu) {
     QAT_CHECK(is_contiguous(), "copy_: a ", device_name(device()), " destination must be contiguous, got shape ",
               sizes(), " strides ", strides());
-    // A strided device source is made contiguous on the device (core/tensor.cu).
-    const Tensor s = src.contiguous();
+    // A strided device source is made contiguous on the device (core/tensor.cu);
+    // one overlapping this destination is copied first (cudaMemcpy's ranges
+    // must not overlap, unlike the host's memmove).
+    const Tensor s = same_storage(src) && src.device() == device() ? src.clone() : src.contiguous();
     cuda::copy(static_cast<char*>(impl().storage->data) + offset() * es, device(),
                static_cast<const char*>(s.impl().storage->data) + s.offset() * es, s.device(), nbytes());
     bump_version();
@@ -479,15 +481,18 @@ Tensor& Tensor::add_(const Tensor& other, float alpha) {
             dtype_name(dtype()), " and ", dtype_name(other.dtype()));
   QAT_CHECK(other.sizes() == sizes(), "add_: shape ", sizes(), " vs ", other.sizes());
   QAT_CHECK(is_contiguous(), "add_: destination must be contiguous, shape ", sizes());
-  const Tensor o = other.contiguous();
   const int64_t n = numel();
 #if QAT_WITH_CUDA
   if (device() == Device::cuda) {
+    // Threads run in no order: another view of this storage is read from a copy.
+    const bool overlaps = same_storage(other) && (other.offset() != offset() || other.strides() != strides());
+    const Tensor o = overlaps ? other.clone() : other.contiguous();
     tensor_cuda::add_scaled(device_data<float>(), o.device_data<float>(), alpha, n);
     bump_version();
     return *this;
   }
 #endif
+  const Tensor o = other.contiguous();
   float* d = data<float>();
   const float* s = o.data<float>();
   for (int64_t i = 0; i < n; ++i) d[i] = op_math::add_scaled(d[i], alpha, s[i]);

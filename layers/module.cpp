@@ -121,9 +121,9 @@ namespace {
 // Points t's impl at a contiguous copy of its data on `device`.
 void move_in_place(const Tensor& t, Device device) {
   if (!t.defined() || t.device() == device) return;
-  const Tensor moved = t.detach().to(device);
   TensorImpl& impl = *t.impl_ptr();
   QAT_CHECK(!impl.grad_fn, "Module::to: a parameter or buffer (shape ", t.sizes(), ") has autograd history");
+  const Tensor moved = t.detach().to(device);
   impl.storage = moved.impl_ptr()->storage;
   impl.strides = moved.strides();
   impl.offset = 0;
