@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/host_device.h"
+#include "core/ops/math.h"
 
 namespace qat::quant {
 
@@ -16,11 +17,9 @@ struct ChannelGeometry {
   int64_t outer = 1, channels = 1, inner = 1;
   QAT_HOST_DEVICE int64_t per_channel() const { return outer * inner; }
   // Element k (< per_channel()) of channel c.
-  QAT_HOST_DEVICE int64_t offset(int64_t c, int64_t k) const {
-    return ((k / inner) * channels + c) * inner + k % inner;
-  }
+  QAT_HOST_DEVICE int64_t offset(int64_t c, int64_t k) const { return op_math::channel_element(c, k, channels, inner); }
   // The channel of element i.
-  QAT_HOST_DEVICE int64_t channel_of(int64_t i) const { return channels == 1 ? 0 : (i / inner) % channels; }
+  QAT_HOST_DEVICE int64_t channel_of(int64_t i) const { return op_math::channel_of(i, channels, inner); }
 };
 
 // Slots per channel: enough threads to fill a GPU (about 2^20 in all), at
