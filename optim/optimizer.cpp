@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include <optional>
 #include <set>
 
 namespace qat {
@@ -86,9 +87,10 @@ void Optimizer::step() {
         for (size_t b = 0; b < nbuf; ++b) s.buffers.push_back(Tensor::zeros(p.sizes(), DType::f32, p.device()));
       }
       ++s.step;
-      const float scale = lr_scale_[g][i];
-      const ParamGroup scaled{group.name, {}, group.lr * scale, group.weight_decay};
-      const ParamGroup& used = scale != 1.f ? scaled : group;
+      std::optional<ParamGroup> scaled;  // INT8 training's per-parameter lr scale, when set
+      if (const float scale = lr_scale_[g][i]; scale != 1.f)
+        scaled = ParamGroup{group.name, {}, group.lr * scale, group.weight_decay};
+      const ParamGroup& used = scaled ? *scaled : group;
       if (p.device() == Device::cuda)
         update_on_device(used, p, grad, s);
       else

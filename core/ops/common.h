@@ -5,6 +5,7 @@
 #include "core/tensor.h"
 
 #include <initializer_list>
+#include <vector>
 #include <utility>
 
 namespace qat::detail {
@@ -18,6 +19,14 @@ inline ChannelSpan channel_span(const Tensor& x, int64_t axis) {
   for (int64_t d = 0; d < axis; ++d) sp.outer *= x.size(d);
   for (int64_t d = axis + 1; d < x.dim(); ++d) sp.inner *= x.size(d);
   return sp;
+}
+
+// Per-channel constants of a CUDA twin, computed on the host, one after the
+// other in one float32 tensor on cuda (a kernel's `params`).
+inline Tensor device_constants(std::initializer_list<const std::vector<float>*> parts) {
+  std::vector<float> all;
+  for (const std::vector<float>* p : parts) all.insert(all.end(), p->begin(), p->end());
+  return Tensor::from_vector(all, {static_cast<int64_t>(all.size())}).to(Device::cuda);
 }
 
 // A defined float32 tensor on any device: for ops with a CUDA twin

@@ -150,4 +150,10 @@ BatchNormPlan plan_batch_norm(const Shape& x, double eps, double min_epsilon, bo
   return b;
 }
 
+const float* GemmOperands::of(GemmOperand o) const {
+  const float* p = o == GemmOperand::lhs ? lhs : o == GemmOperand::rhs ? rhs : grad;
+  QAT_CHECK(p != nullptr, "GEMM: the plan names operand ", gemm_operand_name(o), ", which this call did not give");
+  return p;
+}
+
 }  // namespace qat::cuda_plan

@@ -25,6 +25,15 @@ int to_int(int64_t v, const char* op, const char* what);
 enum class GemmOperand { lhs, rhs, grad };
 const char* gemm_operand_name(GemmOperand o);
 
+// The buffers a plan's operands name (device pointers for cuBLAS, host ones
+// when a test runs the plan with OpenBLAS); null where the op has none.
+struct GemmOperands {
+  const float* lhs = nullptr;
+  const float* rhs = nullptr;
+  const float* grad = nullptr;
+  const float* of(GemmOperand o) const;  // throws naming an operand this call did not give
+};
+
 // One row-major product, written exactly as the CPU op calls qat::sgemm:
 // C(m,n) = op(A) op(B) (+ C when accumulate), op = transpose when trans_*.
 struct RowMajorGemm {

@@ -17,22 +17,9 @@ namespace qat::cuda_twin {
 
 namespace {
 
-using cuda_plan::GemmOperand;
+using cuda_plan::GemmOperands;
 using cuda_plan::GemmPlan;
 using cuda_plan::GemmWork;
-
-// The device pointers a plan's operands name (null where the op has none).
-struct GemmOperands {
-  const float* lhs = nullptr;
-  const float* rhs = nullptr;
-  const float* grad = nullptr;
-  const float* of(GemmOperand o) const {
-    const float* p = o == GemmOperand::lhs ? lhs : o == GemmOperand::rhs ? rhs : grad;
-    QAT_CHECK(p != nullptr, "cuBLAS GEMM: the plan names operand ", cuda_plan::gemm_operand_name(o),
-              ", which this call did not give");
-    return p;
-  }
-};
 
 cublasOperation_t op_of(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 

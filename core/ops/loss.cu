@@ -5,6 +5,7 @@
 // The incoming gradient of a loss is a device scalar, read by the kernels
 // (no copy to the host).
 #include "core/cuda_check.h"
+#include "core/cuda_libraries.h"
 #include "core/cuda_launch.h"
 #include "core/ops/common.h"
 #include "core/ops/cuda_twins.h"
@@ -116,9 +117,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, float label_smo
   const int64_t n = logits.size(0), c = logits.size(1);
   const float eps = label_smoothing, on = 1.f - eps, off = eps / static_cast<float>(c);
   Tensor logp = Tensor::empty({n, c}, DType::f32, Device::cuda);
-  // The rows' losses in double: bytes of a u8 tensor (qat has no float64 dtype).
-  Tensor rows = Tensor::empty({n * static_cast<int64_t>(sizeof(double))}, DType::u8, Device::cuda);
-  double* prows = reinterpret_cast<double*>(rows.device_data<uint8_t>());
+  // The rows' losses in double (qat has no float64 dtype): scratch from the caching allocator.
+  const cuda::DeviceBuffer rows(static_cast<size_t>(n) * sizeof(double));
+  double* prows = static_cast<double*>(rows.get());
   if (n > 0) {
     cross_entropy_rows_kernel<<<cuda::blocks_for(n), cuda::kThreadsPerBlock>>>(
         xc.device_data<float>(), tc.device_data<int32_t>(), logp.device_data<float>(), prows, n, c, on, off);

@@ -9,6 +9,7 @@
 #include <cuda/std/functional>
 
 #include "core/cuda_check.h"
+#include "core/cuda_libraries.h"
 #include "core/cuda_launch.h"
 #include "core/cuda_runtime.h"
 #include "core/ops/common.h"
@@ -43,16 +44,16 @@ void reduce_to_double(const float* x, int64_t n, double* sum) {
   QAT_CUDA_CHECK(cub::DeviceReduce::TransformReduce(nullptr, temp_bytes, x, sum, n, ::cuda::std::plus<double>{},
                                                     WidenToDouble{}, 0.0));
   // At least one byte: a null temp pointer would ask CUB for the size again.
-  const Tensor temp = Tensor::empty({static_cast<int64_t>(temp_bytes > 0 ? temp_bytes : 1)}, DType::u8, Device::cuda);
-  QAT_CUDA_CHECK(cub::DeviceReduce::TransformReduce(temp.device_data<uint8_t>(), temp_bytes, x, sum, n,
+  const cuda::DeviceBuffer temp(temp_bytes > 0 ? temp_bytes : 1);
+  QAT_CUDA_CHECK(cub::DeviceReduce::TransformReduce(temp.get(), temp_bytes, x, sum, n,
                                                     ::cuda::std::plus<double>{}, WidenToDouble{}, 0.0));
 }
 
 // sum(x) * factor as a device scalar, with its backward.
 Tensor scaled_sum(const Tensor& x, float factor, const char* name, const char* backward_name) {
   const Tensor xc = x.contiguous();
-  const Tensor acc = Tensor::empty({static_cast<int64_t>(sizeof(double))}, DType::u8, Device::cuda);
-  double* pacc = reinterpret_cast<double*>(acc.device_data<uint8_t>());
+  const cuda::DeviceBuffer acc(sizeof(double));
+  double* pacc = static_cast<double*>(acc.get());
   reduce_to_double(xc.device_data<float>(), xc.numel(), pacc);
   Tensor out = Tensor::empty({}, DType::f32, Device::cuda);
   finish_sum_kernel<<<1, 1>>>(pacc, factor, out.device_data<float>());

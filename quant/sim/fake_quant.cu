@@ -36,25 +36,12 @@ __global__ void ste_backward_kernel(const float* __restrict__ dy, const uint8_t*
   QAT_GRID_STRIDE_LOOP(i, n) dx[i] = math::ste_grad(dy[i], mask[i]);
 }
 
-// The plan's constants in one device buffer (the kernel's `params`).
-Tensor upload_params(const FakeQuantPlan& p) {
-  const int64_t C = p.layout.channels;
-  Tensor host = Tensor::empty({3 * C});
-  float* h = host.data<float>();
-  for (int64_t c = 0; c < C; ++c) {
-    h[c] = p.s[c];
-    h[C + c] = p.inv[c];
-    h[2 * C + c] = p.z[c];
-  }
-  return host.to(Device::cuda);
-}
-
 }  // namespace
 
 Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point, const QuantSpec& spec,
                      SteKind ste) {
   const FakeQuantPlan p = plan_fake_quantize(x, scale, zero_point, spec);
-  const Tensor params = upload_params(p);
+  const Tensor params = qat::detail::device_constants({&p.s, &p.inv, &p.z});
   const Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.sizes(), DType::f32, Device::cuda);
   const bool need_mask = ste == SteKind::clipped && any_requires_grad({&x});

@@ -9,6 +9,7 @@
 
 #include "core/autograd.h"
 #include "core/cuda_check.h"
+#include "core/cuda_libraries.h"
 #include "core/cuda_runtime.h"
 #include "core/cuda_launch.h"
 #include "core/ops/common.h"
@@ -50,23 +51,6 @@ __global__ void lsq_fold_kernel(const double* __restrict__ partial, int64_t chan
   QAT_GRID_STRIDE_LOOP(k, 2 * channels) sums[k] = math::channel_sum(partial, k, slots);
 }
 
-Tensor upload(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& c = {}) {
-  std::vector<float> all(a);
-  all.insert(all.end(), b.begin(), b.end());
-  all.insert(all.end(), c.begin(), c.end());
-  return Tensor::from_vector(all, {static_cast<int64_t>(all.size())}).to(Device::cuda);
-}
-
-// Device scratch of n doubles (Tensor has no float64), from the caching allocator.
-struct DeviceDoubles {
-  explicit DeviceDoubles(size_t n) : count(n), data(static_cast<double*>(cuda::allocate(n * sizeof(double)))) {}
-  ~DeviceDoubles() { cuda::deallocate(data, count * sizeof(double)); }
-  DeviceDoubles(const DeviceDoubles&) = delete;
-  DeviceDoubles& operator=(const DeviceDoubles&) = delete;
-  size_t count;
-  double* data;
-};
-
 ChannelGeometry geometry_of(const Tensor& v, const QuantSpec& spec) {
   const ChannelLayout l = ChannelLayout::of(v, spec.per_channel, spec.axis);
   return {l.outer, l.channels, l.inner};
@@ -87,10 +71,12 @@ void launch_slots(bool paper, const float* v, const float* g, float* dv, const C
 std::vector<double> backward_sums(const Tensor& v, const Tensor& g, Tensor* dv, const ChannelGeometry& geo,
                                   const LsqChannels& k, bool plus, LsqClip clip, float lo, float hi) {
   const int64_t C = geo.channels, slots = slots_for(geo);
-  const Tensor inv_beta = upload(k.inv, k.beta);
-  const DeviceDoubles partial(static_cast<size_t>(2 * C * slots)), sums(static_cast<size_t>(2 * C));
-  double* p = partial.data;
-  double* s = sums.data;
+  const Tensor inv_beta = qat::detail::device_constants({&k.inv, &k.beta});
+  // Scratch in doubles (Tensor has no float64), from the caching allocator.
+  const cuda::DeviceBuffer partial(static_cast<size_t>(2 * C * slots) * sizeof(double)),
+      sums(static_cast<size_t>(2 * C) * sizeof(double));
+  double* p = static_cast<double*>(partial.get());
+  double* s = static_cast<double*>(sums.get());
   float* pdv = dv ? dv->device_data<float>() : nullptr;
   const bool paper = clip == LsqClip::paper;
   if (plus)
@@ -119,7 +105,7 @@ Tensor lsq_quantize(const char* op, const Tensor& v, const Tensor& step, const T
   Tensor out = Tensor::empty(v.sizes(), DType::f32, Device::cuda);
   const int64_t n = out.numel();
   if (n > 0) {
-    const Tensor params = upload(k.s, k.inv, k.beta);
+    const Tensor params = qat::detail::device_constants({&k.s, &k.inv, &k.beta});
     const unsigned blocks = cuda::blocks_for(n);
     if (plus)
       lsq_forward_kernel<true><<<blocks, cuda::kThreadsPerBlock>>>(vc.device_data<float>(), out.device_data<float>(),

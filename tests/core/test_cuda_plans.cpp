@@ -43,22 +43,10 @@ using qat::testing::run_op;
 using qat::testing::sum_bound;
 using namespace qat::cuda_plan;
 
-// The host operands of a plan, by role.
-struct HostOperands {
-  const float* lhs = nullptr;
-  const float* rhs = nullptr;
-  const float* grad = nullptr;
-  const float* of(GemmOperand o) const {
-    const float* p = o == GemmOperand::lhs ? lhs : o == GemmOperand::rhs ? rhs : grad;
-    REQUIRE(p != nullptr);
-    return p;
-  }
-};
-
 // What run_gemm (core/ops/linear.cu) does with a plan, with OpenBLAS's
 // column-major sgemm in place of cublasSgemm (the same arguments in the same
 // order; alpha 1).
-void execute(const GemmPlan& p, const HostOperands& ops, Tensor& c) {
+void execute(const GemmPlan& p, const GemmOperands& ops, Tensor& c) {
   switch (p.work) {
     case GemmWork::nothing:
     case GemmWork::keep_c:
@@ -107,7 +95,7 @@ TEST_CASE("cuda plans: linear's cuBLAS plans, run column-major on the host, give
       const auto op = [](const std::vector<Tensor>& t) { return qat::linear(t[0], t[1], t[2]); };
       const OpRun cpu = run_op(op, {x, w, b}, g, Device::cpu);
       const OpRun mag = run_abs(op, {x, w, b}, g);
-      const HostOperands ops{x.data<float>(), w.data<float>(), g.data<float>()};
+      const GemmOperands ops{x.data<float>(), w.data<float>(), g.data<float>()};
 
       // The bias broadcast as broadcast_rows_kernel indexes it, then the product on top.
       Tensor y = Tensor::empty({c.rows, c.cols});
@@ -142,7 +130,7 @@ TEST_CASE("cuda plans: matmul's cuBLAS plans, run column-major on the host, give
     const auto op = [](const std::vector<Tensor>& t) { return qat::matmul(t[0], t[1]); };
     const OpRun cpu = run_op(op, {a, b}, g, Device::cpu);
     const OpRun mag = run_abs(op, {a, b}, g);
-    const HostOperands ops{a.data<float>(), b.data<float>(), g.data<float>()};
+    const GemmOperands ops{a.data<float>(), b.data<float>(), g.data<float>()};
 
     Tensor y = Tensor::empty({c.rows, c.cols});
     execute(matmul_forward_plan(c.rows, c.inner, c.cols), ops, y);
