@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -27,6 +28,7 @@
 #include "quant/convert/freeze.h"
 #include "core/cpu_features.h"
 #include "quant/integer/int8_gemm.h"
+#include "quant/integer/integer_model_cuda.h"
 
 namespace qat::apps {
 
@@ -149,6 +151,13 @@ ModulePtr qat_model_for_bench(const BenchOptions& opt) {
   return m;
 }
 
+int narrowest_weight_bits(const quant::IntegerModel& im) {
+  int bits = 8;
+  for (const auto& l : im.layers)
+    if (quant::int_op_def(l.op).has(quant::kMatmul)) bits = std::min(bits, l.weight_bits);
+  return bits;
+}
+
 BenchFigures run_bench_infer(const BenchOptions& opt) {
   quant::GemmKernel kernel = quant::best_gemm_kernel();
   if (!opt.int8_kernel.empty()) {
@@ -175,9 +184,7 @@ BenchFigures run_bench_infer(const BenchOptions& opt) {
   ModulePtr qmodel = qat_model_for_bench(opt);
   quant::IntegerModel im = quant::freeze(*qmodel);
   im.kernel = kernel;
-  int bits = 8;
-  for (const auto& l : im.layers)
-    if (quant::int_op_def(l.op).has(quant::kMatmul)) bits = std::min(bits, l.weight_bits);
+  const int bits = narrowest_weight_bits(im);
   Profiler::reset();
   Profiler::set_enabled(opt.profile);
   const double int8 = time_inference([&](const Tensor& t) { return im.forward(t); }, x, opt, "int8");
@@ -201,6 +208,42 @@ BenchFigures run_bench_infer(const BenchOptions& opt) {
   }
   std::printf("peak memory: %.0f MiB (max RSS)\n", peak_rss_mib());
   return {fp32, int8, bits, quant::gemm_kernel_name(im.kernel)};
+}
+
+// --infer --device cuda: FP32 eval forward (cuDNN / cuBLAS twins) and the
+// integer model (CudaIntegerModel) on the GPU, each pass timed to the end of
+// its last kernel; then the integer logits of the batch against the CPU
+// integer model's, bit for bit.
+BenchFigures run_bench_infer_cuda(const BenchOptions& opt) {
+  cuda::require("bench --infer --device cuda");
+  std::printf("device: %s\n", cuda::describe().c_str());
+  ModulePtr model = make_model(opt.model, opt.classes, 0);
+  model->eval();
+  model->to(Device::cuda);
+  Generator gen(1);
+  const Tensor x = Tensor::randn({opt.batch, 3, opt.res, opt.res}, gen);
+  const Tensor xd = x.to(Device::cuda);
+  NoGradGuard ng;
+  auto synced = [](Tensor y) {
+    cuda::synchronize();
+    return y;
+  };
+  const double fp32 =
+      time_inference([&](const Tensor& t) { return synced(model->forward(t)); }, xd, opt, "fp32 on cuda");
+  ModulePtr qmodel = qat_model_for_bench(opt);
+  const quant::IntegerModel im = quant::freeze(*qmodel);
+  const quant::CudaIntegerModel gpu(im);
+  const double int8 = time_inference([&](const Tensor& t) { return synced(gpu.forward(t)); }, xd, opt, "int8 on cuda");
+  const std::vector<float> dev = gpu.forward(xd).to(Device::cpu).to_vector(), cpu = im.forward(x).to_vector();
+  const bool same = dev.size() == cpu.size() &&
+                    std::equal(dev.begin(), dev.end(), cpu.begin(), [](float a, float b) {
+                      return std::memcmp(&a, &b, sizeof a) == 0;
+                    });
+  std::printf("int8/fp32 inference speed on cuda: %.2fx  (DP4A GEMM, implicit im2row); int8 logits equal the CPU "
+              "integer model's bit for bit: %s\n",
+              int8 / fp32, same ? "yes" : "NO");
+  QAT_CHECK(same, "bench --infer --device cuda: the integer model's logits on cuda differ from the CPU's");
+  return {fp32, int8, narrowest_weight_bits(im), "cuda dp4a"};
 }
 
 // The CPU (/proc/cpuinfo's model name) and the kernels this run picks on
@@ -231,11 +274,12 @@ int run_bench(const BenchOptions& opt, BenchFigures* figures) {
   set_num_threads(opt.threads);
   BenchFigures measured;
   if (opt.infer) {
-    QAT_CHECK(opt.device == "cpu", "bench --infer: the integer model runs on the CPU only (--device ", opt.device,
-              " times training steps)");
-    std::printf("bench --infer: model %s, %dx%d, batch %d, %d classes, %d threads, %d timed passes after %d warm-up\n",
-                opt.model.c_str(), opt.res, opt.res, opt.batch, opt.classes, num_threads(), opt.steps, opt.warmup);
-    measured = run_bench_infer(opt);
+    std::printf("bench --infer: model %s, %dx%d, batch %d, %d classes, %d threads, %d timed passes after %d warm-up%s\n",
+                opt.model.c_str(), opt.res, opt.res, opt.batch, opt.classes, num_threads(), opt.steps, opt.warmup,
+                opt.device == "cuda" ? ", on cuda" : "");
+    QAT_CHECK(opt.device == "cpu" || opt.int8_kernel.empty(), "bench: --int8-kernel chooses a CPU kernel; with "
+              "--device cuda the integer model multiplies on the GPU's DP4A GEMM");
+    measured = opt.device == "cuda" ? run_bench_infer_cuda(opt) : run_bench_infer(opt);
     if (figures) *figures = measured;
     return 0;
   }

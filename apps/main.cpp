@@ -71,7 +71,8 @@ int run(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   b->add_flag("!--no-profile", bench.profile, "Skip the per-op time breakdown");
   b->add_option("--device", bench.device,
-                "Where the training steps run: " + qat::enum_name_list<qat::Device>() +
+                "Where the training steps (or, with --infer, both models) run: " +
+                    qat::enum_name_list<qat::Device>() +
                     " (cuda as train.device: refused, naming why, where the step cannot run on the GPU)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));

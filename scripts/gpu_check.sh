@@ -6,7 +6,9 @@
 # want of a GPU fails instead. Prints the GPU, each test's time and a summary.
 # Then the benchmark lines: training-step img/s on the GPU (`qat bench
 # --device cuda`: FP32, and QAT where the step runs there) beside the same on
-# the CPU. For a machine with an NVIDIA GPU; fails loudly when none is visible.
+# the CPU, and inference img/s (`qat bench --infer --device cuda`: FP32 and
+# the integer model, its logits checked against the CPU's) beside the CPU.
+# For a machine with an NVIDIA GPU; fails loudly when none is visible.
 # Budget: under 5 minutes on 16 cores (the build is most of it; the tests
 # have 240 s, each benchmark 120 s).
 #   bash scripts/gpu_check.sh            # JOBS=N to change the build's parallelism
@@ -85,6 +87,16 @@ timeout 120 "$bin/qat" bench --device cuda --config "$bench_cfg" --steps 20 --wa
   tee "$log_dir/bench_cuda.log" | grep -E "^(device|train|qat/|int8/)" | sed 's/^/  /' || echo "  bench --device cuda failed (see $log_dir/bench_cuda.log)"
 timeout 120 "$bin/qat" bench --config "$bench_cfg" --threads "$(nproc)" --steps 5 --warmup 1 --no-profile 2>&1 |
   tee "$log_dir/bench_cpu.log" | grep -E "^(cpu|train|qat/|int8/)" | sed 's/^/  /' || echo "  bench on the CPU failed (see $log_dir/bench_cpu.log)"
+# Inference: FP32 and the frozen integer model on the GPU (which also
+# requires the integer logits to equal the CPU's), at 128 and 224 px, beside
+# the CPU at 128 px.
+for res in 128 224; do
+  timeout 120 "$bin/qat" bench --infer --device cuda --res "$res" --steps 20 --warmup 3 2>&1 |
+    tee "$log_dir/bench_infer_cuda_$res.log" | grep -E "^(bench|infer|int8/)" | sed 's/^/  /' ||
+    echo "  bench --infer --device cuda --res $res failed (see $log_dir/bench_infer_cuda_$res.log)"
+done
+timeout 120 "$bin/qat" bench --infer --threads "$(nproc)" --steps 5 --warmup 1 --no-profile 2>&1 |
+  tee "$log_dir/bench_infer_cpu.log" | grep -E "^(infer|int8/)" | sed 's/^/  /' || echo "  bench --infer on the CPU failed (see $log_dir/bench_infer_cpu.log)"
 
 [ "$status" -eq 0 ] || fail "GPU tests (exit status $status; $log_dir/tests.log)"
 

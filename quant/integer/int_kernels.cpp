@@ -1,5 +1,6 @@
 #include "quant/integer/int_kernels.h"
 
+#include "quant/integer/int_math.h"
 #include "quant/integer/simd.h"
 
 #include <algorithm>
@@ -67,16 +68,7 @@ int32_t requantize_value(int32_t acc, int32_t m0, int32_t shift, int32_t residua
 }
 
 int32_t requantize_value64(int32_t acc, int32_t m0, int32_t shift, int64_t extra) {
-  // floor((acc * m0 + extra) / 2^t + 1/2), t = 31 + shift, from the exact
-  // 64-bit value (|acc * m0| < 2^62): a rounding right shift, ties upwards.
-  const int t = 31 + shift;
-  const int64_t p = static_cast<int64_t>(acc) * m0 + extra;
-  int64_t r;
-  if (t <= 0) r = p * (int64_t{1} << -t);  // cannot occur for valid multipliers (shift >= -31)
-  else if (t >= 63) r = 0;
-  else r = (p + (int64_t{1} << (t - 1))) >> t;
-  return static_cast<int32_t>(
-      std::clamp<int64_t>(r, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
+  return int_math::requantize_value64(acc, m0, shift, extra);
 }
 
 void requantize_row_reference(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out) {
@@ -206,6 +198,8 @@ void max_pool_u8(const uint8_t* x, const PoolShape& s, uint8_t* y) {
   }
 }
 
+// The CPU loop (windows hoisted per output pixel; the device body,
+// int_math::adaptive_avg_pool_u8_at, decodes every output index on its own).
 void adaptive_avg_pool_u8(const uint8_t* x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t out_h, int64_t out_w,
                           uint8_t* y) {
   for (int64_t b = 0; b < n; ++b) {
@@ -219,8 +213,7 @@ void adaptive_avg_pool_u8(const uint8_t* x, int64_t n, int64_t h, int64_t w, int
           int64_t sum = 0;
           for (int64_t i = h0; i < h1; ++i)
             for (int64_t j = w0; j < w1; ++j) sum += x[((b * h + i) * w + j) * c + ch];
-          const int64_t q = (2 * sum + count) / (2 * count);  // both >= 0: floor
-          dst[ch] = static_cast<uint8_t>(std::clamp<int64_t>(q, 0, 255));
+          dst[ch] = int_math::mean_half_up(sum, count);
         }
       }
     }
@@ -239,8 +232,7 @@ void quantize_input(const float* x, int64_t n, int64_t c, int64_t h, int64_t w, 
       for (int64_t ch = 0; ch < c; ++ch) {
         const float* src = x + ((b * c + ch) * h + i) * w;
         for (int64_t j = 0; j < w; ++j) {
-          const float q = std::clamp(std::nearbyint(src[j] * inv + frac) + z, lo, hi);
-          dst[j * c + ch] = static_cast<uint8_t>(static_cast<int32_t>(std::isnan(q) ? z : q) + offset);  // NaN: z
+          dst[j * c + ch] = int_math::quantize_input_value(src[j], inv, frac, z, lo, hi, offset);  // NaN: z
         }
       }
     }

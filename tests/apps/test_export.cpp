@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 
 #include "apps/bench.h"
@@ -390,4 +391,30 @@ TEST_CASE("qat bench --infer times FP32 and the frozen integer model", "[e2e][ex
   CHECK(f.quantized > 0);
   CHECK(f.weight_bits == 8);
   CHECK(f.gemm_kernel == quant::gemm_kernel_name(quant::best_gemm_kernel()));
+}
+
+TEST_CASE("qat bench --infer --device cuda times both models on the GPU, or refuses naming why", "[e2e][export][cuda]") {
+  BenchOptions opt;
+  opt.model = "small_cnn";
+  opt.res = 32;
+  opt.batch = 3;
+  opt.steps = 2;
+  opt.warmup = 1;
+  opt.threads = 1;
+  opt.infer = true;
+  opt.profile = false;
+  opt.device = "cuda";
+  BenchOptions with_kernel = opt;
+  with_kernel.int8_kernel = "reference";
+  REQUIRE_THROWS_WITH(run_bench(with_kernel), Contains("--int8-kernel chooses a CPU kernel"));
+  if (!testing::cuda_device_or_skip()) {
+    REQUIRE_THROWS_WITH(run_bench(opt), Contains("bench --infer --device cuda: ") &&
+                                            Contains(cuda::built() ? "no usable CUDA device" : "without CUDA"));
+    return;
+  }
+  BenchFigures f;
+  REQUIRE(run_bench(opt, &f) == 0);  // it also requires the GPU's logits to equal the CPU's
+  CHECK(f.fp32 > 0);
+  CHECK(f.quantized > 0);
+  CHECK(f.gemm_kernel == "cuda dp4a");
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "quant/integer/int_kernels.h"
+#include "quant/integer/int_math.h"
 #include "quant/integer/integer_model.h"
 
 namespace qat::quant::ops {
@@ -82,7 +83,7 @@ struct OutputStage {
         const float* fw = l.weight_zero_frac.data<float>();
         for (int64_t c = 0; c < C; ++c)
           fout[r * fstep + c * fstride] =
-              (static_cast<float>(a[c] + bias[c]) - fw[c] * static_cast<float>(centred)) * dequant[c];
+              int_math::dequantize_value(a[c] + bias[c], fw[c], static_cast<float>(centred), dequant[c]);
       } else if (weight_frac) {
         for (int64_t c = 0; c < C; ++c) {
           const int64_t extra = rq.residual[c] - frac_m0[c] * centred;

@@ -1,0 +1,231 @@
+#pragma once
+// The integer model's forward written once over an executor, so that the
+// device runs it (integer_model.cu: CudaIntegerModel) and the host tests run
+// the very same code on the CPU (tests/quant/integer/test_int_forward_math.cpp),
+// comparing every layer with the CPU ops bit for bit.
+//
+// An executor provides:
+//   static constexpr Device device;                where its tensors live
+//   template <class T> static T* ptr(const Tensor&); their memory
+//   template <class Body> void each(int64_t n, const Body& body);   body(i) for i < n
+//   template <class Rows, class Stage>
+//   void gemm(const Rows&, const int8_t* w, int64_t m, int64_t n, int64_t k, const Stage&);
+//     the tiled GEMM of int_math.h (Note [device int8 GEMM]) into the stage
+// The layers take the activations' layouts of the CPU ops (int_kernels.h):
+// NHWC u8 images, (N, features) u8 rows, float logits at the end.
+#include <vector>
+
+#include "core/tensor.h"
+#include "quant/integer/int_math.h"
+#include "quant/integer/integer_model.h"
+
+namespace qat::quant {
+
+// One conv / linear layer's constants for int_math::OutputStage, on one device.
+struct LayerConstants {
+  Tensor weight;  // i8 (out_channels, K), the CPU layout (conv: (O, KH, KW, I))
+  Tensor bias, m0, shift, residual, weight_zero;  // i32 (out_channels); weight_zero undefined when all 0
+  Tensor frac_m0;                                 // int64 as i32 pairs (2 out_channels), or undefined
+  Tensor frac_w, dequant;                         // f32 (out_channels), dequantize only
+  bool row_sums = false;                          // a term needs Σ_k x per row
+  int64_t k = 0;
+  int32_t zx = 0, out_zero = 0, lo = 0, hi = 0;
+};
+
+// The constants of a conv / linear layer (a finalized one), on `device`.
+LayerConstants layer_constants(const IntLayer& l, Device device);
+// Those of every conv / linear layer of the model, in order.
+std::vector<LayerConstants> model_constants(const IntegerModel& m, Device device);
+
+namespace int_kernels {
+
+struct QuantizeInput {
+  const float* x;
+  uint8_t* y;
+  int_math::QuantizeInputGeometry g;
+  QAT_HOST_DEVICE void operator()(int64_t i) const { y[i] = int_math::quantize_input_at(i, x, g); }
+};
+struct MaxPool {
+  const uint8_t* x;
+  uint8_t* y;
+  int_math::U8PoolGeometry g;
+  QAT_HOST_DEVICE void operator()(int64_t i) const { y[i] = int_math::max_pool_u8_at(i, x, g); }
+};
+struct AdaptiveAvgPool {
+  const uint8_t* x;
+  uint8_t* y;
+  int_math::U8PoolGeometry g;
+  QAT_HOST_DEVICE void operator()(int64_t i) const { y[i] = int_math::adaptive_avg_pool_u8_at(i, x, g); }
+};
+struct Flatten {
+  const uint8_t* x;
+  uint8_t* y;
+  int64_t c, hw;
+  QAT_HOST_DEVICE void operator()(int64_t i) const { y[i] = int_math::flatten_at(i, x, c, hw); }
+};
+struct Relu {
+  const uint8_t* x;
+  uint8_t* y;
+  uint8_t z;
+  QAT_HOST_DEVICE void operator()(int64_t i) const { y[i] = x[i] > z ? x[i] : z; }
+};
+template <class Rows>
+struct RowSums {
+  Rows rows;
+  int64_t k;
+  int32_t* out;
+  QAT_HOST_DEVICE void operator()(int64_t r) const { out[r] = int_math::row_sum_at(r, rows, k); }
+};
+
+}  // namespace int_kernels
+
+namespace detail {
+
+template <class Exec>
+Tensor empty_on(const Shape& shape, DType dtype) {
+  return Tensor::empty(shape, dtype, Exec::device);
+}
+
+// The output stage over the layer's constants; `out` or `fout` by dequantize.
+template <class Exec>
+int_math::OutputStage output_stage(const LayerConstants& k, const int32_t* row_sums, int64_t positions, uint8_t* out,
+                                   float* fout) {
+  const bool deq = k.dequant.defined();
+  auto p32 = [](const Tensor& t) { return t.defined() ? Exec::template ptr<int32_t>(t) : nullptr; };
+  return {p32(k.bias),
+          deq ? nullptr : p32(k.m0),
+          deq ? nullptr : p32(k.shift),
+          deq ? nullptr : p32(k.residual),
+          p32(k.weight_zero),
+          k.frac_m0.defined() ? reinterpret_cast<const int64_t*>(Exec::template ptr<int32_t>(k.frac_m0)) : nullptr,
+          deq ? Exec::template ptr<float>(k.frac_w) : nullptr,
+          deq ? Exec::template ptr<float>(k.dequant) : nullptr,
+          row_sums,
+          out,
+          fout,
+          k.weight.size(0),
+          k.k,
+          positions,
+          k.zx,
+          k.out_zero,
+          k.lo,
+          k.hi};
+}
+
+// rows (m x k) . weights^T through the output stage; `positions` output rows
+// per image (the dequantized logits are (image, channel, position)).
+template <class Exec, class Rows>
+Tensor matmul_layer(Exec& ex, const LayerConstants& k, const Rows& rows, int64_t m, int64_t positions,
+                    const Shape& u8_shape, const Shape& f32_shape) {
+  Tensor sums;
+  if (k.row_sums) {
+    sums = empty_on<Exec>({m}, DType::i32);
+    ex.each(m, int_kernels::RowSums<Rows>{rows, k.k, Exec::template ptr<int32_t>(sums)});
+  }
+  const int32_t* ps = k.row_sums ? Exec::template ptr<int32_t>(sums) : nullptr;
+  const bool deq = k.dequant.defined();
+  Tensor y = deq ? empty_on<Exec>(f32_shape, DType::f32) : empty_on<Exec>(u8_shape, DType::u8);
+  const int_math::OutputStage stage = output_stage<Exec>(k, ps, positions, deq ? nullptr : Exec::template ptr<uint8_t>(y),
+                                                         deq ? Exec::template ptr<float>(y) : nullptr);
+  ex.gemm(rows, Exec::template ptr<int8_t>(k.weight), m, k.weight.size(0), k.k, stage);
+  return y;
+}
+
+inline int_math::U8PoolGeometry pool_geometry(const Tensor& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                                              int64_t ph, int64_t pw, const ActShape& out) {
+  return {x.size(1), x.size(2), x.size(3), kh, kw, sh, sw, ph, pw, out.h, out.w};
+}
+
+}  // namespace detail
+
+// One layer on the executor: x is the layer's input on Exec's device (the
+// float images for quantize_input), `out` its output shape per image
+// (infer_shapes), `k` the layer's constants (conv / linear only).
+template <class Exec>
+Tensor run_int_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, const Tensor& x, const ActShape& out) {
+  const int64_t n = x.size(0);
+  switch (l.op) {
+    case IntOp::quantize_input: {
+      Tensor y = detail::empty_on<Exec>({n, out.h, out.w, out.c}, DType::u8);
+      const int_math::QuantizeInputGeometry g{x.size(1),
+                                              x.size(2),
+                                              x.size(3),
+                                              1.0f / l.out.scale,
+                                              l.out.zero_frac,
+                                              static_cast<float>(l.out.zero_point),
+                                              static_cast<float>(l.out.qmin()),
+                                              static_cast<float>(l.out.qmax()),
+                                              l.out.offset()};
+      ex.each(y.numel(), int_kernels::QuantizeInput{Exec::template ptr<float>(x), Exec::template ptr<uint8_t>(y), g});
+      return y;
+    }
+    case IntOp::conv: {
+      const auto& p = l.conv;
+      const int_math::ConvPatches rows{Exec::template ptr<uint8_t>(x),
+                                       x.size(1), x.size(2), x.size(3), l.kernel_h, l.kernel_w, p.stride_h, p.stride_w,
+                                       p.pad_h, p.pad_w, p.dil_h, p.dil_w, out.h, out.w,
+                                       static_cast<uint8_t>(l.in.zero_point + l.in.offset())};
+      const int64_t positions = out.h * out.w;
+      return detail::matmul_layer(ex, *k, rows, n * positions, positions, {n, out.h, out.w, out.c},
+                                  {n, out.c, out.h, out.w});
+    }
+    case IntOp::linear: {
+      const int_math::DenseRows rows{Exec::template ptr<uint8_t>(x), x.size(1)};
+      return detail::matmul_layer(ex, *k, rows, n, 1, {n, out.c}, {n, out.c});
+    }
+    case IntOp::max_pool: {
+      Tensor y = detail::empty_on<Exec>({n, out.h, out.w, out.c}, DType::u8);
+      const auto& p = l.pool;
+      ex.each(y.numel(), int_kernels::MaxPool{Exec::template ptr<uint8_t>(x), Exec::template ptr<uint8_t>(y),
+                                              detail::pool_geometry(x, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w,
+                                                                    p.pad_h, p.pad_w, out)});
+      return y;
+    }
+    case IntOp::adaptive_avg_pool: {
+      Tensor y = detail::empty_on<Exec>({n, out.h, out.w, out.c}, DType::u8);
+      ex.each(y.numel(), int_kernels::AdaptiveAvgPool{Exec::template ptr<uint8_t>(x), Exec::template ptr<uint8_t>(y),
+                                                      detail::pool_geometry(x, 1, 1, 1, 1, 0, 0, out)});
+      return y;
+    }
+    case IntOp::flatten: {
+      Tensor y = detail::empty_on<Exec>({n, out.c}, DType::u8);
+      ex.each(y.numel(), int_kernels::Flatten{Exec::template ptr<uint8_t>(x), Exec::template ptr<uint8_t>(y),
+                                              x.size(3), x.size(1) * x.size(2)});
+      return y;
+    }
+    case IntOp::relu: {
+      Tensor y = detail::empty_on<Exec>(x.sizes(), DType::u8);
+      ex.each(y.numel(), int_kernels::Relu{Exec::template ptr<uint8_t>(x), Exec::template ptr<uint8_t>(y),
+                                           static_cast<uint8_t>(l.in.zero_point + l.in.offset())});
+      return y;
+    }
+    case IntOp::count_: break;
+  }
+  QAT_FAIL("integer layer '", l.name, "': op ", static_cast<int>(l.op), " has no device kernel");
+}
+
+// The whole model: float images (N, C, H, W), contiguous on Exec's device, to
+// float logits there; `consts` from model_constants on that device. Every
+// layer's shape is checked first (infer_shapes), naming the layer.
+template <class Exec>
+Tensor run_int_model(Exec& ex, const IntegerModel& m, const std::vector<LayerConstants>& consts, const Tensor& x) {
+  QAT_CHECK(!m.layers.empty() && m.layers.front().op == IntOp::quantize_input,
+            "integer model: the first layer must be quantize_input");
+  QAT_CHECK(x.dtype() == DType::f32 && x.dim() == 4 && x.is_contiguous(),
+            "integer model input: expects contiguous float images (N, C, H, W), got ", dtype_name(x.dtype()), " with ",
+            x.dim(), " dims");
+  const ActShape input{x.size(2), x.size(3), x.size(1), false};
+  infer_shapes(m.layers, input);
+  ActShape shape = input;
+  Tensor h = x;
+  size_t next = 0;
+  for (const IntLayer& l : m.layers) {
+    const IntOpDef& def = int_op_def(l.op);
+    shape = def.infer(l, shape);
+    QAT_CHECK(!def.has(kMatmul) || next < consts.size(), "integer model: no constants for layer '", l.name, "'");
+    h = run_int_layer(ex, l, def.has(kMatmul) ? &consts[next++] : nullptr, h, shape);
+  }
+  return h;
+}
+
+}  // namespace qat::quant

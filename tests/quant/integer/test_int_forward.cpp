@@ -1,0 +1,245 @@
+// The integer model's device forward (int_forward.h): its code run on the
+// host by an executor that emulates the GPU's launches (every index of a
+// per-index kernel; the tiled GEMM's blocks phase by phase, thread after
+// thread), against the CPU integer model bit for bit; then on the GPU where
+// there is one.
+#include <array>
+#include <cstring>
+#include <random>
+
+#include "tests/cuda_test_util.h"
+#include "tests/test_util.h"
+
+#include "core/autograd.h"
+#include "models/models.h"
+#include "quant/convert/freeze.h"
+#include "quant/integer/int_forward.h"
+#include "quant/integer/int_kernels.h"
+#include "quant/integer/integer_model_cuda.h"
+#include "quant/sim/prepare.h"
+
+using namespace qat;
+using namespace qat::quant;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// The CUDA executor's launches on the host (integer_model.cu): the same
+// bodies and GEMM phases, with __syncthreads() as the boundary between two
+// loops over the block's threads.
+struct HostExec {
+  static constexpr Device device = Device::cpu;
+  template <class T>
+  static T* ptr(const Tensor& t) {
+    return t.data<T>();
+  }
+  template <class Body>
+  void each(int64_t n, const Body& body) {
+    for (int64_t i = 0; i < n; ++i) body(i);
+  }
+  template <class Rows, class Stage>
+  void gemm(const Rows& rows, const int8_t* w, int64_t m, int64_t n, int64_t k, const Stage& stage) {
+    using namespace int_math;
+    struct ThreadAcc {
+      int32_t v[kMicro][kMicro];
+    };
+    std::vector<ThreadAcc> acc(kGemmThreads);
+    GemmTile tile;
+    for (int64_t m0 = 0; m0 < m; m0 += kTileM)
+      for (int64_t n0 = 0; n0 < n; n0 += kTileN) {
+        std::memset(acc.data(), 0, acc.size() * sizeof(ThreadAcc));
+        for (int64_t k0 = 0; k0 < k; k0 += kTileK) {
+          std::memset(&tile, 0xA5, sizeof tile);  // stale shared memory: every word read must be written first
+          for (int t = 0; t < kGemmThreads; ++t) gemm_load(rows, w, m, n, k, m0, n0, k0, t, tile);
+          for (int t = 0; t < kGemmThreads; ++t) gemm_accumulate(tile, t, acc[t].v);
+        }
+        for (int t = 0; t < kGemmThreads; ++t) gemm_store(stage, m, n, m0, n0, t, acc[t].v);
+      }
+  }
+};
+
+// A prepared model after a few training batches, in eval mode (as test_freeze.cpp).
+IntegerModel frozen(const std::string& arch, const std::string& backend, const QConfig& q, int64_t res) {
+  ModulePtr m = make_model(arch, 10, 3);
+  prepare(*m, testing::test_backend(backend), q);
+  m->train();
+  Generator g(7);
+  NoGradGuard ng;
+  for (int i = 0; i < 4; ++i) m->forward(Tensor::randn({8, 3, res, res}, g));
+  m->eval();
+  return freeze(*m);
+}
+
+// u8 activations or f32 logits, contiguous, compared byte for byte.
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
+  const void* pa = a.dtype() == DType::u8 ? static_cast<const void*>(a.data<uint8_t>()) : a.data<float>();
+  const void* pb = b.dtype() == DType::u8 ? static_cast<const void*>(b.data<uint8_t>()) : b.data<float>();
+  return std::memcmp(pa, pb, a.nbytes()) == 0;
+}
+
+// Every layer on the emulated device path from the CPU's input to that
+// layer, against the CPU's output; then the whole model.
+void require_layers_equal(const IntegerModel& im, const Tensor& x) {
+  HostExec ex;
+  const std::vector<LayerConstants> consts = model_constants(im, Device::cpu);
+  ActShape shape{x.size(2), x.size(3), x.size(1), false};
+  Tensor h = x;
+  size_t next = 0;
+  for (const IntLayer& l : im.layers) {
+    const IntOpDef& def = int_op_def(l.op);
+    shape = def.infer(l, shape);
+    const Tensor cpu = im.run_layer(l, h);
+    const Tensor dev = run_int_layer(ex, l, def.has(kMatmul) ? &consts[next++] : nullptr, h, shape);
+    INFO("layer " << l.name << " (" << int_op_name(l.op) << ")");
+    REQUIRE(same_bytes(dev, cpu));
+    h = cpu;
+  }
+  REQUIRE(same_bytes(run_int_model(ex, im, consts, x), im.forward(x)));
+}
+
+}  // namespace
+
+TEST_CASE("the device integer GEMM's tiles, emulated, equal the plain sum on edge shapes", "[quant][integer][math]") {
+  struct Record {  // an output stage that keeps the dot products and counts the writes
+    int32_t* dots;
+    int32_t* writes;
+    int64_t n;
+    void operator()(int64_t r, int64_t c, int32_t dot) const {
+      dots[r * n + c] = dot;
+      ++writes[r * n + c];
+    }
+  };
+  std::mt19937 rng(5);
+  // (m, n, k): one element; tile-exact; every remainder of the 64 x 64 x 32
+  // tiles and of the 4-byte words; one output column; K at kMaxProducts.
+  const std::vector<std::array<int64_t, 3>> shapes{{1, 1, 1},   {64, 64, 32}, {65, 63, 33},  {130, 1, 100},
+                                                   {3, 129, 7}, {1, 70, 363}, {2, 5, 16384}};
+  for (const auto& [m, n, k] : shapes) {
+    for (int extremes = 0; extremes < 2; ++extremes) {
+      CAPTURE(m, n, k, extremes);
+      std::vector<uint8_t> x(static_cast<size_t>(m * k));
+      std::vector<int8_t> w(static_cast<size_t>(n * k));
+      for (auto& v : x) v = extremes ? 255 : static_cast<uint8_t>(rng() % 256);
+      for (auto& v : w) v = extremes ? -128 : static_cast<int8_t>(rng() % 256);
+      if (extremes) x[0] = 0, w[0] = 127;
+      std::vector<int32_t> dots(static_cast<size_t>(m * n), -1), writes(static_cast<size_t>(m * n), 0);
+      HostExec ex;
+      ex.gemm(int_math::DenseRows{x.data(), k}, w.data(), m, n, k, Record{dots.data(), writes.data(), n});
+      bool all_equal = true, once = true;
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+          int64_t ref = 0;
+          for (int64_t i = 0; i < k; ++i) ref += (x[r * k + i] - 128) * w[c * k + i];
+          all_equal = all_equal && dots[r * n + c] == ref;
+          once = once && writes[r * n + c] == 1;
+        }
+      REQUIRE(all_equal);
+      REQUIRE(once);
+    }
+  }
+}
+
+TEST_CASE("the device conv reads its patches as im2row_u8 writes them", "[quant][integer][math]") {
+  std::mt19937 rng(9);
+  struct Geometry {
+    int64_t h, w, c, kh, kw, sh, sw, ph, pw, dh, dw;
+  };
+  // plain 3x3; AlexNet's conv1; dilation with padding; 1x1; a kernel wider than tall, stride beyond it
+  for (const Geometry& s : std::vector<Geometry>{{7, 7, 5, 3, 3, 1, 1, 1, 1, 1, 1},
+                                                 {23, 23, 3, 11, 11, 4, 4, 2, 2, 1, 1},
+                                                 {9, 8, 2, 3, 2, 1, 2, 2, 1, 2, 3},
+                                                 {4, 5, 6, 1, 1, 1, 1, 0, 0, 1, 1},
+                                                 {6, 9, 1, 2, 4, 3, 5, 1, 2, 1, 1}}) {
+    CAPTURE(s.h, s.w, s.c, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw);
+    const int64_t oh = conv_out_size(s.h, s.kh, s.sh, s.ph, s.dh, "test");
+    const int64_t ow = conv_out_size(s.w, s.kw, s.sw, s.pw, s.dw, "test");
+    const int64_t n = 2, K = s.kh * s.kw * s.c, P = oh * ow;
+    std::vector<uint8_t> x(static_cast<size_t>(n * s.h * s.w * s.c));
+    for (auto& v : x) v = static_cast<uint8_t>(rng() % 256);
+    const uint8_t pad = 37;
+    const Im2RowShape shape{s.h, s.w, s.c, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, oh, ow};
+    const int_math::ConvPatches patches{x.data(), s.h, s.w, s.c, s.kh, s.kw, s.sh, s.sw,
+                                        s.ph,     s.pw, s.dh, s.dw, oh,   ow,   pad};
+    std::vector<uint8_t> rows(static_cast<size_t>(P * K));
+    bool equal = true;
+    for (int64_t img = 0; img < n; ++img) {
+      im2row_u8(x.data() + img * s.h * s.w * s.c, shape, pad, rows.data());
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t k = 0; k < K; ++k) equal = equal && patches.at(img * P + p, k) == rows[p * K + k];
+    }
+    REQUIRE(equal);
+  }
+}
+
+TEST_CASE("the device pools equal the CPU's on padded and uneven windows", "[quant][integer][math]") {
+  std::mt19937 rng(4);
+  const int64_t n = 2, h = 7, w = 6, c = 3;
+  std::vector<uint8_t> x(static_cast<size_t>(n * h * w * c));
+  for (auto& v : x) v = static_cast<uint8_t>(rng() % 256);
+  // max pooling: 3x3 stride 2 padding 1 (padding never wins), 2x3 stride 1x3
+  for (const auto& [kh, kw, sh, sw, ph, pw] :
+       std::vector<std::array<int64_t, 6>>{{3, 3, 2, 2, 1, 1}, {2, 3, 1, 3, 1, 0}, {3, 3, 2, 2, 0, 0}}) {
+    CAPTURE(kh, kw, sh, sw, ph, pw);
+    const int64_t oh = conv_out_size(h, kh, sh, ph, 1, "test"), ow = conv_out_size(w, kw, sw, pw, 1, "test");
+    std::vector<uint8_t> cpu(static_cast<size_t>(n * oh * ow * c));
+    max_pool_u8(x.data(), {n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow}, cpu.data());
+    const int_math::U8PoolGeometry g{h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
+    bool equal = true;
+    for (int64_t i = 0; i < static_cast<int64_t>(cpu.size()); ++i) equal = equal && int_math::max_pool_u8_at(i, x.data(), g) == cpu[i];
+    REQUIRE(equal);
+  }
+}
+
+TEST_CASE("the device integer forward, emulated on the host, equals the CPU integer model bit for bit",
+          "[quant][integer][math]") {
+  Generator g(11);
+  const Tensor x = Tensor::randn({3, 3, 16, 16}, g);
+  SECTION("default: uint8 affine activations, int8 per-channel weights") {
+    require_layers_equal(frozen("small_cnn", "default", QConfig{}, 16), x);
+  }
+  SECTION("tensorrt: int8 symmetric activations (stored +128)") {
+    require_layers_equal(frozen("small_cnn", "tensorrt", QConfig{}, 16), x);
+  }
+  SECTION("power_of_two multipliers") { require_layers_equal(frozen("small_cnn", "power_of_two", QConfig{}, 16), x); }
+  SECTION("affine per-tensor weights: weight zero points, the row sums") {
+    QConfig q;
+    q.weight_symmetric = false;
+    q.weight_per_channel = false;
+    require_layers_equal(frozen("small_cnn", "default", q, 16), x);
+  }
+  SECTION("4-bit LSQ+: fractional zero points of activations and weights") {
+    QConfig q;
+    q.method = QuantMethod::lsq_plus;
+    q.weight_symmetric = false;
+    q.weight_bits = q.activation_bits = 4;
+    require_layers_equal(frozen("small_cnn", "default", q, 16), x);
+  }
+  SECTION("AlexNet-BN at 64 px: conv1's 11 x 11 stride 4 patches, the classifier") {
+    Generator g2(2);
+    require_layers_equal(frozen("alexnet_bn", "default", QConfig{}, 64), Tensor::randn({2, 3, 64, 64}, g2));
+  }
+}
+
+TEST_CASE("the integer model on the GPU gives the CPU's logits bit for bit", "[quant][integer][cuda]") {
+  const IntegerModel im = frozen("alexnet_bn", "default", QConfig{}, 64);
+  if (!testing::cuda_device_or_skip()) {
+    REQUIRE_THROWS_WITH(CudaIntegerModel(im), Contains("integer inference on cuda"));
+    return;
+  }
+  Generator g(3);
+  for (const int64_t batch : {1, 5}) {
+    const Tensor x = Tensor::randn({batch, 3, 64, 64}, g);
+    const CudaIntegerModel gpu(im);
+    const Tensor logits = gpu.forward(x);
+    REQUIRE(logits.device() == Device::cuda);
+    REQUIRE(same_bytes(logits.to(Device::cpu), im.forward(x)));
+  }
+  QConfig q;
+  q.method = QuantMethod::lsq_plus;
+  q.weight_symmetric = false;
+  q.weight_bits = q.activation_bits = 4;
+  const IntegerModel lsq = frozen("small_cnn", "default", q, 16);
+  const Tensor x = Tensor::randn({4, 3, 16, 16}, g);
+  REQUIRE(same_bytes(CudaIntegerModel(lsq).forward(x).to(Device::cpu), lsq.forward(x)));
+}
