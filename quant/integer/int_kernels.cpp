@@ -220,22 +220,45 @@ void adaptive_avg_pool_u8(const uint8_t* x, int64_t n, int64_t h, int64_t w, int
   }
 }
 
+namespace {
+// RGB planes' runs into one interleaved row: the group of three stores GCC
+// vectorises with byte permutes (a runtime channel count keeps it scalar).
+void interleave3(const uint8_t* __restrict r0, const uint8_t* __restrict r1, const uint8_t* __restrict r2, int64_t w,
+                 uint8_t* __restrict dst) {
+  for (int64_t j = 0; j < w; ++j) {
+    dst[3 * j] = r0[j];
+    dst[3 * j + 1] = r1[j];
+    dst[3 * j + 2] = r2[j];
+  }
+}
+}  // namespace
+
 void quantize_input(const float* x, int64_t n, int64_t c, int64_t h, int64_t w, float scale, int32_t zero_point,
                     float frac, int32_t qmin, int32_t qmax, int32_t offset, uint8_t* y) {
   const float inv = 1.0f / scale;
   const float z = static_cast<float>(zero_point), lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
-  // One image row at a time: c planes read, one interleaved NHWC row written.
-#pragma omp parallel for collapse(2) schedule(static) if (n * c * h * w > (1 << 16))
-  for (int64_t b = 0; b < n; ++b)
-    for (int64_t i = 0; i < h; ++i) {
-      uint8_t* dst = y + (b * h + i) * w * c;
-      for (int64_t ch = 0; ch < c; ++ch) {
-        const float* src = x + ((b * c + ch) * h + i) * w;
-        for (int64_t j = 0; j < w; ++j) {
-          dst[j * c + ch] = int_math::quantize_input_value(src[j], inv, frac, z, lo, hi, offset);  // NaN: z
+  // One image row at a time: each of the c plane rows quantized into a
+  // contiguous run (vector code), then interleaved into the NHWC row (a
+  // strided byte store per value in the quantizing loop kept it scalar).
+#pragma omp parallel if (n * c * h * w > (1 << 16))
+  {
+    std::vector<uint8_t> runs(static_cast<size_t>(c * w));
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t i = 0; i < h; ++i) {
+        for (int64_t ch = 0; ch < c; ++ch) {
+          const float* src = x + ((b * c + ch) * h + i) * w;
+          uint8_t* run = runs.data() + ch * w;
+          for (int64_t j = 0; j < w; ++j)
+            run[j] = int_math::quantize_input_value(src[j], inv, frac, z, lo, hi, offset);  // NaN: z
         }
+        uint8_t* dst = y + (b * h + i) * w * c;
+        if (c == 3) interleave3(runs.data(), runs.data() + w, runs.data() + 2 * w, w, dst);
+        else
+          for (int64_t j = 0; j < w; ++j)
+            for (int64_t ch = 0; ch < c; ++ch) dst[j * c + ch] = runs[ch * w + j];
       }
-    }
+  }
 }
 
 }  // namespace qat::quant
