@@ -1,7 +1,7 @@
 #pragma once
 // The integer model's forward written once over an executor, so that the
 // device runs it (integer_model.cu: CudaIntegerModel) and the host tests run
-// the very same code on the CPU (tests/quant/integer/test_int_forward_math.cpp),
+// the very same code on the CPU (tests/quant/integer/test_int_forward.cpp),
 // comparing every layer with the CPU ops bit for bit.
 //
 // An executor provides:

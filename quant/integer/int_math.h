@@ -10,6 +10,13 @@
 #include "core/host_device.h"
 #include "core/window.h"
 
+// Fully unrolled on the device (keeps the 4 x 4 accumulators in registers).
+#if defined(__CUDA_ARCH__)
+#define QAT_UNROLL _Pragma("unroll")
+#else
+#define QAT_UNROLL
+#endif
+
 namespace qat::quant::int_math {
 
 QAT_HOST_DEVICE inline int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
@@ -201,11 +208,14 @@ struct OutputStage {
 // phases separated by barriers: every thread loads its words, then every
 // thread accumulates, per K step; then every thread writes its outputs. The
 // phases are the functions below; the device kernel calls them between
-// __syncthreads(), and emulate_block (host) calls them in the same order,
+// __syncthreads(), and the tests' host executor calls them in the same order,
 // thread after thread, so the host tests run the kernel's own indexing.
 // Integer sums: the order of the additions does not change the result.
 constexpr int kTileM = 64, kTileN = 64, kTileK = 32, kTileWords = kTileK / 4, kGemmThreads = 256;
-constexpr int kMicro = 4, kThreadGrid = 16;  // kThreadGrid^2 == kGemmThreads, kThreadGrid * kMicro == kTileM
+constexpr int kMicro = 4, kThreadGrid = 16;
+static_assert(kTileM == kTileN, "gemm_load stages one row of A and of B per index");
+static_assert(kThreadGrid * kThreadGrid == kGemmThreads && kThreadGrid * kMicro == kTileM, "4 x 4 outputs per thread");
+static_assert(kTileK % 4 == 0, "whole 32-bit words of K");
 
 struct GemmTile {
   int32_t a[kTileM][kTileWords + 1];  // +1: column reads of b hit distinct banks
@@ -245,9 +255,12 @@ QAT_HOST_DEVICE inline void gemm_load(const Rows& rows, const int8_t* w, int64_t
 // Phase 2: thread t adds one K step of its 4 x 4 outputs.
 QAT_HOST_DEVICE inline void gemm_accumulate(const GemmTile& tile, int t, int32_t (&acc)[kMicro][kMicro]) {
   const int tr = t / kThreadGrid, tc = t % kThreadGrid;
+  QAT_UNROLL
   for (int word = 0; word < kTileWords; ++word)
+    QAT_UNROLL
     for (int i = 0; i < kMicro; ++i) {
       const int32_t a = tile.a[tr + kThreadGrid * i][word];
+      QAT_UNROLL
       for (int j = 0; j < kMicro; ++j) acc[i][j] = dot4_s8(a, tile.b[tc + kThreadGrid * j][word], acc[i][j]);
     }
 }
@@ -257,7 +270,9 @@ template <class Stage>
 QAT_HOST_DEVICE inline void gemm_store(const Stage& stage, int64_t m, int64_t n, int64_t m0, int64_t n0, int t,
                                        const int32_t (&acc)[kMicro][kMicro]) {
   const int tr = t / kThreadGrid, tc = t % kThreadGrid;
+  QAT_UNROLL
   for (int i = 0; i < kMicro; ++i)
+    QAT_UNROLL
     for (int j = 0; j < kMicro; ++j) {
       const int64_t r = m0 + tr + kThreadGrid * i, c = n0 + tc + kThreadGrid * j;
       if (r < m && c < n) stage(r, c, acc[i][j]);

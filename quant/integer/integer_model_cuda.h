@@ -18,7 +18,9 @@ class CudaIntegerModel {
  public:
   // Uploads every conv / linear layer's constants. Throws naming why when
   // this qat has no CUDA or no GPU is usable.
+  // The model must outlive this object (it is read at every forward).
   explicit CudaIntegerModel(const IntegerModel& model);
+  explicit CudaIntegerModel(IntegerModel&&) = delete;  // a temporary would dangle
   // Float images (N, C, H, W) on either device -> float logits (N, classes)
   // on the device.
   Tensor forward(const Tensor& x) const;

@@ -4,6 +4,7 @@
 // thread), against the CPU integer model bit for bit; then on the GPU where
 // there is one.
 #include <array>
+#include <limits>
 #include <cstring>
 #include <random>
 
@@ -189,6 +190,42 @@ TEST_CASE("the device pools equal the CPU's on padded and uneven windows", "[qua
     for (int64_t i = 0; i < static_cast<int64_t>(cpu.size()); ++i) equal = equal && int_math::max_pool_u8_at(i, x.data(), g) == cpu[i];
     REQUIRE(equal);
   }
+  // adaptive average pooling: fewer outputs than inputs (uneven bins), more, as many
+  for (const auto& [oh, ow] : std::vector<std::array<int64_t, 2>>{{3, 4}, {9, 13}, {7, 6}}) {
+    CAPTURE(oh, ow);
+    std::vector<uint8_t> cpu(static_cast<size_t>(n * oh * ow * c));
+    adaptive_avg_pool_u8(x.data(), n, h, w, c, oh, ow, cpu.data());
+    const int_math::U8PoolGeometry g{h, w, c, 1, 1, 1, 1, 0, 0, oh, ow};
+    bool equal = true;
+    for (int64_t i = 0; i < static_cast<int64_t>(cpu.size()); ++i)
+      equal = equal && int_math::adaptive_avg_pool_u8_at(i, x.data(), g) == cpu[i];
+    REQUIRE(equal);
+  }
+}
+
+TEST_CASE("the device input quantization equals the CPU's on NaN, infinities, ties and both grids",
+          "[quant][integer][math]") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> values{nan, inf, -inf, 0.f, -0.f, 0.5f, 1.5f, -2.5f, 1e30f, -1e30f, 0.26f, 3.7f};
+  const int64_t n = 2, c = 3, h = 2, w = 2;  // values cycled over 24 inputs
+  Tensor x = Tensor::empty({n, c, h, w});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = values[i % values.size()];
+  struct Grid {
+    float scale, frac;
+    int32_t zero, qmin, qmax, offset;
+  };
+  // uint8 affine; int8 symmetric stored +128; 4-bit with an LSQ+ fraction
+  for (const Grid& q : std::vector<Grid>{{0.5f, 0.f, 3, 0, 255, 0}, {0.25f, 0.f, 0, -128, 127, 128},
+                                         {0.3f, 0.37f, 2, 0, 15, 0}}) {
+    CAPTURE(q.scale, q.frac, q.zero);
+    std::vector<uint8_t> cpu(static_cast<size_t>(x.numel()));
+    quantize_input(x.data<float>(), n, c, h, w, q.scale, q.zero, q.frac, q.qmin, q.qmax, q.offset, cpu.data());
+    const int_math::QuantizeInputGeometry g{c, h, w, 1.0f / q.scale, q.frac, static_cast<float>(q.zero),
+                                            static_cast<float>(q.qmin), static_cast<float>(q.qmax), q.offset};
+    bool equal = true;
+    for (int64_t i = 0; i < x.numel(); ++i) equal = equal && int_math::quantize_input_at(i, x.data<float>(), g) == cpu[i];
+    REQUIRE(equal);
+  }
 }
 
 TEST_CASE("the device integer forward, emulated on the host, equals the CPU integer model bit for bit",
@@ -214,6 +251,36 @@ TEST_CASE("the device integer forward, emulated on the host, equals the CPU inte
     q.weight_symmetric = false;
     q.weight_bits = q.activation_bits = 4;
     require_layers_equal(frozen("small_cnn", "default", q, 16), x);
+  }
+  SECTION("a conv that dequantizes (logits per position, NCHW), as the last layer") {
+    for (const bool affine : {false, true}) {
+      QConfig q;
+      q.weight_symmetric = q.weight_per_channel = !affine;
+      const IntegerModel im = frozen("small_cnn", "default", q, 16);
+      IntegerModel cut;
+      cut.layers.push_back(im.layers[0]);  // quantize_input
+      IntLayer conv = im.layers[1];
+      REQUIRE(conv.op == IntOp::conv);
+      conv.dequantize = true;
+      conv.finalize();
+      cut.layers.push_back(conv);
+      require_layers_equal(cut, x);
+    }
+  }
+  SECTION("a ReLU of its own, on images and on features") {
+    const IntegerModel im = frozen("small_cnn", "tensorrt", QConfig{}, 16);
+    IntLayer relu;
+    relu.op = IntOp::relu;
+    relu.name = "relu";
+    relu.in = relu.out = im.layers[1].out;  // a signed grid: stored zero point 128 + z
+    std::mt19937 rng(3);
+    for (const Shape& shape : {Shape{2, 5, 4, 3}, Shape{3, 7}}) {
+      Tensor u = Tensor::empty(shape, DType::u8);
+      for (int64_t i = 0; i < u.numel(); ++i) u.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 256);
+      const ActShape as = shape.size() == 4 ? ActShape{shape[1], shape[2], shape[3], false} : ActShape{1, 1, shape[1], true};
+      HostExec ex;
+      REQUIRE(same_bytes(run_int_layer(ex, relu, nullptr, u, as), IntegerModel{}.run_layer(relu, u)));
+    }
   }
   SECTION("AlexNet-BN at 64 px: conv1's 11 x 11 stride 4 patches, the classifier") {
     Generator g2(2);
