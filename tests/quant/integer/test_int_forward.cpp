@@ -289,24 +289,33 @@ TEST_CASE("the device integer forward, emulated on the host, equals the CPU inte
 }
 
 TEST_CASE("the integer model on the GPU gives the CPU's logits bit for bit", "[quant][integer][cuda]") {
-  const IntegerModel im = frozen("alexnet_bn", "default", QConfig{}, 64);
+  const IntegerModel alexnet = frozen("alexnet_bn", "default", QConfig{}, 64);
   if (!testing::cuda_device_or_skip()) {
-    REQUIRE_THROWS_WITH(CudaIntegerModel(im), Contains("integer inference on cuda"));
+    REQUIRE_THROWS_WITH(CudaIntegerModel(alexnet), Contains("integer inference on cuda"));
     return;
   }
   Generator g(3);
   for (const int64_t batch : {1, 5}) {
     const Tensor x = Tensor::randn({batch, 3, 64, 64}, g);
-    const CudaIntegerModel gpu(im);
+    const CudaIntegerModel gpu(alexnet);
     const Tensor logits = gpu.forward(x);
     REQUIRE(logits.device() == Device::cuda);
-    REQUIRE(same_bytes(logits.to(Device::cpu), im.forward(x)));
+    REQUIRE(same_bytes(logits.to(Device::cpu), alexnet.forward(x)));
   }
-  QConfig q;
-  q.method = QuantMethod::lsq_plus;
-  q.weight_symmetric = false;
-  q.weight_bits = q.activation_bits = 4;
-  const IntegerModel lsq = frozen("small_cnn", "default", q, 16);
-  const Tensor x = Tensor::randn({4, 3, 16, 16}, g);
-  REQUIRE(same_bytes(CudaIntegerModel(lsq).forward(x).to(Device::cpu), lsq.forward(x)));
+  // The small models of the emulated test: every output stage the GEMM's epilogue has.
+  QConfig affine;
+  affine.weight_symmetric = affine.weight_per_channel = false;
+  QConfig lsq_plus;
+  lsq_plus.method = QuantMethod::lsq_plus;
+  lsq_plus.weight_symmetric = false;
+  lsq_plus.weight_bits = lsq_plus.activation_bits = 4;
+  const std::vector<std::pair<std::string, QConfig>> configs{
+      {"default", QConfig{}}, {"tensorrt", QConfig{}}, {"power_of_two", QConfig{}}, {"default", affine},
+      {"default", lsq_plus}};
+  for (const auto& [backend, q] : configs) {
+    CAPTURE(backend, static_cast<int>(q.method), q.weight_symmetric);
+    const IntegerModel im = frozen("small_cnn", backend, q, 16);
+    const Tensor x = Tensor::randn({4, 3, 16, 16}, g);
+    REQUIRE(same_bytes(CudaIntegerModel(im).forward(x).to(Device::cpu), im.forward(x)));
+  }
 }
