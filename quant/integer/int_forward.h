@@ -8,9 +8,10 @@
 //   static constexpr Device device;                where its tensors live
 //   template <class T> static T* ptr(const Tensor&); their memory
 //   template <class Body> void each(int64_t n, const Body& body);   body(i) for i < n
-//   template <class Rows, class Stage>
-//   void gemm(const Rows&, const int8_t* w, int64_t m, int64_t n, int64_t k, const Stage&);
-//     the tiled GEMM of int_math.h (Note [device int8 GEMM]) into the stage
+//   template <class A, class B, class Stage>
+//   void gemm(const A&, const B&, int64_t m, int64_t n, int64_t k, const Stage&);
+//     the tiled GEMM of int_math.h (Note [device int8 GEMM]) of operand
+//     sources a (m rows) and b (n rows) over k into the stage
 // The layers take the activations' layouts of the CPU ops (int_kernels.h):
 // NHWC u8 images, (N, features) u8 rows, float logits at the end.
 #include <vector>
@@ -127,7 +128,8 @@ Tensor matmul_layer(Exec& ex, const LayerConstants& k, const Rows& rows, int64_t
   Tensor y = deq ? empty_on<Exec>(f32_shape, DType::f32) : empty_on<Exec>(u8_shape, DType::u8);
   const int_math::OutputStage stage = output_stage<Exec>(k, ps, positions, deq ? nullptr : Exec::template ptr<uint8_t>(y),
                                                          deq ? Exec::template ptr<float>(y) : nullptr);
-  ex.gemm(rows, Exec::template ptr<int8_t>(k.weight), m, k.weight.size(0), k.k, stage);
+  ex.gemm(int_math::ShiftedRows<Rows>{rows}, int_math::S8Rows{Exec::template ptr<int8_t>(k.weight), k.k}, m,
+          k.weight.size(0), k.k, stage);
   return y;
 }
 

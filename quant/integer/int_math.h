@@ -164,6 +164,7 @@ QAT_HOST_DEVICE inline int32_t row_sum_at(int64_t r, const Rows& rows, int64_t k
 // here: the same bits, no signed overflow), and the end value, which the
 // CPU computes without overflow, is the same integer.
 struct OutputStage {
+  using Acc = int32_t;
   const int32_t* bias;          // per channel: CPU bias + 128 Σ_k w
   const int32_t* m0;            // requantization (not when dequantize)
   const int32_t* shift;
@@ -200,8 +201,10 @@ struct OutputStage {
 };
 
 // ---------------------------------------------------------------- tiled GEMM
-// Note [device int8 GEMM]: dot(r, c) = Σ_k (x[r][k] - 128) w[c][k] in blocks
-// of kTileM x kTileN outputs, kTileK bytes of K at a time staged as 32-bit
+// Note [device int8 GEMM]: dot(r, c) = Σ_k a.s8(r, k) b.s8(c, k) over signed
+// bytes, a and b operand sources (below: u8 rows enter as x - 128, the weights
+// as they are, INT8 training's gradients and transposed reads). Blocks of
+// kTileM x kTileN outputs take kTileK bytes of K at a time, staged as 32-bit
 // words (4 bytes each, zero beyond K and beyond the matrix edges) in the
 // block's shared tile; kGemmThreads threads, each owning a 4 x 4 grid of
 // outputs strided by 16 (rows tr + 16 i, columns tc + 16 j). A block runs in
@@ -210,7 +213,10 @@ struct OutputStage {
 // phases are the functions below; the device kernel calls them between
 // __syncthreads(), and the tests' host executor calls them in the same order,
 // thread after thread, so the host tests run the kernel's own indexing.
-// Integer sums: the order of the additions does not change the result.
+// The output stage's Acc is the accumulator: int32_t, or int64_t for sums too
+// long for 32 bits (each K step's words are summed in int32, at most 32
+// products of 2^14, then added). Integer sums: the order of the additions
+// does not change the result.
 constexpr int kTileM = 64, kTileN = 64, kTileK = 32, kTileWords = kTileK / 4, kGemmThreads = 256;
 constexpr int kMicro = 4, kThreadGrid = 16;
 static_assert(kTileM == kTileN, "gemm_load stages one row of A and of B per index");
@@ -220,6 +226,23 @@ static_assert(kTileK % 4 == 0, "whole 32-bit words of K");
 struct GemmTile {
   int32_t a[kTileM][kTileWords + 1];  // +1: column reads of b hit distinct banks
   int32_t b[kTileN][kTileWords + 1];
+};
+
+// Operand sources: s8(r, k), the signed byte of row r at depth k.
+template <class Rows>
+struct ShiftedRows {  // u8 rows (DenseRows, ConvPatches) as x - 128
+  Rows rows;
+  QAT_HOST_DEVICE int8_t s8(int64_t r, int64_t k) const { return static_cast<int8_t>(rows.at(r, k) ^ 0x80u); }
+};
+struct S8Rows {  // row-major int8, leading dimension ld
+  const int8_t* p;
+  int64_t ld;
+  QAT_HOST_DEVICE int8_t s8(int64_t r, int64_t k) const { return p[r * ld + k]; }
+};
+struct S8Columns {  // the transpose of a row-major int8 matrix: row r is its column r
+  const int8_t* p;
+  int64_t ld;
+  QAT_HOST_DEVICE int8_t s8(int64_t r, int64_t k) const { return p[k * ld + r]; }
 };
 
 // c + the four signed byte products of a and b (the device's __dp4a).
@@ -233,19 +256,19 @@ QAT_HOST_DEVICE inline int32_t dot4_s8(int32_t a, int32_t b, int32_t c) {
 #endif
 }
 
-// Phase 1: thread t stages its words of the A (rows) and B (weights) tiles
+// Phase 1: thread t stages its words of the A (m rows) and B (n rows) tiles
 // at (m0, n0, k0).
-template <class Rows>
-QAT_HOST_DEVICE inline void gemm_load(const Rows& rows, const int8_t* w, int64_t m, int64_t n, int64_t k, int64_t m0,
-                                      int64_t n0, int64_t k0, int t, GemmTile& tile) {
+template <class A, class B>
+QAT_HOST_DEVICE inline void gemm_load(const A& a, const B& b, int64_t m, int64_t n, int64_t k, int64_t m0, int64_t n0,
+                                      int64_t k0, int t, GemmTile& tile) {
   for (int idx = t; idx < kTileM * kTileWords; idx += kGemmThreads) {
     const int row = idx / kTileWords, word = idx % kTileWords;
     uint32_t va = 0, vb = 0;
     for (int j = 0; j < 4; ++j) {
       const int64_t kk = k0 + word * 4 + j;
       if (kk >= k) break;
-      if (m0 + row < m) va |= static_cast<uint32_t>(rows.at(m0 + row, kk) ^ 0x80u) << (8 * j);  // x - 128 as s8
-      if (n0 + row < n) vb |= static_cast<uint32_t>(static_cast<uint8_t>(w[(n0 + row) * k + kk])) << (8 * j);
+      if (m0 + row < m) va |= static_cast<uint32_t>(static_cast<uint8_t>(a.s8(m0 + row, kk))) << (8 * j);
+      if (n0 + row < n) vb |= static_cast<uint32_t>(static_cast<uint8_t>(b.s8(n0 + row, kk))) << (8 * j);
     }
     tile.a[row][word] = static_cast<int32_t>(va);
     tile.b[row][word] = static_cast<int32_t>(vb);
@@ -253,22 +276,26 @@ QAT_HOST_DEVICE inline void gemm_load(const Rows& rows, const int8_t* w, int64_t
 }
 
 // Phase 2: thread t adds one K step of its 4 x 4 outputs.
-QAT_HOST_DEVICE inline void gemm_accumulate(const GemmTile& tile, int t, int32_t (&acc)[kMicro][kMicro]) {
+template <class Acc>
+QAT_HOST_DEVICE inline void gemm_accumulate(const GemmTile& tile, int t, Acc (&acc)[kMicro][kMicro]) {
   const int tr = t / kThreadGrid, tc = t % kThreadGrid;
   QAT_UNROLL
-  for (int word = 0; word < kTileWords; ++word)
+  for (int i = 0; i < kMicro; ++i)
     QAT_UNROLL
-    for (int i = 0; i < kMicro; ++i) {
-      const int32_t a = tile.a[tr + kThreadGrid * i][word];
+    for (int j = 0; j < kMicro; ++j) {
+      int32_t part = 0;  // |part| <= kTileK * 2^14
       QAT_UNROLL
-      for (int j = 0; j < kMicro; ++j) acc[i][j] = dot4_s8(a, tile.b[tc + kThreadGrid * j][word], acc[i][j]);
+      for (int word = 0; word < kTileWords; ++word)
+        part = dot4_s8(tile.a[tr + kThreadGrid * i][word], tile.b[tc + kThreadGrid * j][word], part);
+      // (int32: the same bits as one long int32 sum, wrapping as the CPU's)
+      acc[i][j] = static_cast<Acc>(static_cast<uint64_t>(acc[i][j]) + static_cast<uint64_t>(static_cast<int64_t>(part)));
     }
 }
 
 // Phase 3: thread t hands its outputs inside the matrix to the output stage.
-template <class Stage>
+template <class Stage, class Acc>
 QAT_HOST_DEVICE inline void gemm_store(const Stage& stage, int64_t m, int64_t n, int64_t m0, int64_t n0, int t,
-                                       const int32_t (&acc)[kMicro][kMicro]) {
+                                       const Acc (&acc)[kMicro][kMicro]) {
   const int tr = t / kThreadGrid, tc = t % kThreadGrid;
   QAT_UNROLL
   for (int i = 0; i < kMicro; ++i)

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "tests/cuda_test_util.h"
+#include "tests/host_exec.h"
 #include "tests/test_util.h"
 
 #include "core/autograd.h"
@@ -25,39 +26,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// The CUDA executor's launches on the host (integer_model.cu): the same
-// bodies and GEMM phases, with __syncthreads() as the boundary between two
-// loops over the block's threads.
-struct HostExec {
-  static constexpr Device device = Device::cpu;
-  template <class T>
-  static T* ptr(const Tensor& t) {
-    return t.data<T>();
-  }
-  template <class Body>
-  void each(int64_t n, const Body& body) {
-    for (int64_t i = 0; i < n; ++i) body(i);
-  }
-  template <class Rows, class Stage>
-  void gemm(const Rows& rows, const int8_t* w, int64_t m, int64_t n, int64_t k, const Stage& stage) {
-    using namespace int_math;
-    struct ThreadAcc {
-      int32_t v[kMicro][kMicro];
-    };
-    std::vector<ThreadAcc> acc(kGemmThreads);
-    GemmTile tile;
-    for (int64_t m0 = 0; m0 < m; m0 += kTileM)
-      for (int64_t n0 = 0; n0 < n; n0 += kTileN) {
-        std::memset(acc.data(), 0, acc.size() * sizeof(ThreadAcc));
-        for (int64_t k0 = 0; k0 < k; k0 += kTileK) {
-          std::memset(&tile, 0xA5, sizeof tile);  // stale shared memory: every word read must be written first
-          for (int t = 0; t < kGemmThreads; ++t) gemm_load(rows, w, m, n, k, m0, n0, k0, t, tile);
-          for (int t = 0; t < kGemmThreads; ++t) gemm_accumulate(tile, t, acc[t].v);
-        }
-        for (int t = 0; t < kGemmThreads; ++t) gemm_store(stage, m, n, m0, n0, t, acc[t].v);
-      }
-  }
-};
+using testing::HostExec;
 
 // A prepared model after a few training batches, in eval mode (as test_freeze.cpp).
 IntegerModel frozen(const std::string& arch, const std::string& backend, const QConfig& q, int64_t res) {
@@ -103,6 +72,7 @@ void require_layers_equal(const IntegerModel& im, const Tensor& x) {
 
 TEST_CASE("the device integer GEMM's tiles, emulated, equal the plain sum on edge shapes", "[quant][integer][math]") {
   struct Record {  // an output stage that keeps the dot products and counts the writes
+    using Acc = int32_t;
     int32_t* dots;
     int32_t* writes;
     int64_t n;
@@ -126,7 +96,8 @@ TEST_CASE("the device integer GEMM's tiles, emulated, equal the plain sum on edg
       if (extremes) x[0] = 0, w[0] = 127;
       std::vector<int32_t> dots(static_cast<size_t>(m * n), -1), writes(static_cast<size_t>(m * n), 0);
       HostExec ex;
-      ex.gemm(int_math::DenseRows{x.data(), k}, w.data(), m, n, k, Record{dots.data(), writes.data(), n});
+      ex.gemm(int_math::ShiftedRows<int_math::DenseRows>{{x.data(), k}}, int_math::S8Rows{w.data(), k}, m, n, k,
+              Record{dots.data(), writes.data(), n});
       bool all_equal = true, once = true;
       for (int64_t r = 0; r < m; ++r)
         for (int64_t c = 0; c < n; ++c) {
