@@ -4,6 +4,8 @@
 // rules are quant/sim/math.h's, the argument checks the op's own. CUDA builds
 // only (QAT_WITH_CUDA). Backward and what is saved: as the op's header says.
 #include "core/tensor.h"
+#include "quant/sim/int8_math.h"
+#include "quant/sim/int8_ops.h"
 #include "quant/sim/lsq.h"
 #include "quant/spec.h"
 
@@ -18,5 +20,10 @@ Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_po
 // the op's checks (check_lsq_args); `op` names it in errors.
 Tensor lsq_quantize(const char* op, const Tensor& v, const Tensor& step, const Tensor* offset, const QuantSpec& spec,
                     float grad_scale, LsqClip clip);
+
+// quant/sim/int8_ops.cu: INT8 training's integer layer (int8_device.h) after
+// the op's checks; x, wq and bias on cuda, w_scale on either device.
+Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
+                  const int8_math::Geometry& g, uint8_t pad, const std::shared_ptr<Int8GradState>& state);
 
 }  // namespace qat::quant::cuda_twin

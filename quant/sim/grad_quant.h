@@ -35,6 +35,7 @@
 #include <cstdint>
 
 #include "core/enum_names.h"
+#include "core/host_device.h"
 
 namespace qat::quant {
 
@@ -46,7 +47,7 @@ constexpr auto enum_names(GradRounding) {
 
 // splitmix64's finaliser (Steele, Lea, Flood 2014): a bijection of 64 bits
 // whose outputs for consecutive inputs look independent.
-inline uint64_t mix64(uint64_t z) {
+QAT_HOST_DEVICE inline uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
@@ -54,7 +55,7 @@ inline uint64_t mix64(uint64_t z) {
 
 // sr_uniform with the key already mixed (mix64(key)): position `index` of a
 // splitmix64 stream. Inline: the quantization loops call it per element.
-inline float sr_uniform_mixed(uint64_t mixed_key, uint64_t index) {
+QAT_HOST_DEVICE inline float sr_uniform_mixed(uint64_t mixed_key, uint64_t index) {
   const uint64_t z = mixed_key + (index + 1) * 0x9E3779B97F4A7C15ull;
   return static_cast<float>(mix64(z) >> 40) * 0x1.0p-24f;  // top 24 bits: exact, < 1
 }
@@ -63,7 +64,7 @@ inline float sr_uniform_mixed(uint64_t mixed_key, uint64_t index) {
 // a pure function of (key, index), so element i's draw does not depend on
 // which thread, or in which order, it is made. Mixing the key first keeps
 // nearby keys (seed, seed + 1) from sharing streams shifted by a few indices.
-inline float sr_uniform(uint64_t key, uint64_t index) { return sr_uniform_mixed(mix64(key), index); }
+QAT_HOST_DEVICE inline float sr_uniform(uint64_t key, uint64_t index) { return sr_uniform_mixed(mix64(key), index); }
 
 // Largest integer magnitude of a symmetric b-bit gradient grid: 2^(b-1) - 1
 // (127 for 8 bits; -128 is left out so the grid is symmetric). bits in [2, 8].
@@ -74,12 +75,18 @@ int grad_qmax(int bits);
 // so the rounding up happens with probability exactly frac(x) (to u's 2^-24
 // grid); a float sum would round near the integer boundaries. NaN gives 0 (a
 // cast of NaN to an integer is undefined); max_abs() is where a NaN shows.
-inline int8_t quantize_grad_value(float g, float inv_s, int qmax, GradRounding r, float u) {
+// Host and device (INT8 training's CUDA twins, quant/sim/int8_device.h).
+QAT_HOST_DEVICE inline int8_t quantize_grad_value(float g, float inv_s, int qmax, GradRounding r, float u) {
   const float x = g * inv_s;
   // Back in float the integer is exact wherever it is not clamped (|v| <= 2^24).
+#if defined(__CUDA_ARCH__)
+  float v = r == GradRounding::stochastic ? static_cast<float>(floor(static_cast<double>(x) + static_cast<double>(u)))
+                                          : nearbyintf(x);
+#else
   float v = r == GradRounding::stochastic
                 ? static_cast<float>(std::floor(static_cast<double>(x) + static_cast<double>(u)))
                 : std::nearbyint(x);
+#endif
   v = v == v ? v : 0.0f;  // selects, not branches: the loops over it vectorise
   const float hi = static_cast<float>(qmax);
   return static_cast<int8_t>(v < -hi ? -hi : (v > hi ? hi : v));

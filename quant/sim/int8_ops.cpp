@@ -14,6 +14,10 @@
 #include "quant/integer/int8_gemm.h"
 #include "core/cpu_features.h"
 #include "quant/integer/int8_gemm_packed.h"
+#include "quant/sim/int8_math.h"
+#if QAT_WITH_CUDA
+#include "quant/sim/cuda_twins.h"
+#endif
 
 namespace qat::quant {
 
@@ -183,9 +187,8 @@ std::vector<uint8_t> input_integers(const Tensor& x, const ActGrid& grid, const 
   int64_t bad = -1;
 #pragma omp parallel for schedule(static) if (n >= (1 << 15))
   for (int64_t i = 0; i < n; ++i) {
-    const double t = static_cast<double>(px[i]) * inv + grid.zero;
-    const double r = std::nearbyint(t);
-    if (!(std::abs(t - r) <= 1e-3) || r < 0 || r >= grid.levels) {
+    const int32_t r = int8_math::input_integer(px[i], inv, grid.zero, grid.levels);
+    if (r < 0) {
 #pragma omp critical(int8_input_bad)
       if (bad < 0 || i < bad) bad = i;
       continue;
@@ -222,11 +225,7 @@ std::shared_ptr<QuantCodes> weight_integers(const Tensor& wq, const Tensor& w_sc
     int64_t sum = 0;
     bool ok = true;
     for (int64_t k = 0; k < K; ++k) {
-      const float t = pw[o * K + k] * inv;
-      const float q = std::nearbyint(t);
-      const bool on_grid = std::abs(t - q) <= 1e-3f && q >= -128.f && q <= 127.f;  // false for NaN
-      ok &= on_grid;
-      const int8_t w = on_grid ? static_cast<int8_t>(q) : int8_t{0};  // (the cast of an out-of-range float is UB)
+      const int8_t w = int8_math::weight_code(pw[o * K + k], inv, &ok);  // 0 off the grid (NaN included)
       pq[o * K + k] = w;
       sum += w;
     }
@@ -363,7 +362,7 @@ inline int8_t quantize_one(float v, float inv, int qmax, GradRounding rounding, 
                            GradQuantStats& s) {
   const float r = rounding == GradRounding::stochastic ? sr_uniform_mixed(mixed_key, index) : 0.f;
   const int8_t q = quantize_grad_value(v, inv, qmax, rounding, r);
-  s.dot += static_cast<double>(v) * q, s.qq += static_cast<double>(q) * q, s.gg += static_cast<double>(v) * v;
+  int8_math::add_grad_stats(&s.dot, &s.qq, &s.gg, v, q);
   return q;
 }
 
@@ -729,6 +728,36 @@ Geom linear_geom(const Tensor& x, const Tensor& w, const std::string& layer) {
   return g;
 }
 
+int8_math::Geometry device_geometry(const Geom& g) {
+  return {g.n,          g.c,          g.h,        g.w,        g.o,        g.kh,       g.kw,      g.oh,
+          g.ow,         g.p.stride_h, g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dil_h, g.p.dil_w};
+}
+
+// The layer on the device (x on cuda): the CUDA twin (int8_device.h), after
+// the CPU op's checks.
+Tensor on_device(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
+                 const Geom& g, const std::shared_ptr<Int8GradState>& state) {
+  const std::string& layer = state->layer();
+  QAT_CHECK(wq.device() == x.device() && (!bias.defined() || bias.device() == x.device()), "int8 training: layer ",
+            layer, ": the input is on ", device_name(x.device()), ", the weight on ", device_name(wq.device()),
+            bias.defined() ? std::string(" and the bias on ") + device_name(bias.device()) : std::string());
+  const uint8_t pad = pad_integer(grid, g, layer);
+#if QAT_WITH_CUDA
+  return cuda_twin::int8_layer(x, grid, wq, w_scale, bias, device_geometry(g), pad, state);
+#else
+  (void)pad;
+  QAT_FAIL("int8 training: layer ", layer, ": the input is on ", device_name(x.device()),
+           " but this qat was built without CUDA");
+#endif
+}
+
+// The codes form on the device: the layers pass the fake-quantized weight
+// there (qat_modules.cpp: weight_codes), so this is a caller's mistake.
+void refuse_codes_on_device(const Tensor& x, const std::string& layer) {
+  QAT_CHECK(x.device() == Device::cpu, "int8 training: layer ", layer,
+            ": weight codes are a CPU form; on cuda pass the fake-quantized weight and its scales");
+}
+
 std::shared_ptr<const QuantCodes> integers_of(const Tensor& wq, const Tensor& w_scale, const Geom& g,
                                               const std::string& layer) {
   return weight_integers(wq.contiguous(), w_scale.contiguous(), g.o, g.K(), layer);
@@ -746,12 +775,14 @@ Tensor int8_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& wq, const
                    const Conv2dParams& p, const std::shared_ptr<Int8GradState>& state) {
   QAT_PROFILE("int8_conv2d");
   const Geom g = conv_geom(x, wq, p, state->layer());
+  if (x.device() != Device::cpu) return on_device(x, grid, wq, w_scale, bias, g, state);
   return int8_layer(x, grid, wq, integers_of(wq, w_scale, g, state->layer()), false, bias, g, state);
 }
 
 Tensor int8_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& w, std::shared_ptr<const QuantCodes> codes,
                    const Tensor& bias, const Conv2dParams& p, const std::shared_ptr<Int8GradState>& state) {
   QAT_PROFILE("int8_conv2d");
+  refuse_codes_on_device(x, state->layer());
   const Geom g = conv_geom(x, w, p, state->layer());
   return int8_layer(x, grid, w, std::move(codes), true, bias, g, state);
 }
@@ -760,13 +791,16 @@ Tensor int8_linear(const Tensor& x, const ActGrid& grid, const Tensor& wq, const
                    const std::shared_ptr<Int8GradState>& state) {
   QAT_PROFILE("int8_linear");
   const Geom g = linear_geom(x, wq, state->layer());
-  Tensor y = int8_layer(x, grid, wq, integers_of(wq, w_scale, g, state->layer()), false, bias, g, state);
+  Tensor y = x.device() != Device::cpu ? on_device(x, grid, wq, w_scale, bias, g, state)
+                                       : int8_layer(x, grid, wq, integers_of(wq, w_scale, g, state->layer()), false,
+                                                    bias, g, state);
   return reshape(y, {g.n, g.o});
 }
 
 Tensor int8_linear(const Tensor& x, const ActGrid& grid, const Tensor& w, std::shared_ptr<const QuantCodes> codes,
                    const Tensor& bias, const std::shared_ptr<Int8GradState>& state) {
   QAT_PROFILE("int8_linear");
+  refuse_codes_on_device(x, state->layer());
   const Geom g = linear_geom(x, w, state->layer());
   Tensor y = int8_layer(x, grid, w, std::move(codes), true, bias, g, state);
   return reshape(y, {g.n, g.o});

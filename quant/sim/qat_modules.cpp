@@ -15,10 +15,12 @@ int64_t channels_for(const QuantizerConfig& cfg, int64_t out_channels) {
 
 // INT8 training: the weight quantizer's forward as integers (FakeQuantizer::
 // forward_codes) into the layer's buffer, or null where the quantizer cannot
-// give them (LSQ: the layer takes its fake-quantized output instead). The
+// give them (LSQ: the layer takes its fake-quantized output instead) or the
+// weight is on the device (the CUDA twin recovers them from it). The
 // buffer is reused unless a graph still holds the last step's codes.
 std::shared_ptr<const QuantCodes> weight_codes(FakeQuantizer& fq, const Tensor& w, std::shared_ptr<QuantCodes>& buf,
                                                const std::string& layer) {
+  if (w.device() != Device::cpu) return nullptr;  // codes are a CPU form: the fake-quantized weight on the device
   if (!buf || buf.use_count() > 1) buf = std::make_shared<QuantCodes>();
   if (!fq.forward_codes(w.contiguous(), *buf, "int8 training: layer " + layer)) return nullptr;
   return buf;

@@ -1,0 +1,457 @@
+#pragma once
+// INT8 training's integer layer (int8_ops.h, Note [INT8 training GEMMs])
+// written once over an executor (quant/integer/int_forward.h says what one
+// provides): the CUDA twin runs it on the device (int8_ops.cu), the [math]
+// tests run the same code on the host (tests/host_exec.h) against the CPU op.
+//
+// Same integers as the CPU op, and the same float results (Note [INT8
+// training doubles]): the input's integers, the weight's, the forward GEMM
+// and its dequantization, G and Gx (the same counter-based noise), the
+// weight gradient (its sum over m in int64), the input gradient (col2im as
+// a gather, int64 sums), the bias gradient (a double sum per channel in the
+// CPU's order) and the cosine sums (per row, then rows, in the CPU's order;
+// the tests see them through the float distances the state keeps).
+// What runs on the host: the gradient quantizers' state (Int8GradState), the
+// clip search when one is due (on a copy of the gradient: every `period`
+// steps, or every step under max clipping), the errors' messages.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/ops/common.h"
+#include "core/tensor.h"
+#include "quant/sim/int8_math.h"
+#include "quant/sim/int8_ops.h"
+
+namespace qat::quant::int8_device {
+
+using int8_math::Geometry;
+
+// ---------------------------------------------------------------- bodies
+// Slot s of `slots` visits the elements s, s + slots, ...: per-slot partial
+// results, folded on the host in slot order.
+constexpr int64_t kSlots = 4096;
+
+// The input's integers; the first element off the grid per slot (or -1).
+struct InputIntegers {
+  const float* x;
+  uint8_t* u;
+  int64_t* first_bad;
+  int64_t n, slots;
+  double inv, zero;
+  int32_t levels;
+  QAT_HOST_DEVICE void operator()(int64_t s) const {
+    int64_t bad = -1;
+    for (int64_t i = s; i < n; i += slots) {
+      const int32_t r = int8_math::input_integer(x[i], inv, zero, levels);
+      u[i] = r < 0 ? uint8_t{0} : static_cast<uint8_t>(r);
+      if (r < 0 && bad < 0) bad = i;
+    }
+    first_bad[s] = bad;
+  }
+};
+
+// Row o of the weight's integers, its sum and whether it is on the grid.
+struct WeightIntegers {
+  const float* wq;
+  const float* scale;  // per channel, or one
+  int8_t* w;
+  int64_t* rowsum;
+  int32_t* row_ok;
+  int64_t k;
+  bool per_channel;
+  QAT_HOST_DEVICE void operator()(int64_t o) const {
+    const float inv = 1.f / scale[per_channel ? o : 0];
+    bool ok = true;
+    int64_t sum = 0;
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const int8_t v = int8_math::weight_code(wq[o * k + kk], inv, &ok);
+      w[o * k + kk] = v;
+      sum += v;
+    }
+    rowsum[o] = sum;
+    row_ok[o] = ok ? 1 : 0;
+  }
+};
+
+// The forward's per-channel doubles: s_x s_w[o] and z sum_k W[o][k].
+struct ForwardConstants {
+  const float* w_scale;
+  const int64_t* rowsum;
+  double* s;
+  double* corr;
+  float x_scale;
+  double zero;
+  bool per_channel;
+  QAT_HOST_DEVICE void operator()(int64_t o) const {
+    s[o] = static_cast<double>(x_scale) * static_cast<double>(w_scale[per_channel ? o : 0]);
+    corr[o] = zero * static_cast<double>(rowsum[o]);
+  }
+};
+
+// max |v| of a slot (a NaN never wins, it is flagged), and its first
+// non-finite value (index and value) for the messages; v = dY, or dY s_w[o].
+struct MaxAbs {
+  const float* dy;
+  const float* w_scale;  // null: dY itself; else per channel (dY's dim 1)
+  float* max;
+  int32_t* has_nan;
+  int64_t* first_nonfinite;
+  int64_t n, slots, channels, positions;
+  QAT_HOST_DEVICE void operator()(int64_t s) const {
+    float m = 0;
+    int32_t nan = 0;
+    int64_t first = -1;
+    for (int64_t i = s; i < n; i += slots) {
+      const float v = w_scale ? dy[i] * w_scale[(i / positions) % channels] : dy[i];
+      const float a = fabsf(v);
+      m = a > m ? a : m;
+      nan |= a != a ? 1 : 0;
+      if (first < 0 && !(a <= 3.402823466e38f)) first = i;  // inf or NaN
+    }
+    max[s] = m, has_nan[s] = nan, first_nonfinite[s] = first;
+  }
+};
+
+// G (O x M): element i = o M + m.
+struct QuantizeG {
+  const float* dy;
+  int8_t* G;
+  Geometry g;
+  int8_math::GradQuantizer q;
+  QAT_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t M = g.M();
+    G[i] = q(int8_math::grad_at(dy, g, i % M, i / M), i);
+  }
+};
+
+// Gx (M x O): element i = m O + o, of dY s_w[o].
+struct QuantizeGx {
+  const float* dy;
+  const float* w_scale;  // per channel
+  int8_t* Gx;
+  Geometry g;
+  int8_math::GradQuantizer q;
+  QAT_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t o = i % g.o, m = i / g.o;
+    Gx[i] = q(int8_math::grad_at(dy, g, m, o) * w_scale[o], i);
+  }
+};
+
+// Row o of G: its cosine sums over m in order, and sum_m G[o][m].
+struct GRowStats {
+  const float* dy;
+  const int8_t* G;
+  double* stats;  // 3 per row: dot, qq, gg
+  int64_t* gsum;
+  Geometry g;
+  QAT_HOST_DEVICE void operator()(int64_t o) const {
+    const int64_t M = g.M();
+    double dot = 0, qq = 0, gg = 0;
+    int64_t sum = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      const int8_t q = G[o * M + m];
+      int8_math::add_grad_stats(&dot, &qq, &gg, int8_math::grad_at(dy, g, m, o), q);
+      sum += q;
+    }
+    stats[3 * o] = dot, stats[3 * o + 1] = qq, stats[3 * o + 2] = gg;
+    gsum[o] = sum;
+  }
+};
+
+// Image n of Gx: its cosine sums over (p, o) in order.
+struct GxImageStats {
+  const float* dy;
+  const float* w_scale;
+  const int8_t* Gx;
+  double* stats;
+  Geometry g;
+  QAT_HOST_DEVICE void operator()(int64_t n) const {
+    double dot = 0, qq = 0, gg = 0;
+    for (int64_t p = 0; p < g.P(); ++p)
+      for (int64_t o = 0; o < g.o; ++o) {
+        const int64_t m = n * g.P() + p;
+        int8_math::add_grad_stats(&dot, &qq, &gg, int8_math::grad_at(dy, g, m, o) * w_scale[o], Gx[m * g.o + o]);
+      }
+    stats[3 * n] = dot, stats[3 * n + 1] = qq, stats[3 * n + 2] = gg;
+  }
+};
+
+// (128 - z) sum_m G[o][m], the weight gradient's correction.
+struct WeightGradCorrection {
+  const int64_t* gsum;
+  double* corr;
+  double shift;  // 128 - z
+  QAT_HOST_DEVICE void operator()(int64_t o) const { corr[o] = shift * static_cast<double>(gsum[o]); }
+};
+
+// The bias gradient: sum over (n, p) of dY[n][o][p] in double, in order.
+struct BiasGrad {
+  const float* dy;
+  float* db;
+  Geometry g;
+  QAT_HOST_DEVICE void operator()(int64_t o) const {
+    double acc = 0;
+    for (int64_t n = 0; n < g.n; ++n)
+      for (int64_t p = 0; p < g.P(); ++p) acc += dy[(n * g.o + o) * g.P() + p];
+    db[o] = static_cast<float>(acc);
+  }
+};
+
+struct Col2im {
+  const int32_t* acc;
+  float* dx;
+  Geometry g;
+  double s;
+  QAT_HOST_DEVICE void operator()(int64_t i) const { dx[i] = int8_math::col2im_at(i, acc, g, s); }
+};
+
+// ---------------------------------------------------------------- buffers
+// int64 and double arrays live in i32 tensors (no 64-bit dtype; the storage
+// is 64-byte aligned on the host, 256 on the device).
+template <class Exec>
+Tensor words64(int64_t n) {
+  return Tensor::empty({2 * std::max<int64_t>(n, 1)}, DType::i32, Exec::device);
+}
+template <class T, class Exec>
+T* as64(const Tensor& t) {
+  return reinterpret_cast<T*>(Exec::template ptr<int32_t>(t));
+}
+// A host copy of n 64-bit values.
+template <class T>
+std::vector<T> host64(const Tensor& t, int64_t n) {
+  const Tensor h = t.to(Device::cpu);
+  std::vector<T> v(static_cast<size_t>(n));
+  std::memcpy(v.data(), h.data<int32_t>(), v.size() * sizeof(T));
+  return v;
+}
+
+// Per-channel weight scales (O) on the executor's device, from (O) or (1).
+template <class Exec>
+Tensor channel_scales(const Tensor& w_scale, int64_t o) {
+  const Tensor h = w_scale.to(Device::cpu).contiguous();
+  std::vector<float> v(static_cast<size_t>(o));
+  for (int64_t c = 0; c < o; ++c) v[c] = h.data<float>()[h.numel() == 1 ? 0 : c];
+  return Tensor::from_vector(v, {o}).to(Exec::device);
+}
+
+// The cosine sums of `rows` per-row partials, added in row order.
+inline GradQuantStats fold_stats(const std::vector<double>& s, int64_t rows) {
+  GradQuantStats total;
+  for (int64_t r = 0; r < rows; ++r) total.add({s[3 * r], s[3 * r + 1], s[3 * r + 2]});
+  return total;
+}
+
+// ---------------------------------------------------------------- the layer
+// What the backward keeps of the forward.
+struct Saved {
+  Tensor u;        // u8 (the input's integers, NCHW)
+  Tensor w;        // i8 (O, K)
+  Tensor scales;   // f32 (O): s_w per channel
+  ActGrid grid;
+  Geometry g;
+  uint8_t pad = 0;
+};
+
+// max |dY| (or |dY s_w[o]|, w_scale given) with the CPU's rules: for dW any
+// NaN gives NaN (max_abs); for dX the first non-finite value in index order.
+template <class Exec>
+float max_abs_on(Exec& ex, const Tensor& dy, const Tensor* w_scale, const Geometry& g) {
+  const int64_t n = dy.numel(), slots = std::min(kSlots, std::max<int64_t>(n, 1));
+  Tensor max = Tensor::empty({slots}, DType::f32, Exec::device), nan = Tensor::empty({slots}, DType::i32, Exec::device);
+  Tensor first = words64<Exec>(slots);
+  ex.each(slots, MaxAbs{Exec::template ptr<float>(dy), w_scale ? Exec::template ptr<float>(*w_scale) : nullptr,
+                        Exec::template ptr<float>(max), Exec::template ptr<int32_t>(nan), as64<int64_t, Exec>(first), n,
+                        slots, g.o, g.P()});
+  const std::vector<float> hm = max.to(Device::cpu).to_vector();
+  const Tensor hn = nan.to(Device::cpu);
+  const std::vector<int64_t> hf = host64<int64_t>(first, slots);
+  if (!w_scale) {
+    float m = 0;
+    for (int64_t s = 0; s < slots; ++s) {
+      if (hn.data<int32_t>()[s]) return std::numeric_limits<float>::quiet_NaN();
+      m = std::max(m, hm[s]);
+    }
+    return m;
+  }
+  int64_t bad = -1;
+  for (const int64_t f : hf)
+    if (f >= 0 && (bad < 0 || f < bad)) bad = f;
+  if (bad >= 0) {
+    const float v = dy.view({-1}).narrow(0, bad, 1).to(Device::cpu).data<float>()[0];
+    const float s = w_scale->to(Device::cpu).data<float>()[(bad / g.P()) % g.o];
+    return std::fabs(v * s);
+  }
+  float m = 0;
+  for (const float v : hm) m = std::max(m, v);
+  return m;
+}
+
+// Quantizer `which`'s clip for this step (Int8GradState: searched on a host
+// copy when due, else tracked from max |v|).
+template <class Exec>
+void update_clip(Exec& ex, Int8GradState& st, int which, const Tensor& dy, const Tensor* w_scale, const Geometry& g) {
+  if (!st.clip_due(which)) return st.track_clip(which, max_abs_on(ex, dy, w_scale, g));
+  std::vector<float> v = dy.to(Device::cpu).contiguous().to_vector();
+  if (w_scale) {
+    const std::vector<float> s = w_scale->to(Device::cpu).to_vector();
+    for (size_t i = 0; i < v.size(); ++i) v[i] *= s[(static_cast<int64_t>(i) / g.P()) % g.o];
+  }
+  st.refresh_clip(which, v.data(), static_cast<int64_t>(v.size()));
+}
+
+template <class Exec>
+int8_math::GradQuantizer grad_quantizer(const Int8GradState& st, int which, float scale) {
+  return {1.f / scale, grad_qmax(st.config().bits), st.config().rounding, mix64(st.noise_key(which))};
+}
+
+template <class Exec>
+Tensor weight_gradient(Exec& ex, const Saved& sv, const Tensor& dy, Int8GradState& st) {
+  const Geometry& g = sv.g;
+  const int64_t O = g.o, M = g.M(), K = g.K();
+  update_clip(ex, st, 0, dy, nullptr, g);
+  const float scale = st.grad_scale(0);
+  Tensor G = Tensor::zeros({O * M}, DType::i8, Exec::device);
+  GradQuantStats stats;
+  Tensor dw;
+  if (scale > 0.f) {
+    const float* pdy = Exec::template ptr<float>(dy);
+    ex.each(O * M, QuantizeG{pdy, Exec::template ptr<int8_t>(G), g, grad_quantizer<Exec>(st, 0, scale)});
+    Tensor rs = words64<Exec>(3 * O), gsum = words64<Exec>(O), corr = words64<Exec>(O);
+    ex.each(O, GRowStats{pdy, Exec::template ptr<int8_t>(G), as64<double, Exec>(rs), as64<int64_t, Exec>(gsum), g});
+    stats = fold_stats(host64<double>(rs, 3 * O), O);
+    ex.each(O, WeightGradCorrection{as64<int64_t, Exec>(gsum), as64<double, Exec>(corr), 128.0 - sv.grid.zero});
+    dw = Tensor::empty({O, K}, DType::f32, Exec::device);
+    const int8_math::NchwPatches patches{Exec::template ptr<uint8_t>(sv.u), g, sv.pad};
+    ex.gemm(int_math::S8Rows{Exec::template ptr<int8_t>(G), M}, int8_math::PatchColumns{patches}, O, K, M,
+            int8_math::WeightGradStage{as64<double, Exec>(corr),
+                                       static_cast<double>(scale) * static_cast<double>(sv.grid.scale),
+                                       Exec::template ptr<float>(dw), K});
+  } else {
+    dw = Tensor::zeros({O, K}, DType::f32, Exec::device);
+  }
+  st.record(0, stats);
+  if (st.keep_last) {
+    const Tensor h = G.to(Device::cpu);
+    st.last_g.assign(h.data<int8_t>(), h.data<int8_t>() + h.numel());
+    st.last_scale_g = scale;
+  }
+  return dw;
+}
+
+template <class Exec>
+Tensor input_gradient(Exec& ex, const Saved& sv, const Tensor& dy, Int8GradState& st) {
+  const Geometry& g = sv.g;
+  const int64_t O = g.o, M = g.M(), K = g.K();
+  update_clip(ex, st, 1, dy, &sv.scales, g);
+  const float scale = st.grad_scale(1);
+  Tensor Gx = Tensor::zeros({M * O}, DType::i8, Exec::device);
+  GradQuantStats stats;
+  Tensor dx;
+  if (scale > 0.f) {
+    const float* pdy = Exec::template ptr<float>(dy);
+    const float* ps = Exec::template ptr<float>(sv.scales);
+    ex.each(M * O, QuantizeGx{pdy, ps, Exec::template ptr<int8_t>(Gx), g, grad_quantizer<Exec>(st, 1, scale)});
+    Tensor rs = words64<Exec>(3 * g.n);
+    ex.each(g.n, GxImageStats{pdy, ps, Exec::template ptr<int8_t>(Gx), as64<double, Exec>(rs), g});
+    stats = fold_stats(host64<double>(rs, 3 * g.n), g.n);
+    Tensor acc = Tensor::empty({M * K}, DType::i32, Exec::device);
+    ex.gemm(int_math::S8Rows{Exec::template ptr<int8_t>(Gx), O}, int_math::S8Columns{Exec::template ptr<int8_t>(sv.w), K},
+            M, K, O, int8_math::StoreAcc{Exec::template ptr<int32_t>(acc), K});
+    dx = Tensor::empty({g.n, g.c, g.h, g.w}, DType::f32, Exec::device);
+    ex.each(dx.numel(), Col2im{Exec::template ptr<int32_t>(acc), Exec::template ptr<float>(dx), g,
+                               static_cast<double>(scale)});
+  } else {
+    dx = Tensor::zeros({g.n, g.c, g.h, g.w}, DType::f32, Exec::device);
+  }
+  st.record(1, stats);
+  if (st.keep_last) {
+    const Tensor h = Gx.to(Device::cpu);
+    st.last_gx.assign(h.data<int8_t>(), h.data<int8_t>() + h.numel());
+    st.last_scale_gx = scale;
+  }
+  return dx;
+}
+
+// The layer: x (N, C, H, W) or (N, K) on `grid`, wq (O, ...) the fake-quantized
+// weight with w_scale (O) or (1) (either device), bias (O) or undefined; all
+// but w_scale on Exec's device. Returns Y (N, O, OH, OW) (a linear layer's
+// OH = OW = 1). Errors as the CPU op's, naming the layer.
+template <class Exec>
+Tensor int8_layer(Exec& ex, const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
+                  const Tensor& bias, const Geometry& g, uint8_t pad, const std::shared_ptr<Int8GradState>& state) {
+  const std::string& layer = state->layer();
+  const int64_t O = g.o, K = g.K(), M = g.M();
+  QAT_CHECK(w_scale.numel() == O || w_scale.numel() == 1, "int8 training: layer ", layer, ": ", w_scale.numel(),
+            " weight scales for ", O, " output channels");
+  Saved sv;
+  sv.grid = grid, sv.g = g, sv.pad = pad;
+  sv.scales = channel_scales<Exec>(w_scale, O);
+  // The input's integers.
+  const Tensor xc = x.contiguous();
+  const int64_t n = xc.numel(), slots = std::min(kSlots, std::max<int64_t>(n, 1));
+  sv.u = Tensor::empty({n}, DType::u8, Exec::device);
+  Tensor first_bad = words64<Exec>(slots);
+  ex.each(slots, InputIntegers{Exec::template ptr<float>(xc), Exec::template ptr<uint8_t>(sv.u),
+                               as64<int64_t, Exec>(first_bad), n, slots, 1.0 / static_cast<double>(grid.scale),
+                               grid.zero, grid.levels});
+  int64_t bad = -1;
+  for (const int64_t b : host64<int64_t>(first_bad, slots))
+    if (b >= 0 && (bad < 0 || b < bad)) bad = b;
+  QAT_CHECK(bad < 0, "int8 training: layer ", layer, ": input value ",
+            bad < 0 ? 0.f : xc.view({-1}).narrow(0, bad, 1).to(Device::cpu).data<float>()[0], " at index ", bad,
+            " is not on its quantizer's grid (scale ", grid.scale, ", zero point ", grid.zero, ", ", grid.levels,
+            " levels); only quantizers, max pooling, dropout, flatten and ReLU may sit between a quantizer and an "
+            "INT8 layer");
+  // The weight's integers.
+  const Tensor wc = wq.contiguous();
+  sv.w = Tensor::empty({O, K}, DType::i8, Exec::device);
+  Tensor rowsum = words64<Exec>(O), row_ok = Tensor::empty({O}, DType::i32, Exec::device);
+  ex.each(O, WeightIntegers{Exec::template ptr<float>(wc), Exec::template ptr<float>(sv.scales),
+                            Exec::template ptr<int8_t>(sv.w), as64<int64_t, Exec>(rowsum),
+                            Exec::template ptr<int32_t>(row_ok), K, true});
+  const Tensor ok = row_ok.to(Device::cpu);
+  for (int64_t o = 0; o < O; ++o)
+    if (!ok.data<int32_t>()[o]) {
+      const std::vector<float> row = wc.view({O, K}).narrow(0, o, 1).to(Device::cpu).contiguous().to_vector();
+      const double s = sv.scales.to(Device::cpu).data<float>()[o];
+      for (const float v : row) {
+        const double t = static_cast<double>(v) / s, q = std::nearbyint(t);
+        QAT_CHECK(std::abs(t - q) <= 1e-3 && q >= -128 && q <= 127, "int8 training: layer ", layer, ": weight ", v,
+                  " (row ", o, ") is not on its int8 grid of scale ", s);
+      }
+      QAT_FAIL("int8 training: layer ", layer, ": row ", o, " of the weight is not on its int8 grid of scale ", s);
+    }
+  // The forward GEMM.
+  Tensor s = words64<Exec>(O), corr = words64<Exec>(O);
+  ex.each(O, ForwardConstants{Exec::template ptr<float>(sv.scales), as64<int64_t, Exec>(rowsum),
+                              as64<double, Exec>(s), as64<double, Exec>(corr), grid.scale, grid.zero, true});
+  Tensor y = Tensor::empty({g.n, O, g.oh, g.ow}, DType::f32, Exec::device);
+  const Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
+  const int8_math::NchwPatches patches{Exec::template ptr<uint8_t>(sv.u), g, pad};
+  ex.gemm(int_math::ShiftedRows<int8_math::NchwPatches>{patches}, int_math::S8Rows{Exec::template ptr<int8_t>(sv.w), K},
+          M, O, K,
+          int8_math::ForwardStage{as64<int64_t, Exec>(rowsum), as64<double, Exec>(s), as64<double, Exec>(corr),
+                                  bc.defined() ? Exec::template ptr<float>(bc) : nullptr, Exec::template ptr<float>(y),
+                                  O, g.P()});
+  return record(y, "int8_layer", {&x, &wq, &bias},
+                [ex, sv, state, xs = x.sizes(), ws = wq.sizes()](const Tensor& gy, const NeedGrad& need) mutable {
+                  detail::check_gradient_device(gy, Exec::device, "int8_layer backward");
+                  const Tensor dy = gy.contiguous();
+                  TensorList r(3);
+                  if (need[2]) {
+                    r[2] = Tensor::empty({sv.g.o}, DType::f32, Exec::device);
+                    ex.each(sv.g.o, BiasGrad{Exec::template ptr<float>(dy), Exec::template ptr<float>(r[2]), sv.g});
+                  }
+                  if (need[1]) r[1] = weight_gradient(ex, sv, dy, *state).view(ws);
+                  if (need[0]) r[0] = input_gradient(ex, sv, dy, *state).view(xs);
+                  state->finish_step(need[1], need[0]);
+                  return r;
+                });
+}
+
+}  // namespace qat::quant::int8_device

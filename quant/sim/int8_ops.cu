@@ -1,0 +1,15 @@
+// The CUDA twin of INT8 training's integer layer (int8_ops.cpp): the layer
+// of int8_device.h on the CUDA executor.
+#include "quant/integer/cuda_exec.cuh"
+#include "quant/sim/cuda_twins.h"
+#include "quant/sim/int8_device.h"
+
+namespace qat::quant::cuda_twin {
+
+Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
+                  const int8_math::Geometry& g, uint8_t pad, const std::shared_ptr<Int8GradState>& state) {
+  cuda_exec::CudaExec ex;
+  return int8_device::int8_layer(ex, x, grid, wq, w_scale, bias, g, pad, state);
+}
+
+}  // namespace qat::quant::cuda_twin

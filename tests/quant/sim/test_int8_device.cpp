@@ -1,0 +1,212 @@
+// INT8 training's device twin (quant/sim/int8_device.h): its code run on the
+// host by the emulating executor (tests/host_exec.h), against the CPU op bit
+// for bit over several steps (forward, the three gradients, the integers G
+// and Gx, the quantizers' clips, distances and learning-rate scale); then the
+// CUDA twin against the CPU where there is a GPU.
+#include <cstring>
+
+#include "tests/cuda_test_util.h"
+#include "tests/host_exec.h"
+#include "tests/test_util.h"
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "quant/sim/int8_device.h"
+#include "quant/sim/int8_ops.h"
+
+using namespace qat;
+using namespace qat::quant;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// x on the grid x = s (u - zero), u in [0, levels).
+Tensor on_grid(const Shape& shape, const ActGrid& grid, Generator& g) {
+  Tensor x = Tensor::empty(shape);
+  for (int64_t i = 0; i < x.numel(); ++i)
+    x.data<float>()[i] =
+        static_cast<float>(grid.scale * (static_cast<double>(g.below(static_cast<uint64_t>(grid.levels))) - grid.zero));
+  return x;
+}
+
+// wq = s_w[o] W, W in [-128, 127]; `scales` per channel or one.
+Tensor int8_weight(const Shape& shape, const Tensor& scales, Generator& g) {
+  Tensor wq = Tensor::empty(shape);
+  const int64_t O = shape[0], K = wq.numel() / O;
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t k = 0; k < K; ++k)
+      wq.data<float>()[o * K + k] = scales.data<float>()[scales.numel() == 1 ? 0 : o] *
+                                    static_cast<float>(static_cast<int64_t>(g.below(256)) - 128);
+  return wq;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
+  if (a.sizes() != b.sizes()) return false;
+  const std::vector<float> va = a.to(Device::cpu).to_vector(), vb = b.to(Device::cpu).to_vector();
+  return std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)) == 0;
+}
+
+struct Case {
+  const char* name;
+  Shape x, w;  // a 2-d x: a linear layer
+  Conv2dParams p;
+  ActGrid grid;
+  bool per_channel, bias, input_grad;
+  Int8GradConfig cfg;
+};
+
+Int8GradConfig config(GradRounding r, GradClipping c, int bits = 8) {
+  Int8GradConfig cfg;
+  cfg.rounding = r;
+  cfg.clipping = c;
+  cfg.bits = bits;
+  cfg.period = 2;  // searched on steps 0 and 2, tracked on 1
+  return cfg;
+}
+
+// The layer through `run` (the CPU op, or the twin on some executor) on
+// `device`, for three steps on the same inputs and output gradients;
+// everything it produced per step, on the host.
+struct Step {
+  Tensor y, dx, dw, db;
+  std::vector<int8_t> G, Gx;
+  float clip_dw, clip_dx, distance_dw, distance_dx, lr_scale;
+};
+template <class Run>
+std::vector<Step> three_steps(const Case& c, Device device, Run run) {
+  Generator g(21);
+  const Tensor scales = c.per_channel ? Tensor::uniform({c.w[0]}, g, 0.005f, 0.02f) : Tensor::full({1}, 0.01f);
+  const Tensor x0 = on_grid(c.x, c.grid, g), w0 = int8_weight(c.w, scales, g);
+  const Tensor b0 = Tensor::randn({c.w[0]}, g);
+  auto st = std::make_shared<Int8GradState>(c.cfg, 7, "layer");
+  st->keep_last = true;
+  auto host = [](const Tensor& t) { return t.defined() ? t.to(Device::cpu) : Tensor(); };
+  std::vector<Step> out;
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = x0.to(device).clone().set_requires_grad(c.input_grad);
+    Tensor w = w0.to(device).clone().set_requires_grad(true);
+    Tensor b = c.bias ? b0.to(device).clone().set_requires_grad(true) : Tensor();
+    Tensor y = run(x, w, scales, b, st);  // the scales stay on the host, as a quantizer's
+    REQUIRE(y.device() == device);
+    const Tensor gy = Tensor::randn(y.sizes(), g).to(device);  // (the same draws on every run)
+    sum(mul(y, gy)).backward();
+    out.push_back({host(y.detach()), c.input_grad ? host(x.grad()) : Tensor(), host(w.grad()),
+                   c.bias ? host(b.grad()) : Tensor(), st->last_g, st->last_gx, st->clip(0), st->clip(1),
+                   st->distance(0), st->distance(1), st->lr_scale()});
+  }
+  return out;
+}
+
+// The CPU op of the case.
+Tensor cpu_op(const Case& c, const Tensor& x, const Tensor& w, const Tensor& s, const Tensor& b,
+              const std::shared_ptr<Int8GradState>& st) {
+  return c.x.size() == 2 ? int8_linear(x, c.grid, w, s, b, st) : int8_conv2d(x, c.grid, w, s, b, c.p, st);
+}
+
+int8_math::Geometry geometry(const Case& c) {
+  if (c.x.size() == 2) return {c.x[0], c.x[1], 1, 1, c.w[0], 1, 1, 1, 1, 1, 1, 0, 0, 1, 1};
+  const auto& p = c.p;
+  const int64_t oh = conv_out_size(c.x[2], c.w[2], p.stride_h, p.pad_h, p.dil_h, "test");
+  const int64_t ow = conv_out_size(c.x[3], c.w[3], p.stride_w, p.pad_w, p.dil_w, "test");
+  return {c.x[0], c.x[1], c.x[2], c.x[3], c.w[0], c.w[2], c.w[3], oh, ow,
+          p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dil_h, p.dil_w};
+}
+
+// The twin on the host executor (the CUDA twin's code, int8_device.h).
+Tensor emulated_op(const Case& c, const Tensor& x, const Tensor& w, const Tensor& s, const Tensor& b,
+                   const std::shared_ptr<Int8GradState>& st) {
+  testing::HostExec ex;
+  const uint8_t pad = static_cast<uint8_t>(std::nearbyint(c.grid.zero));
+  Tensor y = int8_device::int8_layer(ex, x, c.grid, w, s, b, geometry(c), pad, st);
+  return c.x.size() == 2 ? reshape(y, {c.x[0], c.w[0]}) : y;
+}
+
+void require_same_steps(const std::vector<Step>& got, const std::vector<Step>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("step " << i);
+    CHECK(same_bits(got[i].y, want[i].y));
+    CHECK(same_bits(got[i].dx, want[i].dx));
+    CHECK(same_bits(got[i].dw, want[i].dw));
+    CHECK(same_bits(got[i].db, want[i].db));
+    CHECK(got[i].G == want[i].G);
+    CHECK(got[i].Gx == want[i].Gx);
+    CHECK(got[i].clip_dw == want[i].clip_dw);
+    CHECK(got[i].clip_dx == want[i].clip_dx);
+    CHECK(got[i].distance_dw == want[i].distance_dw);
+    CHECK(got[i].distance_dx == want[i].distance_dx);
+    CHECK(got[i].lr_scale == want[i].lr_scale);
+  }
+}
+
+std::vector<Case> cases() {
+  using enum GradRounding;
+  using enum GradClipping;
+  const ActGrid u8{0.05f, 3.0, 256}, centred{0.02f, 128.0, 256}, frac{0.03f, 2.4, 16};
+  return {
+      {"conv 3x3, padding 1, per-channel weights, bias", {2, 3, 7, 6}, {5, 3, 3, 3}, {1, 1, 1, 1, 1, 1, 1}, u8,
+       true, true, true, config(stochastic, direction_sensitive)},
+      {"conv 11x11 stride 4 padding 2 (AlexNet's conv1), no input gradient", {2, 3, 23, 23}, {4, 3, 11, 11},
+       {4, 4, 2, 2, 1, 1, 1}, u8, true, true, false, config(stochastic, direction_sensitive)},
+      {"conv stride 2x1, dilation 2, per-tensor weight, no bias, nearest rounding, max clipping", {3, 2, 9, 8},
+       {3, 2, 3, 2}, {2, 1, 2, 1, 2, 2, 1}, centred, false, false, true, config(nearest, max)},
+      {"conv without padding on a fractional zero point (LSQ+), 4-bit gradients", {2, 4, 5, 5}, {6, 4, 2, 2},
+       Conv2dParams{}, frac, true, true, true, config(stochastic, direction_sensitive, 4)},
+      {"linear, 70 outputs (two GEMM tiles), 100 inputs", {5, 100}, {70, 100}, Conv2dParams{}, u8, true, true, true,
+       config(stochastic, direction_sensitive)},
+      {"linear, one sample, per-tensor weight", {1, 33}, {3, 33}, Conv2dParams{}, centred, false, true, true,
+       config(nearest, direction_sensitive)},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("INT8 training's device twin, emulated on the host, equals the CPU op bit for bit over three steps",
+          "[quant][int8train][math]") {
+  for (const Case& c : cases()) {
+    SECTION(c.name) {
+      const auto want = three_steps(c, Device::cpu, [&](auto&&... a) { return cpu_op(c, a...); });
+      const auto got = three_steps(c, Device::cpu, [&](auto&&... a) { return emulated_op(c, a...); });
+      REQUIRE(!want[0].G.empty());
+      require_same_steps(got, want);
+    }
+  }
+}
+
+TEST_CASE("INT8 training's device twin names the layer and the value off the grid", "[quant][int8train][math]") {
+  const Case c = cases()[0];
+  Generator g(3);
+  const Tensor s = Tensor::full({c.w[0]}, 0.01f);
+  Tensor x = on_grid(c.x, c.grid, g), w = int8_weight(c.w, s, g);
+  auto st = std::make_shared<Int8GradState>(c.cfg, 7, "features.0");
+  x.data<float>()[17] += 0.01f;  // a fifth of a step off
+  REQUIRE_THROWS_WITH(emulated_op(c, x, w, s, Tensor(), st),
+                      Contains("layer features.0: input value") && Contains("at index 17") &&
+                          Contains("not on its quantizer's grid"));
+  x = on_grid(c.x, c.grid, g);
+  w.data<float>()[2 * 27 + 5] *= 1.5f;  // row 2
+  REQUIRE_THROWS_WITH(emulated_op(c, x, w, s, Tensor(), st),
+                      Contains("layer features.0: weight") && Contains("(row 2) is not on its int8 grid"));
+}
+
+TEST_CASE("INT8 training on the GPU equals the CPU op bit for bit over three steps", "[quant][int8train][cuda]") {
+  if (!testing::cuda_device_or_skip()) {
+    const Case c = cases()[0];
+    Generator g(3);
+    const Tensor s = Tensor::full({c.w[0]}, 0.01f);
+    const Tensor x = on_grid(c.x, c.grid, g), w = int8_weight(c.w, s, g);
+    auto st = std::make_shared<Int8GradState>(c.cfg, 7, "conv1");
+    testing::CudaOrLabelled xd(x);
+    REQUIRE_THROWS_WITH(int8_conv2d(xd.t, c.grid, w, s, Tensor(), c.p, st),
+                        Contains("int8 training: layer conv1: the input is on cuda, the weight on cpu"));
+    return;
+  }
+  for (const Case& c : cases()) {
+    SECTION(c.name) {
+      const auto want = three_steps(c, Device::cpu, [&](auto&&... a) { return cpu_op(c, a...); });
+      const auto got = three_steps(c, Device::cuda, [&](auto&&... a) { return cpu_op(c, a...); });
+      require_same_steps(got, want);
+    }
+  }
+}
