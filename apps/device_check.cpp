@@ -30,7 +30,7 @@ std::vector<DeviceOpSupport> training_ops(bool cuda_built) {
       {"observers' min/max", cuda_built, UsedBy::quantized},                // quant/observe/minmax.cu
       {"Conv+BN folding (scale_channels)", cuda_built, UsedBy::quantized},  // core/ops/scale_channels.cu
       {"LSQ / LSQ+", cuda_built, UsedBy::learned_scales},                   // quant/sim/lsq.cu
-      {"INT8 training's GEMMs and gradient quantizers", false, UsedBy::int8},
+      {"INT8 training's GEMMs and gradient quantizers", cuda_built, UsedBy::int8},  // quant/sim/int8_ops.cu
   };
 }
 
