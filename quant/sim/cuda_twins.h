@@ -3,6 +3,8 @@
 // signature, called by the op when its input is on cuda; the per-element
 // rules are quant/sim/math.h's, the argument checks the op's own. CUDA builds
 // only (QAT_WITH_CUDA). Backward and what is saved: as the op's header says.
+#include <functional>
+
 #include "core/tensor.h"
 #include "quant/sim/int8_math.h"
 #include "quant/sim/int8_ops.h"
@@ -23,7 +25,9 @@ Tensor lsq_quantize(const char* op, const Tensor& v, const Tensor& step, const T
 
 // quant/sim/int8_ops.cu: INT8 training's integer layer (int8_device.h) after
 // the op's checks; x, wq and bias on cuda, w_scale on either device.
+// pad_of: the padding's integer (checked after the weight and the input).
 Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
-                  const int8_math::Geometry& g, uint8_t pad, const std::shared_ptr<Int8GradState>& state);
+                  const int8_math::Geometry& g, const std::function<uint8_t()>& pad_of,
+                  const std::shared_ptr<Int8GradState>& state);
 
 }  // namespace qat::quant::cuda_twin

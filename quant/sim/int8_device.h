@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -257,10 +258,11 @@ struct Saved {
   uint8_t pad = 0;
 };
 
-// max |dY| (or |dY s_w[o]|, w_scale given) with the CPU's rules: for dW any
-// NaN gives NaN (max_abs); for dX the first non-finite value in index order.
+// max |dY| (or |dY s_w[o]|, w_scale given) with the CPU's rules: nan_wins,
+// any NaN gives NaN (max_abs: dW's tracking and every refresh); else the
+// first non-finite value in index order (dX's tracking).
 template <class Exec>
-float max_abs_on(Exec& ex, const Tensor& dy, const Tensor* w_scale, const Geometry& g) {
+float max_abs_on(Exec& ex, const Tensor& dy, const Tensor* w_scale, const Geometry& g, bool nan_wins) {
   const int64_t n = dy.numel(), slots = std::min(kSlots, std::max<int64_t>(n, 1));
   Tensor max = Tensor::empty({slots}, DType::f32, Exec::device), nan = Tensor::empty({slots}, DType::i32, Exec::device);
   Tensor first = words64<Exec>(slots);
@@ -270,7 +272,7 @@ float max_abs_on(Exec& ex, const Tensor& dy, const Tensor* w_scale, const Geomet
   const std::vector<float> hm = max.to(Device::cpu).to_vector();
   const Tensor hn = nan.to(Device::cpu);
   const std::vector<int64_t> hf = host64<int64_t>(first, slots);
-  if (!w_scale) {
+  if (nan_wins) {
     float m = 0;
     for (int64_t s = 0; s < slots; ++s) {
       if (hn.data<int32_t>()[s]) return std::numeric_limits<float>::quiet_NaN();
@@ -291,11 +293,13 @@ float max_abs_on(Exec& ex, const Tensor& dy, const Tensor* w_scale, const Geomet
   return m;
 }
 
-// Quantizer `which`'s clip for this step (Int8GradState: searched on a host
-// copy when due, else tracked from max |v|).
+// Quantizer `which`'s clip for this step (Int8GradState): tracked from max |v|
+// between searches; when one is due, max |v| under max clipping, else the
+// search on a host copy of v.
 template <class Exec>
 void update_clip(Exec& ex, Int8GradState& st, int which, const Tensor& dy, const Tensor* w_scale, const Geometry& g) {
-  if (!st.clip_due(which)) return st.track_clip(which, max_abs_on(ex, dy, w_scale, g));
+  if (!st.clip_due(which)) return st.track_clip(which, max_abs_on(ex, dy, w_scale, g, w_scale == nullptr));
+  if (st.config().clipping == GradClipping::max) return st.refresh_max_clip(which, max_abs_on(ex, dy, w_scale, g, true));
   std::vector<float> v = dy.to(Device::cpu).contiguous().to_vector();
   if (w_scale) {
     const std::vector<float> s = w_scale->to(Device::cpu).to_vector();
@@ -383,31 +387,16 @@ Tensor input_gradient(Exec& ex, const Saved& sv, const Tensor& dy, Int8GradState
 // OH = OW = 1). Errors as the CPU op's, naming the layer.
 template <class Exec>
 Tensor int8_layer(Exec& ex, const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
-                  const Tensor& bias, const Geometry& g, uint8_t pad, const std::shared_ptr<Int8GradState>& state) {
+                  const Tensor& bias, const Geometry& g, const std::function<uint8_t()>& pad_of,
+                  const std::shared_ptr<Int8GradState>& state) {
   const std::string& layer = state->layer();
   const int64_t O = g.o, K = g.K(), M = g.M();
   QAT_CHECK(w_scale.numel() == O || w_scale.numel() == 1, "int8 training: layer ", layer, ": ", w_scale.numel(),
             " weight scales for ", O, " output channels");
   Saved sv;
-  sv.grid = grid, sv.g = g, sv.pad = pad;
+  sv.grid = grid, sv.g = g;
   sv.scales = channel_scales<Exec>(w_scale, O);
-  // The input's integers.
-  const Tensor xc = x.contiguous();
-  const int64_t n = xc.numel(), slots = std::min(kSlots, std::max<int64_t>(n, 1));
-  sv.u = Tensor::empty({n}, DType::u8, Exec::device);
-  Tensor first_bad = words64<Exec>(slots);
-  ex.each(slots, InputIntegers{Exec::template ptr<float>(xc), Exec::template ptr<uint8_t>(sv.u),
-                               as64<int64_t, Exec>(first_bad), n, slots, 1.0 / static_cast<double>(grid.scale),
-                               grid.zero, grid.levels});
-  int64_t bad = -1;
-  for (const int64_t b : host64<int64_t>(first_bad, slots))
-    if (b >= 0 && (bad < 0 || b < bad)) bad = b;
-  QAT_CHECK(bad < 0, "int8 training: layer ", layer, ": input value ",
-            bad < 0 ? 0.f : xc.view({-1}).narrow(0, bad, 1).to(Device::cpu).data<float>()[0], " at index ", bad,
-            " is not on its quantizer's grid (scale ", grid.scale, ", zero point ", grid.zero, ", ", grid.levels,
-            " levels); only quantizers, max pooling, dropout, flatten and ReLU may sit between a quantizer and an "
-            "INT8 layer");
-  // The weight's integers.
+  // The weight's integers (first, as the CPU op).
   const Tensor wc = wq.contiguous();
   sv.w = Tensor::empty({O, K}, DType::i8, Exec::device);
   Tensor rowsum = words64<Exec>(O), row_ok = Tensor::empty({O}, DType::i32, Exec::device);
@@ -426,6 +415,23 @@ Tensor int8_layer(Exec& ex, const Tensor& x, const ActGrid& grid, const Tensor& 
       }
       QAT_FAIL("int8 training: layer ", layer, ": row ", o, " of the weight is not on its int8 grid of scale ", s);
     }
+  // The input's integers.
+  const Tensor xc = x.contiguous();
+  const int64_t n = xc.numel(), slots = std::min(kSlots, std::max<int64_t>(n, 1));
+  sv.u = Tensor::empty({n}, DType::u8, Exec::device);
+  Tensor first_bad = words64<Exec>(slots);
+  ex.each(slots, InputIntegers{Exec::template ptr<float>(xc), Exec::template ptr<uint8_t>(sv.u),
+                               as64<int64_t, Exec>(first_bad), n, slots, 1.0 / static_cast<double>(grid.scale),
+                               grid.zero, grid.levels});
+  int64_t bad = -1;
+  for (const int64_t b : host64<int64_t>(first_bad, slots))
+    if (b >= 0 && (bad < 0 || b < bad)) bad = b;
+  QAT_CHECK(bad < 0, "int8 training: layer ", layer, ": input value ",
+            bad < 0 ? 0.f : xc.view({-1}).narrow(0, bad, 1).to(Device::cpu).data<float>()[0], " at index ", bad,
+            " is not on its quantizer's grid (scale ", grid.scale, ", zero point ", grid.zero, ", ", grid.levels,
+            " levels); only quantizers, max pooling, dropout, flatten and ReLU may sit between a quantizer and an "
+            "INT8 layer");
+  const uint8_t pad = sv.pad = pad_of();
   // The forward GEMM.
   Tensor s = words64<Exec>(O), corr = words64<Exec>(O);
   ex.each(O, ForwardConstants{Exec::template ptr<float>(sv.scales), as64<int64_t, Exec>(rowsum),

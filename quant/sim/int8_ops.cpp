@@ -57,9 +57,24 @@ bool Int8GradState::clip_due(int which) const {
 
 void Int8GradState::refresh_clip(int which, const float* g, int64_t n) {
   const float m = max_abs(g, n);
+  if (cfg_.clipping == GradClipping::max) return refresh_max_clip(which, m);
+  check_finite_max(m);
+  set_clip(which, search_clip(g, n, cfg_.bits).clip, m);
+}
+
+void Int8GradState::refresh_max_clip(int which, float max_abs_g) {
+  QAT_CHECK(cfg_.clipping == GradClipping::max, "int8 training: layer ", layer_,
+            ": refresh_max_clip under direction-sensitive clipping");
+  check_finite_max(max_abs_g);
+  set_clip(which, max_abs_g, max_abs_g);
+}
+
+void Int8GradState::check_finite_max(float m) const {
   QAT_CHECK(std::isfinite(m), "int8 training: layer ", layer_, ": the output gradient holds ", m,
             " (non-finite) at step ", steps());
-  const float c = cfg_.clipping == GradClipping::max ? m : search_clip(g, n, cfg_.bits).clip;
+}
+
+void Int8GradState::set_clip(int which, float c, float m) {
   cell(which == 0 ? clip_dw_ : clip_dx_) = c;
   cell(which == 0 ? ratio_dw_ : ratio_dx_) = m > 0.f ? c / m : 0.f;
 }
@@ -235,12 +250,16 @@ std::shared_ptr<QuantCodes> weight_integers(const Tensor& wq, const Tensor& w_sc
       if (bad < 0 || o < bad) bad = o;
     }
   }
-  if (bad >= 0)
+  if (bad >= 0) {
+    const double s = r->scale[bad];
     for (int64_t k = 0; k < K; ++k) {
-      const double s = r->scale[bad], t = static_cast<double>(pw[bad * K + k]) / s, q = std::nearbyint(t);
+      const double t = static_cast<double>(pw[bad * K + k]) / s, q = std::nearbyint(t);
       QAT_CHECK(std::abs(t - q) <= 1e-3 && q >= -128 && q <= 127, "int8 training: layer ", layer, ": weight ",
                 pw[bad * K + k], " (row ", bad, ") is not on its int8 grid of scale ", s);
     }
+    // (off in float only: at the 1e-3 edge, or 1 / s not finite)
+    QAT_FAIL("int8 training: layer ", layer, ": row ", bad, " of the weight is not on its int8 grid of scale ", s);
+  }
   return r;
 }
 
@@ -741,11 +760,11 @@ Tensor on_device(const Tensor& x, const ActGrid& grid, const Tensor& wq, const T
   QAT_CHECK(wq.device() == x.device() && (!bias.defined() || bias.device() == x.device()), "int8 training: layer ",
             layer, ": the input is on ", device_name(x.device()), ", the weight on ", device_name(wq.device()),
             bias.defined() ? std::string(" and the bias on ") + device_name(bias.device()) : std::string());
-  const uint8_t pad = pad_integer(grid, g, layer);
 #if QAT_WITH_CUDA
-  return cuda_twin::int8_layer(x, grid, wq, w_scale, bias, device_geometry(g), pad, state);
+  // The padding's integer is checked after the weight and the input, as the CPU op does.
+  return cuda_twin::int8_layer(x, grid, wq, w_scale, bias, device_geometry(g),
+                               [&] { return pad_integer(grid, g, layer); }, state);
 #else
-  (void)pad;
   QAT_FAIL("int8 training: layer ", layer, ": the input is on ", device_name(x.device()),
            " but this qat was built without CUDA");
 #endif

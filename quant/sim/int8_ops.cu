@@ -7,9 +7,10 @@
 namespace qat::quant::cuda_twin {
 
 Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
-                  const int8_math::Geometry& g, uint8_t pad, const std::shared_ptr<Int8GradState>& state) {
+                  const int8_math::Geometry& g, const std::function<uint8_t()>& pad_of,
+                  const std::shared_ptr<Int8GradState>& state) {
   cuda_exec::CudaExec ex;
-  return int8_device::int8_layer(ex, x, grid, wq, w_scale, bias, g, pad, state);
+  return int8_device::int8_layer(ex, x, grid, wq, w_scale, bias, g, pad_of, state);
 }
 
 }  // namespace qat::quant::cuda_twin

@@ -90,6 +90,9 @@ class Int8GradState : public Module {
   // Sets the clip from the gradient it will quantize (n values, any order):
   // the searched (or max) clip, and its ratio to max|g|.
   void refresh_clip(int which, const float* g, int64_t n);
+  // The same under max clipping, from max|g| alone (max_abs: NaN if any);
+  // the device twin's way, which then copies nothing to the host.
+  void refresh_max_clip(int which, float max_abs_g);
   // Between searches the clip follows the gradient's magnitude: the last
   // searched ratio times this step's max|g| (gradients grow and shrink
   // by orders of magnitude within a period; a fixed clip would saturate
@@ -121,6 +124,8 @@ class Int8GradState : public Module {
   float last_scale_g = 0.f, last_scale_gx = 0.f;
 
  private:
+  void check_finite_max(float m) const;
+  void set_clip(int which, float c, float m);
   Int8GradConfig cfg_;
   uint64_t seed_;
   std::string layer_;

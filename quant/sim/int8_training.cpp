@@ -25,9 +25,10 @@ ActGrid grid_of(const FakeQuantizer& q, const std::vector<const Dropout*>& dropo
   const float s = qp.scale.data<float>()[0];
   ActGrid g;
   g.levels = static_cast<int32_t>(spec.qmax() - spec.qmin() + 1);
-  // x = s (q - z) = s (u - (z - qmin)) with u = q - qmin; LSQ+: x = s q + beta.
+  // x = s (q - z) = s (u - (z - qmin)) with u = q - qmin; LSQ+: x = s q + beta
+  // (a parameter: on the device with the model, read by item()).
   const Tensor& beta = q.learned_offset();
-  g.zero = beta.defined() ? -static_cast<double>(spec.qmin()) - static_cast<double>(beta.data<float>()[0]) / s
+  g.zero = beta.defined() ? -static_cast<double>(spec.qmin()) - static_cast<double>(beta.item()) / s
                           : static_cast<double>(qp.zero_point.data<int32_t>()[0] - spec.qmin());
   double scale = s;
   for (const Dropout* d : dropouts)

@@ -206,33 +206,42 @@ TEST_CASE("qat train on cuda trains the sample as on the CPU, and its checkpoint
   CHECK(resumed[1].val_loss == Approx(gpu[1].val_loss).epsilon(1e-4));
 }
 
+// On a GPU: INT8 training (integer GEMMs forward and backward, quantized
+// gradients with direction-sensitive clipping and LR scaling) trains the
+// sample on cuda as on the CPU: with observers on every layer, and with
+// LSQ+ activations (a fractional zero point, read from a device parameter)
+// on the unpadded classifier. The INT8 layers give the CPU's results bit for
+// bit from the same inputs (tests/quant/sim/test_int8_device.cpp); the float
+// ops around them (cuDNN batch norm, the fake quantizers' sums) run in
+// another order, so the runs agree to the QAT tolerance.
+TEST_CASE("INT8 training on cuda trains the sample as on the CPU", "[cuda][e2e]") {
+  if (!qat::testing::cuda_device_or_skip()) return;
+  const std::vector<std::string> sections = {
+      "quant:\n  enabled: true\n  bits: 8\n  int8_training:\n    enabled: true\n    period: 2\n",
+      "quant:\n  enabled: true\n  bits: 8\n  method: lsq_plus\n  int8_training:\n    enabled: true\n    period: 2\n"
+      "    keep_float: [features.0, features.4]\n",
+  };
+  for (const std::string& quant : sections) {
+    INFO(quant);
+    qat::testing::TempDir t;
+    const std::string cfg = qat::testing::write_sample_config(t.dir, "c.yaml", quant, 1, 4, "run_cpu");
+    REQUIRE(run_train({cfg, {}, ""}) == 0);
+    TrainArgs on_gpu{cfg, {"output.dir=" + (t.dir / "run_cuda").string()}, ""};
+    on_gpu.device = "cuda";
+    REQUIRE(run_train(on_gpu) == 0);
+    const auto cpu = read_metrics((t.dir / "run_cpu").string()), gpu = read_metrics((t.dir / "run_cuda").string());
+    REQUIRE(cpu.size() == 1);
+    REQUIRE(gpu.size() == 1);
+    CHECK(gpu[0].train_loss == Approx(cpu[0].train_loss).epsilon(1e-3));
+    CHECK(gpu[0].val_loss == Approx(cpu[0].val_loss).epsilon(1e-3));
+  }
+}
+
 // On a GPU: QAT (8-bit observers with Conv+BN folding; 4-bit LSQ+) trains
 // the sample on cuda as on the CPU, to the same tolerance as FP32 (the fake
 // quantization is bit-exact; the sums around it run in another order, which
 // can move a value across a rounding boundary of the grid: then the runs
 // part by one grid step there, still far inside 1e-3 of the loss).
-// On a GPU: INT8 training (integer GEMMs forward and backward, quantized
-// gradients with direction-sensitive clipping and LR scaling) trains the
-// sample on cuda as on the CPU. The INT8 layers give the CPU's results bit for
-// bit from the same inputs (tests/quant/sim/test_int8_device.cpp); the float
-// ops around them (cuDNN batch norm, cuBLAS classifier... ) sum in another
-// order, so the runs agree to the QAT tolerance.
-TEST_CASE("INT8 training on cuda trains the sample as on the CPU", "[cuda][e2e]") {
-  if (!qat::testing::cuda_device_or_skip()) return;
-  qat::testing::TempDir t;
-  const std::string quant = "quant:\n  enabled: true\n  bits: 8\n  int8_training:\n    enabled: true\n    period: 2\n";
-  const std::string cfg = qat::testing::write_sample_config(t.dir, "c.yaml", quant, 1, 4, "run_cpu");
-  REQUIRE(run_train({cfg, {}, ""}) == 0);
-  TrainArgs on_gpu{cfg, {"output.dir=" + (t.dir / "run_cuda").string()}, ""};
-  on_gpu.device = "cuda";
-  REQUIRE(run_train(on_gpu) == 0);
-  const auto cpu = read_metrics((t.dir / "run_cpu").string()), gpu = read_metrics((t.dir / "run_cuda").string());
-  REQUIRE(cpu.size() == 1);
-  REQUIRE(gpu.size() == 1);
-  CHECK(gpu[0].train_loss == Approx(cpu[0].train_loss).epsilon(1e-3));
-  CHECK(gpu[0].val_loss == Approx(cpu[0].val_loss).epsilon(1e-3));
-}
-
 TEST_CASE("QAT on cuda trains the sample as on the CPU", "[cuda][e2e]") {
   if (!qat::testing::cuda_device_or_skip()) return;
   const std::vector<std::string> sections = {

@@ -4,6 +4,8 @@
 // and Gx, the quantizers' clips, distances and learning-rate scale); then the
 // CUDA twin against the CPU where there is a GPU.
 #include <cstring>
+#include <limits>
+#include <random>
 
 #include "tests/cuda_test_util.h"
 #include "tests/host_exec.h"
@@ -54,6 +56,8 @@ struct Case {
   ActGrid grid;
   bool per_channel, bias, input_grad;
   Int8GradConfig cfg;
+  bool weight_grad = true;
+  int zero_grad_step = -1;  // the step whose output gradient is all zeros (none: -1)
 };
 
 Int8GradConfig config(GradRounding r, GradClipping c, int bits = 8) {
@@ -85,13 +89,15 @@ std::vector<Step> three_steps(const Case& c, Device device, Run run) {
   std::vector<Step> out;
   for (int step = 0; step < 3; ++step) {
     Tensor x = x0.to(device).clone().set_requires_grad(c.input_grad);
-    Tensor w = w0.to(device).clone().set_requires_grad(true);
+    Tensor w = w0.to(device).clone().set_requires_grad(c.weight_grad);
     Tensor b = c.bias ? b0.to(device).clone().set_requires_grad(true) : Tensor();
     Tensor y = run(x, w, scales, b, st);  // the scales stay on the host, as a quantizer's
     REQUIRE(y.device() == device);
-    const Tensor gy = Tensor::randn(y.sizes(), g).to(device);  // (the same draws on every run)
+    Tensor gy = Tensor::randn(y.sizes(), g);  // (the same draws on every run)
+    if (step == c.zero_grad_step) gy = Tensor::zeros(y.sizes());
+    gy = gy.to(device);
     sum(mul(y, gy)).backward();
-    out.push_back({host(y.detach()), c.input_grad ? host(x.grad()) : Tensor(), host(w.grad()),
+    out.push_back({host(y.detach()), c.input_grad ? host(x.grad()) : Tensor(), c.weight_grad ? host(w.grad()) : Tensor(),
                    c.bias ? host(b.grad()) : Tensor(), st->last_g, st->last_gx, st->clip(0), st->clip(1),
                    st->distance(0), st->distance(1), st->lr_scale()});
   }
@@ -117,8 +123,8 @@ int8_math::Geometry geometry(const Case& c) {
 Tensor emulated_op(const Case& c, const Tensor& x, const Tensor& w, const Tensor& s, const Tensor& b,
                    const std::shared_ptr<Int8GradState>& st) {
   testing::HostExec ex;
-  const uint8_t pad = static_cast<uint8_t>(std::nearbyint(c.grid.zero));
-  Tensor y = int8_device::int8_layer(ex, x, c.grid, w, s, b, geometry(c), pad, st);
+  const uint8_t pad = static_cast<uint8_t>(std::nearbyint(c.grid.zero));  // (the cases' zero points allow it)
+  Tensor y = int8_device::int8_layer(ex, x, c.grid, w, s, b, geometry(c), [pad] { return pad; }, st);
   return c.x.size() == 2 ? reshape(y, {c.x[0], c.w[0]}) : y;
 }
 
@@ -157,6 +163,10 @@ std::vector<Case> cases() {
        config(stochastic, direction_sensitive)},
       {"linear, one sample, per-tensor weight", {1, 33}, {3, 33}, Conv2dParams{}, centred, false, true, true,
        config(nearest, direction_sensitive)},
+      {"conv over 4096 elements (several per reduction slot), max clipping, an all-zero gradient on step 1",
+       {2, 4, 31, 29}, {8, 4, 3, 3}, {1, 1, 1, 1, 1, 1, 1}, u8, true, true, true, config(stochastic, max), true, 1},
+      {"linear whose weight takes no gradient (the input's only), an all-zero gradient on step 0", {4, 50}, {9, 50},
+       Conv2dParams{}, u8, true, false, true, config(stochastic, direction_sensitive), false, 0},
   };
 }
 
@@ -168,8 +178,55 @@ TEST_CASE("INT8 training's device twin, emulated on the host, equals the CPU op 
     SECTION(c.name) {
       const auto want = three_steps(c, Device::cpu, [&](auto&&... a) { return cpu_op(c, a...); });
       const auto got = three_steps(c, Device::cpu, [&](auto&&... a) { return emulated_op(c, a...); });
-      REQUIRE(!want[0].G.empty());
+      REQUIRE(!(c.weight_grad ? want.back().G : want.back().Gx).empty());  // the quantizers ran
       require_same_steps(got, want);
+    }
+  }
+}
+
+namespace {
+// The message of what `f` throws ("" when nothing).
+template <class F>
+std::string message_of(F f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("INT8 training's device twin reports a non-finite gradient as the CPU op does", "[quant][int8train][math]") {
+  // dW's tracking and every refresh: a NaN anywhere wins; dX's tracking (the
+  // weight needing no gradient): the first non-finite value, here an inf.
+  const Case base = cases()[0];
+  for (const bool weight_grad : {true, false}) {
+    for (const int bad_step : {0, 1}) {
+      Case c = base;
+      c.weight_grad = weight_grad;
+      CAPTURE(weight_grad, bad_step);
+      auto run = [&](auto op) {
+        Generator g(5);
+        const Tensor s = Tensor::full({c.w[0]}, 0.01f);
+        const Tensor x0 = on_grid(c.x, c.grid, g), w0 = int8_weight(c.w, s, g);
+        auto st = std::make_shared<Int8GradState>(c.cfg, 7, "features.3");
+        return message_of([&] {
+          for (int step = 0; step <= bad_step; ++step) {
+            Tensor x = x0.clone().set_requires_grad(true), w = w0.clone().set_requires_grad(weight_grad);
+            Tensor y = op(c, x, w, s, Tensor(), st);
+            Tensor gy = Tensor::randn(y.sizes(), g);
+            if (step == bad_step) {
+              gy.data<float>()[40] = std::numeric_limits<float>::infinity();
+              gy.data<float>()[300] = std::numeric_limits<float>::quiet_NaN();
+            }
+            sum(mul(y, gy)).backward();
+          }
+        });
+      };
+      const std::string want = run(cpu_op), got = run(emulated_op);
+      CHECK_THAT(want, Contains("layer features.3: the output gradient holds"));
+      CHECK(got == want);
     }
   }
 }
@@ -184,10 +241,23 @@ TEST_CASE("INT8 training's device twin names the layer and the value off the gri
   REQUIRE_THROWS_WITH(emulated_op(c, x, w, s, Tensor(), st),
                       Contains("layer features.0: input value") && Contains("at index 17") &&
                           Contains("not on its quantizer's grid"));
+  // Over 4096 elements: the first of several off the grid, in other slots.
+  Case big = c;
+  big.x = {2, 3, 40, 40};
+  Tensor xb = on_grid(big.x, big.grid, g);
+  for (const int64_t i : {9001, 5000, 7000}) xb.data<float>()[i] += 0.01f;
+  const std::string want = message_of([&] { cpu_op(big, xb, w, s, Tensor(), st); });
+  CHECK_THAT(want, Contains("at index 5000"));
+  CHECK(message_of([&] { emulated_op(big, xb, w, s, Tensor(), st); }) == want);
   x = on_grid(c.x, c.grid, g);
   w.data<float>()[2 * 27 + 5] *= 1.5f;  // row 2
   REQUIRE_THROWS_WITH(emulated_op(c, x, w, s, Tensor(), st),
                       Contains("layer features.0: weight") && Contains("(row 2) is not on its int8 grid"));
+  // Both wrong: the weight is named first, by both.
+  x.data<float>()[3] += 0.01f;
+  const std::string both = message_of([&] { cpu_op(c, x, w, s, Tensor(), st); });
+  CHECK_THAT(both, Contains("(row 2)"));
+  CHECK(message_of([&] { emulated_op(c, x, w, s, Tensor(), st); }) == both);
 }
 
 TEST_CASE("INT8 training on the GPU equals the CPU op bit for bit over three steps", "[quant][int8train][cuda]") {
@@ -208,5 +278,57 @@ TEST_CASE("INT8 training on the GPU equals the CPU op bit for bit over three ste
       const auto got = three_steps(c, Device::cuda, [&](auto&&... a) { return cpu_op(c, a...); });
       require_same_steps(got, want);
     }
+  }
+}
+
+TEST_CASE("the device GEMM's INT8-training operands equal plain sums, int64 past int32's range",
+          "[quant][int8train][math]") {
+  struct Record {
+    using Acc = int64_t;
+    int64_t* out;
+    int64_t n;
+    void operator()(int64_t r, int64_t c, int64_t v) const { out[r * n + c] = v; }
+  };
+  std::mt19937 rng(8);
+  // Gx (m x o) . W^T read by columns (the input gradient), odd sizes
+  {
+    const int64_t m = 67, o = 35, k = 70;
+    std::vector<int8_t> gx(static_cast<size_t>(m * o)), w(static_cast<size_t>(o * k));
+    for (auto& v : gx) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+    for (auto& v : w) v = static_cast<int8_t>(rng() % 256);
+    std::vector<int64_t> out(static_cast<size_t>(m * k), -1);
+    testing::HostExec ex;
+    ex.gemm(int_math::S8Rows{gx.data(), o}, int_math::S8Columns{w.data(), k}, m, k, o, Record{out.data(), k});
+    bool equal = true;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < k; ++c) {
+        int64_t ref = 0;
+        for (int64_t j = 0; j < o; ++j) ref += gx[r * o + j] * w[j * k + c];
+        equal = equal && out[r * k + c] == ref;
+      }
+    REQUIRE(equal);
+  }
+  // G (o x M) . patch columns (u - 128) over M = 140000 rows of extreme
+  // values: |sum| ~ 2.3e9, beyond int32, exact in the int64 accumulator.
+  {
+    const int64_t o = 2, M = 140000;
+    const int8_math::Geometry geo{M, 3, 1, 1, o, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1};  // a linear layer, K = 3
+    const int64_t K = geo.K();
+    std::vector<uint8_t> u(static_cast<size_t>(M * K), 0);  // u - 128 = -128
+    std::vector<int8_t> G(static_cast<size_t>(o * M), -127);
+    for (int64_t i = 0; i < M; i += 7) u[i * K + 1] = 255, G[i] = 127;  // some other extremes
+    std::vector<int64_t> out(static_cast<size_t>(o * K), -1);
+    testing::HostExec ex;
+    ex.gemm(int_math::S8Rows{G.data(), M}, int8_math::PatchColumns{{u.data(), geo, 0}}, o, K, M, Record{out.data(), K});
+    bool equal = true, beyond = false;
+    for (int64_t r = 0; r < o; ++r)
+      for (int64_t c = 0; c < K; ++c) {
+        int64_t ref = 0;
+        for (int64_t i = 0; i < M; ++i) ref += int64_t{G[r * M + i]} * (int64_t{u[i * K + c]} - 128);
+        equal = equal && out[r * K + c] == ref;
+        beyond = beyond || ref > INT32_MAX || ref < INT32_MIN;
+      }
+    REQUIRE(beyond);
+    REQUIRE(equal);
   }
 }
