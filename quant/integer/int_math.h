@@ -34,10 +34,18 @@ QAT_HOST_DEVICE inline int32_t requantize_value64(int32_t acc, int32_t m0, int32
   return static_cast<int32_t>(clamp64(r, INT32_MIN, INT32_MAX));
 }
 
-// Round half to even (std::nearbyint under the default rounding mode).
+// Round half to even (std::nearbyint under the default rounding mode), on
+// the host and the device.
 QAT_HOST_DEVICE inline float round_half_even(float x) {
 #if defined(__CUDA_ARCH__)
   return nearbyintf(x);
+#else
+  return std::nearbyint(x);
+#endif
+}
+QAT_HOST_DEVICE inline double round_half_even(double x) {
+#if defined(__CUDA_ARCH__)
+  return nearbyint(x);
 #else
   return std::nearbyint(x);
 #endif

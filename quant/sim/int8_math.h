@@ -26,20 +26,12 @@ struct Geometry {
   QAT_HOST_DEVICE int64_t M() const { return n * P(); }
 };
 
-QAT_HOST_DEVICE inline double round_half_even(double x) {
-#if defined(__CUDA_ARCH__)
-  return nearbyint(x);
-#else
-  return std::nearbyint(x);
-#endif
-}
-
 // The integer u of an input value on the grid x = s (u - z): t = x / s + z as
 // one fused multiply-add in double (x * inv + z), rounded; -1 where t is more
 // than 1e-3 off that integer or outside [0, levels) (NaN included).
 QAT_HOST_DEVICE inline int32_t input_integer(float x, double inv, double zero, int32_t levels) {
   const double t = fma(static_cast<double>(x), inv, zero);
-  const double r = round_half_even(t);
+  const double r = int_math::round_half_even(t);
   if (!(fabs(t - r) <= 1e-3) || r < 0 || r >= levels) return -1;
   return static_cast<int32_t>(r);
 }

@@ -5,18 +5,14 @@
 #include <cmath>
 
 #include "core/host_device.h"
+#include "quant/integer/int_math.h"
 #include "quant/observe/channel_geometry.h"
 
 namespace qat::quant::math {
 
-// Round half to even, as std::nearbyint under the default rounding mode.
-QAT_HOST_DEVICE inline float round_half_even(float x) {
-#if defined(__CUDA_ARCH__)
-  return nearbyintf(x);
-#else
-  return std::nearbyint(x);
-#endif
-}
+// Round half to even, as std::nearbyint under the default rounding mode
+// (one definition for every quantization kernel: quant/integer/int_math.h).
+using int_math::round_half_even;
 
 // `q < lo ? lo : (q > hi ? hi : q)`: NaN stays NaN.
 QAT_HOST_DEVICE inline float clamp_grid(float q, float lo, float hi) { return q < lo ? lo : (q > hi ? hi : q); }

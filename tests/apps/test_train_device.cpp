@@ -206,6 +206,25 @@ TEST_CASE("qat train on cuda trains the sample as on the CPU, and its checkpoint
   CHECK(resumed[1].val_loss == Approx(gpu[1].val_loss).epsilon(1e-4));
 }
 
+namespace {
+// The sample trained one epoch of 4 steps with `quant` on the CPU and on
+// cuda: the losses agree to 1e-3 (the QAT tolerance).
+void require_cuda_run_follows_cpu(const std::string& quant) {
+  INFO(quant);
+  qat::testing::TempDir t;
+  const std::string cfg = qat::testing::write_sample_config(t.dir, "c.yaml", quant, 1, 4, "run_cpu");
+  REQUIRE(run_train({cfg, {}, ""}) == 0);
+  TrainArgs on_gpu{cfg, {"output.dir=" + (t.dir / "run_cuda").string()}, ""};
+  on_gpu.device = "cuda";
+  REQUIRE(run_train(on_gpu) == 0);
+  const auto cpu = read_metrics((t.dir / "run_cpu").string()), gpu = read_metrics((t.dir / "run_cuda").string());
+  REQUIRE(cpu.size() == 1);
+  REQUIRE(gpu.size() == 1);
+  CHECK(gpu[0].train_loss == Approx(cpu[0].train_loss).epsilon(1e-3));
+  CHECK(gpu[0].val_loss == Approx(cpu[0].val_loss).epsilon(1e-3));
+}
+}  // namespace
+
 // On a GPU: INT8 training (integer GEMMs forward and backward, quantized
 // gradients with direction-sensitive clipping and LR scaling) trains the
 // sample on cuda as on the CPU: with observers on every layer, and with
@@ -221,20 +240,7 @@ TEST_CASE("INT8 training on cuda trains the sample as on the CPU", "[cuda][e2e]"
       "quant:\n  enabled: true\n  bits: 8\n  method: lsq_plus\n  int8_training:\n    enabled: true\n    period: 2\n"
       "    keep_float: [features.0, features.4]\n",
   };
-  for (const std::string& quant : sections) {
-    INFO(quant);
-    qat::testing::TempDir t;
-    const std::string cfg = qat::testing::write_sample_config(t.dir, "c.yaml", quant, 1, 4, "run_cpu");
-    REQUIRE(run_train({cfg, {}, ""}) == 0);
-    TrainArgs on_gpu{cfg, {"output.dir=" + (t.dir / "run_cuda").string()}, ""};
-    on_gpu.device = "cuda";
-    REQUIRE(run_train(on_gpu) == 0);
-    const auto cpu = read_metrics((t.dir / "run_cpu").string()), gpu = read_metrics((t.dir / "run_cuda").string());
-    REQUIRE(cpu.size() == 1);
-    REQUIRE(gpu.size() == 1);
-    CHECK(gpu[0].train_loss == Approx(cpu[0].train_loss).epsilon(1e-3));
-    CHECK(gpu[0].val_loss == Approx(cpu[0].val_loss).epsilon(1e-3));
-  }
+  for (const std::string& quant : sections) require_cuda_run_follows_cpu(quant);
 }
 
 // On a GPU: QAT (8-bit observers with Conv+BN folding; 4-bit LSQ+) trains
@@ -248,18 +254,5 @@ TEST_CASE("QAT on cuda trains the sample as on the CPU", "[cuda][e2e]") {
       "quant:\n  enabled: true\n  bits: 8\n",
       "quant:\n  enabled: true\n  bits: 4\n  method: lsq_plus\n",
   };
-  for (const std::string& quant : sections) {
-    INFO(quant);
-    qat::testing::TempDir t;
-    const std::string cfg = qat::testing::write_sample_config(t.dir, "c.yaml", quant, 1, 4, "run_cpu");
-    REQUIRE(run_train({cfg, {}, ""}) == 0);
-    TrainArgs on_gpu{cfg, {"output.dir=" + (t.dir / "run_cuda").string()}, ""};
-    on_gpu.device = "cuda";
-    REQUIRE(run_train(on_gpu) == 0);
-    const auto cpu = read_metrics((t.dir / "run_cpu").string()), gpu = read_metrics((t.dir / "run_cuda").string());
-    REQUIRE(cpu.size() == 1);
-    REQUIRE(gpu.size() == 1);
-    CHECK(gpu[0].train_loss == Approx(cpu[0].train_loss).epsilon(1e-3));
-    CHECK(gpu[0].val_loss == Approx(cpu[0].val_loss).epsilon(1e-3));
-  }
+  for (const std::string& quant : sections) require_cuda_run_follows_cpu(quant);
 }

@@ -70,17 +70,21 @@ void require_layers_equal(const IntegerModel& im, const Tensor& x) {
 
 }  // namespace
 
+namespace {
+// An output stage that keeps the dot products and counts the writes.
+struct RecordDots {
+  using Acc = int32_t;
+  int32_t* dots;
+  int32_t* writes;
+  int64_t n;
+  void operator()(int64_t r, int64_t c, int32_t dot) const {
+    dots[r * n + c] = dot;
+    ++writes[r * n + c];
+  }
+};
+}  // namespace
+
 TEST_CASE("the device integer GEMM's tiles, emulated, equal the plain sum on edge shapes", "[quant][integer][math]") {
-  struct Record {  // an output stage that keeps the dot products and counts the writes
-    using Acc = int32_t;
-    int32_t* dots;
-    int32_t* writes;
-    int64_t n;
-    void operator()(int64_t r, int64_t c, int32_t dot) const {
-      dots[r * n + c] = dot;
-      ++writes[r * n + c];
-    }
-  };
   std::mt19937 rng(5);
   // (m, n, k): one element; tile-exact; every remainder of the 64 x 64 x 32
   // tiles and of the 4-byte words; one output column; K at kMaxProducts.
@@ -97,7 +101,7 @@ TEST_CASE("the device integer GEMM's tiles, emulated, equal the plain sum on edg
       std::vector<int32_t> dots(static_cast<size_t>(m * n), -1), writes(static_cast<size_t>(m * n), 0);
       HostExec ex;
       ex.gemm(int_math::ShiftedRows<int_math::DenseRows>{{x.data(), k}}, int_math::S8Rows{w.data(), k}, m, n, k,
-              Record{dots.data(), writes.data(), n});
+              RecordDots{dots.data(), writes.data(), n});
       bool all_equal = true, once = true;
       for (int64_t r = 0; r < m; ++r)
         for (int64_t c = 0; c < n; ++c) {

@@ -281,14 +281,18 @@ TEST_CASE("INT8 training on the GPU equals the CPU op bit for bit over three ste
   }
 }
 
+namespace {
+// An output stage that keeps the int64 sums.
+struct Record64 {
+  using Acc = int64_t;
+  int64_t* out;
+  int64_t n;
+  void operator()(int64_t r, int64_t c, int64_t v) const { out[r * n + c] = v; }
+};
+}  // namespace
+
 TEST_CASE("the device GEMM's INT8-training operands equal plain sums, int64 past int32's range",
           "[quant][int8train][math]") {
-  struct Record {
-    using Acc = int64_t;
-    int64_t* out;
-    int64_t n;
-    void operator()(int64_t r, int64_t c, int64_t v) const { out[r * n + c] = v; }
-  };
   std::mt19937 rng(8);
   // Gx (m x o) . W^T read by columns (the input gradient), odd sizes
   {
@@ -298,7 +302,7 @@ TEST_CASE("the device GEMM's INT8-training operands equal plain sums, int64 past
     for (auto& v : w) v = static_cast<int8_t>(rng() % 256);
     std::vector<int64_t> out(static_cast<size_t>(m * k), -1);
     testing::HostExec ex;
-    ex.gemm(int_math::S8Rows{gx.data(), o}, int_math::S8Columns{w.data(), k}, m, k, o, Record{out.data(), k});
+    ex.gemm(int_math::S8Rows{gx.data(), o}, int_math::S8Columns{w.data(), k}, m, k, o, Record64{out.data(), k});
     bool equal = true;
     for (int64_t r = 0; r < m; ++r)
       for (int64_t c = 0; c < k; ++c) {
@@ -319,7 +323,7 @@ TEST_CASE("the device GEMM's INT8-training operands equal plain sums, int64 past
     for (int64_t i = 0; i < M; i += 7) u[i * K + 1] = 255, G[i] = 127;  // some other extremes
     std::vector<int64_t> out(static_cast<size_t>(o * K), -1);
     testing::HostExec ex;
-    ex.gemm(int_math::S8Rows{G.data(), M}, int8_math::PatchColumns{{u.data(), geo, 0}}, o, K, M, Record{out.data(), K});
+    ex.gemm(int_math::S8Rows{G.data(), M}, int8_math::PatchColumns{{u.data(), geo, 0}}, o, K, M, Record64{out.data(), K});
     bool equal = true, beyond = false;
     for (int64_t r = 0; r < o; ++r)
       for (int64_t c = 0; c < K; ++c) {
