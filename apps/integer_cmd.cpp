@@ -6,18 +6,22 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "apps/config.h"
 #include "apps/integer_io.h"
 #include "apps/run_state.h"
 #include "apps/train.h"
 #include "core/autograd.h"
+#include "core/cuda_runtime.h"
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "data/image.h"
 #include "data/image_folder.h"
 #include "quant/convert/compare_layers.h"
 #include "quant/convert/freeze.h"
+#include "quant/integer/integer_model_cuda.h"
 
 namespace qat::apps {
 
@@ -111,7 +115,7 @@ int run_export(const ExportArgs& args) {
 }
 
 std::vector<Prediction> predict_images(const ExportedModel& ex, const std::string& input, int top_n,
-                                       const PredictionSink& sink) {
+                                       const PredictionSink& sink, const std::function<Tensor(const Tensor&)>& forward) {
   const data::TransformSpec spec = eval_transform(ex);
   const int64_t S = ex.image_size, classes = ex.model.num_classes(), top = std::min<int64_t>(top_n, classes);
   Generator unused(0);  // eval transforms draw nothing
@@ -124,7 +128,7 @@ std::vector<Prediction> predict_images(const ExportedModel& ex, const std::strin
       out.push_back({path, {}, e.what()});
       continue;
     }
-    const std::vector<float> logits = ex.model.forward(x).to_vector();
+    const std::vector<float> logits = (forward ? forward(x) : ex.model.forward(x)).to_vector();
     if (sink) sink(path, x, logits);
     const float mx = *std::max_element(logits.begin(), logits.end());
     std::vector<double> p(logits.size());
@@ -143,7 +147,15 @@ std::vector<Prediction> predict_images(const ExportedModel& ex, const std::strin
 
 int run_infer(const InferArgs& args) {
   set_num_threads(args.threads);
+  const Device device = *enum_from_name<Device>(args.device);
+  if (device == Device::cuda) cuda::require("infer --device cuda");
   const ExportedModel ex = load_export(args.export_dir);
+  std::optional<quant::CudaIntegerModel> gpu;
+  std::function<Tensor(const Tensor&)> forward;
+  if (device == Device::cuda) {
+    gpu.emplace(ex.model);
+    forward = [&gpu](const Tensor& x) { return gpu->forward(x); };
+  }
   std::ofstream inputs, logits, paths;
   PredictionSink sink;
   if (!args.save.empty()) {
@@ -158,7 +170,7 @@ int run_infer(const InferArgs& args) {
     };
   }
   int64_t bad = 0;
-  for (const Prediction& pr : predict_images(ex, args.input, args.top, sink)) {
+  for (const Prediction& pr : predict_images(ex, args.input, args.top, sink, forward)) {
     if (!pr.error.empty()) {
       std::fprintf(stderr, "qat: %s\n", pr.error.c_str());
       ++bad;

@@ -30,6 +30,9 @@ struct InferArgs {
   // PREFIX.paths.txt: what another runtime is checked against
   // (bench/onnx_eval.py).
   std::string save;
+  // Where the integer model runs: cpu, or cuda (CudaIntegerModel: the same
+  // logits bit for bit; refused naming why without a GPU, before any image).
+  std::string device = "cpu";
 };
 int run_infer(const InferArgs& args);
 
@@ -42,8 +45,11 @@ struct Prediction {
 struct ExportedModel;
 // sink (optional): each decoded image's input tensor (1, 3, S, S) and logits.
 using PredictionSink = std::function<void(const std::string& path, const Tensor& x, const std::vector<float>& logits)>;
+// forward (optional): the integer model's forward to use (images on the
+// host in, logits out on any device); ex.model.forward when empty.
 std::vector<Prediction> predict_images(const ExportedModel& ex, const std::string& input, int top,
-                                       const PredictionSink& sink = {});
+                                       const PredictionSink& sink = {},
+                                       const std::function<Tensor(const Tensor&)>& forward = {});
 
 struct CompareLayersArgs {
   std::string config, checkpoint;

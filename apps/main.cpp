@@ -144,6 +144,11 @@ int run(int argc, char** argv) {
   in->add_option("--threads", inf.threads, "Threads (0: all cores)")->capture_default_str()->check(CLI::NonNegativeNumber);
   in->add_option("--save", inf.save,
                  "Also write PREFIX.inputs.f32, PREFIX.logits.f32, PREFIX.paths.txt (checks of other runtimes)");
+  in->add_option("--device", inf.device,
+                 "Where the integer model runs: " + qat::enum_name_list<qat::Device>() +
+                     " (cuda: the same logits bit for bit, on the GPU)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
 
   qat::apps::CompareLayersArgs cl;
   auto* cls = app.add_subcommand("compare-layers",

@@ -162,6 +162,25 @@ TEST_CASE("export round trip: the loaded model gives the frozen model's logits",
   CHECK_THAT(mixed_preds[1].error, Contains("b.jpg"));
   CHECK(mixed_preds[2].top.size() == 3);
   REQUIRE(run_infer({out, mixed.string(), 3, 1, ""}) == 1);
+
+  // --device cuda: the same logits (--save) from the GPU, or a refusal naming
+  // why before any image is read or file written.
+  InferArgs on_gpu{out, mixed.string(), 3, 1, (dir / "gpu").string()};
+  on_gpu.device = "cuda";
+  if (!testing::cuda_device_or_skip()) {
+    REQUIRE_THROWS_WITH(run_infer(on_gpu), Contains("infer --device cuda: ") &&
+                                               Contains(cuda::built() ? "no usable CUDA device" : "without CUDA"));
+    REQUIRE_FALSE(fs::exists(dir / "gpu.logits.f32"));
+  } else {
+    REQUIRE(run_infer(on_gpu) == 1);  // (b.jpg again)
+    REQUIRE(run_infer({out, mixed.string(), 3, 1, (dir / "cpu").string()}) == 1);
+    auto bytes = [](const fs::path& p) {
+      std::ifstream f(p, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(f), {});
+    };
+    REQUIRE(bytes(dir / "gpu.logits.f32").size() == 2 * 10 * sizeof(float));
+    REQUIRE(bytes(dir / "gpu.logits.f32") == bytes(dir / "cpu.logits.f32"));
+  }
 }
 
 TEST_CASE("4-bit weights are packed two per byte and read back", "[e2e][export]") {
