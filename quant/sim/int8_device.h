@@ -8,9 +8,9 @@
 // training doubles]): the input's integers, the weight's, the forward GEMM
 // and its dequantization, G and Gx (the same counter-based noise), the
 // weight gradient (its sum over m in int64), the input gradient (col2im as
-// a gather, int64 sums), the bias gradient (a double sum per channel in the
-// CPU's order) and the cosine sums (per row, then rows, in the CPU's order;
-// the tests see them through the float distances the state keeps).
+// a gather, int64 sums), the bias gradient and the cosine sums (in the CPU's
+// chunks and order, Note [INT8 training sums in chunks]; the tests see the
+// cosine sums through the float distances the state keeps).
 // What runs on the host: the gradient quantizers' state (Int8GradState), the
 // clip search when one is due (on a copy of the gradient: every `period`
 // steps, or every step under max clipping), the errors' messages.
@@ -143,62 +143,85 @@ struct QuantizeGx {
   }
 };
 
-// Row o of G: its cosine sums over m in order, and sum_m G[o][m].
+// Chunk c of row o of G (Note [INT8 training sums in chunks]): its cosine
+// sums over m in order, and its sum of G. Index i = o chunks + c.
 struct GRowStats {
   const float* dy;
   const int8_t* G;
-  double* stats;  // 3 per row: dot, qq, gg
-  int64_t* gsum;
+  double* stats;  // 3 per (row, chunk): dot, qq, gg
+  int64_t* gsum;  // per (row, chunk)
   Geometry g;
-  QAT_HOST_DEVICE void operator()(int64_t o) const {
-    const int64_t M = g.M();
+  int64_t chunks;
+  QAT_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t M = g.M(), o = i / chunks, m0 = (i % chunks) * int8_math::kSumChunk;
+    const int64_t m1 = m0 + int8_math::kSumChunk < M ? m0 + int8_math::kSumChunk : M;
     double dot = 0, qq = 0, gg = 0;
     int64_t sum = 0;
-    for (int64_t m = 0; m < M; ++m) {
+    for (int64_t m = m0; m < m1; ++m) {
       const int8_t q = G[o * M + m];
       int8_math::add_grad_stats(&dot, &qq, &gg, int8_math::grad_at(dy, g, m, o), q);
       sum += q;
     }
-    stats[3 * o] = dot, stats[3 * o + 1] = qq, stats[3 * o + 2] = gg;
-    gsum[o] = sum;
+    stats[3 * i] = dot, stats[3 * i + 1] = qq, stats[3 * i + 2] = gg;
+    gsum[i] = sum;
   }
 };
 
-// Image n of Gx: its cosine sums over (p, o) in order.
+// Chunk c of image n's (p, o) sequence of Gx: its cosine sums in order.
 struct GxImageStats {
   const float* dy;
   const float* w_scale;
   const int8_t* Gx;
   double* stats;
   Geometry g;
-  QAT_HOST_DEVICE void operator()(int64_t n) const {
+  int64_t chunks;
+  QAT_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t n = i / chunks, len = g.P() * g.o, j0 = (i % chunks) * int8_math::kSumChunk;
+    const int64_t j1 = j0 + int8_math::kSumChunk < len ? j0 + int8_math::kSumChunk : len;
     double dot = 0, qq = 0, gg = 0;
-    for (int64_t p = 0; p < g.P(); ++p)
-      for (int64_t o = 0; o < g.o; ++o) {
-        const int64_t m = n * g.P() + p;
-        int8_math::add_grad_stats(&dot, &qq, &gg, int8_math::grad_at(dy, g, m, o) * w_scale[o], Gx[m * g.o + o]);
-      }
-    stats[3 * n] = dot, stats[3 * n + 1] = qq, stats[3 * n + 2] = gg;
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t m = n * g.P() + j / g.o, o = j % g.o;
+      int8_math::add_grad_stats(&dot, &qq, &gg, int8_math::grad_at(dy, g, m, o) * w_scale[o], Gx[m * g.o + o]);
+    }
+    stats[3 * i] = dot, stats[3 * i + 1] = qq, stats[3 * i + 2] = gg;
   }
 };
 
-// (128 - z) sum_m G[o][m], the weight gradient's correction.
+// (128 - z) sum_m G[o][m] (the chunks' sums added), the weight gradient's correction.
 struct WeightGradCorrection {
-  const int64_t* gsum;
+  const int64_t* gsum;  // per (row, chunk)
   double* corr;
   double shift;  // 128 - z
-  QAT_HOST_DEVICE void operator()(int64_t o) const { corr[o] = shift * static_cast<double>(gsum[o]); }
+  int64_t chunks;
+  QAT_HOST_DEVICE void operator()(int64_t o) const {
+    int64_t sum = 0;
+    for (int64_t c = 0; c < chunks; ++c) sum += gsum[o * chunks + c];
+    corr[o] = shift * static_cast<double>(sum);
+  }
 };
 
-// The bias gradient: sum over (n, p) of dY[n][o][p] in double, in order.
-struct BiasGrad {
+// The bias gradient, chunk c of channel o: the sum over its (n, p) in
+// double, in order; then BiasFold adds channel o's chunks in order.
+struct BiasGradChunk {
   const float* dy;
-  float* db;
+  double* part;
   Geometry g;
+  int64_t chunks;
+  QAT_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t o = i / chunks, M = g.M(), m0 = (i % chunks) * int8_math::kSumChunk;
+    const int64_t m1 = m0 + int8_math::kSumChunk < M ? m0 + int8_math::kSumChunk : M;
+    double acc = 0;
+    for (int64_t m = m0; m < m1; ++m) acc += int8_math::grad_at(dy, g, m, o);
+    part[i] = acc;
+  }
+};
+struct BiasFold {
+  const double* part;
+  float* db;
+  int64_t chunks;
   QAT_HOST_DEVICE void operator()(int64_t o) const {
     double acc = 0;
-    for (int64_t n = 0; n < g.n; ++n)
-      for (int64_t p = 0; p < g.P(); ++p) acc += dy[(n * g.o + o) * g.P() + p];
+    for (int64_t c = 0; c < chunks; ++c) acc += part[o * chunks + c];
     db[o] = static_cast<float>(acc);
   }
 };
@@ -240,10 +263,18 @@ Tensor channel_scales(const Tensor& w_scale, int64_t o) {
   return Tensor::from_vector(v, {o}).to(Exec::device);
 }
 
-// The cosine sums of `rows` per-row partials, added in row order.
-inline GradQuantStats fold_stats(const std::vector<double>& s, int64_t rows) {
+// The cosine sums from per-(row, chunk) partials: each row's chunks added
+// in order, then the rows in order (Note [INT8 training sums in chunks]).
+inline GradQuantStats fold_stats(const std::vector<double>& s, int64_t rows, int64_t chunks) {
   GradQuantStats total;
-  for (int64_t r = 0; r < rows; ++r) total.add({s[3 * r], s[3 * r + 1], s[3 * r + 2]});
+  for (int64_t r = 0; r < rows; ++r) {
+    GradQuantStats row;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const size_t i = static_cast<size_t>(3 * (r * chunks + c));
+      row.add({s[i], s[i + 1], s[i + 2]});
+    }
+    total.add(row);
+  }
   return total;
 }
 
@@ -325,10 +356,13 @@ Tensor weight_gradient(Exec& ex, const Saved& sv, const Tensor& dy, Int8GradStat
   if (scale > 0.f) {
     const float* pdy = Exec::template ptr<float>(dy);
     ex.each(O * M, QuantizeG{pdy, Exec::template ptr<int8_t>(G), g, grad_quantizer<Exec>(st, 0, scale)});
-    Tensor rs = words64<Exec>(3 * O), gsum = words64<Exec>(O), corr = words64<Exec>(O);
-    ex.each(O, GRowStats{pdy, Exec::template ptr<int8_t>(G), as64<double, Exec>(rs), as64<int64_t, Exec>(gsum), g});
-    stats = fold_stats(host64<double>(rs, 3 * O), O);
-    ex.each(O, WeightGradCorrection{as64<int64_t, Exec>(gsum), as64<double, Exec>(corr), 128.0 - sv.grid.zero});
+    const int64_t chunks = int8_math::sum_chunks(M);
+    Tensor rs = words64<Exec>(3 * O * chunks), gsum = words64<Exec>(O * chunks), corr = words64<Exec>(O);
+    ex.each(O * chunks, GRowStats{pdy, Exec::template ptr<int8_t>(G), as64<double, Exec>(rs),
+                                  as64<int64_t, Exec>(gsum), g, chunks});
+    stats = fold_stats(host64<double>(rs, 3 * O * chunks), O, chunks);
+    ex.each(O, WeightGradCorrection{as64<int64_t, Exec>(gsum), as64<double, Exec>(corr), 128.0 - sv.grid.zero,
+                                    chunks});
     dw = Tensor::empty({O, K}, DType::f32, Exec::device);
     const int8_math::NchwPatches patches{Exec::template ptr<uint8_t>(sv.u), g, sv.pad};
     ex.gemm(int_math::S8Rows{Exec::template ptr<int8_t>(G), M}, int8_math::PatchColumns{patches}, O, K, M,
@@ -360,9 +394,10 @@ Tensor input_gradient(Exec& ex, const Saved& sv, const Tensor& dy, Int8GradState
     const float* pdy = Exec::template ptr<float>(dy);
     const float* ps = Exec::template ptr<float>(sv.scales);
     ex.each(M * O, QuantizeGx{pdy, ps, Exec::template ptr<int8_t>(Gx), g, grad_quantizer<Exec>(st, 1, scale)});
-    Tensor rs = words64<Exec>(3 * g.n);
-    ex.each(g.n, GxImageStats{pdy, ps, Exec::template ptr<int8_t>(Gx), as64<double, Exec>(rs), g});
-    stats = fold_stats(host64<double>(rs, 3 * g.n), g.n);
+    const int64_t chunks = int8_math::sum_chunks(g.P() * O);
+    Tensor rs = words64<Exec>(3 * g.n * chunks);
+    ex.each(g.n * chunks, GxImageStats{pdy, ps, Exec::template ptr<int8_t>(Gx), as64<double, Exec>(rs), g, chunks});
+    stats = fold_stats(host64<double>(rs, 3 * g.n * chunks), g.n, chunks);
     Tensor acc = Tensor::empty({M * K}, DType::i32, Exec::device);
     ex.gemm(int_math::S8Rows{Exec::template ptr<int8_t>(Gx), O}, int_math::S8Columns{Exec::template ptr<int8_t>(sv.w), K},
             M, K, O, int8_math::StoreAcc{Exec::template ptr<int32_t>(acc), K});
@@ -450,8 +485,12 @@ Tensor int8_layer(Exec& ex, const Tensor& x, const ActGrid& grid, const Tensor& 
                   const Tensor dy = gy.contiguous();
                   TensorList r(3);
                   if (need[2]) {
+                    const int64_t chunks = int8_math::sum_chunks(sv.g.M());
+                    const Tensor part = words64<Exec>(sv.g.o * chunks);
                     r[2] = Tensor::empty({sv.g.o}, DType::f32, Exec::device);
-                    ex.each(sv.g.o, BiasGrad{Exec::template ptr<float>(dy), Exec::template ptr<float>(r[2]), sv.g});
+                    ex.each(sv.g.o * chunks,
+                            BiasGradChunk{Exec::template ptr<float>(dy), as64<double, Exec>(part), sv.g, chunks});
+                    ex.each(sv.g.o, BiasFold{as64<double, Exec>(part), Exec::template ptr<float>(r[2]), chunks});
                   }
                   if (need[1]) r[1] = weight_gradient(ex, sv, dy, *state).view(ws);
                   if (need[0]) r[0] = input_gradient(ex, sv, dy, *state).view(xs);

@@ -67,6 +67,17 @@ QAT_HOST_DEVICE inline void add_grad_stats(double* dot, double* qq, double* gg, 
   *gg = fma(vd, vd, *gg);
 }
 
+// Note [INT8 training sums in chunks]: each double sum of the backward over
+// a row (G's cosine sums and the bias gradient per output channel, Gx's
+// cosine sums per image) runs over chunks of kSumChunk consecutive elements
+// of that row: every chunk summed in order from zero, the chunks' sums added
+// in order from zero. The CPU op does exactly this in its loops; the device
+// twin gives each (row, chunk) its own thread (thousands, where one thread
+// per row would walk a row of 10^5 elements alone) and folds the chunks in
+// order: the same additions, the same bits.
+constexpr int64_t kSumChunk = 1024;
+QAT_HOST_DEVICE inline int64_t sum_chunks(int64_t n) { return (n + kSumChunk - 1) / kSumChunk; }
+
 // ---------------------------------------------------------------- operands
 // Row m = (image n, output position p) of the input's patches, column k =
 // (c, ki, kj), from the integers u of an NCHW input; `pad` outside.

@@ -374,6 +374,23 @@ Tensor forward_int(const uint8_t* rows, const ActGrid& grid, const QuantCodes& w
 }
 
 // ---------------------------------------------------------------- backward
+// The cosine sums of one row in chunks (Note [INT8 training sums in chunks]):
+// quantize into `part`, call next() after each element.
+struct ChunkedStats {
+  GradQuantStats sum, part;
+  int64_t count = 0;
+  void next() {
+    if (++count < int8_math::kSumChunk) return;
+    sum.add(part);
+    part = {}, count = 0;
+  }
+  GradQuantStats total() {
+    if (count > 0) sum.add(part);
+    part = {}, count = 0;
+    return sum;
+  }
+};
+
 // One gradient value to its integer (noise index `index` of this step's key),
 // its cosine sums added to `s`.
 // mixed_key: mix64 of this step's key (grad_quant.h).
@@ -397,17 +414,18 @@ GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int
   std::vector<GradQuantStats> per(static_cast<size_t>(O));
 #pragma omp parallel for schedule(static)
   for (int64_t o = 0; o < O; ++o) {
-    GradQuantStats s;
+    ChunkedStats s;  // Note [INT8 training sums in chunks]
     int64_t qsum = 0;
     for (int64_t n = 0; n < g.n; ++n)
       for (int64_t p = 0; p < P; ++p) {
         const int64_t m = n * P + p;
         const float v = dy[(n * O + o) * P + p];
-        const int8_t q = quantize_one(v, inv, qmax, st.config().rounding, key, o * M + m, s);
+        const int8_t q = quantize_one(v, inv, qmax, st.config().rounding, key, o * M + m, s.part);
+        s.next();
         G[o * M + m] = q;
         qsum += q;
       }
-    per[o] = s;
+    per[o] = s.total();
     gsum[o] = qsum;
   }
   GradQuantStats total;
@@ -426,14 +444,15 @@ GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<flo
   std::vector<GradQuantStats> per(static_cast<size_t>(g.n));
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < g.n; ++n) {
-    GradQuantStats s;
+    ChunkedStats s;  // Note [INT8 training sums in chunks]
     for (int64_t p = 0; p < P; ++p)
       for (int64_t o = 0; o < O; ++o) {
         const int64_t m = n * P + p;
         const float v = dy[(n * O + o) * P + p] * ws[o];
-        Gx[m * O + o] = quantize_one(v, inv, qmax, st.config().rounding, key, m * O + o, s);
+        Gx[m * O + o] = quantize_one(v, inv, qmax, st.config().rounding, key, m * O + o, s.part);
+        s.next();
       }
-    per[n] = s;
+    per[n] = s.total();
   }
   GradQuantStats total;
   for (const GradQuantStats& s : per) total.add(s);
@@ -622,9 +641,14 @@ Tensor bias_grad(const float* dy, const Geom& g) {
   const int64_t P = g.P();
 #pragma omp parallel for schedule(static)
   for (int64_t o = 0; o < g.o; ++o) {
-    double acc = 0;
+    double acc = 0, part = 0;  // Note [INT8 training sums in chunks]
+    int64_t count = 0;
     for (int64_t n = 0; n < g.n; ++n)
-      for (int64_t p = 0; p < P; ++p) acc += dy[(n * g.o + o) * P + p];
+      for (int64_t p = 0; p < P; ++p) {
+        part += dy[(n * g.o + o) * P + p];
+        if (++count == int8_math::kSumChunk) acc += part, part = 0, count = 0;
+      }
+    if (count > 0) acc += part;
     db.data<float>()[o] = static_cast<float>(acc);
   }
   return db;
