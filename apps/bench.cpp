@@ -243,6 +243,8 @@ BenchFigures run_bench_infer_cuda(const BenchOptions& opt) {
               "integer model's bit for bit: %s\n",
               int8 / fp32, same ? "yes" : "NO");
   QAT_CHECK(same, "bench --infer --device cuda: the integer model's logits on cuda differ from the CPU's");
+  if (opt.profile) std::printf("(the per-layer profile is timed on the CPU only: kernels run asynchronously on cuda)\n");
+  std::printf("peak memory: %.0f MiB (max RSS, host)\n", peak_rss_mib());
   return {fp32, int8, narrowest_weight_bits(im), "cuda dp4a"};
 }
 
