@@ -426,8 +426,7 @@ Tensor int8_layer(Exec& ex, const Tensor& x, const ActGrid& grid, const Tensor& 
                   const std::shared_ptr<Int8GradState>& state) {
   const std::string& layer = state->layer();
   const int64_t O = g.o, K = g.K(), M = g.M();
-  QAT_CHECK(w_scale.numel() == O || w_scale.numel() == 1, "int8 training: layer ", layer, ": ", w_scale.numel(),
-            " weight scales for ", O, " output channels");
+  check_weight_scales(layer, w_scale.numel(), O);
   Saved sv;
   sv.grid = grid, sv.g = g;
   sv.scales = channel_scales<Exec>(w_scale, O);
@@ -442,13 +441,7 @@ Tensor int8_layer(Exec& ex, const Tensor& x, const ActGrid& grid, const Tensor& 
   for (int64_t o = 0; o < O; ++o)
     if (!ok.data<int32_t>()[o]) {
       const std::vector<float> row = wc.view({O, K}).narrow(0, o, 1).to(Device::cpu).contiguous().to_vector();
-      const double s = sv.scales.to(Device::cpu).data<float>()[o];
-      for (const float v : row) {
-        const double t = static_cast<double>(v) / s, q = std::nearbyint(t);
-        QAT_CHECK(std::abs(t - q) <= 1e-3 && q >= -128 && q <= 127, "int8 training: layer ", layer, ": weight ", v,
-                  " (row ", o, ") is not on its int8 grid of scale ", s);
-      }
-      QAT_FAIL("int8 training: layer ", layer, ": row ", o, " of the weight is not on its int8 grid of scale ", s);
+      fail_weight_row_off_grid(layer, row.data(), K, o, sv.scales.to(Device::cpu).data<float>()[o]);
     }
   // The input's integers.
   const Tensor xc = x.contiguous();
@@ -461,11 +454,7 @@ Tensor int8_layer(Exec& ex, const Tensor& x, const ActGrid& grid, const Tensor& 
   int64_t bad = -1;
   for (const int64_t b : host64<int64_t>(first_bad, slots))
     if (b >= 0 && (bad < 0 || b < bad)) bad = b;
-  QAT_CHECK(bad < 0, "int8 training: layer ", layer, ": input value ",
-            bad < 0 ? 0.f : xc.view({-1}).narrow(0, bad, 1).to(Device::cpu).data<float>()[0], " at index ", bad,
-            " is not on its quantizer's grid (scale ", grid.scale, ", zero point ", grid.zero, ", ", grid.levels,
-            " levels); only quantizers, max pooling, dropout, flatten and ReLU may sit between a quantizer and an "
-            "INT8 layer");
+  if (bad >= 0) fail_input_off_grid(layer, xc.view({-1}).narrow(0, bad, 1).to(Device::cpu).data<float>()[0], bad, grid);
   const uint8_t pad = sv.pad = pad_of();
   // The forward GEMM.
   Tensor s = words64<Exec>(O), corr = words64<Exec>(O);

@@ -210,10 +210,7 @@ std::vector<uint8_t> input_integers(const Tensor& x, const ActGrid& grid, const 
     }
     u[i] = static_cast<uint8_t>(r);
   }
-  QAT_CHECK(bad < 0, "int8 training: layer ", layer, ": input value ", bad < 0 ? 0.f : px[bad], " at index ", bad,
-            " is not on its quantizer's grid (scale ", grid.scale, ", zero point ", grid.zero, ", ", grid.levels,
-            " levels); only quantizers, max pooling, dropout, flatten and ReLU may sit between a quantizer and an "
-            "INT8 layer");
+  if (bad >= 0) fail_input_off_grid(layer, px[bad], bad, grid);
   return u;
 }
 
@@ -223,8 +220,7 @@ std::vector<uint8_t> input_integers(const Tensor& x, const ActGrid& grid, const 
 std::shared_ptr<QuantCodes> weight_integers(const Tensor& wq, const Tensor& w_scale, int64_t O, int64_t K,
                                             const std::string& layer) {
   QAT_PROFILE("int8_train.weight_integers");
-  QAT_CHECK(w_scale.numel() == O || w_scale.numel() == 1, "int8 training: layer ", layer, ": ", w_scale.numel(),
-            " weight scales for ", O, " output channels");
+  check_weight_scales(layer, w_scale.numel(), O);
   auto r = std::make_shared<QuantCodes>();
   r->resize(O, K);
   const float* pw = wq.data<float>();
@@ -250,16 +246,7 @@ std::shared_ptr<QuantCodes> weight_integers(const Tensor& wq, const Tensor& w_sc
       if (bad < 0 || o < bad) bad = o;
     }
   }
-  if (bad >= 0) {
-    const double s = r->scale[bad];
-    for (int64_t k = 0; k < K; ++k) {
-      const double t = static_cast<double>(pw[bad * K + k]) / s, q = std::nearbyint(t);
-      QAT_CHECK(std::abs(t - q) <= 1e-3 && q >= -128 && q <= 127, "int8 training: layer ", layer, ": weight ",
-                pw[bad * K + k], " (row ", bad, ") is not on its int8 grid of scale ", s);
-    }
-    // (off in float only: at the 1e-3 edge, or 1 / s not finite)
-    QAT_FAIL("int8 training: layer ", layer, ": row ", bad, " of the weight is not on its int8 grid of scale ", s);
-  }
+  if (bad >= 0) fail_weight_row_off_grid(layer, pw + bad * K, K, bad, r->scale[bad]);
   return r;
 }
 
@@ -807,6 +794,28 @@ std::shared_ptr<const QuantCodes> integers_of(const Tensor& wq, const Tensor& w_
 }
 
 }  // namespace
+
+void check_weight_scales(const std::string& layer, int64_t scales, int64_t out_channels) {
+  QAT_CHECK(scales == out_channels || scales == 1, "int8 training: layer ", layer, ": ", scales, " weight scales for ",
+            out_channels, " output channels");
+}
+
+void fail_input_off_grid(const std::string& layer, float value, int64_t index, const ActGrid& grid) {
+  QAT_FAIL("int8 training: layer ", layer, ": input value ", value, " at index ", index,
+           " is not on its quantizer's grid (scale ", grid.scale, ", zero point ", grid.zero, ", ", grid.levels,
+           " levels); only quantizers, max pooling, dropout, flatten and ReLU may sit between a quantizer and an "
+           "INT8 layer");
+}
+
+void fail_weight_row_off_grid(const std::string& layer, const float* row, int64_t k, int64_t o, double s) {
+  for (int64_t i = 0; i < k; ++i) {
+    const double t = static_cast<double>(row[i]) / s, q = std::nearbyint(t);
+    QAT_CHECK(std::abs(t - q) <= 1e-3 && q >= -128 && q <= 127, "int8 training: layer ", layer, ": weight ", row[i],
+              " (row ", o, ") is not on its int8 grid of scale ", s);
+  }
+  // (off in float only: at the 1e-3 edge, or 1 / s not finite)
+  QAT_FAIL("int8 training: layer ", layer, ": row ", o, " of the weight is not on its int8 grid of scale ", s);
+}
 
 void set_int8_training_kernel(std::optional<GemmKernel> kernel) {
   QAT_CHECK(!kernel || gemm_kernel_runs_here(*kernel), "set_int8_training_kernel: this CPU cannot run ",

@@ -153,6 +153,15 @@ Tensor int8_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& w, std::s
 Tensor int8_linear(const Tensor& x, const ActGrid& grid, const Tensor& w, std::shared_ptr<const QuantCodes> codes,
                    const Tensor& bias, const std::shared_ptr<Int8GradState>& state);
 
+// The errors of an INT8 layer's operands, shared by the CPU op and its device
+// twin (int8_device.h) so that both name the same layer, value and place.
+void check_weight_scales(const std::string& layer, int64_t scales, int64_t out_channels);
+[[noreturn]] void fail_input_off_grid(const std::string& layer, float value, int64_t index, const ActGrid& grid);
+// Row o of the weight (k values of scale s) failed the on-grid check: names
+// its first value off the grid in double, else the row (off in float only).
+[[noreturn]] void fail_weight_row_off_grid(const std::string& layer, const float* row, int64_t k, int64_t o,
+                                           double s);
+
 // The GEMM kernels the ops above run: the best this CPU has (nullopt), or
 // the one given (tests: every kernel gives the same results bit for bit;
 // avx512_vnni runs the input gradient on the packed kernel, the others on

@@ -394,16 +394,24 @@ TEST_CASE("crafted exports are refused before anything is allocated", "[e2e][exp
   }
 }
 
-TEST_CASE("qat bench --infer times FP32 and the frozen integer model", "[e2e][export]") {
+namespace {
+// bench --infer on small_cnn at 32 px: a few passes of `batch` images.
+BenchOptions small_infer_bench(int batch) {
   BenchOptions opt;
   opt.model = "small_cnn";
   opt.res = 32;
-  opt.batch = 2;
+  opt.batch = batch;
   opt.steps = 2;
   opt.warmup = 1;
   opt.threads = 1;
   opt.infer = true;
   opt.profile = false;
+  return opt;
+}
+}  // namespace
+
+TEST_CASE("qat bench --infer times FP32 and the frozen integer model", "[e2e][export]") {
+  const BenchOptions opt = small_infer_bench(2);
   BenchFigures f;
   REQUIRE(run_bench(opt, &f) == 0);
   CHECK(f.fp32 > 0);
@@ -413,15 +421,7 @@ TEST_CASE("qat bench --infer times FP32 and the frozen integer model", "[e2e][ex
 }
 
 TEST_CASE("qat bench --infer --device cuda times both models on the GPU, or refuses naming why", "[e2e][export][cuda]") {
-  BenchOptions opt;
-  opt.model = "small_cnn";
-  opt.res = 32;
-  opt.batch = 3;
-  opt.steps = 2;
-  opt.warmup = 1;
-  opt.threads = 1;
-  opt.infer = true;
-  opt.profile = false;
+  BenchOptions opt = small_infer_bench(3);
   opt.device = "cuda";
   BenchOptions with_kernel = opt;
   with_kernel.int8_kernel = "reference";

@@ -5,7 +5,6 @@
 // there is one.
 #include <array>
 #include <limits>
-#include <cstring>
 #include <random>
 
 #include "tests/cuda_test_util.h"
@@ -40,14 +39,6 @@ IntegerModel frozen(const std::string& arch, const std::string& backend, const Q
   return freeze(*m);
 }
 
-// u8 activations or f32 logits, contiguous, compared byte for byte.
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
-  const void* pa = a.dtype() == DType::u8 ? static_cast<const void*>(a.data<uint8_t>()) : a.data<float>();
-  const void* pb = b.dtype() == DType::u8 ? static_cast<const void*>(b.data<uint8_t>()) : b.data<float>();
-  return std::memcmp(pa, pb, a.nbytes()) == 0;
-}
-
 // Every layer on the emulated device path from the CPU's input to that
 // layer, against the CPU's output; then the whole model.
 void require_layers_equal(const IntegerModel& im, const Tensor& x) {
@@ -62,10 +53,10 @@ void require_layers_equal(const IntegerModel& im, const Tensor& x) {
     const Tensor cpu = im.run_layer(l, h);
     const Tensor dev = run_int_layer(ex, l, def.has(kMatmul) ? &consts[next++] : nullptr, h, shape);
     INFO("layer " << l.name << " (" << int_op_name(l.op) << ")");
-    REQUIRE(same_bytes(dev, cpu));
+    REQUIRE(testing::same_bits(dev, cpu));
     h = cpu;
   }
-  REQUIRE(same_bytes(run_int_model(ex, im, consts, x), im.forward(x)));
+  REQUIRE(testing::same_bits(run_int_model(ex, im, consts, x), im.forward(x)));
 }
 
 }  // namespace
@@ -254,7 +245,7 @@ TEST_CASE("the device integer forward, emulated on the host, equals the CPU inte
       for (int64_t i = 0; i < u.numel(); ++i) u.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 256);
       const ActShape as = shape.size() == 4 ? ActShape{shape[1], shape[2], shape[3], false} : ActShape{1, 1, shape[1], true};
       HostExec ex;
-      REQUIRE(same_bytes(run_int_layer(ex, relu, nullptr, u, as), IntegerModel{}.run_layer(relu, u)));
+      REQUIRE(testing::same_bits(run_int_layer(ex, relu, nullptr, u, as), IntegerModel{}.run_layer(relu, u)));
     }
   }
   SECTION("AlexNet-BN at 64 px: conv1's 11 x 11 stride 4 patches, the classifier") {
@@ -275,7 +266,7 @@ TEST_CASE("the integer model on the GPU gives the CPU's logits bit for bit", "[q
     const CudaIntegerModel gpu(alexnet);
     const Tensor logits = gpu.forward(x);
     REQUIRE(logits.device() == Device::cuda);
-    REQUIRE(same_bytes(logits.to(Device::cpu), alexnet.forward(x)));
+    REQUIRE(testing::same_bits(logits.to(Device::cpu), alexnet.forward(x)));
   }
   // The small models of the emulated test: every output stage the GEMM's epilogue has.
   QConfig affine;
@@ -291,6 +282,6 @@ TEST_CASE("the integer model on the GPU gives the CPU's logits bit for bit", "[q
     CAPTURE(backend, static_cast<int>(q.method), q.weight_symmetric);
     const IntegerModel im = frozen("small_cnn", backend, q, 16);
     const Tensor x = Tensor::randn({4, 3, 16, 16}, g);
-    REQUIRE(same_bytes(CudaIntegerModel(im).forward(x).to(Device::cpu), im.forward(x)));
+    REQUIRE(testing::same_bits(CudaIntegerModel(im).forward(x).to(Device::cpu), im.forward(x)));
   }
 }
