@@ -56,12 +56,29 @@ bool is_pointwise(const Geometry& g, const Conv2dParams& p) {
          g.groups == 1;
 }
 
-// Images per chunk of the forward: GEMMs at least ~512 columns wide (a 7x7
-// output is 49 columns an image), columns at most ~4 MB.
-int64_t images_per_chunk(const Geometry& g) {
+// Images per chunk at most: GEMMs at least ~512 columns wide (a 7x7 output
+// is 49 columns an image), columns at most ~4 MB.
+int64_t max_images_per_chunk(const Geometry& g) {
   const int64_t P = std::max<int64_t>(g.p(), 1), K = std::max<int64_t>(g.k(), 1);
   const int64_t by_width = (512 + P - 1) / P, by_size = std::max<int64_t>(1, (int64_t{1} << 20) / (K * P));
   return std::max<int64_t>(1, std::min(by_width, by_size));
+}
+
+// The batch cut into chunks of images, as many as the threads or a multiple
+// of them, of sizes differing by at most one: chunks of at most 11 images
+// were 11 + 11 + 10 for 32 images on two threads, so one thread did 22 and
+// the other waited (AlexNet's conv3-5 at 128 px are half the step's FLOPs).
+struct ChunkPlan {
+  int64_t n = 0, chunks = 0;
+  int64_t begin(int64_t i) const { return i * n / chunks; }
+  int64_t count(int64_t i) const { return begin(i + 1) - begin(i); }
+};
+
+ChunkPlan plan_chunks(const Geometry& g, int threads) {
+  const int64_t at_most = max_images_per_chunk(g), t = std::max(threads, 1);
+  int64_t chunks = (g.n + at_most - 1) / at_most;
+  chunks = std::min(g.n, (chunks + t - 1) / t * t);
+  return {g.n, std::max<int64_t>(chunks, 1)};
 }
 
 // Reusable per-thread scratch buffers (columns can be tens of MB; reusing them
@@ -169,8 +186,9 @@ void gather_grad(const float* gy, const Geometry& g, int64_t gi, float* dst, int
 // chunk assignment: the same sums every run).
 void backward_chunked(const float* pgy, const float* px, const float* pw, const Geometry& g, const Conv2dParams& p,
                       float* pdw, float* pdx) {
-  const int64_t K = g.k(), P = g.p(), chunk = images_per_chunk(g);
+  const int64_t K = g.k(), P = g.p();
   const int threads = num_threads();
+  const ChunkPlan plan = plan_chunks(g, threads);
   std::vector<std::vector<float>> dw_parts(static_cast<size_t>(threads));
 #pragma omp parallel num_threads(threads)
   {
@@ -181,8 +199,8 @@ void backward_chunked(const float* pgy, const float* px, const float* pw, const 
       dw = dw_parts[t].data();
     }
 #pragma omp for schedule(static)
-    for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
-      const int64_t count = std::min(chunk, g.n - n0), cnp = count * P;
+    for (int64_t i = 0; i < plan.chunks; ++i) {
+      const int64_t n0 = plan.begin(i), count = plan.count(i), cnp = count * P;
       float* ccol = scratch(0, K * cnp);
       const float* gy = pgy + n0 * g.o * P;  // one image: (O, P) as it is
       if (count > 1) {
@@ -207,7 +225,7 @@ void backward_chunked(const float* pgy, const float* px, const float* pw, const 
 }
 
 bool use_chunks(const Geometry& g) {
-  const int64_t chunk = images_per_chunk(g);
+  const int64_t chunk = max_images_per_chunk(g);
   return g.groups == 1 && (g.n + chunk - 1) / chunk >= num_threads();
 }
 
@@ -231,14 +249,14 @@ Tensor forward_impl(const Tensor& xc, const Tensor& wc, const Tensor& bias, cons
     return out;
   }
   if (use_chunks(g)) {
-    const int64_t chunk = images_per_chunk(g);
+    const ChunkPlan plan = plan_chunks(g, num_threads());
     // Chunks of images on the threads, each with its own columns (which stay
     // in cache: the whole batch's are tens of MB through memory) and a
     // single-threaded GEMM (OpenBLAS inside a parallel region); a chunk of
     // one image needs no scatter.
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
-      const int64_t count = std::min(chunk, g.n - n0), cnp = count * P;
+    for (int64_t i = 0; i < plan.chunks; ++i) {
+      const int64_t n0 = plan.begin(i), count = plan.count(i), cnp = count * P;
       float* ccol = scratch(0, K * cnp);
       float* cy = count == 1 ? po + n0 * g.o * P : scratch(1, g.o * cnp);
       im2col(px, g, p, 0, ccol, n0, count);
