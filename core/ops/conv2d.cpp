@@ -1,11 +1,13 @@
 #include "core/ops/conv2d.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "core/blas.h"
+#include "core/cpu_features.h"
 #include "core/ops/common.h"
 #include "core/threads.h"
 #if QAT_WITH_CUDA
@@ -89,66 +91,148 @@ float* scratch(int slot, int64_t n) {
   return bufs[slot].data();
 }
 
+// A zero-padded input plane split into stride_w column phases: phase f,
+// padded row y, column j holds x[y - pad_h][j stride_w + f - pad_w] (zero
+// outside the plane). Tap (ki, kj)'s output row oy then reads a contiguous
+// run of OW values: phase (kj dil_w) mod stride_w, row oy stride_h + ki dil_h,
+// from column (kj dil_w) / stride_w. So im2col and col2im copy or add whole
+// runs, with no bounds checks and no strided access (AlexNet's conv1 has
+// stride 4; conv3-5 have rows of 7).
+class PhasePlane {
+ public:
+  PhasePlane(const Geometry& g, const Conv2dParams& p)
+      : g_(g), p_(p), rows_(g.h + 2 * p.pad_h), cols_((g.w + 2 * p.pad_w + p.stride_w - 1) / p.stride_w),
+        data_(static_cast<size_t>(p.stride_w * rows_ * cols_), 0.f) {}
+
+  // The plane of x (H x W); the padding stays zero.
+  void load(const float* xp) {
+    for (int64_t f = 0; f < p_.stride_w; ++f) {
+      // Columns j whose input column j stride_w + f - pad_w lies inside.
+      const int64_t x0 = f - p_.pad_w, lo = first_inside(x0), hi = end_inside(x0);
+      for (int64_t iy = 0; iy < g_.h; ++iy) {
+        if (lo == hi) continue;
+        float* dst = at(f, iy + p_.pad_h, lo);
+        const float* src = xp + iy * g_.w + lo * p_.stride_w + x0;
+        if (p_.stride_w == 1) std::memcpy(dst, src, sizeof(float) * (hi - lo));
+        else
+          for (int64_t j = 0; j < hi - lo; ++j) dst[j] = src[j * p_.stride_w];
+      }
+    }
+  }
+
+  // x (H x W) += the plane's inside.
+  void add_into(float* xp) const {
+    for (int64_t f = 0; f < p_.stride_w; ++f) {
+      const int64_t x0 = f - p_.pad_w, lo = first_inside(x0), hi = end_inside(x0);
+      for (int64_t iy = 0; iy < g_.h; ++iy) {
+        if (lo == hi) continue;
+        const float* src = at(f, iy + p_.pad_h, lo);
+        float* dst = xp + iy * g_.w + lo * p_.stride_w + x0;
+        for (int64_t j = 0; j < hi - lo; ++j) dst[j * p_.stride_w] += src[j];
+      }
+    }
+  }
+
+  void zero() { std::fill(data_.begin(), data_.end(), 0.f); }
+
+  // Tap (ki, kj)'s run for output row 0; row oy is oy * row_step() further.
+  float* tap(int64_t ki, int64_t kj) {
+    const int64_t xx = kj * p_.dil_w;
+    return at(xx % p_.stride_w, ki * p_.dil_h, xx / p_.stride_w);
+  }
+  int64_t row_step() const { return p_.stride_h * cols_; }
+
+ private:
+  float* at(int64_t f, int64_t y, int64_t j) { return data_.data() + (f * rows_ + y) * cols_ + j; }
+  const float* at(int64_t f, int64_t y, int64_t j) const { return data_.data() + (f * rows_ + y) * cols_ + j; }
+  int64_t first_inside(int64_t x0) const {
+    return x0 >= 0 ? 0 : std::min(cols_, (-x0 + p_.stride_w - 1) / p_.stride_w);
+  }
+  int64_t end_inside(int64_t x0) const {
+    const int64_t hi = std::min(cols_, (g_.w - x0 + p_.stride_w - 1) / p_.stride_w);
+    return std::max(first_inside(x0), hi);
+  }
+
+  Geometry g_;
+  Conv2dParams p_;
+  int64_t rows_, cols_;
+  std::vector<float> data_;
+};
+
+// d[0, n) = s[0, n), or += with Add; AVX-512 where the CPU has it (a masked
+// tail instead of a call to memcpy for rows of 7 floats).
+template <bool Add>
+__attribute__((target("avx512f"))) void run_avx512(float* d, const float* s, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_loadu_ps(s + i);
+    if constexpr (Add) v = _mm512_add_ps(_mm512_loadu_ps(d + i), v);
+    _mm512_storeu_ps(d + i, v);
+  }
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    __m512 v = _mm512_maskz_loadu_ps(m, s + i);
+    if constexpr (Add) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, d + i), v);
+    _mm512_mask_storeu_ps(d + i, m, v);
+  }
+}
+
+template <bool Add>
+void run_generic(float* d, const float* s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = Add ? d[i] + s[i] : s[i];
+}
+
+using RunFn = void (*)(float*, const float*, int64_t);
+template <bool Add>
+RunFn run_kernel() {
+  return cpu_has_avx512bw() ? &run_avx512<Add> : &run_generic<Add>;
+}
+
 // col (K, count*P) for group `gi` and images [n0, n0 + count): row r =
 // (c, ki, kj), column = (n - n0)*P + oy*OW + ox.
 void im2col(const float* x, const Geometry& g, const Conv2dParams& p, int64_t gi, float* col, int64_t n0,
             int64_t count) {
-  const int64_t K = g.k(), P = g.p(), NP = count * P;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t r = 0; r < K; ++r) {
+  const int64_t P = g.p(), NP = count * P;
+  const RunFn copy = run_kernel<false>();
+#pragma omp parallel
+  {
+    PhasePlane plane(g, p);
+#pragma omp for collapse(2) schedule(static)
     for (int64_t n = 0; n < count; ++n) {
-      const int64_t c = gi * g.cg() + r / (g.kh * g.kw);
-      const int64_t ki = (r / g.kw) % g.kh, kj = r % g.kw;
-      const float* xp = x + ((n0 + n) * g.c + c) * g.h * g.w;
-      float* dst = col + r * NP + n * P;
-      for (int64_t oy = 0; oy < g.oh; ++oy) {
-        const int64_t iy = oy * p.stride_h - p.pad_h + ki * p.dil_h;
-        float* drow = dst + oy * g.ow;
-        if (iy < 0 || iy >= g.h) {
-          std::memset(drow, 0, sizeof(float) * g.ow);
-          continue;
-        }
-        const float* xrow = xp + iy * g.w;
-        const int64_t x0 = kj * p.dil_w - p.pad_w;
-        if (p.stride_w == 1 && x0 >= 0 && x0 + g.ow <= g.w) {
-          std::memcpy(drow, xrow + x0, sizeof(float) * g.ow);
-          continue;
-        }
-        for (int64_t ox = 0; ox < g.ow; ++ox) {
-          const int64_t ix = x0 + ox * p.stride_w;
-          drow[ox] = (ix >= 0 && ix < g.w) ? xrow[ix] : 0.f;
-        }
+      for (int64_t cl = 0; cl < g.cg(); ++cl) {
+        plane.load(x + ((n0 + n) * g.c + gi * g.cg() + cl) * g.h * g.w);
+        for (int64_t ki = 0; ki < g.kh; ++ki)
+          for (int64_t kj = 0; kj < g.kw; ++kj) {
+            const float* src = plane.tap(ki, kj);
+            float* dst = col + ((cl * g.kh + ki) * g.kw + kj) * NP + n * P;
+            for (int64_t oy = 0; oy < g.oh; ++oy) copy(dst + oy * g.ow, src + oy * plane.row_step(), g.ow);
+          }
       }
     }
   }
 }
 
 // dx (+=) from dcol (K, count*P) for group gi and images [n0, n0 + count);
-// each (n, c) plane is owned by one thread.
+// each (n, c) plane is owned by one thread. The taps are summed in the
+// padded plane in (ki, kj, oy) order, then added to dx.
 void col2im(const float* dcol, const Geometry& g, const Conv2dParams& p, int64_t gi, float* dx, int64_t n0,
             int64_t count) {
   const int64_t P = g.p(), NP = count * P;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t n = 0; n < count; ++n) {
-    for (int64_t cl = 0; cl < g.cg(); ++cl) {
-      const int64_t c = gi * g.cg() + cl;
-      float* xp = dx + ((n0 + n) * g.c + c) * g.h * g.w;
-      for (int64_t ki = 0; ki < g.kh; ++ki) {
-        for (int64_t kj = 0; kj < g.kw; ++kj) {
-          const int64_t r = (cl * g.kh + ki) * g.kw + kj;
-          const float* src = dcol + r * NP + n * P;
-          for (int64_t oy = 0; oy < g.oh; ++oy) {
-            const int64_t iy = oy * p.stride_h - p.pad_h + ki * p.dil_h;
-            if (iy < 0 || iy >= g.h) continue;
-            float* xrow = xp + iy * g.w;
-            const float* srow = src + oy * g.ow;
-            const int64_t x0 = kj * p.dil_w - p.pad_w;
-            for (int64_t ox = 0; ox < g.ow; ++ox) {
-              const int64_t ix = x0 + ox * p.stride_w;
-              if (ix >= 0 && ix < g.w) xrow[ix] += srow[ox];
-            }
+  const RunFn add = run_kernel<true>();
+#pragma omp parallel
+  {
+    PhasePlane plane(g, p);
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t n = 0; n < count; ++n) {
+      for (int64_t cl = 0; cl < g.cg(); ++cl) {
+        plane.zero();
+        for (int64_t ki = 0; ki < g.kh; ++ki)
+          for (int64_t kj = 0; kj < g.kw; ++kj) {
+            float* dst = plane.tap(ki, kj);
+            const float* src = dcol + ((cl * g.kh + ki) * g.kw + kj) * NP + n * P;
+            for (int64_t oy = 0; oy < g.oh; ++oy) add(dst + oy * plane.row_step(), src + oy * g.ow, g.ow);
           }
-        }
+        plane.add_into(dx + ((n0 + n) * g.c + gi * g.cg() + cl) * g.h * g.w);
       }
     }
   }
