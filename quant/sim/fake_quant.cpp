@@ -262,29 +262,48 @@ void fq_row_bits_generic(const float* x, float* y, int64_t n, float s, float inv
   }
 }
 
+// The stopped elements of rows [r0, r1): their flat indices appended to
+// `out`. Words of a row's tail: the bits past the row are ignored.
+void stopped_elements(const RowBits& m, int64_t r0, int64_t r1, std::vector<int64_t>& out) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint16_t* w = m.bits.data() + r * m.words;
+    for (int64_t k = 0; k < m.words; ++k) {
+      if (k + 4 <= m.words - 1) {  // four full words at once: almost always all set
+        uint64_t four;
+        std::memcpy(&four, w + k, sizeof four);
+        if (four == ~uint64_t{0}) {
+          k += 3;
+          continue;
+        }
+      }
+      const unsigned tail = m.len - 16 * k >= 16 ? 0xFFFFu : (1u << (m.len - 16 * k)) - 1;
+      for (unsigned stop = ~unsigned{w[k]} & tail; stop != 0; stop &= stop - 1)
+        out.push_back(r * m.len + 16 * k + std::countr_zero(stop));
+    }
+  }
+}
+
 // The clipped STE on a bit mask: dx = dy with the stopped elements times 0
-// (NaN or inf times 0 is NaN, as dy * mask). Words of a row's tail: the bits
-// past the row are ignored.
+// (NaN or inf times 0 is NaN, as dy * mask). A weight has about one stopped
+// element a row (its extreme), each a cache miss in a gradient far larger
+// than the caches: they are gathered a block of rows at a time and fetched
+// together before they are written, not one miss after another.
 Tensor with_ste_bits(Tensor out, const Tensor& x, std::shared_ptr<const RowBits> m) {
   return record(out, "fake_quantize", {&x}, [m](const Tensor& g, const NeedGrad&) {
     QAT_PROFILE("fake_quantize.backward");
     Tensor dx = exclusively_owned(g) && g.is_contiguous() ? g : g.contiguous().clone();
     float* pd = dx.data<float>();
-#pragma omp parallel for schedule(static) if (m->rows * m->len > detail::kParallelGrain)
-    for (int64_t r = 0; r < m->rows; ++r) {
-      const uint16_t* w = m->bits.data() + r * m->words;
-      for (int64_t k = 0; k < m->words; ++k) {
-        if (k + 4 <= m->words - 1) {  // four full words at once: almost always all set
-          uint64_t four;
-          std::memcpy(&four, w + k, sizeof four);
-          if (four == ~uint64_t{0}) {
-            k += 3;
-            continue;
-          }
-        }
-        const unsigned tail = m->len - 16 * k >= 16 ? 0xFFFFu : (1u << (m->len - 16 * k)) - 1;
-        for (unsigned stop = ~unsigned{w[k]} & tail; stop != 0; stop &= stop - 1)
-          pd[r * m->len + 16 * k + std::countr_zero(stop)] *= 0.f;
+    constexpr int64_t kBlock = 64;  // rows
+    const int64_t blocks = (m->rows + kBlock - 1) / kBlock;
+#pragma omp parallel if (m->rows * m->len > detail::kParallelGrain)
+    {
+      std::vector<int64_t> at;
+#pragma omp for schedule(static)
+      for (int64_t b = 0; b < blocks; ++b) {
+        at.clear();
+        stopped_elements(*m, b * kBlock, std::min(m->rows, (b + 1) * kBlock), at);
+        for (const int64_t i : at) __builtin_prefetch(pd + i, 1);
+        for (const int64_t i : at) pd[i] *= 0.f;
       }
     }
     return TensorList{dx};
