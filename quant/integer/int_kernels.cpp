@@ -10,6 +10,7 @@
 
 #include "core/window.h"
 #include "core/cpu_features.h"
+#include "core/error.h"
 
 namespace qat::quant {
 
@@ -61,6 +62,45 @@ void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, 
       }
     }
   }
+}
+
+bool im2row_padded_applies(const Im2RowShape& s) {
+  return s.dil_w == 1 && s.kw * s.c <= 64 && cpu_has_avx512bw();
+}
+
+int64_t padded_image_bytes(const Im2RowShape& s) {
+  return (s.h + 2 * s.pad_h) * (s.w + 2 * s.pad_w) * s.c + kIm2RowSlack;
+}
+
+void pad_image_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_t* padded) {
+  const int64_t row_bytes = (s.w + 2 * s.pad_w) * s.c;
+  std::memset(padded, pad_value, static_cast<size_t>(padded_image_bytes(s)));
+  for (int64_t y = 0; y < s.h; ++y)
+    std::memcpy(padded + (y + s.pad_h) * row_bytes + s.pad_w * s.c, x + y * s.w * s.c, static_cast<size_t>(s.w * s.c));
+}
+
+namespace {
+
+__attribute__((target("avx512f,avx512bw"))) void im2row_padded_avx512(const uint8_t* padded, const Im2RowShape& s,
+                                                                      int64_t first, int64_t count, uint8_t* rows) {
+  const int64_t row_bytes = (s.w + 2 * s.pad_w) * s.c, span = s.kw * s.c, K = s.kh * span;
+  const int64_t down = s.dil_h * row_bytes;
+  for (int64_t p = first; p < first + count; ++p) {
+    const int64_t oh = p / s.out_w, ow = p % s.out_w;
+    const uint8_t* src = padded + oh * s.stride_h * row_bytes + ow * s.stride_w * s.c;
+    uint8_t* dst = rows + (p - first) * K;
+    for (int64_t i = 0; i < s.kh; ++i, src += down, dst += span)
+      _mm512_storeu_si512(dst, _mm512_loadu_si512(src));
+  }
+}
+
+}  // namespace
+
+void im2row_u8_padded_range(const uint8_t* padded, const Im2RowShape& s, int64_t first, int64_t count,
+                            uint8_t* rows) {
+  QAT_CHECK(im2row_padded_applies(s), "im2row_u8_padded_range: kernel rows of ", s.kw * s.c,
+            " bytes with width dilation ", s.dil_w, " need the general im2row (or this CPU lacks AVX-512BW)");
+  im2row_padded_avx512(padded, s, first, count, rows);
 }
 
 int32_t requantize_value(int32_t acc, int32_t m0, int32_t shift, int32_t residual) {

@@ -35,11 +35,17 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   // Output positions in chunks whose patches and accumulators stay in L2
   // (a whole 224 px conv1 image is ~2 MB of them).
   const int64_t chunk = direct ? P : std::clamp<int64_t>((256 * 1024) / (K + 4 * CO), 16, P);
-  auto one_image = [&](int64_t n, std::vector<uint8_t>& rows, std::vector<int32_t>& acc) {
+  // Narrow kernel rows (conv1's 11 x 3 bytes) from a padded copy of the image.
+  const bool padded = !direct && im2row_padded_applies(shape);
+  const size_t rows_bytes = direct ? 0 : static_cast<size_t>(chunk * K + (padded ? kIm2RowSlack : 0));
+  const size_t padded_bytes = padded ? static_cast<size_t>(padded_image_bytes(shape)) : 0;
+  auto one_image = [&](int64_t n, std::vector<uint8_t>& rows, std::vector<int32_t>& acc, std::vector<uint8_t>& pimg) {
     const uint8_t* img = xd + n * H * W * C;
+    if (padded) pad_image_u8(img, shape, pad, pimg.data());
     for (int64_t p0 = 0; p0 < P; p0 += chunk) {
       const int64_t np = std::min(chunk, P - p0);
-      if (!direct) im2row_u8_range(img, shape, pad, p0, np, rows.data());
+      if (padded) im2row_u8_padded_range(pimg.data(), shape, p0, np, rows.data());
+      else if (!direct) im2row_u8_range(img, shape, pad, p0, np, rows.data());
       const uint8_t* A = direct ? img + p0 * K : rows.data();
       gemm(l, kernel, np, A, acc.data());
       if (l.dequantize)
@@ -52,17 +58,17 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   // No enclosing parallel region in the per-GEMM case: the GEMM parallelises
   // itself only outside one (a nested team would run on one thread).
   if (!per_image_threads) {
-    std::vector<uint8_t> rows(direct ? 0 : static_cast<size_t>(chunk * K));
+    std::vector<uint8_t> rows(rows_bytes), pimg(padded_bytes);
     std::vector<int32_t> acc(static_cast<size_t>(chunk * CO));
-    for (int64_t n = 0; n < N; ++n) one_image(n, rows, acc);
+    for (int64_t n = 0; n < N; ++n) one_image(n, rows, acc, pimg);
     return y;
   }
 #pragma omp parallel
   {
-    std::vector<uint8_t> rows(direct ? 0 : static_cast<size_t>(chunk * K));
+    std::vector<uint8_t> rows(rows_bytes), pimg(padded_bytes);
     std::vector<int32_t> acc(static_cast<size_t>(chunk * CO));
 #pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; ++n) one_image(n, rows, acc);
+    for (int64_t n = 0; n < N; ++n) one_image(n, rows, acc, pimg);
   }
   return y;
 }

@@ -5,6 +5,7 @@
 
 #include "tests/test_util.h"
 
+#include "core/cpu_features.h"
 #include "quant/integer/int_kernels.h"
 
 using namespace qat;
@@ -120,3 +121,48 @@ TEST_CASE("im2row equals a per-element gather on random shapes", "[quant][intege
   }
 }
 
+
+// The padded-image path (kernel rows of at most 64 bytes, one 64-byte copy
+// each) against the general im2row, on whole images and on ranges of
+// positions, with garbage past each range that must survive only in the
+// slack: conv1's shape, C = 1, rows of exactly 64 bytes, strides, padding
+// on one side, dilation along the height.
+TEST_CASE("im2row from a padded image equals the general im2row", "[quant][integer]") {
+  if (!cpu_has_avx512bw()) {
+    WARN("no AVX-512BW here: the padded-image im2row is not used on this CPU, nothing to compare");
+    return;
+  }
+  std::mt19937 rng(11);
+  std::vector<Im2RowShape> shapes = {
+      {35, 35, 3, 11, 11, 4, 4, 2, 2, 1, 1, 8, 8},   // conv1-like
+      {9, 7, 1, 3, 3, 1, 1, 1, 1, 1, 1, 9, 7},       // C = 1
+      {6, 20, 16, 2, 4, 1, 2, 0, 1, 1, 1, 5, 9},     // kernel rows of exactly 64 bytes
+      {10, 10, 2, 3, 5, 2, 3, 2, 0, 2, 1, 5, 2},     // dilation along the height, padding on the height only
+  };
+  for (int trial = 0; trial < 30; ++trial) {
+    const int64_t c = 1 + rng() % 6, kw = 1 + rng() % (64 / c < 6 ? 64 / c : 6), kh = 1 + rng() % 5;
+    const int64_t h = kh + rng() % 8, w = kw + rng() % 8, sh = 1 + rng() % 3, sw = 1 + rng() % 4;
+    const int64_t ph = rng() % (kh), pw = rng() % (kw), dh = 1 + rng() % 2;
+    const int64_t eh = h + 2 * ph - dh * (kh - 1) - 1, ew = w + 2 * pw - kw;
+    if (eh < 0 || ew < 0) continue;
+    shapes.push_back({h, w, c, kh, kw, sh, sw, ph, pw, dh, 1, eh / sh + 1, ew / sw + 1});
+  }
+  for (const Im2RowShape& s : shapes) {
+    INFO("image " << s.h << "x" << s.w << "x" << s.c << " kernel " << s.kh << "x" << s.kw << " stride " << s.stride_h
+                  << "," << s.stride_w << " pad " << s.pad_h << "," << s.pad_w << " dilation " << s.dil_h);
+    REQUIRE(im2row_padded_applies(s));
+    std::vector<uint8_t> x(static_cast<size_t>(s.h * s.w * s.c));
+    for (auto& v : x) v = static_cast<uint8_t>(rng());
+    const int64_t K = s.kh * s.kw * s.c, P = s.out_h * s.out_w;
+    std::vector<uint8_t> want(static_cast<size_t>(P * K));
+    im2row_u8(x.data(), s, 5, want.data());
+    std::vector<uint8_t> padded(static_cast<size_t>(padded_image_bytes(s)));
+    pad_image_u8(x.data(), s, 5, padded.data());
+    for (const int64_t first : {int64_t{0}, P / 3}) {
+      const int64_t count = first == 0 ? P : std::max<int64_t>(1, P / 2);
+      std::vector<uint8_t> got(static_cast<size_t>(count * K + kIm2RowSlack), 0xEE);
+      im2row_u8_padded_range(padded.data(), s, first, count, got.data());
+      REQUIRE(std::equal(got.begin(), got.begin() + count * K, want.begin() + first * K));
+    }
+  }
+}
