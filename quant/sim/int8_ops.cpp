@@ -518,32 +518,44 @@ Tensor weight_grad(const std::vector<uint8_t>& u, const uint8_t* rows, const Act
   return weight_grad_unpacked(u, grid, G, gsum, scale_g, g, pad, int8_gemm_kernel());
 }
 
+// The input planes padded on every side, so that each tap of an output
+// position lands inside (no bounds checks): rows h + 2 pad_h, columns
+// w + 2 pad_w.
+int64_t padded_plane_h(const Geom& g) { return g.h + 2 * g.p.pad_h; }
+int64_t padded_plane_w(const Geom& g) { return g.w + 2 * g.p.pad_w; }
+
 // One image's col2im: the rows of its GEMM result acc (P x K, row stride
-// ldc), each less 128 * sums[k] when sums is given (the packed kernel's
-// offset), summed into the image's input planes (C x H x W) in int64.
-void col2im_image(const int32_t* acc, int64_t ldc, const int32_t* sums, const Geom& g, int64_t* planes) {
-  std::fill(planes, planes + g.c * g.h * g.w, int64_t{0});
-  const int64_t KK = g.kh * g.kw;
+// ldc), each less off[k] = 128 * sums[k] when off is given (the packed
+// kernel's offset), summed into the image's padded input planes (C x Hp x Wp)
+// in int64. Integer sums: the order is free, the result exact.
+void col2im_image(const int32_t* acc, int64_t ldc, const int64_t* off, const Geom& g, int64_t* planes) {
+  const int64_t Hp = padded_plane_h(g), Wp = padded_plane_w(g), KK = g.kh * g.kw;
+  std::fill(planes, planes + g.c * Hp * Wp, int64_t{0});
   for (int64_t oy = 0; oy < g.oh; ++oy)
     for (int64_t ox = 0; ox < g.ow; ++ox) {
       const int32_t* row = acc + (oy * g.ow + ox) * ldc;
-      for (int64_t c = 0; c < g.c; ++c) {
-        int64_t* plane = planes + c * g.h * g.w;
+      int64_t* corner = planes + oy * g.p.stride_h * Wp + ox * g.p.stride_w;
+      for (int64_t c = 0; c < g.c; ++c)
         for (int64_t ki = 0; ki < g.kh; ++ki) {
-          const int64_t iy = oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h;
-          if (iy < 0 || iy >= g.h) continue;
-          for (int64_t kj = 0; kj < g.kw; ++kj) {
-            const int64_t ix = ox * g.p.stride_w - g.p.pad_w + kj * g.p.dil_w;
-            const int64_t k = c * KK + ki * g.kw + kj;
-            if (ix >= 0 && ix < g.w) plane[iy * g.w + ix] += int64_t{row[k]} - (sums ? 128 * int64_t{sums[k]} : 0);
-          }
+          const int64_t k0 = c * KK + ki * g.kw;
+          int64_t* at = corner + (c * Hp + ki * g.p.dil_h) * Wp;
+          if (off)
+            for (int64_t kj = 0; kj < g.kw; ++kj) at[kj * g.p.dil_w] += int64_t{row[k0 + kj]} - off[k0 + kj];
+          else
+            for (int64_t kj = 0; kj < g.kw; ++kj) at[kj * g.p.dil_w] += row[k0 + kj];
         }
-      }
     }
 }
 
-void scale_to_float(const int64_t* v, int64_t n, double s, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(s * static_cast<double>(v[i]));
+// The inside of the padded planes, times s, as floats (C x H x W).
+void scale_to_float(const int64_t* planes, const Geom& g, double s, float* out) {
+  const int64_t Hp = padded_plane_h(g), Wp = padded_plane_w(g);
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t y = 0; y < g.h; ++y) {
+      const int64_t* v = planes + (c * Hp + y + g.p.pad_h) * Wp + g.p.pad_w;
+      float* o = out + (c * g.h + y) * g.w;
+      for (int64_t x = 0; x < g.w; ++x) o[x] = static_cast<float>(s * static_cast<double>(v[x]));
+    }
 }
 
 // The GEMM result acc (M x K, row stride ldc; less 128 sums[k] when given)
@@ -554,14 +566,17 @@ template <class Tile>
 Tensor col2im_scaled(const int32_t* acc, int64_t ldc, const int32_t* sums, float scale_gx, const Geom& g, Tile tile) {
   Tensor dx = Tensor::empty({g.n, g.c, g.h, g.w});
   float* pd = dx.data<float>();
-  const int64_t pixels = g.c * g.h * g.w, P = g.P();
+  const int64_t pixels = g.c * g.h * g.w, P = g.P(), K = g.K();
+  const int64_t padded = g.c * padded_plane_h(g) * padded_plane_w(g);
   const double s = static_cast<double>(scale_gx);
+  std::vector<int64_t> off(sums ? static_cast<size_t>(K) : 0);
+  for (int64_t k = 0; k < static_cast<int64_t>(off.size()); ++k) off[k] = 128 * int64_t{sums[k]};
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < g.n; ++n) {
     const int32_t* rows = tile(n, acc ? acc + n * P * ldc : nullptr);
-    int64_t* planes = scratch<int64_t>(kSum, pixels);
-    col2im_image(rows, ldc, sums, g, planes);
-    scale_to_float(planes, pixels, s, pd + n * pixels);
+    int64_t* planes = scratch<int64_t>(kSum, padded);
+    col2im_image(rows, ldc, sums ? off.data() : nullptr, g, planes);
+    scale_to_float(planes, g, s, pd + n * pixels);
   }
   return dx;
 }
