@@ -165,7 +165,7 @@ bool packed_backward() {
 // Per-thread buffers reused across steps (AlexNet's classifier needs 150 MB
 // of accumulators: a fresh zeroed vector every step page-faults and clears
 // all of it). Contents are garbage on return.
-enum Slot { kRows, kAcc, kCol, kWt, kSum, kSlots };
+enum Slot { kRows, kAcc, kCol, kWt, kSum, kPlanes, kSlots };
 template <class T>
 T* scratch(Slot slot, int64_t n) {
   thread_local std::vector<unsigned char> bufs[kSlots];
@@ -266,27 +266,63 @@ inline void gather_run(const uint8_t* xrow, int64_t w, int64_t x0, int64_t step,
   }
 }
 
-// rows (M, K): row m = (n, oy, ox), column k = (c, ki, kj).
-void im2row(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* rows) {
-  QAT_PROFILE("int8_train.im2row");
-  const int64_t K = g.K();
+// Bytes read past the last padded plane by the word copies below.
+constexpr int64_t kPlaneSlack = 16;
+
+// u's (n, c) planes padded with `pad` on every side (Hp x Wp each, Hp =
+// h + 2 pad_h, Wp = w + 2 pad_w), and kPlaneSlack bytes past the last: every
+// tap of every output position then reads inside.
+void pad_planes(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* planes) {
+  const int64_t Hp = g.h + 2 * g.p.pad_h, Wp = g.w + 2 * g.p.pad_w, NC = g.n * g.c;
+  std::memset(planes + NC * Hp * Wp, pad, kPlaneSlack);
+#pragma omp parallel for schedule(static)
+  for (int64_t nc = 0; nc < NC; ++nc) {
+    uint8_t* plane = planes + nc * Hp * Wp;
+    std::memset(plane, pad, static_cast<size_t>(g.p.pad_h * Wp));
+    for (int64_t y = 0; y < g.h; ++y) {
+      uint8_t* row = plane + (y + g.p.pad_h) * Wp;
+      std::memset(row, pad, static_cast<size_t>(g.p.pad_w));
+      std::memcpy(row + g.p.pad_w, u + (nc * g.h + y) * g.w, static_cast<size_t>(g.w));
+      std::memset(row + g.p.pad_w + g.w, pad, static_cast<size_t>(g.p.pad_w));
+    }
+    std::memset(plane + (g.p.pad_h + g.h) * Wp, pad, static_cast<size_t>(g.p.pad_h * Wp));
+  }
+}
+
+// rows (M, K): row m = (n, oy, ox), column k = (c, ki, kj), from the padded
+// planes. Each (c, ki) run of kw bytes is one copy of Word bytes (kw <= Word)
+// whose bytes past the run the next runs' copies overwrite; the runs within
+// Word bytes of the row's end are copied exactly, so no copy reaches into the
+// next row (which another thread may have written already). Word 0: a
+// strided copy (width dilation).
+template <int64_t Word>
+void im2row_padded(const uint8_t* planes, const Geom& g, uint8_t* rows) {
+  const int64_t K = g.K(), Hp = g.h + 2 * g.p.pad_h, Wp = g.w + 2 * g.p.pad_w;
+  const int64_t down = g.p.dil_h * Wp, next_plane = Hp * Wp - g.kh * down;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t n = 0; n < g.n; ++n)
     for (int64_t oy = 0; oy < g.oh; ++oy)
       for (int64_t ox = 0; ox < g.ow; ++ox) {
         uint8_t* r = rows + ((n * g.oh + oy) * g.ow + ox) * K;
-        const int64_t x0 = ox * g.p.stride_w - g.p.pad_w;
-        for (int64_t c = 0; c < g.c; ++c)
-          for (int64_t ki = 0; ki < g.kh; ++ki, r += g.kw) {
-            const int64_t iy = oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h;
-            if (iy < 0 || iy >= g.h) {
-              std::memset(r, pad, static_cast<size_t>(g.kw));
-              continue;
-            }
-            gather_run(u + ((n * g.c + c) * g.h + iy) * g.w, g.w, x0, g.p.dil_w, g.kw, pad, r,
-                       [](uint8_t v) { return v; });
+        const uint8_t* const end = r + K;
+        const uint8_t* src = planes + (n * g.c * Hp + oy * g.p.stride_h) * Wp + ox * g.p.stride_w;
+        for (int64_t c = 0; c < g.c; ++c, src += next_plane)
+          for (int64_t ki = 0; ki < g.kh; ++ki, r += g.kw, src += down) {
+            if (Word > 0 && end - r >= Word) std::memcpy(r, src, Word);
+            else
+              for (int64_t j = 0; j < g.kw; ++j) r[j] = src[j * g.p.dil_w];
           }
       }
+}
+
+// rows (M x K): the im2row rows of u.
+void im2row(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* rows) {
+  QAT_PROFILE("int8_train.im2row");
+  uint8_t* planes = scratch<uint8_t>(kPlanes, g.n * g.c * (g.h + 2 * g.p.pad_h) * (g.w + 2 * g.p.pad_w) + kPlaneSlack);
+  pad_planes(u, g, pad, planes);
+  if (g.p.dil_w == 1 && g.kw <= 8) im2row_padded<8>(planes, g, rows);
+  else if (g.p.dil_w == 1 && g.kw <= 16) im2row_padded<16>(planes, g, rows);
+  else im2row_padded<0>(planes, g, rows);
 }
 
 // col (K, M): the transpose of rows, built directly, stored as u - 128 (s8)

@@ -193,6 +193,71 @@ TEST_CASE("INT8 conv gradients equal the double backward of the quantized intege
   }
 }
 
+// The forward's im2row copies each kernel row as an 8- or 16-byte word whose
+// bytes past the row the next row's copy overwrites; rows of other threads
+// must never be reached. The layer on two threads equals it on one, bit for
+// bit, for each copy (words of 8 and 16, the exact strided copy under width
+// dilation, kernel rows longer than 16).
+TEST_CASE("an INT8 conv on two threads equals it on one bit for bit", "[quant][int8train]") {
+  struct Case {
+    Shape x, w;
+    Conv2dParams p;
+  };
+  const std::vector<Case> cases = {
+      {{3, 4, 9, 9}, {5, 4, 3, 3}, {1, 1, 1, 1, 1, 1, 1}},     // rows of 3: 8-byte words
+      {{2, 3, 35, 35}, {4, 3, 11, 11}, {4, 4, 2, 2, 1, 1, 1}},  // conv1-like: 16-byte words
+      {{2, 2, 9, 9}, {3, 2, 2, 3}, {1, 1, 1, 1, 2, 2, 1}},      // width dilation: strided copies
+      {{2, 2, 5, 21}, {3, 2, 2, 17}, {1, 1, 0, 1, 1, 1, 1}},    // rows of 17 bytes
+  };
+  Generator g(21);
+  const ActGrid grid{0.05f, 9.0, 256};
+  for (const Case& c : cases) {
+    INFO("input " << c.x[2] << "x" << c.x[3] << " kernel " << c.w[2] << "x" << c.w[3]);
+    const OnGrid in = on_grid(c.x, grid, g);
+    const Weights w = int8_weights(c.w, g);
+    Tensor bias = Tensor::randn({c.w[0]}, g);
+    auto run = [&](int threads) {
+      testing::ThreadsGuard guard(threads);
+      Tensor x = in.x.clone().set_requires_grad(true), wq = w.wq.clone().set_requires_grad(true);
+      Tensor y = int8_conv2d(x, grid, wq, w.scale, bias, c.p, state_keeping_integers());
+      Generator gg(5);
+      sum(mul(y, Tensor::randn(y.sizes(), gg))).backward();
+      return TensorList{y, x.grad(), wq.grad()};
+    };
+    const TensorList one = run(1), two = run(2);
+    // The forward from the integers: s_x s_w[o] (sum u w - zx sum w) rounded
+    // once to float, plus the bias (the op's output stage), padding u = zx.
+    const int64_t N = c.x[0], C = c.x[1], H = c.x[2], W = c.x[3], O = c.w[0], KH = c.w[2], KW = c.w[3];
+    const int64_t OH = one[0].size(2), OW = one[0].size(3);
+    Tensor want = Tensor::empty(one[0].sizes());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < O; ++o)
+        for (int64_t oy = 0; oy < OH; ++oy)
+          for (int64_t ox = 0; ox < OW; ++ox) {
+            int64_t acc = 0, wsum = 0;
+            for (int64_t ch = 0; ch < C; ++ch)
+              for (int64_t ki = 0; ki < KH; ++ki)
+                for (int64_t kj = 0; kj < KW; ++kj) {
+                  const int64_t iy = oy * c.p.stride_h - c.p.pad_h + ki * c.p.dil_h;
+                  const int64_t ix = ox * c.p.stride_w - c.p.pad_w + kj * c.p.dil_w;
+                  const int64_t u = iy < 0 || iy >= H || ix < 0 || ix >= W
+                                        ? static_cast<int64_t>(grid.zero)
+                                        : in.u[((n * C + ch) * H + iy) * W + ix];
+                  const int64_t wk = w.w[((o * C + ch) * KH + ki) * KW + kj];
+                  acc += u * wk, wsum += wk;
+                }
+            const double sc = static_cast<double>(grid.scale) * static_cast<double>(w.scale.data<float>()[o]);
+            want.data<float>()[((n * O + o) * OH + oy) * OW + ox] =
+                static_cast<float>(sc * (static_cast<double>(acc) - grid.zero * static_cast<double>(wsum))) +
+                bias.data<float>()[o];
+          }
+    testing::check_same_bits(one[0], want, "forward on one thread");
+    testing::check_same_bits(two[0], one[0], "y");
+    testing::check_same_bits(two[1], one[1], "dx");
+    testing::check_same_bits(two[2], one[2], "dw");
+  }
+}
+
 TEST_CASE("INT8 linear gradients equal the double backward of the quantized integers exactly", "[quant][int8train]") {
   Generator g(4);
   const ActGrid grid{0.04f, 0.0, 256};
