@@ -239,24 +239,36 @@ void max_pool_u8(const uint8_t* x, const PoolShape& s, uint8_t* y) {
 }
 
 // The CPU loop (windows hoisted per output pixel; the device body,
-// int_math::adaptive_avg_pool_u8_at, decodes every output index on its own).
+// int_math::adaptive_avg_pool_u8_at, decodes every output index on its own):
+// a pixel's channels summed as contiguous runs, and a window of one pixel
+// (AlexNet's 6x6 -> 6x6 at 224 px, 3x3 -> 6x6 at 128 px) copied, its mean
+// being itself.
 void adaptive_avg_pool_u8(const uint8_t* x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t out_h, int64_t out_w,
                           uint8_t* y) {
-  for (int64_t b = 0; b < n; ++b) {
-    for (int64_t oh = 0; oh < out_h; ++oh) {
-      const auto [h0, h1] = adaptive_window(oh, h, out_h);
-      for (int64_t ow = 0; ow < out_w; ++ow) {
-        const auto [w0, w1] = adaptive_window(ow, w, out_w);
-        const int64_t count = (h1 - h0) * (w1 - w0);
-        uint8_t* dst = y + ((b * out_h + oh) * out_w + ow) * c;
-        for (int64_t ch = 0; ch < c; ++ch) {
-          int64_t sum = 0;
+#pragma omp parallel if (n * out_h * out_w * c > (1 << 16))
+  {
+    std::vector<int64_t> sum(static_cast<size_t>(c));
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t oh = 0; oh < out_h; ++oh) {
+        const auto [h0, h1] = adaptive_window(oh, h, out_h);
+        for (int64_t ow = 0; ow < out_w; ++ow) {
+          const auto [w0, w1] = adaptive_window(ow, w, out_w);
+          const int64_t count = (h1 - h0) * (w1 - w0);
+          uint8_t* dst = y + ((b * out_h + oh) * out_w + ow) * c;
+          if (count == 1) {
+            std::memcpy(dst, x + ((b * h + h0) * w + w0) * c, static_cast<size_t>(c));
+            continue;
+          }
+          std::fill(sum.begin(), sum.end(), int64_t{0});
           for (int64_t i = h0; i < h1; ++i)
-            for (int64_t j = w0; j < w1; ++j) sum += x[((b * h + i) * w + j) * c + ch];
-          dst[ch] = int_math::mean_half_up(sum, count);
+            for (int64_t j = w0; j < w1; ++j) {
+              const uint8_t* src = x + ((b * h + i) * w + j) * c;
+              for (int64_t ch = 0; ch < c; ++ch) sum[ch] += src[ch];
+            }
+          for (int64_t ch = 0; ch < c; ++ch) dst[ch] = int_math::mean_half_up(sum[ch], count);
         }
       }
-    }
   }
 }
 
