@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "core/ops/common.h"
@@ -186,13 +187,19 @@ Tensor window_average(const Tensor& x, const char* name, const Windows& windows)
   Tensor out = Tensor::empty({x.size(0), x.size(1), s.OH, s.OW});
   const float* px = xc.data<float>();
   float* po = out.data<float>();
-  const int64_t n = out.numel();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) po[i] = op_math::window_average_at(i, px, windows);
-  return record(out, name, {&x}, [in_shape = x.sizes(), windows](const Tensor& g, const NeedGrad&) {
+  // The windows once (the device body decodes them per output, with
+  // divisions), then each plane's outputs with the device body's arithmetic.
+  auto table = std::make_shared<std::vector<op_math::AvgWindow>>(static_cast<size_t>(s.OH * s.OW));
+  for (int64_t oy = 0; oy < s.OH; ++oy)
+    for (int64_t ox = 0; ox < s.OW; ++ox) (*table)[oy * s.OW + ox] = windows(oy, ox);
+  const int64_t planes = x.size(0) * x.size(1), ohw = s.OH * s.OW;
+#pragma omp parallel for schedule(static) if (out.numel() > detail::kParallelGrain)
+  for (int64_t plane = 0; plane < planes; ++plane)
+    for (int64_t i = 0; i < ohw; ++i)
+      po[plane * ohw + i] = op_math::window_average(px + plane * s.H * s.W, s.W, (*table)[i]);
+  return record(out, name, {&x}, [in_shape = x.sizes(), s, table](const Tensor& g, const NeedGrad&) {
     Tensor gc = g.contiguous();
     Tensor dx = Tensor::zeros(in_shape);
-    const op_math::PlaneSizes s = windows.s;
     const int64_t planes = in_shape[0] * in_shape[1];
     const float* pg = gc.data<float>();
     float* pd = dx.data<float>();
@@ -200,7 +207,7 @@ Tensor window_average(const Tensor& x, const char* name, const Windows& windows)
     for (int64_t plane = 0; plane < planes; ++plane)
       for (int64_t oy = 0; oy < s.OH; ++oy)
         for (int64_t ox = 0; ox < s.OW; ++ox) {
-          const op_math::AvgWindow w = windows(oy, ox);
+          const op_math::AvgWindow& w = (*table)[oy * s.OW + ox];
           const float go = pg[(plane * s.OH + oy) * s.OW + ox];
           for (int64_t iy = w.y0; iy < w.y1; ++iy)
             for (int64_t ix = w.x0; ix < w.x1; ++ix) {

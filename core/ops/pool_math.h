@@ -158,16 +158,19 @@ struct AdaptiveAvgWindows {
 
 // Output i of an average pool (flat over planes x OH x OW): the window's sum
 // in row-major order, times 1/count (one product, last: nothing to fuse).
+// window_average over one window w of the plane xp (row length W).
+QAT_HOST_DEVICE inline float window_average(const float* xp, int64_t W, const AvgWindow& w) {
+  float acc = 0.f;
+  for (int64_t iy = w.y0; iy < w.y1; ++iy)
+    for (int64_t ix = w.x0; ix < w.x1; ++ix) acc += xp[iy * W + ix];
+  return acc * w.inv_count;
+}
+
 template <class Windows>
 QAT_HOST_DEVICE inline float window_average_at(int64_t i, const float* x, const Windows& windows) {
   const PlaneSizes& s = windows.s;
   const int64_t ohw = s.OH * s.OW, plane = i / ohw, oy = (i % ohw) / s.OW, ox = i % s.OW;
-  const float* xp = x + plane * s.H * s.W;
-  const AvgWindow w = windows(oy, ox);
-  float acc = 0.f;
-  for (int64_t iy = w.y0; iy < w.y1; ++iy)
-    for (int64_t ix = w.x0; ix < w.x1; ++ix) acc += xp[iy * s.W + ix];
-  return acc * w.inv_count;
+  return window_average(x + plane * s.H * s.W, s.W, windows(oy, ox));
 }
 
 // One output's share of its gradient added into an input's: g / count
