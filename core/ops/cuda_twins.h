@@ -26,7 +26,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p, bool count_include_pad
 Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);
 
 // core/ops/dropout.cu: training with p > 0 only (the op returns x otherwise);
-// its own mask rule (Note [device dropout mask]).
+// the CPU op's mask rule (Note [dropout mask]).
 Tensor dropout(const Tensor& x, float p, bool training, Generator& gen);
 
 // core/ops/loss.cu (targets already checked on the host by the op)

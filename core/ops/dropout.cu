@@ -1,5 +1,5 @@
-// The CUDA twin of dropout (core/ops/dropout.cpp): the mask of Note [device
-// dropout mask] (core/ops/dropout_math.h), computed per element from one key
+// The CUDA twin of dropout (core/ops/dropout.cpp): the mask of Note [dropout
+// mask] (core/ops/dropout_math.h), computed per element from one key
 // drawn from the Generator, in the forward and again in the backward.
 #include "core/cuda_check.h"
 #include "core/cuda_launch.h"

@@ -1,20 +1,17 @@
 #pragma once
-// The device dropout mask (core/ops/dropout.cu): a counter-based rule, a pure
-// function of (key, element index), so every thread draws its own element
-// with no shared state, and the host tests run the same rule.
+// The dropout mask, on the CPU (core/ops/dropout.cpp) and on the device
+// (core/ops/dropout.cu): a counter-based rule, a pure function of (key,
+// element index), so every thread draws its own element with no shared state.
 //
-// Note [device dropout mask]: one call of dropout on cuda draws one 64-bit
-// key from its Generator (gen.next_u64(): the generator advances once per
-// call, so runs reproduce from the seed and successive calls differ).
-// Element i is dropped when dropout_uniform(key, i) < p, the CPU op's
-// Bernoulli rule (Generator::bernoulli) on a uniform of the same 24-bit
-// grid. The uniform is SplitMix64's output i + 1 for the state `key` (its
-// Weyl step, then its finaliser: Steele, Lea and Flood, "Fast splittable
-// pseudorandom number generators", OOPSLA 2014). The CPU op draws its mask
-// element by element from the Generator's xoshiro256** stream instead, so the
-// CPU and the device drop different elements for one seed; each is
-// reproducible on its own device. Backward recomputes the mask from the key
-// (nothing saved).
+// Note [dropout mask]: one call of dropout draws one 64-bit key from its
+// Generator (gen.next_u64(): the generator advances once per call, so runs
+// reproduce from the seed and successive calls differ). Element i is dropped
+// when dropout_uniform(key, i) < p (Generator::bernoulli's rule on a uniform
+// of the same 24-bit grid). The uniform is SplitMix64's output i + 1 for the
+// state `key` (its Weyl step, then its finaliser: Steele, Lea and Flood,
+// "Fast splittable pseudorandom number generators", OOPSLA 2014). The CPU and
+// the device drop the same elements for one seed. Backward recomputes the
+// mask from the key (nothing saved).
 #include <cstdint>
 
 #include "core/host_device.h"

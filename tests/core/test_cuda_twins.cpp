@@ -315,7 +315,7 @@ TEST_CASE("cuda twins: cross_entropy, log_softmax and nll_loss on the device wit
                     Contains("cross_entropy: target 17 at index 8 out of range [0, 17)"));
 }
 
-TEST_CASE("cuda twins: dropout on the device follows its mask rule from one draw of the generator", "[cuda]") {
+TEST_CASE("cuda twins: dropout on the device follows the mask rule from one draw of the generator, as the CPU", "[cuda]") {
   if (!cuda_device_or_skip()) return;
   Generator data(27);
   const int64_t n = 1 << 18;
@@ -324,7 +324,7 @@ TEST_CASE("cuda twins: dropout on the device follows its mask rule from one draw
   for (const float p : {0.2f, 0.5f, 1.f}) {
     INFO("p " << p);
     Generator gen(99), replay(99);
-    const uint64_t key = replay.next_u64();  // Note [device dropout mask]
+    const uint64_t key = replay.next_u64();  // Note [dropout mask]
     Tensor xd = x.to(Device::cuda).set_requires_grad(true);
     Tensor yd = qat::dropout(xd, p, true, gen);
     yd.backward(g.to(Device::cuda));
@@ -341,9 +341,10 @@ TEST_CASE("cuda twins: dropout on the device follows its mask rule from one draw
     check_same_bits(yd, want_y, "forward");
     check_same_bits(xd.grad(), want_dx, "backward (the mask recomputed)");
     CHECK(std::abs(static_cast<double>(dropped) / n - p) < 0.01);
-    // The same seed again: the same output.
-    Generator again(99);
+    // The same seed again: the same output; and the CPU's for that seed.
+    Generator again(99), on_cpu(99);
     check_same_bits(qat::dropout(x.to(Device::cuda), p, true, again), want_y, "same seed");
+    check_same_bits(qat::dropout(x, p, true, on_cpu), want_y, "the CPU op, same seed");
   }
 }
 

@@ -350,7 +350,7 @@ TEST_CASE("twin bodies: log_softmax and nll_loss rows and gradients equal the CP
 
 // ---------------------------------------------------------------- dropout
 
-TEST_CASE("twin bodies: the device dropout mask is 0 or 1/(1-p), drops a share p, and is a function of the key",
+TEST_CASE("twin bodies: the dropout mask is 0 or 1/(1-p), drops a share p, and is a function of the key",
           "[math][cuda]") {
   const int64_t n = 1 << 20;
   for (const float p : {0.1f, 0.5f, 0.9f}) {
@@ -387,6 +387,35 @@ TEST_CASE("twin bodies: the device dropout mask is 0 or 1/(1-p), drops a share p
   for (int64_t i = 0; i < 1000; ++i) {
     const float u = om::dropout_uniform(7, i);
     REQUIRE((u >= 0.f && u < 1.f && u * 16777216.f == std::floor(u * 16777216.f)));
+  }
+}
+
+// The CPU op follows the same rule (Note [dropout mask]): one draw of the
+// generator per call, each element's mask from (key, index), the backward the
+// same mask recomputed; so the CPU and the device drop the same elements.
+TEST_CASE("dropout on the CPU follows the mask rule from one draw of the generator", "[math][cuda]") {
+  Generator data(27);
+  const int64_t n = 1 << 17;
+  const Tensor x = Tensor::randn({n / 64, 64}, data);
+  const Tensor g = Tensor::randn({n / 64, 64}, data);
+  qat::testing::ThreadsGuard threads(2);  // the mask must not depend on which thread draws it
+  for (const float p : {0.2f, 0.5f, 1.f}) {
+    INFO("p " << p);
+    Generator gen(99), replay(99);
+    const uint64_t key = replay.next_u64();
+    Tensor xl = x.clone().set_requires_grad(true);
+    Tensor y = qat::dropout(xl, p, true, gen);
+    y.backward(g);
+    CHECK(gen.state() == replay.state());  // one draw per call
+    const float scale = p < 1.f ? 1.f / (1.f - p) : 0.f;
+    std::vector<float> want_y(static_cast<size_t>(n)), want_dx(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const float m = om::dropout_mask_at(key, i, p, scale);
+      want_y[i] = x.data<float>()[i] * m;
+      want_dx[i] = g.data<float>()[i] * m;
+    }
+    REQUIRE(y.to_vector() == want_y);
+    REQUIRE(xl.grad().to_vector() == want_dx);
   }
 }
 
