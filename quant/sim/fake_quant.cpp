@@ -2,8 +2,6 @@
 
 #include "quant/integer/simd.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -191,11 +189,15 @@ Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_po
 
 namespace {
 
-// The clipped STE's mask of a per-channel weight as the flat indices of its
-// stopped elements (about one a row: the extreme that rounds past the grid),
-// gathered row by row in the forward from the row's mask words while they
-// are in L1; the backward zeroes just those (no pass over a mask).
-using StoppedElements = std::vector<int64_t>;
+// The clipped STE's mask as bits: bit j of word w of a row is element
+// 16 w + j of the row (1: the gradient passes). 1/32 of the float traffic
+// of the weight, against 1/4 for a byte mask (written every forward, read
+// every backward).
+struct RowBits {
+  int64_t rows = 0, len = 0, words = 0;  // words per row: ceil(len / 16)
+  std::vector<uint16_t> bits;
+  RowBits(int64_t r, int64_t l) : rows(r), len(l), words((l + 15) / 16), bits(static_cast<size_t>(r * words)) {}
+};
 
 // One row fake-quantized as fq_span, its mask into `bits` (words of 16).
 // AVX-512: the same float operations (vrndscaleps = nearbyint; max(lo, t)
@@ -263,41 +265,49 @@ void fq_row_bits_generic(const float* x, float* y, int64_t n, float s, float inv
   }
 }
 
-// The stopped elements of one row (its mask words: bit j of word k is
-// element 16 k + j, 1 when the gradient passes; bits past the row ignored):
-// their flat indices base + i appended to `out`.
-void append_stopped(const uint16_t* w, int64_t len, int64_t base, std::vector<int64_t>& out) {
-  const int64_t words = (len + 15) / 16;
-  for (int64_t k = 0; k < words; ++k) {
-    if (k + 4 <= words - 1) {  // four full words at once: almost always all set
-      uint64_t four;
-      std::memcpy(&four, w + k, sizeof four);
-      if (four == ~uint64_t{0}) {
-        k += 3;
-        continue;
+// The stopped elements of rows [r0, r1): their flat indices appended to
+// `out`. Words of a row's tail: the bits past the row are ignored.
+void stopped_elements(const RowBits& m, int64_t r0, int64_t r1, std::vector<int64_t>& out) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint16_t* w = m.bits.data() + r * m.words;
+    for (int64_t k = 0; k < m.words; ++k) {
+      if (k + 4 <= m.words - 1) {  // four full words at once: almost always all set
+        uint64_t four;
+        std::memcpy(&four, w + k, sizeof four);
+        if (four == ~uint64_t{0}) {
+          k += 3;
+          continue;
+        }
       }
+      const unsigned tail = m.len - 16 * k >= 16 ? 0xFFFFu : (1u << (m.len - 16 * k)) - 1;
+      for (unsigned stop = ~unsigned{w[k]} & tail; stop != 0; stop &= stop - 1)
+        out.push_back(r * m.len + 16 * k + std::countr_zero(stop));
     }
-    const unsigned tail = len - 16 * k >= 16 ? 0xFFFFu : (1u << (len - 16 * k)) - 1;
-    for (unsigned stop = ~unsigned{w[k]} & tail; stop != 0; stop &= stop - 1)
-      out.push_back(base + 16 * k + std::countr_zero(stop));
   }
 }
 
-// The clipped STE on the stopped elements: dx = dy with those times 0 (NaN
-// or inf times 0 is NaN, as dy * mask). Each is a cache miss in a gradient
-// far larger than the caches: they are fetched 64 at a time before they are
-// written, not one miss after another.
-Tensor with_ste_stopped(Tensor out, const Tensor& x, std::shared_ptr<const StoppedElements> stopped) {
-  return record(out, "fake_quantize", {&x}, [stopped](const Tensor& g, const NeedGrad&) {
+// The clipped STE on a bit mask: dx = dy with the stopped elements times 0
+// (NaN or inf times 0 is NaN, as dy * mask). A weight has about one stopped
+// element a row (its extreme), each a cache miss in a gradient far larger
+// than the caches: they are gathered a block of rows at a time and fetched
+// together before they are written, not one miss after another.
+Tensor with_ste_bits(Tensor out, const Tensor& x, std::shared_ptr<const RowBits> m) {
+  return record(out, "fake_quantize", {&x}, [m](const Tensor& g, const NeedGrad&) {
     QAT_PROFILE("fake_quantize.backward");
     Tensor dx = exclusively_owned(g) && g.is_contiguous() ? g : g.contiguous().clone();
     float* pd = dx.data<float>();
-    const int64_t n = static_cast<int64_t>(stopped->size()), kBlock = 64;
-    const int64_t* at = stopped->data();
-    for (int64_t b = 0; b < n; b += kBlock) {
-      const int64_t e = std::min(n, b + kBlock);
-      for (int64_t i = b; i < e; ++i) __builtin_prefetch(pd + at[i], 1);
-      for (int64_t i = b; i < e; ++i) pd[at[i]] *= 0.f;
+    constexpr int64_t kBlock = 64;  // rows
+    const int64_t blocks = (m->rows + kBlock - 1) / kBlock;
+#pragma omp parallel if (m->rows * m->len > detail::kParallelGrain)
+    {
+      std::vector<int64_t> at;
+#pragma omp for schedule(static)
+      for (int64_t b = 0; b < blocks; ++b) {
+        at.clear();
+        stopped_elements(*m, b * kBlock, std::min(m->rows, (b + 1) * kBlock), at);
+        for (const int64_t i : at) __builtin_prefetch(pd + i, 1);
+        for (const int64_t i : at) pd[i] *= 0.f;
+      }
     }
     return TensorList{dx};
   });
@@ -313,11 +323,10 @@ Tensor fused_rows(Observer& obs, ChannelMinMaxFold& fold, const Tensor& x, SteKi
   QAT_PROFILE("fake_quantize.fused_rows");
   const QuantSpec& spec = obs.spec();
   const int64_t C = x.size(0), L = x.numel() / C;
-  // The clipped STE's stopped elements, gathered per thread (static
-  // schedule: thread t's rows follow thread t - 1's).
+  // The clipped STE's mask as bits (RowBits).
   const bool need_mask = ste == SteKind::clipped && any_requires_grad({&x});
   Tensor out = Tensor::empty(x.sizes());
-  std::vector<StoppedElements> stopped_by_thread(need_mask ? static_cast<size_t>(omp_get_max_threads()) : 0);
+  auto bits = need_mask ? std::make_shared<RowBits>(C, L) : nullptr;
   // Streamed stores for a weight beyond the last-level cache whose rows all
   // start on a cache line (Tensor storage is 64-byte aligned).
   const bool stream = x.numel() * 4 > kStreamBytes && L % 16 == 0 &&
@@ -347,22 +356,14 @@ Tensor fused_rows(Observer& obs, ChannelMinMaxFold& fold, const Tensor& x, SteKi
     q.scale.data<float>()[c] = sc;
     q.zero_point.data<int32_t>()[c] = zp;
     const float z = static_cast<float>(zp);
-    if (need_mask) {
-      thread_local std::vector<uint16_t> words;
-      words.resize(static_cast<size_t>((L + 15) / 16));
-      row_bits(row, py + c * L, L, sc, 1.0f / sc, z, qmin, qmax, words.data());
-      append_stopped(words.data(), L, c * L, stopped_by_thread[static_cast<size_t>(omp_get_thread_num())]);
-    } else {
-      fq_span<false>(row, py + c * L, nullptr, L, sc, 1.0f / sc, z, qmin, qmax);
-    }
+    if (bits) row_bits(row, py + c * L, L, sc, 1.0f / sc, z, qmin, qmax, bits->bits.data() + c * bits->words);
+    else fq_span<false>(row, py + c * L, nullptr, L, sc, 1.0f / sc, z, qmin, qmax);
   }
   if (error) std::rethrow_exception(error);
   fold.end_fold();
   if (used) *used = q;
-  if (!need_mask) return with_ste_backward(out, x, Tensor(), ste);
-  auto stopped = std::make_shared<StoppedElements>();
-  for (const StoppedElements& part : stopped_by_thread) stopped->insert(stopped->end(), part.begin(), part.end());
-  return with_ste_stopped(out, x, std::move(stopped));
+  if (!bits) return with_ste_backward(out, x, Tensor(), ste);
+  return with_ste_bits(out, x, std::move(bits));
 }
 
 }  // namespace
