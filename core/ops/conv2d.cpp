@@ -67,9 +67,10 @@ int64_t max_images_per_chunk(const Geometry& g) {
 }
 
 // The batch cut into chunks of images, as many as the threads or a multiple
-// of them, of sizes differing by at most one: chunks of at most 11 images
-// were 11 + 11 + 10 for 32 images on two threads, so one thread did 22 and
-// the other waited (AlexNet's conv3-5 at 128 px are half the step's FLOPs).
+// of them (but no more chunks than images), of sizes differing by at most
+// one: chunks of at most 11 images were 11 + 11 + 10 for 32 images on two
+// threads, so one thread did 22 and the other waited (AlexNet's conv3-5 at
+// 128 px are half the step's FLOPs).
 struct ChunkPlan {
   int64_t n = 0, chunks = 0;
   int64_t begin(int64_t i) const { return i * n / chunks; }
