@@ -47,6 +47,23 @@ void codes_row_scalar(const float* x, int8_t* q, int64_t n, float inv, float qmi
   sum = s;
 }
 
+// 16 values x (masked-off lanes loaded 0, so their code is 0): their codes,
+// added into acc, the indices i + j outside the grid appended to `outside`.
+// (A function of its own, not a lambda: GCC gives a lambda none of its
+// enclosing function's target attribute, and a portable build then cannot
+// inline the intrinsics.)
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m128i codes16(int64_t i, __mmask16 live, __m512 xv,
+                                                                             __m512 vinv, __m512 lo, __m512 hi,
+                                                                             __m512i& acc,
+                                                                             std::vector<int64_t>& outside) {
+  const __m512 t = _mm512_roundscale_ps(_mm512_mul_ps(xv, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __mmask16 in = _mm512_cmp_ps_mask(t, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(t, hi, _CMP_LE_OQ);
+  for (unsigned out = live & ~in & 0xFFFFu; out != 0; out &= out - 1) outside.push_back(i + std::countr_zero(out));
+  const __m512i v = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(t, lo), hi));
+  acc = _mm512_add_epi32(acc, v);
+  return _mm512_cvtepi32_epi8(v);
+}
+
 // The same with AVX-512: vrndscaleps (round to nearest even, as nearbyint
 // in the default rounding mode) of the same float product. A NaN lands on
 // qmin (vmaxps returns its second operand) and is listed outside.
@@ -59,26 +76,19 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void codes_row_avx512(const
   for (int64_t c0 = 0; c0 < n; c0 += int64_t{1} << 16) {  // int32 lanes: at most 2^12 values of |q| <= 128 each
     const int64_t c1 = std::min(n, c0 + (int64_t{1} << 16));
     __m512i acc = _mm512_setzero_si512();
-    // 16 values (masked-off lanes load 0, so v = 0 there): their codes, added into acc.
-    auto sixteen = [&](int64_t i, __mmask16 live, __m512 xv) {
-      const __m512 t = _mm512_roundscale_ps(_mm512_mul_ps(xv, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      const __mmask16 in = _mm512_cmp_ps_mask(t, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(t, hi, _CMP_LE_OQ);
-      for (unsigned out = live & ~in & 0xFFFFu; out != 0; out &= out - 1) outside.push_back(i + std::countr_zero(out));
-      const __m512i v = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(t, lo), hi));
-      acc = _mm512_add_epi32(acc, v);
-      return _mm512_cvtepi32_epi8(v);
-    };
     // Plain loads and stores but in the tail (a masked store costs several
     // plain ones on Zen 4); the next row (contiguous) asked into L2 while
     // this one is computed, so that its min/max pass starts from cache.
     int64_t i = c0;
     for (; i + 16 <= c1; i += 16) {
       _mm_prefetch(reinterpret_cast<const char*>(x + n + i), _MM_HINT_T1);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), sixteen(i, 0xFFFF, _mm512_loadu_ps(x + i)));
+      const __m128i codes = codes16(i, 0xFFFF, _mm512_loadu_ps(x + i), vinv, lo, hi, acc, outside);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), codes);
     }
     if (i < c1) {
       const __mmask16 live = static_cast<__mmask16>((1u << (c1 - i)) - 1);
-      _mm_mask_storeu_epi8(q + i, live, sixteen(i, live, _mm512_maskz_loadu_ps(live, x + i)));
+      const __m128i codes = codes16(i, live, _mm512_maskz_loadu_ps(live, x + i), vinv, lo, hi, acc, outside);
+      _mm_mask_storeu_epi8(q + i, live, codes);
     }
     s += _mm512_reduce_add_epi32(acc);
   }
