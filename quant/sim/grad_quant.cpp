@@ -4,7 +4,9 @@
 #include <limits>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/error.h"
+#include "quant/integer/simd.h"
 
 namespace qat::quant {
 
@@ -21,6 +23,13 @@ constexpr int kLanes = 8;
 
 inline int64_t chunk_count(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
+// The lanes' sums, lane 0 first.
+GradQuantStats fold_lanes(const double* dot, const double* qq, const double* gg) {
+  GradQuantStats s;
+  for (int j = 0; j < kLanes; ++j) s.add({dot[j], qq[j], gg[j]});
+  return s;
+}
+
 // Runs chunk(c) -> GradQuantStats for every chunk and sums them in order.
 template <class F>
 GradQuantStats sum_chunks(int64_t n, F chunk) {
@@ -34,10 +43,11 @@ GradQuantStats sum_chunks(int64_t n, F chunk) {
 }
 
 // One chunk [b, e): q from quantize_grad_value (stored when kStore), the
-// sums over element b + k kept in lane k % kLanes and folded lane 0 first.
-// u is drawn only for stochastic rounding. The sums take x in double:
-// g * inv is exact there (24 x 24 bits), so d is the cosine of g and q s up
-// to the sums' rounding, not off by the float product's (~1e-9 in d).
+// sums over element b + k kept in lane k % kLanes and folded lane 0 first
+// (Note [clip search lanes]). u is drawn only for stochastic rounding. The
+// sums take x in double: g * inv is exact there (24 x 24 bits), so d is the
+// cosine of g and q s up to the sums' rounding, not off by the float
+// product's (~1e-9 in d).
 template <GradRounding R, bool kStore>
 GradQuantStats quantize_chunk(const float* __restrict g, int64_t b, int64_t e, float inv, int qmax, uint64_t key,
                               uint64_t index0, int8_t* __restrict out) {
@@ -48,17 +58,77 @@ GradQuantStats quantize_chunk(const float* __restrict g, int64_t b, int64_t e, f
     const int8_t q = quantize_grad_value(g[i], inv, qmax, R, u);
     if constexpr (kStore) out[i] = q;
     const double x = static_cast<double>(g[i]) * inv, qd = q;
-    dot[j] += x * qd;
-    qq[j] += qd * qd;
-    gg[j] += x * x;
+    dot[j] = std::fma(x, qd, dot[j]);
+    qq[j] = std::fma(qd, qd, qq[j]);
+    gg[j] = std::fma(x, x, gg[j]);
   };
   int64_t i = b;
   for (; i + kLanes <= e; i += kLanes)
     for (int j = 0; j < kLanes; ++j) step(i + j, j);
   for (int j = 0; i < e; ++i, ++j) step(i, j);
-  GradQuantStats s;
-  for (int j = 0; j < kLanes; ++j) s.add({dot[j], qq[j], gg[j]});
-  return s;
+  return fold_lanes(dot, qq, gg);
+}
+
+#if defined(__x86_64__)
+// quantize_chunk<nearest, false> on AVX-512: lane j of each vector is lane j
+// of the scalar loop, every operation the scalar one (nearbyint as
+// vrndscaleps under the default rounding mode, the clamp as max then min,
+// q to double through int32), so the same bits. Sixteen elements a turn:
+// the first eight, then the next eight, as the scalar loop meets them.
+#define QAT_GQ_AVX512 __attribute__((target("avx512f,avx512vl")))
+struct LaneSums512 {
+  __m512d dot, qq, gg;
+};
+
+// Eight elements (lanes `live`) of g in double, with their q.
+QAT_GQ_AVX512 inline void add8(LaneSums512& s, __m256 g8, __m256i q8, __m512d inv, __mmask8 live) {
+  const __m512d x = _mm512_mul_pd(_mm512_cvtps_pd(g8), inv);
+  const __m512d qd = _mm512_cvtepi32_pd(q8);
+  s.dot = _mm512_mask3_fmadd_pd(x, qd, s.dot, live);
+  s.qq = _mm512_mask3_fmadd_pd(qd, qd, s.qq, live);
+  s.gg = _mm512_mask3_fmadd_pd(x, x, s.gg, live);
+}
+
+// Sixteen floats (lanes `live`) to their nearest-rounded, clamped integers.
+QAT_GQ_AVX512 inline __m512i nearest16(__m512 g, __m512 inv, __m512 hi, __mmask16 live) {
+  const __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(g, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 kept = _mm512_maskz_mov_ps(live & _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);  // NaN -> 0
+  return _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(kept, _mm512_sub_ps(_mm512_setzero_ps(), hi)), hi));
+}
+
+QAT_GQ_AVX512 GradQuantStats nearest_chunk_avx512(const float* g, int64_t b, int64_t e, float inv, int qmax) {
+  const __m512 vinv = _mm512_set1_ps(inv), hi = _mm512_set1_ps(static_cast<float>(qmax));
+  const __m512d dinv = _mm512_set1_pd(static_cast<double>(inv));
+  LaneSums512 s{_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
+  int64_t i = b;
+  for (; i + 16 <= e; i += 16) {
+    const __m512 gv = _mm512_loadu_ps(g + i);
+    const __m512i q = nearest16(gv, vinv, hi, 0xFFFF);
+    add8(s, _mm512_castps512_ps256(gv), _mm512_castsi512_si256(q), dinv, 0xFF);
+    add8(s, _mm256_loadu_ps(g + i + 8), _mm512_extracti64x4_epi64(q, 1), dinv, 0xFF);
+  }
+  if (i < e) {  // the tail: lanes 0.. of the next eight, then of the eight after
+    const __mmask16 live = static_cast<__mmask16>((1u << (e - i)) - 1);
+    const __m512 gv = _mm512_maskz_loadu_ps(live, g + i);
+    const __m512i q = nearest16(gv, vinv, hi, live);
+    add8(s, _mm512_castps512_ps256(gv), _mm512_castsi512_si256(q), dinv, static_cast<__mmask8>(live));
+    add8(s, _mm256_maskz_loadu_ps(static_cast<__mmask8>(live >> 8), g + i + 8), _mm512_extracti64x4_epi64(q, 1), dinv,
+         static_cast<__mmask8>(live >> 8));
+  }
+  alignas(64) double dot[kLanes], qq[kLanes], gg[kLanes];
+  _mm512_store_pd(dot, s.dot);
+  _mm512_store_pd(qq, s.qq);
+  _mm512_store_pd(gg, s.gg);
+  return fold_lanes(dot, qq, gg);
+}
+#undef QAT_GQ_AVX512
+#endif
+
+GradQuantStats nearest_chunk(const float* g, int64_t b, int64_t e, float inv, int qmax, GradStatsKernel kernel) {
+#if defined(__x86_64__)
+  if (kernel == GradStatsKernel::avx512) return nearest_chunk_avx512(g, b, e, inv, qmax);
+#endif
+  return quantize_chunk<GradRounding::nearest, false>(g, b, e, inv, qmax, 0, 0, nullptr);
 }
 
 // 1 / s for clip c on a b-bit grid; checks that it is usable.
@@ -70,14 +140,16 @@ float inverse_step(float clip, int qmax, const char* op) {
   return inv;
 }
 
+// out == nullptr: d(c)'s sums only (nearest rounding), on `kernel`.
 GradQuantStats quantize_all(const float* g, int64_t n, float clip, int bits, GradRounding r, uint64_t key,
-                            uint64_t index0, int8_t* out, const char* op) {
+                            uint64_t index0, int8_t* out, const char* op,
+                            GradStatsKernel kernel = GradStatsKernel::scalar) {
   QAT_CHECK(n >= 0, op, ": negative element count ", n);
   const int qmax = grad_qmax(bits);
   const float inv = inverse_step(clip, qmax, op);
   using enum GradRounding;
   return sum_chunks(n, [&](int64_t b, int64_t e) {
-    if (!out) return quantize_chunk<nearest, false>(g, b, e, inv, qmax, 0, 0, nullptr);  // d(c) only
+    if (!out) return nearest_chunk(g, b, e, inv, qmax, kernel);
     return r == stochastic ? quantize_chunk<stochastic, true>(g, b, e, inv, qmax, key, index0, out)
                            : quantize_chunk<nearest, true>(g, b, e, inv, qmax, key, index0, out);
   });
@@ -114,9 +186,22 @@ GradQuantStats quantize_grad(const float* g, int64_t n, float clip, int bits, Gr
   return quantize_all(g, n, clip, bits, r, key, index0, out, "quantize_grad");
 }
 
+bool grad_stats_kernel_runs_here(GradStatsKernel kernel) {
+  return kernel == GradStatsKernel::scalar || (kernel == GradStatsKernel::avx512 && cpu_has_avx512_rows());
+}
+
+GradStatsKernel best_grad_stats_kernel() {
+  return grad_stats_kernel_runs_here(GradStatsKernel::avx512) ? GradStatsKernel::avx512 : GradStatsKernel::scalar;
+}
+
+GradQuantStats clip_cosine_stats(const float* g, int64_t n, float clip, int bits, GradStatsKernel kernel) {
+  QAT_CHECK(grad_stats_kernel_runs_here(kernel), "clip_cosine_stats: kernel ", enum_name(kernel),
+            " does not run on this CPU");
+  return quantize_all(g, n, clip, bits, GradRounding::nearest, 0, 0, nullptr, "clip_cosine_distance", kernel);
+}
+
 double clip_cosine_distance(const float* g, int64_t n, float clip, int bits) {
-  return cosine_distance(quantize_all(g, n, clip, bits, GradRounding::nearest, 0, 0, nullptr,
-                                      "clip_cosine_distance"));
+  return cosine_distance(clip_cosine_stats(g, n, clip, bits, best_grad_stats_kernel()));
 }
 
 float max_abs(const float* g, int64_t n) {

@@ -124,6 +124,24 @@ GradQuantStats quantize_grad(const float* g, int64_t n, float clip, int bits, Gr
 // sums, same threading rule as quantize_grad). clip > 0 and finite.
 double clip_cosine_distance(const float* g, int64_t n, float clip, int bits);
 
+// Note [clip search lanes]: the search evaluates d(c) some sixty times per
+// gradient, so its sums run eight independent chains, one per SIMD lane. The
+// n values are cut into chunks of 2^14 (the last one shorter); element b + k
+// of the chunk starting at b goes to lane k % 8; each lane sums its elements
+// in order, one fused multiply-add per term; a chunk's lanes are added lane 0
+// first, and the chunks' sums in order. Every kernel below keeps exactly
+// that order and those operations, so the sums (and the clip found) are the
+// same bits on every CPU and in every build.
+enum class GradStatsKernel { scalar, avx512 };
+constexpr auto enum_names(GradStatsKernel) {
+  return std::to_array<EnumName<GradStatsKernel>>(
+      {{GradStatsKernel::scalar, "scalar"}, {GradStatsKernel::avx512, "avx512"}});
+}
+bool grad_stats_kernel_runs_here(GradStatsKernel kernel);
+GradStatsKernel best_grad_stats_kernel();
+// clip_cosine_distance's sums on one kernel (the tests run each the CPU has).
+GradQuantStats clip_cosine_stats(const float* g, int64_t n, float clip, int bits, GradStatsKernel kernel);
+
 // max |g_i|: 0 for n == 0, NaN if any element is NaN (never hidden by the max).
 float max_abs(const float* g, int64_t n);
 

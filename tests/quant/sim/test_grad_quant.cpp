@@ -415,3 +415,64 @@ TEST_CASE("grad quant: max_abs propagates NaN", "[quant][gradquant]") {
     CHECK(std::isnan(cosine_distance(quantize(h, 2.0f, 8, GradRounding::nearest, 0, 0, q))));
   }
 }
+
+namespace {
+
+// clip_cosine_distance's sums as Note [clip search lanes] defines them,
+// written out element by element.
+GradQuantStats lane_order_reference(const std::vector<float>& g, float clip, int bits) {
+  const int qmax = grad_qmax(bits);
+  const float inv = 1.0f / (clip / static_cast<float>(qmax));
+  constexpr size_t kChunk = size_t{1} << 14;
+  GradQuantStats total;
+  for (size_t b = 0; b < g.size(); b += kChunk) {
+    double dot[8] = {}, qq[8] = {}, gg[8] = {};
+    for (size_t i = b; i < std::min(g.size(), b + kChunk); ++i) {
+      const size_t lane = (i - b) % 8;
+      const double q = quantize_grad_value(g[i], inv, qmax, GradRounding::nearest, 0.f);
+      const double x = static_cast<double>(g[i]) * static_cast<double>(inv);
+      dot[lane] = std::fma(x, q, dot[lane]);
+      qq[lane] = std::fma(q, q, qq[lane]);
+      gg[lane] = std::fma(x, x, gg[lane]);
+    }
+    GradQuantStats chunk;
+    for (int j = 0; j < 8; ++j) chunk.add({dot[j], qq[j], gg[j]});
+    total.add(chunk);
+  }
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("grad quant: every stats kernel sums in the documented lane order, bit for bit", "[quant][gradquant]") {
+  std::vector<GradStatsKernel> kernels;
+  for (const GradStatsKernel k : {GradStatsKernel::scalar, GradStatsKernel::avx512})
+    if (grad_stats_kernel_runs_here(k)) kernels.push_back(k);
+  CAPTURE(kernels.size());
+  // Long-tailed values (a different order would round differently), ties of
+  // nearest rounding at s = 1 (clip 127, 8 bits), zeros of both signs, a
+  // subnormal and an infinity; lengths that end every way inside the 16-wide
+  // vectors, and several 2^14 chunks with a ragged end.
+  std::vector<float> base = student_t(3 * 16384 + 29, 3, 21);
+  const std::vector<float> special = {2.5f, -2.5f, 3.5f, 0.5f, -0.0f, 0.0f, 1e-40f, 126.5f, 127.5f, -300.0f};
+  std::copy(special.begin(), special.end(), base.begin() + 5);
+  for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{15}, int64_t{16},
+                          int64_t{17}, int64_t{24}, int64_t{31}, int64_t{33}, int64_t{16384 + 13},
+                          static_cast<int64_t>(base.size())}) {
+    const std::vector<float> g(base.begin(), base.begin() + n);
+    for (const auto& [clip, bits] : {std::pair{127.0f, 8}, std::pair{2.5f, 8}, std::pair{0.3f, 4}}) {
+      const GradQuantStats want = lane_order_reference(g, clip, bits);
+      for (const GradStatsKernel k : kernels) {
+        INFO("n " << n << " clip " << clip << " bits " << bits << " kernel " << enum_name(k));
+        CHECK(same_stats(clip_cosine_stats(g.data(), n, clip, bits, k), want));
+      }
+    }
+  }
+  // An infinity makes the sums infinite on every kernel alike.
+  std::vector<float> with_inf = {1.0f, kInf, -2.0f};
+  for (const GradStatsKernel k : kernels)
+    CHECK(same_stats(clip_cosine_stats(with_inf.data(), 3, 2.0f, 8, k), lane_order_reference(with_inf, 2.0f, 8)));
+  if (!grad_stats_kernel_runs_here(GradStatsKernel::avx512))
+    CHECK_THROWS_WITH(clip_cosine_stats(base.data(), 1, 1.0f, 8, GradStatsKernel::avx512),
+                      Catch::Contains("does not run on this CPU"));
+}
