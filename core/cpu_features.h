@@ -30,6 +30,15 @@ inline bool cpu_has_avx512_rows() {
   return yes;
 }
 
+// F, BW, VL and DQ (64-bit multiplies): INT8 training's gradient kernels.
+inline bool cpu_has_avx512_dq() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return cpu_has_avx512_rows() && __builtin_cpu_supports("avx512dq");
+  }();
+  return yes;
+}
+
 // AMX-INT8 (CPUID leaf 7, EDX bit 25; Clang 14 has no builtin name for it).
 inline bool cpu_has_amx_int8() {
   static const bool yes = [] {

@@ -187,7 +187,7 @@ GradQuantStats quantize_grad(const float* g, int64_t n, float clip, int bits, Gr
 }
 
 bool grad_stats_kernel_runs_here(GradStatsKernel kernel) {
-  return kernel == GradStatsKernel::scalar || (kernel == GradStatsKernel::avx512 && cpu_has_avx512_rows());
+  return kernel == GradStatsKernel::scalar || (kernel == GradStatsKernel::avx512 && cpu_has_avx512_dq());
 }
 
 GradStatsKernel best_grad_stats_kernel() {

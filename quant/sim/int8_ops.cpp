@@ -14,6 +14,7 @@
 #include "quant/integer/int8_gemm.h"
 #include "core/cpu_features.h"
 #include "quant/integer/int8_gemm_packed.h"
+#include "quant/sim/grad_rows.h"
 #include "quant/sim/int8_math.h"
 #if QAT_WITH_CUDA
 #include "quant/sim/cuda_twins.h"
@@ -397,32 +398,43 @@ Tensor forward_int(const uint8_t* rows, const ActGrid& grid, const QuantCodes& w
 }
 
 // ---------------------------------------------------------------- backward
-// The cosine sums of one row in chunks (Note [INT8 training sums in chunks]):
-// quantize into `part`, call next() after each element.
-struct ChunkedStats {
-  GradQuantStats sum, part;
-  int64_t count = 0;
-  void next() {
-    if (++count < int8_math::kSumChunk) return;
-    sum.add(part);
-    part = {}, count = 0;
+// A block of rows quantized in two passes (grad_rows.h), on this thread's
+// buffers: each row copied contiguous into v, its integers into G (and as
+// floats into qf), then the cosine sums of its kSumChunk-long chunks, eight
+// at a time, folded per row in order (Note [INT8 training sums in chunks]).
+struct RowBlock {
+  std::vector<float> v, qf;
+  std::vector<int64_t> start, len;
+  std::vector<GradQuantStats> parts;
+  void reset(int64_t rows, int64_t row_len) {
+    v.resize(static_cast<size_t>(rows * row_len));
+    qf.resize(v.size());
+    start.clear(), len.clear();
   }
-  GradQuantStats total() {
-    if (count > 0) sum.add(part);
-    part = {}, count = 0;
-    return sum;
+  // Row r's chunks as items.
+  void add_row_items(int64_t r, int64_t row_len) {
+    for (int64_t b = 0; b < row_len; b += int8_math::kSumChunk) {
+      start.push_back(r * row_len + b);
+      len.push_back(std::min(int8_math::kSumChunk, row_len - b));
+    }
+  }
+  // The items' sums, then row r's fold (rows of equal length, in order).
+  void stats(GradStatsKernel kernel, int64_t rows, int64_t row_len, GradQuantStats* per_row) {
+    parts.resize(start.size());
+    chunk_stats(kernel, v.data(), qf.data(), start.data(), len.data(), static_cast<int64_t>(start.size()),
+                parts.data());
+    const int64_t chunks = int8_math::sum_chunks(row_len);
+    for (int64_t r = 0; r < rows; ++r) {
+      GradQuantStats sum;
+      for (int64_t c = 0; c < chunks; ++c) sum.add(parts[static_cast<size_t>(r * chunks + c)]);
+      per_row[r] = sum;
+    }
   }
 };
 
-// One gradient value to its integer (noise index `index` of this step's key),
-// its cosine sums added to `s`.
-// mixed_key: mix64 of this step's key (grad_quant.h).
-inline int8_t quantize_one(float v, float inv, int qmax, GradRounding rounding, uint64_t mixed_key, uint64_t index,
-                           GradQuantStats& s) {
-  const float r = rounding == GradRounding::stochastic ? sr_uniform_mixed(mixed_key, index) : 0.f;
-  const int8_t q = quantize_grad_value(v, inv, qmax, rounding, r);
-  int8_math::add_grad_stats(&s.dot, &s.qq, &s.gg, v, q);
-  return q;
+// Rows per block: enough chunks to fill the eight lanes of chunk_stats.
+int64_t rows_per_block(int64_t row_len, int64_t rows) {
+  return std::clamp<int64_t>(8 / int8_math::sum_chunks(row_len), 1, std::max<int64_t>(rows, 1));
 }
 
 // Quantizes dY (N, O, P) into G (O, M), row o holding the gradients of output
@@ -434,22 +446,23 @@ GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int
   const int qmax = grad_qmax(st.config().bits);
   const float inv = 1.f / scale;
   const uint64_t key = mix64(st.noise_key(0));
+  const GradStatsKernel kernel = best_grad_stats_kernel();
+  const int64_t B = rows_per_block(M, O), blocks = (O + B - 1) / B;
   std::vector<GradQuantStats> per(static_cast<size_t>(O));
 #pragma omp parallel for schedule(static)
-  for (int64_t o = 0; o < O; ++o) {
-    ChunkedStats s;  // Note [INT8 training sums in chunks]
-    int64_t qsum = 0;
-    for (int64_t n = 0; n < g.n; ++n)
-      for (int64_t p = 0; p < P; ++p) {
-        const int64_t m = n * P + p;
-        const float v = dy[(n * O + o) * P + p];
-        const int8_t q = quantize_one(v, inv, qmax, st.config().rounding, key, o * M + m, s.part);
-        s.next();
-        G[o * M + m] = q;
-        qsum += q;
-      }
-    per[o] = s.total();
-    gsum[o] = qsum;
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    thread_local RowBlock rb;
+    const int64_t o0 = blk * B, rows = std::min(B, O - o0);
+    rb.reset(rows, M);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t o = o0 + r;
+      float* row = rb.v.data() + r * M;
+      for (int64_t n = 0; n < g.n; ++n) std::copy_n(dy + (n * O + o) * P, P, row + n * P);
+      gsum[o] = quantize_run(kernel, row, M, inv, qmax, st.config().rounding, key, static_cast<uint64_t>(o * M),
+                             G + o * M, rb.qf.data() + r * M);
+      rb.add_row_items(r, M);
+    }
+    rb.stats(kernel, rows, M, per.data() + o0);
   }
   GradQuantStats total;
   for (const GradQuantStats& s : per) total.add(s);
@@ -460,22 +473,25 @@ GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int
 GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<float>& ws, float scale,
                            const Int8GradState& st, int8_t* Gx) {
   QAT_PROFILE("int8_train.quantize_gx");
-  const int64_t O = g.o, P = g.P();
+  const int64_t O = g.o, P = g.P(), L = P * O;  // image n's row: (p, o) in order
   const int qmax = grad_qmax(st.config().bits);
   const float inv = 1.f / scale;
   const uint64_t key = mix64(st.noise_key(1));
+  const GradStatsKernel kernel = best_grad_stats_kernel();
   std::vector<GradQuantStats> per(static_cast<size_t>(g.n));
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < g.n; ++n) {
-    ChunkedStats s;  // Note [INT8 training sums in chunks]
-    for (int64_t p = 0; p < P; ++p)
-      for (int64_t o = 0; o < O; ++o) {
-        const int64_t m = n * P + p;
-        const float v = dy[(n * O + o) * P + p] * ws[o];
-        Gx[m * O + o] = quantize_one(v, inv, qmax, st.config().rounding, key, m * O + o, s.part);
-        s.next();
-      }
-    per[n] = s.total();
+    thread_local RowBlock rb;
+    rb.reset(1, L);
+    float* row = rb.v.data();
+    for (int64_t o = 0; o < O; ++o) {
+      const float* src = dy + (n * O + o) * P;
+      for (int64_t p = 0; p < P; ++p) row[p * O + o] = src[p] * ws[o];
+    }
+    quantize_run(kernel, row, L, inv, qmax, st.config().rounding, key, static_cast<uint64_t>(n * L), Gx + n * L,
+                 rb.qf.data());
+    rb.add_row_items(0, L);
+    rb.stats(kernel, 1, L, per.data() + n);
   }
   GradQuantStats total;
   for (const GradQuantStats& s : per) total.add(s);

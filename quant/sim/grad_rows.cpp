@@ -1,0 +1,155 @@
+#include "quant/sim/grad_rows.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "quant/integer/simd.h"
+#include "quant/sim/int8_math.h"
+
+namespace qat::quant {
+
+namespace {
+
+// ---------------------------------------------------------------- scalar
+template <GradRounding R>
+int64_t quantize_run_scalar(const float* v, int64_t n, float inv, int qmax, uint64_t mixed_key, uint64_t index0,
+                            int8_t* q, float* qf) {
+  int64_t sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float u = R == GradRounding::stochastic ? sr_uniform_mixed(mixed_key, index0 + static_cast<uint64_t>(i)) : 0.f;
+    const int8_t k = quantize_grad_value(v[i], inv, qmax, R, u);
+    q[i] = k;
+    qf[i] = k;
+    sum += k;
+  }
+  return sum;
+}
+
+void chunk_stats_scalar(const float* v, const float* qf, const int64_t* start, const int64_t* len, int64_t items,
+                        GradQuantStats* out) {
+  for (int64_t i = 0; i < items; ++i) {
+    GradQuantStats s;
+    for (int64_t t = start[i]; t < start[i] + len[i]; ++t)
+      int8_math::add_grad_stats(&s.dot, &s.qq, &s.gg, v[t], static_cast<int8_t>(qf[t]));
+    out[i] = s;
+  }
+}
+
+// ---------------------------------------------------------------- AVX-512
+// The same operations as the scalar loops, lane by lane: the noise hash on
+// 64-bit lanes, floor(x + u) in double, nearbyint as vrndscaleps (default
+// rounding mode), NaN to 0, the clamp as max then min, so the same bits.
+#define QAT_GR_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+QAT_GR_AVX512 inline __m512i mix64_x8(__m512i z) {
+  z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), _mm512_set1_epi64(0xBF58476D1CE4E5B9ll));
+  z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), _mm512_set1_epi64(0x94D049BB133111EBll));
+  return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+}
+
+// sr_uniform_mixed(key, index) for eight consecutive indices from `index`.
+QAT_GR_AVX512 inline __m256 uniform_x8(__m512i key, uint64_t index) {
+  const __m512i idx = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(index + 1)),
+                                       _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+  const __m512i z = _mm512_add_epi64(key, _mm512_mullo_epi64(idx, _mm512_set1_epi64(0x9E3779B97F4A7C15ll)));
+  return _mm256_mul_ps(_mm512_cvtepi64_ps(_mm512_srli_epi64(mix64_x8(z), 40)), _mm256_set1_ps(0x1.0p-24f));
+}
+
+// floor(double(x) + double(u)) back in float, eight lanes.
+QAT_GR_AVX512 inline __m256 floor_sum_x8(__m256 x, __m256 u) {
+  const __m512d s = _mm512_add_pd(_mm512_cvtps_pd(x), _mm512_cvtps_pd(u));
+  return _mm512_cvtpd_ps(_mm512_roundscale_pd(s, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+}
+
+// Sixteen values (v already loaded, lanes `live`), element 0 drawing noise
+// index `index`: their integers.
+template <GradRounding R>
+QAT_GR_AVX512 inline __m512i quantize_x16(__m512 v, __m512 inv, __m512 hi, __m512i key, uint64_t index,
+                                          __mmask16 live) {
+  const __m512 x = _mm512_mul_ps(v, inv);
+  __m512 r;
+  if constexpr (R == GradRounding::stochastic) {
+    const __m256 lo8 = floor_sum_x8(_mm512_castps512_ps256(x), uniform_x8(key, index));
+    const __m256 hi8 =
+        floor_sum_x8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)), uniform_x8(key, index + 8));
+    r = _mm512_insertf32x8(_mm512_castps256_ps512(lo8), hi8, 1);
+  } else {
+    r = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  const __m512 kept = _mm512_maskz_mov_ps(live & _mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);  // NaN (and dead) -> 0
+  return _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(kept, _mm512_sub_ps(_mm512_setzero_ps(), hi)), hi));
+}
+
+template <GradRounding R>
+QAT_GR_AVX512 int64_t quantize_run_avx512(const float* v, int64_t n, float inv, int qmax, uint64_t mixed_key,
+                                          uint64_t index0, int8_t* q, float* qf) {
+  const __m512 vinv = _mm512_set1_ps(inv), hi = _mm512_set1_ps(static_cast<float>(qmax));
+  const __m512i key = _mm512_set1_epi64(static_cast<long long>(mixed_key));
+  __m512i sum = _mm512_setzero_si512();  // int64 lanes
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 live = n - i >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512i k = quantize_x16<R>(_mm512_maskz_loadu_ps(live, v + i), vinv, hi, key,
+                                      index0 + static_cast<uint64_t>(i), live);
+    _mm512_mask_cvtepi32_storeu_epi8(q + i, live, k);
+    _mm512_mask_storeu_ps(qf + i, live, _mm512_cvtepi32_ps(k));
+    sum = _mm512_add_epi64(sum, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(k)));
+    sum = _mm512_add_epi64(sum, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(k, 1)));
+  }
+  return _mm512_reduce_add_epi64(sum);
+}
+
+// Eight items on the lanes: step t adds each live item's element t (a gather
+// of eight values and eight integers), one fused multiply-add per sum.
+QAT_GR_AVX512 void chunk_stats_x8(const float* v, const float* qf, const int64_t* start, const int64_t* len,
+                                  int64_t items, GradQuantStats* out) {
+  const __mmask8 present = static_cast<__mmask8>((1u << items) - 1);
+  __m512i at = _mm512_maskz_loadu_epi64(present, start);
+  const __m512i ends = _mm512_add_epi64(at, _mm512_maskz_loadu_epi64(present, len));
+  int64_t longest = 0;
+  for (int64_t i = 0; i < items; ++i) longest = std::max(longest, len[i]);
+  __m512d dot = _mm512_setzero_pd(), qq = dot, gg = dot;
+  const __m512i one = _mm512_set1_epi64(1);
+  for (int64_t t = 0; t < longest; ++t) {
+    const __mmask8 live = _mm512_cmplt_epi64_mask(at, ends);
+    const __m512d x = _mm512_cvtps_pd(_mm512_mask_i64gather_ps(_mm256_setzero_ps(), live, at, v, 4));
+    const __m512d k = _mm512_cvtps_pd(_mm512_mask_i64gather_ps(_mm256_setzero_ps(), live, at, qf, 4));
+    dot = _mm512_mask3_fmadd_pd(x, k, dot, live);
+    qq = _mm512_mask3_fmadd_pd(k, k, qq, live);
+    gg = _mm512_mask3_fmadd_pd(x, x, gg, live);
+    at = _mm512_add_epi64(at, one);
+  }
+  alignas(64) double d[8], q2[8], g2[8];
+  _mm512_store_pd(d, dot);
+  _mm512_store_pd(q2, qq);
+  _mm512_store_pd(g2, gg);
+  for (int64_t i = 0; i < items; ++i) out[i] = {d[i], q2[i], g2[i]};
+}
+
+#undef QAT_GR_AVX512
+
+void check_kernel(GradStatsKernel kernel, const char* op) {
+  QAT_CHECK(grad_stats_kernel_runs_here(kernel), op, ": kernel ", enum_name(kernel), " does not run on this CPU");
+}
+
+}  // namespace
+
+int64_t quantize_run(GradStatsKernel kernel, const float* v, int64_t n, float inv, int qmax, GradRounding rounding,
+                     uint64_t mixed_key, uint64_t index0, int8_t* q, float* qf) {
+  check_kernel(kernel, "quantize_run");
+  using enum GradRounding;
+  if (kernel == GradStatsKernel::avx512)
+    return rounding == stochastic ? quantize_run_avx512<stochastic>(v, n, inv, qmax, mixed_key, index0, q, qf)
+                                  : quantize_run_avx512<nearest>(v, n, inv, qmax, mixed_key, index0, q, qf);
+  return rounding == stochastic ? quantize_run_scalar<stochastic>(v, n, inv, qmax, mixed_key, index0, q, qf)
+                                : quantize_run_scalar<nearest>(v, n, inv, qmax, mixed_key, index0, q, qf);
+}
+
+void chunk_stats(GradStatsKernel kernel, const float* v, const float* qf, const int64_t* start, const int64_t* len,
+                 int64_t items, GradQuantStats* out) {
+  check_kernel(kernel, "chunk_stats");
+  if (kernel == GradStatsKernel::scalar) return chunk_stats_scalar(v, qf, start, len, items, out);
+  for (int64_t i = 0; i < items; i += 8)
+    chunk_stats_x8(v, qf, start + i, len + i, std::min<int64_t>(8, items - i), out + i);
+}
+
+}  // namespace qat::quant
