@@ -98,25 +98,53 @@ QAT_GR_AVX512 int64_t quantize_run_avx512(const float* v, int64_t n, float inv, 
   return _mm512_reduce_add_epi64(sum);
 }
 
-// Eight items on the lanes: step t adds each live item's element t (a gather
-// of eight values and eight integers), one fused multiply-add per sum.
+// Rows r[0..8) of an 8 x 8 block to its columns, in place.
+QAT_GR_AVX512 inline void transpose8x8(__m256* r) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int h = 0; h < 2; ++h) {  // rows 0-3, then 4-7
+    __m256* a = t + 4 * h;
+    u[4 * h] = _mm256_shuffle_ps(a[0], a[2], 0x44);
+    u[4 * h + 1] = _mm256_shuffle_ps(a[0], a[2], 0xEE);
+    u[4 * h + 2] = _mm256_shuffle_ps(a[1], a[3], 0x44);
+    u[4 * h + 3] = _mm256_shuffle_ps(a[1], a[3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+    r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+  }
+}
+
+// Eight items on the lanes, eight steps at a time: each item's next eight
+// values (and integers) loaded as a row, the 8 x 8 block transposed, then
+// step s adds element t0 + s of every item, one fused multiply-add per sum.
+// Past an item's end the block holds zeros, whose terms leave a sum as it is
+// (x + 0 = x; a sum never is -0: it starts at +0 and round-to-nearest
+// gives +0 to every exact zero), so no lane needs a mask.
 QAT_GR_AVX512 void chunk_stats_x8(const float* v, const float* qf, const int64_t* start, const int64_t* len,
                                   int64_t items, GradQuantStats* out) {
-  const __mmask8 present = static_cast<__mmask8>((1u << items) - 1);
-  __m512i at = _mm512_maskz_loadu_epi64(present, start);
-  const __m512i ends = _mm512_add_epi64(at, _mm512_maskz_loadu_epi64(present, len));
   int64_t longest = 0;
   for (int64_t i = 0; i < items; ++i) longest = std::max(longest, len[i]);
   __m512d dot = _mm512_setzero_pd(), qq = dot, gg = dot;
-  const __m512i one = _mm512_set1_epi64(1);
-  for (int64_t t = 0; t < longest; ++t) {
-    const __mmask8 live = _mm512_cmplt_epi64_mask(at, ends);
-    const __m512d x = _mm512_cvtps_pd(_mm512_mask_i64gather_ps(_mm256_setzero_ps(), live, at, v, 4));
-    const __m512d k = _mm512_cvtps_pd(_mm512_mask_i64gather_ps(_mm256_setzero_ps(), live, at, qf, 4));
-    dot = _mm512_mask3_fmadd_pd(x, k, dot, live);
-    qq = _mm512_mask3_fmadd_pd(k, k, qq, live);
-    gg = _mm512_mask3_fmadd_pd(x, x, gg, live);
-    at = _mm512_add_epi64(at, one);
+  for (int64_t t0 = 0; t0 < longest; t0 += 8) {
+    __m256 x[8], k[8];
+    for (int64_t i = 0; i < 8; ++i) {
+      const int64_t left = i < items ? std::clamp<int64_t>(len[i] - t0, 0, 8) : 0;
+      const __mmask8 m = static_cast<__mmask8>((1u << left) - 1);
+      x[i] = left ? _mm256_maskz_loadu_ps(m, v + start[i] + t0) : _mm256_setzero_ps();
+      k[i] = left ? _mm256_maskz_loadu_ps(m, qf + start[i] + t0) : _mm256_setzero_ps();
+    }
+    transpose8x8(x);
+    transpose8x8(k);
+    for (int s = 0; s < 8; ++s) {
+      const __m512d xd = _mm512_cvtps_pd(x[s]), kd = _mm512_cvtps_pd(k[s]);
+      dot = _mm512_fmadd_pd(xd, kd, dot);
+      qq = _mm512_fmadd_pd(kd, kd, qq);
+      gg = _mm512_fmadd_pd(xd, xd, gg);
+    }
   }
   alignas(64) double d[8], q2[8], g2[8];
   _mm512_store_pd(d, dot);
