@@ -6,6 +6,8 @@
 #include "core/collective.h"
 #include "core/ops/common.h"
 #include "core/ops/math.h"
+#include "core/ops/scale_channels.h"
+#include "core/ops/scale_channels_math.h"
 #if QAT_WITH_CUDA
 #include "core/ops/cuda_twins.h"
 #endif
@@ -55,6 +57,26 @@ struct Layout {
   int64_t m() const { return n * hw; }
 };
 
+// What is normalised: x itself, or x * s[c] (batch_norm_scaled), made one
+// (n, c) plane at a time in the calling thread's buffer with scale_channels'
+// float product, then read by the same code as x would be: the same bits as
+// the two ops, without the scaled tensor in memory.
+struct Input {
+  const float* x;
+  const float* s;  // null: x as is
+  Layout L;
+  const float* raw(int64_t n, int64_t c) const { return x + (n * L.c + c) * L.hw; }
+  const float* plane(int64_t n, int64_t c) const {
+    const float* p = raw(n, c);
+    if (!s) return p;
+    thread_local std::vector<float> buf;
+    buf.resize(static_cast<size_t>(L.hw));
+    const float sc = s[c];
+    for (int64_t i = 0; i < L.hw; ++i) buf[i] = p[i] * sc;
+    return buf.data();
+  }
+};
+
 Layout check_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& rm, const Tensor& rv) {
   detail::check_f32_any_device(x, "batch_norm", "input");
   QAT_CHECK(x.dim() == 2 || x.dim() == 4, "batch_norm: expected input (N,C) or (N,C,H,W), got ", x.sizes());
@@ -76,25 +98,36 @@ Layout check_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                  const Tensor& running_var, bool training, float momentum, float eps) {
-  QAT_PROFILE("batch_norm.forward");
+namespace {
+
+// The checks and choices of every batch norm call, on any device.
+struct Setup {
+  Layout L;
+  bool use_batch_stats;
+  Collective* coll;  // sync: the statistics of the global batch of all processes (collective.h)
+};
+
+Setup setup(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+            const Tensor& running_var, bool training) {
   const Layout L = check_inputs(x, weight, bias, running_mean, running_var);
   const bool use_batch_stats = training || !running_mean.defined();
-  // sync: the statistics of the global batch of all processes (collective.h)
   Collective* coll = use_batch_stats && sync_batch_norm() ? collective() : nullptr;
   QAT_CHECK(!use_batch_stats || L.m() > 1 || coll, "batch_norm: training needs more than one value per channel, got "
             "input ", x.sizes());
-  if (x.device() == Device::cuda) {
-    QAT_CHECK(!coll, "batch_norm: the statistics of the global batch of all processes (synchronised batch norm) "
-              "are computed on the CPU only; input ", x.sizes(), " is on cuda");
-#if QAT_WITH_CUDA
-    return cuda_twin::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);  // batch_norm.cu
-#endif
-  }
-  Tensor xc = x.contiguous();
+  QAT_CHECK(x.device() != Device::cuda || !coll, "batch_norm: the statistics of the global batch of all processes "
+            "(synchronised batch norm) are computed on the CPU only; input ", x.sizes(), " is on cuda");
+  return {L, use_batch_stats, coll};
+}
+
+// batch_norm of x, or of x * s[c] where s is defined (CPU).
+Tensor batch_norm_cpu(const Setup& setup, const Tensor& x, const Tensor& s, const Tensor& weight, const Tensor& bias,
+                      const Tensor& running_mean, const Tensor& running_var, bool training, float momentum, float eps) {
+  const Layout L = setup.L;
+  const bool use_batch_stats = setup.use_batch_stats;
+  Collective* coll = setup.coll;
+  Tensor xc = x.contiguous(), sc = s.defined() ? s.contiguous() : Tensor();
   Tensor out = Tensor::empty(x.sizes());
-  const float* px = xc.data<float>();
+  const Input in{xc.data<float>(), sc.defined() ? sc.data<float>() : nullptr, L};
   float* po = out.data<float>();
   const float* pw = weight.defined() ? weight.data<float>() : nullptr;
   const float* pb = bias.defined() ? bias.data<float>() : nullptr;
@@ -112,7 +145,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
       for (int64_t c = 0; c < L.c; ++c) {
         DoubleLanes acc;
         for (int64_t n = 0; n < L.n; ++n) {
-          const float* p = px + (n * L.c + c) * L.hw;
+          const float* p = in.plane(n, c);
           if (!mu) acc.add(p, L.hw);
           else acc.add_squared_deviations(p, L.hw, (*mu)[c]);
         }
@@ -152,7 +185,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     const float scale = istd[c] * (pw ? pw[c] : 1.f);
     const float shift = (pb ? pb[c] : 0.f) - mu * scale;
     for (int64_t n = 0; n < L.n; ++n) {
-      const float* p = px + (n * L.c + c) * L.hw;
+      const float* p = in.plane(n, c);
       float* q = po + (n * L.c + c) * L.hw;
       for (int64_t i = 0; i < L.hw; ++i) q[i] = p[i] * scale + shift;
     }
@@ -162,63 +195,110 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     running_var.impl_ptr()->storage->version++;
   }
 
-  return record(out, "batch_norm", {&x, &weight, &bias},
-                [sx = Saved(xc), sw = Saved(weight), mean, istd, L, use_batch_stats, coll, count](const Tensor& g,
-                                                                                     const NeedGrad& need) {
-                  QAT_PROFILE("batch_norm.backward");
-                  const Tensor& xv = sx.get("batch_norm");
-                  const Tensor& wv = sw.get("batch_norm");
-                  Tensor gc = g.contiguous();
-                  const float* px = xv.data<float>();
-                  const float* pg = gc.data<float>();
-                  const float* pw = wv.defined() ? wv.data<float>() : nullptr;
-                  TensorList r(3);
-                  if (need[0]) r[0] = Tensor::empty(xv.sizes());
-                  if (need[1]) r[1] = Tensor::empty({L.c});
-                  if (need[2]) r[2] = Tensor::empty({L.c});
-                  float* pdx = need[0] ? r[0].data<float>() : nullptr;
-                  const float inv_m = 1.f / static_cast<float>(count);
-                  // per channel: sum of g, sum of g (x - mean); over all processes when synchronised
-                  std::vector<double> sums(2 * L.c);
+  // Gradient slots: x, [s,] weight, bias.
+  const bool scaled = in.s != nullptr;
+  auto backward = [sx = Saved(xc), ss = Saved(sc), sw = Saved(weight), mean, istd, L, use_batch_stats, coll, count,
+                   scaled](const Tensor& g, const NeedGrad& need) {
+    QAT_PROFILE("batch_norm.backward");
+    const Tensor& xv = sx.get("batch_norm");
+    const Tensor& wv = sw.get("batch_norm");
+    Tensor gc = g.contiguous();
+    const Input in{xv.data<float>(), scaled ? ss.get("batch_norm").data<float>() : nullptr, L};
+    const float* pg = gc.data<float>();
+    const float* pw = wv.defined() ? wv.data<float>() : nullptr;
+    const int ix = 0, is = scaled ? 1 : -1, iw = scaled ? 2 : 1, ib = iw + 1;
+    const bool need_s = scaled && need[is];
+    TensorList r(scaled ? 4 : 3);
+    if (need[ix]) r[ix] = Tensor::empty(xv.sizes());
+    if (need_s) r[is] = Tensor::empty({L.c});
+    if (need[iw]) r[iw] = Tensor::empty({L.c});
+    if (need[ib]) r[ib] = Tensor::empty({L.c});
+    float* pdx = need[ix] ? r[ix].data<float>() : nullptr;
+    const float inv_m = 1.f / static_cast<float>(count);
+    // per channel: sum of g, sum of g (x - mean); over all processes when synchronised
+    std::vector<double> sums(2 * L.c);
 #pragma omp parallel for schedule(static)
-                  for (int64_t c = 0; c < L.c; ++c) {
-                    DoubleLanes sg, sgx;
-                    for (int64_t n = 0; n < L.n; ++n) {
-                      const float* p = px + (n * L.c + c) * L.hw;
-                      const float* q = pg + (n * L.c + c) * L.hw;
-                      sg.add(q, L.hw);
-                      sgx.add_products_with_deviations(q, p, L.hw, mean[c]);
-                    }
-                    sums[2 * c] = sg.total(), sums[2 * c + 1] = sgx.total();
-                  }
-                  // weight and bias: this process's part (the training loop sums the
-                  // parameter gradients of all processes); dx: the global sums
-                  for (int64_t c = 0; c < L.c; ++c) {
-                    if (need[1]) r[1].data<float>()[c] = static_cast<float>(sums[2 * c + 1]) * istd[c];
-                    if (need[2]) r[2].data<float>()[c] = static_cast<float>(sums[2 * c]);
-                  }
-                  if (coll) coll->sum(sums.data(), 2 * L.c);
+    for (int64_t c = 0; c < L.c; ++c) {
+      DoubleLanes sg, sgx;
+      for (int64_t n = 0; n < L.n; ++n) {
+        const float* p = in.plane(n, c);
+        const float* q = pg + (n * L.c + c) * L.hw;
+        sg.add(q, L.hw);
+        sgx.add_products_with_deviations(q, p, L.hw, mean[c]);
+      }
+      sums[2 * c] = sg.total(), sums[2 * c + 1] = sgx.total();
+    }
+    // weight and bias: this process's part (the training loop sums the
+    // parameter gradients of all processes); dx: the global sums
+    for (int64_t c = 0; c < L.c; ++c) {
+      if (need[iw]) r[iw].data<float>()[c] = static_cast<float>(sums[2 * c + 1]) * istd[c];
+      if (need[ib]) r[ib].data<float>()[c] = static_cast<float>(sums[2 * c]);
+    }
+    if (coll) coll->sum(sums.data(), 2 * L.c);
 #pragma omp parallel for schedule(static)
-                  for (int64_t c = 0; c < L.c; ++c) {
-                    const double sg = sums[2 * c], sgx = sums[2 * c + 1];
-                    const float sum_g = static_cast<float>(sg);
-                    const float sum_gxhat = static_cast<float>(sgx) * istd[c];
-                    if (!pdx) continue;
-                    const float k = (pw ? pw[c] : 1.f) * istd[c];
-                    for (int64_t n = 0; n < L.n; ++n) {
-                      const float* p = px + (n * L.c + c) * L.hw;
-                      const float* q = pg + (n * L.c + c) * L.hw;
-                      float* d = pdx + (n * L.c + c) * L.hw;
-                      if (use_batch_stats) {
-                        const float a = sum_g * inv_m, b = sum_gxhat * inv_m * istd[c];
-                        for (int64_t i = 0; i < L.hw; ++i) d[i] = k * (q[i] - a - (p[i] - mean[c]) * b);
-                      } else {
-                        for (int64_t i = 0; i < L.hw; ++i) d[i] = k * q[i];
-                      }
-                    }
-                  }
-                  return r;
-                });
+    for (int64_t c = 0; c < L.c; ++c) {
+      const double sg = sums[2 * c], sgx = sums[2 * c + 1];
+      const float sum_g = static_cast<float>(sg);
+      const float sum_gxhat = static_cast<float>(sgx) * istd[c];
+      if (!pdx && !need_s) continue;
+      const float k = (pw ? pw[c] : 1.f) * istd[c];
+      // scaled: the gradient d of x * s, then scale_channels' backward
+      // from it (dx = d s; ds = its per-image dot products with x, in
+      // double in image order: op_math::scale_channel_grad).
+      thread_local std::vector<float> dbuf;
+      dbuf.resize(static_cast<size_t>(L.hw));
+      double ds = 0;
+      for (int64_t n = 0; n < L.n; ++n) {
+        const float* p = in.plane(n, c);
+        const float* q = pg + (n * L.c + c) * L.hw;
+        float* out_dx = pdx ? pdx + (n * L.c + c) * L.hw : nullptr;
+        float* d = scaled ? dbuf.data() : out_dx;
+        if (use_batch_stats) {
+          const float a = sum_g * inv_m, b = sum_gxhat * inv_m * istd[c];
+          for (int64_t i = 0; i < L.hw; ++i) d[i] = k * (q[i] - a - (p[i] - mean[c]) * b);
+        } else {
+          for (int64_t i = 0; i < L.hw; ++i) d[i] = k * q[i];
+        }
+        if (!scaled) continue;
+        const float sc = in.s[c];
+        if (out_dx)
+          for (int64_t i = 0; i < L.hw; ++i) out_dx[i] = d[i] * sc;
+        if (need_s) ds += op_math::dot_lanes(d, in.raw(n, c), L.hw);
+      }
+      if (need_s) r[is].data<float>()[c] = static_cast<float>(ds);
+    }
+    return r;
+  };
+  if (scaled) return record(out, "batch_norm_scaled", {&x, &s, &weight, &bias}, std::move(backward));
+  return record(out, "batch_norm", {&x, &weight, &bias}, std::move(backward));
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, float momentum, float eps) {
+  QAT_PROFILE("batch_norm.forward");
+  const Setup su = setup(x, weight, bias, running_mean, running_var, training);
+#if QAT_WITH_CUDA
+  if (x.device() == Device::cuda)
+    return cuda_twin::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);  // batch_norm.cu
+#endif
+  return batch_norm_cpu(su, x, Tensor(), weight, bias, running_mean, running_var, training, momentum, eps);
+}
+
+Tensor batch_norm_scaled(const Tensor& x, const Tensor& s, const Tensor& weight, const Tensor& bias,
+                         const Tensor& running_mean, const Tensor& running_var, bool training, float momentum,
+                         float eps) {
+  detail::check_f32_any_device(s, "batch_norm_scaled", "scale");
+  detail::check_f32_any_device(x, "batch_norm_scaled", "input");
+  QAT_CHECK(x.dim() >= 2 && s.dim() == 1 && s.size(0) == x.size(1), "batch_norm_scaled: expected scale (",
+            x.size(1), ") for input ", x.sizes(), ", got ", s.sizes());
+  detail::check_same_device("batch_norm_scaled", {{"input", &x}, {"scale", &s}});
+  if (x.device() == Device::cuda)  // the two ops: the same result by definition
+    return batch_norm(scale_channels(x, s, 1), weight, bias, running_mean, running_var, training, momentum, eps);
+  QAT_PROFILE("batch_norm.forward");
+  const Setup su = setup(x, weight, bias, running_mean, running_var, training);
+  return batch_norm_cpu(su, x, s, weight, bias, running_mean, running_var, training, momentum, eps);
 }
 
 }  // namespace qat

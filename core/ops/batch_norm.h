@@ -18,4 +18,14 @@ namespace qat {
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, bool training, float momentum = 0.1f, float eps = 1e-5f);
 
+// batch_norm(scale_channels(x, s, 1), ...) as one op, s (C) per channel: the
+// same bits (x * s made a plane at a time, in float, as scale_channels
+// does; its gradients as scale_channels' backward computes them from batch
+// norm's), without the scaled tensor in memory, forward or backward. The
+// QAT Conv+BN fold's unscaling of the convolution (quant/sim/qat_modules.cpp).
+// On cuda: the two ops.
+Tensor batch_norm_scaled(const Tensor& x, const Tensor& s, const Tensor& weight, const Tensor& bias,
+                         const Tensor& running_mean, const Tensor& running_var, bool training, float momentum = 0.1f,
+                         float eps = 1e-5f);
+
 }  // namespace qat

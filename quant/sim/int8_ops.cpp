@@ -825,10 +825,12 @@ Geom linear_geom(const Tensor& x, const Tensor& w, const std::string& layer) {
   return g;
 }
 
+#if QAT_WITH_CUDA
 int8_math::Geometry device_geometry(const Geom& g) {
   return {g.n,          g.c,          g.h,        g.w,        g.o,        g.kh,       g.kw,      g.oh,
           g.ow,         g.p.stride_h, g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dil_h, g.p.dil_w};
 }
+#endif
 
 // The layer on the device (x on cuda): the CUDA twin (int8_device.h), after
 // the CPU op's checks.

@@ -109,6 +109,23 @@ TEST_CASE("gradcheck: batch_norm", "[gradcheck]") {
   }
 }
 
+TEST_CASE("gradcheck: batch_norm_scaled (batch norm of x times a per-channel scale)", "[gradcheck]") {
+  SECTION("training, 4-D, affine") {
+    gradcheck(
+        [](const V& v) {
+          Tensor rm = Tensor::zeros({3}), rv = Tensor::ones({3});
+          return batch_norm_scaled(v[0], v[1], v[2], v[3], rm, rv, true);
+        },
+        {rand_tensor({3, 3, 2, 3}, 11), add(rand_tensor({3}, 12).detach(), 1.5f).set_requires_grad(true),
+         rand_tensor({3}, 13), rand_tensor({3}, 14)});
+  }
+  SECTION("eval with running statistics") {
+    Tensor rm = Tensor::from_vector({0.1f, -0.2f}, {2}), rv = Tensor::from_vector({0.5f, 2.f}, {2});
+    gradcheck([rm, rv](const V& v) { return batch_norm_scaled(v[0], v[1], v[2], v[3], rm, rv, false); },
+              {rand_tensor({2, 2, 3, 3}, 15), rand_tensor({2}, 16), rand_tensor({2}, 17), rand_tensor({2}, 18)});
+  }
+}
+
 TEST_CASE("gradcheck: dropout with a fixed mask", "[gradcheck]") {
   // Same seed every call, so every evaluation draws the same mask.
   gradcheck(

@@ -1,0 +1,68 @@
+// batch_norm_scaled (core/ops/batch_norm.h) against the two ops it fuses,
+// scale_channels then batch_norm: the output, the running statistics and
+// every gradient bit for bit, training and eval, with and without affine
+// parameters, on one and two threads.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "core/ops.h"
+#include "tests/test_util.h"
+
+using namespace qat;
+using qat::testing::rand_tensor;
+
+namespace {
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
+  const std::vector<float> x = a.to_vector(), y = b.to_vector();
+  return a.sizes() == b.sizes() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+struct Run {
+  Tensor y, rm, rv, gx, gs, gw, gb;
+};
+
+Run run(bool fused, const Shape& shape, bool training, bool affine, uint64_t seed) {
+  Tensor x = rand_tensor(shape, seed), g = rand_tensor(shape, seed + 1).detach();
+  Tensor s = add(mul(rand_tensor({shape[1]}, seed + 2).detach(), 0.7f), 1.1f).set_requires_grad(true);
+  Tensor w = affine ? rand_tensor({shape[1]}, seed + 3) : Tensor();
+  Tensor b = affine ? rand_tensor({shape[1]}, seed + 4) : Tensor();
+  Run r;
+  r.rm = mul(rand_tensor({shape[1]}, seed + 5).detach(), 0.1f);
+  r.rv = add(mul(rand_tensor({shape[1]}, seed + 6).detach(), 0.1f), 1.f);
+  r.y = fused ? batch_norm_scaled(x, s, w, b, r.rm, r.rv, training, 0.1f, 1e-5f)
+              : batch_norm(scale_channels(x, s, 1), w, b, r.rm, r.rv, training, 0.1f, 1e-5f);
+  r.y.backward(g);
+  r.gx = x.grad(), r.gs = s.grad();
+  if (affine) r.gw = w.grad(), r.gb = b.grad();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("batch_norm_scaled equals scale_channels then batch_norm bit for bit", "[ops][batchnorm]") {
+  for (const Shape& shape : {Shape{4, 3, 5, 7}, Shape{2, 16, 31, 31}, Shape{6, 5}}) {
+    for (const bool training : {true, false}) {
+      for (const bool affine : {true, false}) {
+        for (const int threads : {1, 2}) {
+          INFO(shape_str(shape) << (training ? " training" : " eval") << (affine ? " affine" : "") << ", "
+                                << threads << " threads");
+          qat::testing::ThreadsGuard guard(threads);
+          const Run a = run(true, shape, training, affine, 40), b = run(false, shape, training, affine, 40);
+          CHECK(same_bits(a.y, b.y));
+          CHECK(same_bits(a.rm, b.rm));
+          CHECK(same_bits(a.rv, b.rv));
+          CHECK(same_bits(a.gx, b.gx));
+          CHECK(same_bits(a.gs, b.gs));
+          CHECK(same_bits(a.gw, b.gw));
+          CHECK(same_bits(a.gb, b.gb));
+        }
+      }
+    }
+  }
+  CHECK_THROWS_WITH(batch_norm_scaled(Tensor::ones({2, 3, 2, 2}), Tensor::ones({4}), Tensor(), Tensor(), Tensor(),
+                                      Tensor(), true),
+                    Catch::Contains("batch_norm_scaled: expected scale (3) for input [2, 3, 2, 2], got [4]"));
+}
