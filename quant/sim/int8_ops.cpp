@@ -362,6 +362,14 @@ uint8_t pad_integer(const ActGrid& grid, const Geom& g, const std::string& layer
 }
 
 // ---------------------------------------------------------------- forward
+// Whether the forward GEMM runs on the packed kernel: the packing copies the
+// weight once a step, paid back where many rows share it (a convolution's
+// output positions; not a linear layer's batch rows, which stream the weight
+// once anyway), and the kernel needs O a multiple of its column block.
+bool packed_forward(GemmKernel kernel, const Geom& g) {
+  return (kernel == GemmKernel::avx512_vnni || is_amx(kernel)) && g.P() > 1 && can_use_packed(kernel, g.o);
+}
+
 // rows: the im2row rows (M x K) of the input.
 Tensor forward_int(const uint8_t* rows, const ActGrid& grid, const QuantCodes& wi, const Tensor& bias, const Geom& g) {
   QAT_PROFILE("int8_train.forward_gemm");
@@ -369,7 +377,16 @@ Tensor forward_int(const uint8_t* rows, const ActGrid& grid, const QuantCodes& w
   int32_t* acc = scratch<int32_t>(kAcc, M * O);
   {
     QAT_PROFILE("int8_train.gemm_fwd");
-    gemm_u8s8s32(int8_gemm_kernel(), M, O, K, rows, K, wi.q.get(), K, acc, O);
+    const GemmKernel kernel = int8_gemm_kernel();
+    if (packed_forward(kernel, g)) {
+      // The weight packed for the broadcast kernel (its quads of k copied):
+      // a convolution's few weights against its many patch rows.
+      thread_local PackedB packed;
+      packed = pack_b_vnni(wi.q.get(), O, K, K);
+      gemm_u8s8s32_packed(kernel, M, rows, K, packed, acc, O);
+    } else {
+      gemm_u8s8s32(kernel, M, O, K, rows, K, wi.q.get(), K, acc, O);
+    }
   }
   Tensor y = Tensor::empty({g.n, O, g.oh, g.ow});
   float* py = y.data<float>();

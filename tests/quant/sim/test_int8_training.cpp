@@ -88,6 +88,31 @@ TEST_CASE("INT8 conv forward equals the float conv of the fake-quantized values"
   }
 }
 
+// Output channels a multiple of the packed kernels' column blocks (16 for
+// AMX, 64 for VNNI): the forward runs on the packed weight there, and must
+// give the reference kernel's output bit for bit (the same integer sums).
+TEST_CASE("INT8 conv forward on the packed weight equals the reference kernel bit for bit", "[quant][int8train]") {
+  Generator g(15);
+  const ActGrid grid{0.05f, 3.0, 256};
+  const OnGrid in = on_grid({2, 5, 9, 8}, grid, g);
+  for (const int64_t O : {16, 64, 128}) {
+    const Weights w = int8_weights({O, 5, 3, 3}, g);
+    Tensor bias = Tensor::randn({O}, g);
+    const Conv2dParams p{1, 2, 1, 0, 1, 1, 1};
+    Tensor want;
+    {
+      KernelGuard kg(GemmKernel::reference);
+      want = int8_conv2d(in.x, grid, w.wq, w.scale, bias, p, state_keeping_integers());
+    }
+    for (const GemmKernel kernel : testing::gemm_kernels_here()) {
+      INFO("O " << O << " " << enum_name(kernel));
+      KernelGuard kg(kernel);
+      testing::require_close(int8_conv2d(in.x, grid, w.wq, w.scale, bias, p, state_keeping_integers()), want, 0.0,
+                             0.0, "packed int8 conv forward");
+    }
+  }
+}
+
 // A 1x1 input whose only tap of a padded 1x1 kernel is the padding: the op
 // must not read the input as its im2row rows (a linear layer's shortcut).
 TEST_CASE("INT8 conv of a padded 1x1 input sees only the padding on every kernel", "[quant][int8train]") {
