@@ -28,6 +28,7 @@
 #include "quant/convert/freeze.h"
 #include "core/cpu_features.h"
 #include "quant/integer/int8_gemm.h"
+#include "quant/sim/grad_quant.h"
 #include "quant/integer/integer_model_cuda.h"
 
 namespace qat::apps {
@@ -263,10 +264,10 @@ void print_machine() {
               cpu_has_avx512bw() ? "yes" : "no", cpu_has_avx512_vnni() ? "yes" : "no",
               cpu_has_amx_int8() ? "yes" : "no");
   const char* forced = std::getenv("OPENBLAS_CORETYPE");
-  std::printf("kernels: OpenBLAS %s%s%s; int8 GEMM %s; fake-quant rows %s\n", blas_core_name(),
-              forced ? " (OPENBLAS_CORETYPE=" : "", forced ? (std::string(forced) + ")").c_str() : "",
-              quant::gemm_kernel_name(quant::best_gemm_kernel()),
-              cpu_has_avx512_rows() ? "avx512" : "generic");
+  std::printf("kernels: OpenBLAS %s%s%s; int8 GEMM %s; fake-quant rows %s; gradient quantization %s\n",
+              blas_core_name(), forced ? " (OPENBLAS_CORETYPE=" : "",
+              forced ? (std::string(forced) + ")").c_str() : "", quant::gemm_kernel_name(quant::best_gemm_kernel()),
+              cpu_has_avx512_rows() ? "avx512" : "generic", enum_name(quant::best_grad_stats_kernel()));
 }
 
 }  // namespace
