@@ -97,6 +97,17 @@ void check_qparams(const Tensor& x, const Tensor& scale, const Tensor& zero_poin
 
 // Attaches the STE backward to a fake-quantized output: identity (plain) or
 // the saved in-range mask (clipped).
+// Whether 64 mask bytes are all 1 (every gradient passes).
+inline bool all_pass(const uint8_t* m) {
+  uint64_t all = ~uint64_t{0};
+  for (int w = 0; w < 8; ++w) {
+    uint64_t v;
+    std::memcpy(&v, m + 8 * w, sizeof v);
+    all &= v;
+  }
+  return all == 0x0101010101010101ull;
+}
+
 Tensor with_ste_backward(Tensor out, const Tensor& x, Tensor mask, SteKind ste) {
   if (ste == SteKind::plain)
     return record(out, "fake_quantize", {&x}, [](const Tensor& g, const NeedGrad&) { return TensorList{g}; });
@@ -108,11 +119,17 @@ Tensor with_ste_backward(Tensor out, const Tensor& x, Tensor mask, SteKind ste) 
       // Clipping is rare: touch only the clipped elements of the gradient
       // (reads 1 byte per element instead of writing a new tensor). The
       // product keeps PyTorch's semantics (NaN or inf times 0 is NaN).
+      // The mask is read 64 bytes at a time; only a block holding a 0 is
+      // walked byte by byte (a byte loop with a branch does not vectorise).
       float* __restrict pg = g.data<float>();
-      const int64_t n = g.numel();
+      const int64_t n = g.numel(), blocks = (n + 63) / 64;
 #pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
-      for (int64_t i = 0; i < n; ++i)
-        if (pm_in[i] == 0) pg[i] *= 0.f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t i0 = 64 * b, i1 = std::min(n, i0 + 64);
+        if (i1 - i0 == 64 && all_pass(pm_in + i0)) continue;
+        for (int64_t i = i0; i < i1; ++i)
+          if (pm_in[i] == 0) pg[i] *= 0.f;
+      }
       return TensorList{g};
     }
     const Tensor gc = g.contiguous();
@@ -199,6 +216,11 @@ struct RowBits {
   RowBits(int64_t r, int64_t l) : rows(r), len(l), words((l + 15) / 16), bits(static_cast<size_t>(r * words)) {}
 };
 
+// The bits of word k of a row that lie inside the row.
+inline unsigned word_tail(const RowBits& m, int64_t k) {
+  return m.len - 16 * k >= 16 ? 0xFFFFu : (1u << (m.len - 16 * k)) - 1;
+}
+
 // One row fake-quantized as fq_span, its mask into `bits` (words of 16).
 // AVX-512: the same float operations (vrndscaleps = nearbyint; max(lo, t)
 // then min(hi, .) return t when it is NaN, as clamp_grid does), so the same
@@ -265,9 +287,9 @@ void fq_row_bits_generic(const float* x, float* y, int64_t n, float s, float inv
   }
 }
 
-// The stopped elements of rows [r0, r1): their flat indices appended to
-// `out`. Words of a row's tail: the bits past the row are ignored.
-void stopped_elements(const RowBits& m, int64_t r0, int64_t r1, std::vector<int64_t>& out) {
+// The words of rows [r0, r1) with a stopped element (a bit 0 within the
+// row): their indices r * words + k appended to `out`.
+void stopped_words(const RowBits& m, int64_t r0, int64_t r1, std::vector<int64_t>& out) {
   for (int64_t r = r0; r < r1; ++r) {
     const uint16_t* w = m.bits.data() + r * m.words;
     for (int64_t k = 0; k < m.words; ++k) {
@@ -279,18 +301,17 @@ void stopped_elements(const RowBits& m, int64_t r0, int64_t r1, std::vector<int6
           continue;
         }
       }
-      const unsigned tail = m.len - 16 * k >= 16 ? 0xFFFFu : (1u << (m.len - 16 * k)) - 1;
-      for (unsigned stop = ~unsigned{w[k]} & tail; stop != 0; stop &= stop - 1)
-        out.push_back(r * m.len + 16 * k + std::countr_zero(stop));
+      if ((~unsigned{w[k]} & word_tail(m, k)) != 0) out.push_back(r * m.words + k);
     }
   }
 }
 
 // The clipped STE on a bit mask: dx = dy with the stopped elements times 0
-// (NaN or inf times 0 is NaN, as dy * mask). A weight has about one stopped
-// element a row (its extreme), each a cache miss in a gradient far larger
-// than the caches: they are gathered a block of rows at a time and fetched
-// together before they are written, not one miss after another.
+// (NaN or inf times 0 is NaN, as dy * mask). A weight row has few stopped
+// elements (its extremes, more while an averaging observer lags the
+// weights), each a cache miss in a gradient far larger than the caches: the
+// words holding them are gathered a block of rows at a time and their lines
+// fetched together before they are written, not one miss after another.
 Tensor with_ste_bits(Tensor out, const Tensor& x, std::shared_ptr<const RowBits> m) {
   return record(out, "fake_quantize", {&x}, [m](const Tensor& g, const NeedGrad&) {
     QAT_PROFILE("fake_quantize.backward");
@@ -304,9 +325,14 @@ Tensor with_ste_bits(Tensor out, const Tensor& x, std::shared_ptr<const RowBits>
 #pragma omp for schedule(static)
       for (int64_t b = 0; b < blocks; ++b) {
         at.clear();
-        stopped_elements(*m, b * kBlock, std::min(m->rows, (b + 1) * kBlock), at);
-        for (const int64_t i : at) __builtin_prefetch(pd + i, 1);
-        for (const int64_t i : at) pd[i] *= 0.f;
+        stopped_words(*m, b * kBlock, std::min(m->rows, (b + 1) * kBlock), at);
+        for (const int64_t wi : at) __builtin_prefetch(pd + (wi / m->words) * m->len + 16 * (wi % m->words), 1);
+        for (const int64_t wi : at) {
+          const int64_t r = wi / m->words, k = wi % m->words;
+          float* base = pd + r * m->len + 16 * k;
+          for (unsigned stop = ~unsigned{m->bits[wi]} & word_tail(*m, k); stop != 0; stop &= stop - 1)
+            base[std::countr_zero(stop)] *= 0.f;
+        }
       }
     }
     return TensorList{dx};
