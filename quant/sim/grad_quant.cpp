@@ -72,8 +72,9 @@ GradQuantStats quantize_chunk(const float* __restrict g, int64_t b, int64_t e, f
 #if defined(__x86_64__)
 // quantize_chunk<nearest, false> on AVX-512: lane j of each vector is lane j
 // of the scalar loop, every operation the scalar one (nearbyint as
-// vrndscaleps under the default rounding mode, the clamp as max then min,
-// q to double through int32), so the same bits. Sixteen elements a turn:
+// vrndscaleps rounding to nearest even: nearbyint's rounding in the
+// default mode, which qat never changes; the clamp as max then min; q to
+// double through int32), so the same bits. Sixteen elements a turn:
 // the first eight, then the next eight, as the scalar loop meets them.
 #define QAT_GQ_AVX512 __attribute__((target("avx512f,avx512vl")))
 struct LaneSums512 {

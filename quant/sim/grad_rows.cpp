@@ -37,8 +37,9 @@ void chunk_stats_scalar(const float* v, const float* qf, const int64_t* start, c
 
 // ---------------------------------------------------------------- AVX-512
 // The same operations as the scalar loops, lane by lane: the noise hash on
-// 64-bit lanes, floor(x + u) in double, nearbyint as vrndscaleps (default
-// rounding mode), NaN to 0, the clamp as max then min, so the same bits.
+// 64-bit lanes, floor(x + u) in double, nearbyint as vrndscaleps rounding to
+// nearest even (nearbyint's rounding in the default mode, which qat never
+// changes), NaN to 0, the clamp as max then min, so the same bits.
 #define QAT_GR_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 QAT_GR_AVX512 inline __m512i mix64_x8(__m512i z) {

@@ -381,9 +381,7 @@ Tensor forward_int(const uint8_t* rows, const ActGrid& grid, const QuantCodes& w
     if (packed_forward(kernel, g)) {
       // The weight packed for the broadcast kernel (its quads of k copied):
       // a convolution's few weights against its many patch rows.
-      thread_local PackedB packed;
-      packed = pack_b_vnni(wi.q.get(), O, K, K);
-      gemm_u8s8s32_packed(kernel, M, rows, K, packed, acc, O);
+      gemm_u8s8s32_packed(kernel, M, rows, K, pack_b_vnni(wi.q.get(), O, K, K), acc, O);
     } else {
       gemm_u8s8s32(kernel, M, O, K, rows, K, wi.q.get(), K, acc, O);
     }
@@ -451,7 +449,7 @@ struct RowBlock {
 
 // Rows per block: enough chunks to fill the eight lanes of chunk_stats.
 int64_t rows_per_block(int64_t row_len, int64_t rows) {
-  return std::clamp<int64_t>(8 / int8_math::sum_chunks(row_len), 1, std::max<int64_t>(rows, 1));
+  return std::clamp<int64_t>(8 / std::max<int64_t>(int8_math::sum_chunks(row_len), 1), 1, std::max<int64_t>(rows, 1));
 }
 
 // Quantizes dY (N, O, P) into G (O, M), row o holding the gradients of output

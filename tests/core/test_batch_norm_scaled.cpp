@@ -4,6 +4,7 @@
 // parameters, on one and two threads.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cstring>
 
 #include "core/ops.h"
@@ -24,19 +25,22 @@ struct Run {
   Tensor y, rm, rv, gx, gs, gw, gb;
 };
 
-Run run(bool fused, const Shape& shape, bool training, bool affine, uint64_t seed) {
-  Tensor x = rand_tensor(shape, seed), g = rand_tensor(shape, seed + 1).detach();
-  Tensor s = add(mul(rand_tensor({shape[1]}, seed + 2).detach(), 0.7f), 1.1f).set_requires_grad(true);
-  Tensor w = affine ? rand_tensor({shape[1]}, seed + 3) : Tensor();
-  Tensor b = affine ? rand_tensor({shape[1]}, seed + 4) : Tensor();
+// need: which of x, s, weight, bias require gradients.
+Run run(bool fused, const Shape& shape, bool training, bool affine, uint64_t seed,
+        std::array<bool, 4> need = {true, true, true, true}) {
+  Tensor x = rand_tensor(shape, seed).detach().set_requires_grad(need[0]);
+  Tensor g = rand_tensor(shape, seed + 1).detach();
+  Tensor s = add(mul(rand_tensor({shape[1]}, seed + 2).detach(), 0.7f), 1.1f).set_requires_grad(need[1]);
+  Tensor w = affine ? rand_tensor({shape[1]}, seed + 3).detach().set_requires_grad(need[2]) : Tensor();
+  Tensor b = affine ? rand_tensor({shape[1]}, seed + 4).detach().set_requires_grad(need[3]) : Tensor();
   Run r;
   r.rm = mul(rand_tensor({shape[1]}, seed + 5).detach(), 0.1f);
   r.rv = add(mul(rand_tensor({shape[1]}, seed + 6).detach(), 0.1f), 1.f);
   r.y = fused ? batch_norm_scaled(x, s, w, b, r.rm, r.rv, training, 0.1f, 1e-5f)
               : batch_norm(scale_channels(x, s, 1), w, b, r.rm, r.rv, training, 0.1f, 1e-5f);
   r.y.backward(g);
-  r.gx = x.grad(), r.gs = s.grad();
-  if (affine) r.gw = w.grad(), r.gb = b.grad();
+  r.gx = need[0] ? x.grad() : Tensor(), r.gs = need[1] ? s.grad() : Tensor();
+  if (affine) r.gw = need[2] ? w.grad() : Tensor(), r.gb = need[3] ? b.grad() : Tensor();
   return r;
 }
 
@@ -65,4 +69,17 @@ TEST_CASE("batch_norm_scaled equals scale_channels then batch_norm bit for bit",
   CHECK_THROWS_WITH(batch_norm_scaled(Tensor::ones({2, 3, 2, 2}), Tensor::ones({4}), Tensor(), Tensor(), Tensor(),
                                       Tensor(), true),
                     Catch::Contains("batch_norm_scaled: expected scale (3) for input [2, 3, 2, 2], got [4]"));
+}
+
+TEST_CASE("batch_norm_scaled equals the two ops when only some inputs need gradients", "[ops][batchnorm]") {
+  for (const std::array<bool, 4> need : {std::array<bool, 4>{true, false, false, false}, {false, true, false, false},
+                                         {false, false, true, true}, {true, false, true, false}}) {
+    INFO("x " << need[0] << " s " << need[1] << " weight " << need[2] << " bias " << need[3]);
+    const Run a = run(true, {3, 4, 5, 6}, true, true, 70, need), b = run(false, {3, 4, 5, 6}, true, true, 70, need);
+    CHECK(same_bits(a.y, b.y));
+    CHECK(same_bits(a.gx, b.gx));
+    CHECK(same_bits(a.gs, b.gs));
+    CHECK(same_bits(a.gw, b.gw));
+    CHECK(same_bits(a.gb, b.gb));
+  }
 }

@@ -151,6 +151,35 @@ TEST_CASE("fake_quantize rounds exact ties to even and clips to [qmin, qmax]", "
   for (size_t i = 0; i < gwant.size(); ++i) CHECK(g[i] == gwant[i]);
 }
 
+// The clipped STE in place (a gradient the graph owns alone): one clipped
+// element at a time at the edges of the 64-element blocks the mask is read
+// in, and in a ragged last block; every other gradient passes unchanged.
+TEST_CASE("fake_quantize's in-place STE stops exactly the clipped elements, wherever they sit", "[quant]") {
+  QuantSpec spec;  // int8 symmetric, [-128, 127]
+  const Tensor s = Tensor::from_vector({0.25f}, {1});
+  const Tensor z = Tensor::from_vector_i32({0}, {1});
+  const int64_t n = 200;  // three full blocks and a tail of 8
+  qat::Generator gen(5);
+  std::vector<float> w(n);
+  for (float& v : w) v = gen.normal();
+  const Tensor weights = Tensor::from_vector(w, {n});
+  for (const int64_t at : {int64_t{0}, int64_t{63}, int64_t{64}, int64_t{127}, int64_t{191}, int64_t{192},
+                           int64_t{199}}) {
+    INFO("clipped element " << at);
+    std::vector<float> xv(n);
+    for (int64_t i = 0; i < n; ++i) xv[i] = 0.01f * static_cast<float>(i % 50) - 0.2f;  // inside
+    xv[at] = 40.f;                                                                          // 160: outside
+    Tensor x = Tensor::from_vector(xv, {n}).set_requires_grad(true);
+    // d/dy of sum(y * w) is a fresh tensor, so the STE works on it in place.
+    qat::sum(qat::mul(fake_quantize(x, s, z, spec), weights)).backward();
+    const std::vector<float> g = x.grad().to_vector();
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = i == at ? w[i] * 0.f : w[i];
+      REQUIRE(std::memcmp(&g[i], &want, sizeof want) == 0);
+    }
+  }
+}
+
 TEST_CASE("fake_quantize: NaN stays NaN, infinities clip to the ends (documented deviation)", "[quant]") {
   QuantSpec spec;
   spec.bits = 4;
