@@ -96,10 +96,6 @@ Layout check_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   return {x.size(0), c, hw};
 }
 
-}  // namespace
-
-namespace {
-
 // The checks and choices of every batch norm call, on any device.
 struct Setup {
   Layout L;
@@ -249,11 +245,11 @@ Tensor batch_norm_cpu(const Setup& setup, const Tensor& x, const Tensor& s, cons
       dbuf.resize(static_cast<size_t>(L.hw));
       double ds = 0;
       for (int64_t n = 0; n < L.n; ++n) {
-        const float* p = in.plane(n, c);
         const float* q = pg + (n * L.c + c) * L.hw;
         float* out_dx = pdx ? pdx + (n * L.c + c) * L.hw : nullptr;
         float* d = scaled ? dbuf.data() : out_dx;
-        if (use_batch_stats) {
+        if (use_batch_stats) {  // (the running statistics' gradient needs no input plane)
+          const float* p = in.plane(n, c);
           const float a = sum_g * inv_m, b = sum_gxhat * inv_m * istd[c];
           for (int64_t i = 0; i < L.hw; ++i) d[i] = k * (q[i] - a - (p[i] - mean[c]) * b);
         } else {

@@ -95,8 +95,6 @@ void check_qparams(const Tensor& x, const Tensor& scale, const Tensor& zero_poin
   }
 }
 
-// Attaches the STE backward to a fake-quantized output: identity (plain) or
-// the saved in-range mask (clipped).
 // Whether 64 mask bytes are all 1 (every gradient passes).
 inline bool all_pass(const uint8_t* m) {
   uint64_t all = ~uint64_t{0};
@@ -108,6 +106,8 @@ inline bool all_pass(const uint8_t* m) {
   return all == 0x0101010101010101ull;
 }
 
+// Attaches the STE backward to a fake-quantized output: identity (plain) or
+// the saved in-range mask (clipped).
 Tensor with_ste_backward(Tensor out, const Tensor& x, Tensor mask, SteKind ste) {
   if (ste == SteKind::plain)
     return record(out, "fake_quantize", {&x}, [](const Tensor& g, const NeedGrad&) { return TensorList{g}; });
@@ -326,11 +326,12 @@ Tensor with_ste_bits(Tensor out, const Tensor& x, std::shared_ptr<const RowBits>
       for (int64_t b = 0; b < blocks; ++b) {
         at.clear();
         stopped_words(*m, b * kBlock, std::min(m->rows, (b + 1) * kBlock), at);
-        for (const int64_t wi : at) __builtin_prefetch(pd + (wi / m->words) * m->len + 16 * (wi % m->words), 1);
+        // Word wi = r * words + k covers elements r * len + 16 k onwards.
+        auto first = [&](int64_t wi) { return pd + (wi / m->words) * m->len + 16 * (wi % m->words); };
+        for (const int64_t wi : at) __builtin_prefetch(first(wi), 1);
         for (const int64_t wi : at) {
-          const int64_t r = wi / m->words, k = wi % m->words;
-          float* base = pd + r * m->len + 16 * k;
-          for (unsigned stop = ~unsigned{m->bits[wi]} & word_tail(*m, k); stop != 0; stop &= stop - 1)
+          float* base = first(wi);
+          for (unsigned stop = ~unsigned{m->bits[wi]} & word_tail(*m, wi % m->words); stop != 0; stop &= stop - 1)
             base[std::countr_zero(stop)] *= 0.f;
         }
       }

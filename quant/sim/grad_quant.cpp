@@ -6,7 +6,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
-#include "quant/integer/simd.h"
+#include "quant/sim/grad_simd.h"
 
 namespace qat::quant {
 
@@ -71,10 +71,9 @@ GradQuantStats quantize_chunk(const float* __restrict g, int64_t b, int64_t e, f
 
 #if defined(__x86_64__)
 // quantize_chunk<nearest, false> on AVX-512: lane j of each vector is lane j
-// of the scalar loop, every operation the scalar one (nearbyint as
-// vrndscaleps rounding to nearest even: nearbyint's rounding in the
-// default mode, which qat never changes; the clamp as max then min; q to
-// double through int32), so the same bits. Sixteen elements a turn:
+// of the scalar loop, every operation the scalar one (grad_simd.h's
+// rounding and clamp; q to double through int32), so the same bits.
+// Sixteen elements a turn:
 // the first eight, then the next eight, as the scalar loop meets them.
 #define QAT_GQ_AVX512 __attribute__((target("avx512f,avx512vl")))
 struct LaneSums512 {
@@ -92,9 +91,7 @@ QAT_GQ_AVX512 inline void add8(LaneSums512& s, __m256 g8, __m256i q8, __m512d in
 
 // Sixteen floats (lanes `live`) to their nearest-rounded, clamped integers.
 QAT_GQ_AVX512 inline __m512i nearest16(__m512 g, __m512 inv, __m512 hi, __mmask16 live) {
-  const __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(g, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 kept = _mm512_maskz_mov_ps(live & _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);  // NaN -> 0
-  return _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(kept, _mm512_sub_ps(_mm512_setzero_ps(), hi)), hi));
+  return grad_simd::clamped_integers(grad_simd::nearest(g, inv), hi, live);
 }
 
 QAT_GQ_AVX512 GradQuantStats nearest_chunk_avx512(const float* g, int64_t b, int64_t e, float inv, int qmax) {
@@ -195,9 +192,12 @@ GradStatsKernel best_grad_stats_kernel() {
   return grad_stats_kernel_runs_here(GradStatsKernel::avx512) ? GradStatsKernel::avx512 : GradStatsKernel::scalar;
 }
 
+void check_grad_stats_kernel(GradStatsKernel kernel, const char* op) {
+  QAT_CHECK(grad_stats_kernel_runs_here(kernel), op, ": kernel ", enum_name(kernel), " does not run on this CPU");
+}
+
 GradQuantStats clip_cosine_stats(const float* g, int64_t n, float clip, int bits, GradStatsKernel kernel) {
-  QAT_CHECK(grad_stats_kernel_runs_here(kernel), "clip_cosine_stats: kernel ", enum_name(kernel),
-            " does not run on this CPU");
+  check_grad_stats_kernel(kernel, "clip_cosine_stats");
   return quantize_all(g, n, clip, bits, GradRounding::nearest, 0, 0, nullptr, "clip_cosine_distance", kernel);
 }
 

@@ -139,6 +139,8 @@ constexpr auto enum_names(GradStatsKernel) {
 }
 bool grad_stats_kernel_runs_here(GradStatsKernel kernel);
 GradStatsKernel best_grad_stats_kernel();
+// Throws qat::Error naming `op` when `kernel` does not run on this CPU.
+void check_grad_stats_kernel(GradStatsKernel kernel, const char* op);
 // clip_cosine_distance's sums on one kernel (the tests run each the CPU has).
 GradQuantStats clip_cosine_stats(const float* g, int64_t n, float clip, int bits, GradStatsKernel kernel);
 

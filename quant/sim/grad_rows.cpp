@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "quant/integer/simd.h"
+#include "quant/sim/grad_simd.h"
 #include "quant/sim/int8_math.h"
 
 namespace qat::quant {
@@ -37,9 +37,8 @@ void chunk_stats_scalar(const float* v, const float* qf, const int64_t* start, c
 
 // ---------------------------------------------------------------- AVX-512
 // The same operations as the scalar loops, lane by lane: the noise hash on
-// 64-bit lanes, floor(x + u) in double, nearbyint as vrndscaleps rounding to
-// nearest even (nearbyint's rounding in the default mode, which qat never
-// changes), NaN to 0, the clamp as max then min, so the same bits.
+// 64-bit lanes, floor(x + u) in double, grad_simd.h's nearest rounding and
+// clamp, so the same bits.
 #define QAT_GR_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 QAT_GR_AVX512 inline __m512i mix64_x8(__m512i z) {
@@ -67,18 +66,17 @@ QAT_GR_AVX512 inline __m256 floor_sum_x8(__m256 x, __m256 u) {
 template <GradRounding R>
 QAT_GR_AVX512 inline __m512i quantize_x16(__m512 v, __m512 inv, __m512 hi, __m512i key, uint64_t index,
                                           __mmask16 live) {
-  const __m512 x = _mm512_mul_ps(v, inv);
   __m512 r;
   if constexpr (R == GradRounding::stochastic) {
+    const __m512 x = _mm512_mul_ps(v, inv);
     const __m256 lo8 = floor_sum_x8(_mm512_castps512_ps256(x), uniform_x8(key, index));
     const __m256 hi8 =
         floor_sum_x8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)), uniform_x8(key, index + 8));
     r = _mm512_insertf32x8(_mm512_castps256_ps512(lo8), hi8, 1);
   } else {
-    r = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = grad_simd::nearest(v, inv);
   }
-  const __m512 kept = _mm512_maskz_mov_ps(live & _mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);  // NaN (and dead) -> 0
-  return _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(kept, _mm512_sub_ps(_mm512_setzero_ps(), hi)), hi));
+  return grad_simd::clamped_integers(r, hi, live);
 }
 
 template <GradRounding R>
@@ -156,15 +154,11 @@ QAT_GR_AVX512 void chunk_stats_x8(const float* v, const float* qf, const int64_t
 
 #undef QAT_GR_AVX512
 
-void check_kernel(GradStatsKernel kernel, const char* op) {
-  QAT_CHECK(grad_stats_kernel_runs_here(kernel), op, ": kernel ", enum_name(kernel), " does not run on this CPU");
-}
-
 }  // namespace
 
 int64_t quantize_run(GradStatsKernel kernel, const float* v, int64_t n, float inv, int qmax, GradRounding rounding,
                      uint64_t mixed_key, uint64_t index0, int8_t* q, float* qf) {
-  check_kernel(kernel, "quantize_run");
+  check_grad_stats_kernel(kernel, "quantize_run");
   using enum GradRounding;
   if (kernel == GradStatsKernel::avx512)
     return rounding == stochastic ? quantize_run_avx512<stochastic>(v, n, inv, qmax, mixed_key, index0, q, qf)
@@ -175,7 +169,7 @@ int64_t quantize_run(GradStatsKernel kernel, const float* v, int64_t n, float in
 
 void chunk_stats(GradStatsKernel kernel, const float* v, const float* qf, const int64_t* start, const int64_t* len,
                  int64_t items, GradQuantStats* out) {
-  check_kernel(kernel, "chunk_stats");
+  check_grad_stats_kernel(kernel, "chunk_stats");
   if (kernel == GradStatsKernel::scalar) return chunk_stats_scalar(v, qf, start, len, items, out);
   for (int64_t i = 0; i < items; i += 8)
     chunk_stats_x8(v, qf, start + i, len + i, std::min<int64_t>(8, items - i), out + i);
