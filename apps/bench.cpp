@@ -28,6 +28,7 @@
 #include "quant/convert/freeze.h"
 #include "core/cpu_features.h"
 #include "quant/integer/int8_gemm.h"
+#include "quant/sim/fq_rows.h"
 #include "quant/sim/grad_quant.h"
 #include "quant/integer/integer_model_cuda.h"
 
@@ -260,14 +261,16 @@ void print_machine() {
       if (colon != std::string::npos) model = line.substr(std::min(line.size(), colon + 2));
       break;
     }
-  std::printf("cpu: %s (avx512 %s, vnni %s, amx-int8 %s)\n", model.c_str(),
-              cpu_has_avx512bw() ? "yes" : "no", cpu_has_avx512_vnni() ? "yes" : "no",
+  const bool capped = max_cpu_isa() != CpuIsa::amx;
+  std::printf("cpu: %s (%s%s%savx512 %s, vnni %s, amx-int8 %s)\n", model.c_str(),
+              capped ? "as the kernels see it under QAT_MAX_CPU_ISA=" : "", capped ? enum_name(max_cpu_isa()) : "",
+              capped ? ": " : "", cpu_has_avx512bw() ? "yes" : "no", cpu_has_avx512_vnni() ? "yes" : "no",
               cpu_has_amx_int8() ? "yes" : "no");
   const char* forced = std::getenv("OPENBLAS_CORETYPE");
   std::printf("kernels: OpenBLAS %s%s%s; int8 GEMM %s; fake-quant rows %s; gradient quantization %s\n",
               blas_core_name(), forced ? " (OPENBLAS_CORETYPE=" : "",
               forced ? (std::string(forced) + ")").c_str() : "", quant::gemm_kernel_name(quant::best_gemm_kernel()),
-              cpu_has_avx512_rows() ? "avx512" : "generic", enum_name(quant::best_grad_stats_kernel()));
+              enum_name(quant::best_fq_rows_kernel()), enum_name(quant::best_grad_stats_kernel()));
 }
 
 }  // namespace

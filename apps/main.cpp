@@ -14,6 +14,7 @@
 #include "apps/mpi_run.h"
 #include "apps/sweep.h"
 #include "apps/train.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "models/models.h"
 
@@ -211,6 +212,7 @@ int run(int argc, char** argv) {
   try {
     // Subcommands registered with their own callbacks (data) run inside parse().
     app.parse(argc, argv);
+    qat::max_cpu_isa();  // a bad QAT_MAX_CPU_ISA fails here, before any work
     if (qat::apps::world_size() > 1 && !t->parsed())
       throw qat::Error("only `qat train` runs as several MPI processes; run this command as one process");
     if (b->parsed()) return qat::apps::run_bench(bench);

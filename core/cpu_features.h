@@ -1,14 +1,37 @@
 #pragma once
 // What this CPU can run, asked once (kernels are compiled for their own
 // instruction sets with target attributes and chosen at run time).
+//
+// QAT_MAX_CPU_ISA caps what the kernels may use below what the CPU has, as
+// oneDNN's ONEDNN_MAX_CPU_ISA does: `generic` (no AVX2 kernel), `avx2`,
+// `avx512` (F/BW/VL/DQ, no VNNI), `avx512_vnni`, `amx` (no cap; the default).
+// It lets one machine run, test and time the kernels an older CPU gets.
 #include <cpuid.h>
 
+#include "core/enum_names.h"
+
 namespace qat {
+
+// Ordered: a level allows every level below it.
+enum class CpuIsa { generic, avx2, avx512, avx512_vnni, amx };
+constexpr auto enum_names(CpuIsa) {
+  return std::to_array<EnumName<CpuIsa>>({{CpuIsa::generic, "generic"},
+                                          {CpuIsa::avx2, "avx2"},
+                                          {CpuIsa::avx512, "avx512"},
+                                          {CpuIsa::avx512_vnni, "avx512_vnni"},
+                                          {CpuIsa::amx, "amx"}});
+}
+
+// The level QAT_MAX_CPU_ISA names (amx where unset), read once; an unknown
+// value throws qat::Error naming the variable, its value and the choices.
+CpuIsa max_cpu_isa();
+
+inline bool cpu_isa_allows(CpuIsa level) { return static_cast<int>(level) <= static_cast<int>(max_cpu_isa()); }
 
 inline bool cpu_has_avx2() {
   static const bool yes = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2");
+    return cpu_isa_allows(CpuIsa::avx2) && __builtin_cpu_supports("avx2");
   }();
   return yes;
 }
@@ -16,7 +39,7 @@ inline bool cpu_has_avx2() {
 inline bool cpu_has_avx512bw() {
   static const bool yes = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    return cpu_isa_allows(CpuIsa::avx512) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
   }();
   return yes;
 }
@@ -43,7 +66,7 @@ inline bool cpu_has_avx512_dq() {
 inline bool cpu_has_amx_int8() {
   static const bool yes = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 && (d >> 25 & 1u) != 0;
+    return cpu_isa_allows(CpuIsa::amx) && __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 && (d >> 25 & 1u) != 0;
   }();
   return yes;
 }
@@ -51,7 +74,7 @@ inline bool cpu_has_amx_int8() {
 inline bool cpu_has_avx512_vnni() {
   static const bool yes = [] {
     __builtin_cpu_init();
-    return cpu_has_avx512bw() && __builtin_cpu_supports("avx512vnni");
+    return cpu_isa_allows(CpuIsa::avx512_vnni) && cpu_has_avx512bw() && __builtin_cpu_supports("avx512vnni");
   }();
   return yes;
 }

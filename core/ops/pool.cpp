@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/ops/common.h"
 #include "core/ops/conv2d.h"
 #include "core/ops/pool_math.h"
@@ -112,7 +113,7 @@ __attribute__((target("avx512f"))) void max_pool_plane_avx512(const float* xp, i
 bool has_avx512f() {
   static const bool yes = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
+    return cpu_isa_allows(CpuIsa::avx512) && __builtin_cpu_supports("avx512f") != 0;
   }();
   return yes;
 }

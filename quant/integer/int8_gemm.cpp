@@ -21,7 +21,7 @@ bool gemm_kernel_runs_here(GemmKernel k) {
   switch (k) {
     case GemmKernel::reference:
     case GemmKernel::amx_emulated: return true;
-    case GemmKernel::avx2: __builtin_cpu_init(); return __builtin_cpu_supports("avx2");
+    case GemmKernel::avx2: return cpu_has_avx2();
     case GemmKernel::avx512_vnni: return cpu_has_avx512_vnni() && cpu_has_avx512_rows();
     case GemmKernel::amx: return amx::amx_hardware_usable();
   }

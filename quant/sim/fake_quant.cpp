@@ -1,7 +1,5 @@
 #include "quant/sim/fake_quant.h"
 
-#include "quant/integer/simd.h"
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -12,9 +10,9 @@
 #include <vector>
 
 #include "core/ops/common.h"
-#include "core/cpu_features.h"
 #include "quant/observe/channel_layout.h"
 #include "quant/sim/fake_quant_plan.h"
+#include "quant/sim/fq_rows.h"
 #include "quant/sim/math.h"
 #if QAT_WITH_CUDA
 #include "quant/sim/cuda_twins.h"
@@ -221,72 +219,6 @@ inline unsigned word_tail(const RowBits& m, int64_t k) {
   return m.len - 16 * k >= 16 ? 0xFFFFu : (1u << (m.len - 16 * k)) - 1;
 }
 
-// One row fake-quantized as fq_span, its mask into `bits` (words of 16).
-// AVX-512: the same float operations (vrndscaleps = nearbyint; max(lo, t)
-// then min(hi, .) return t when it is NaN, as clamp_grid does), so the same
-// bits; the compare mask is the STE mask as it stands.
-// Stream: the row goes to memory with non-temporal stores (y 64-byte
-// aligned, n a multiple of 16), for weights far larger than the caches
-// (AlexNet's linear layers): a plain store first reads the line it writes.
-// 16 values: their mask word, and the fake-quantized values. (A function of
-// its own, not a lambda: GCC gives a lambda none of its enclosing function's
-// target attribute, and a portable build then cannot inline the intrinsics.)
-__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 fq16_bits(__m512 xv, __m512 vs, __m512 vinv,
-                                                                              __m512 vz, __m512 lo, __m512 hi,
-                                                                              uint16_t& word) {
-  const __m512 t =
-      _mm512_add_ps(_mm512_roundscale_ps(_mm512_mul_ps(xv, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
-  word = _mm512_cmp_ps_mask(t, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(t, hi, _CMP_LE_OQ);
-  return _mm512_mul_ps(_mm512_sub_ps(_mm512_min_ps(hi, _mm512_max_ps(lo, t)), vz), vs);
-}
-
-template <bool Stream>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void fq_row_bits_avx512_impl(const float* x, float* y, int64_t n,
-                                                                                   float s, float inv, float z,
-                                                                                   float qmin, float qmax,
-                                                                                   uint16_t* bits) {
-  const __m512 vs = _mm512_set1_ps(s), vinv = _mm512_set1_ps(inv), vz = _mm512_set1_ps(z);
-  const __m512 lo = _mm512_set1_ps(qmin), hi = _mm512_set1_ps(qmax);
-  // Masked loads and stores only in the tail (on Zen 4 a masked store costs
-  // several plain ones).
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    // The next row (contiguous), into L2 while this one is computed: its
-    // min/max pass then starts from cache (9.7 -> 9.2 ms a step for fc6 + fc7).
-    if constexpr (Stream) _mm_prefetch(reinterpret_cast<const char*>(x + n + i), _MM_HINT_T1);
-    const __m512 q = fq16_bits(_mm512_loadu_ps(x + i), vs, vinv, vz, lo, hi, bits[i / 16]);
-    if constexpr (Stream) _mm512_stream_ps(y + i, q);
-    else _mm512_storeu_ps(y + i, q);
-  }
-  if (i < n) {
-    const __mmask16 live = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(y + i, live, fq16_bits(_mm512_maskz_loadu_ps(live, x + i), vs, vinv, vz, lo, hi, bits[i / 16]));
-  }
-  if constexpr (Stream) _mm_sfence();  // the streamed lines are visible before the row is reported done
-}
-
-void fq_row_bits_avx512(const float* x, float* y, int64_t n, float s, float inv, float z, float qmin, float qmax,
-                        uint16_t* bits) {
-  fq_row_bits_avx512_impl<false>(x, y, n, s, inv, z, qmin, qmax, bits);
-}
-void fq_row_bits_avx512_stream(const float* x, float* y, int64_t n, float s, float inv, float z, float qmin,
-                               float qmax, uint16_t* bits) {
-  fq_row_bits_avx512_impl<true>(x, y, n, s, inv, z, qmin, qmax, bits);
-}
-
-// Without AVX-512: fq_span with a byte mask in a row-sized buffer, packed.
-void fq_row_bits_generic(const float* x, float* y, int64_t n, float s, float inv, float z, float qmin, float qmax,
-                         uint16_t* bits) {
-  thread_local std::vector<uint8_t> mask;
-  if (static_cast<int64_t>(mask.size()) < n) mask.resize(static_cast<size_t>(n));
-  fq_span<true>(x, y, mask.data(), n, s, inv, z, qmin, qmax);
-  for (int64_t w = 0; w * 16 < n; ++w) {
-    uint16_t word = 0;
-    for (int64_t j = 0; j < 16 && 16 * w + j < n; ++j) word |= static_cast<uint16_t>(mask[16 * w + j] << j);
-    bits[w] = word;
-  }
-}
-
 // The words of rows [r0, r1) with a stopped element (a bit 0 within the
 // row): their indices r * words + k appended to `out`.
 void stopped_words(const RowBits& m, int64_t r0, int64_t r1, std::vector<int64_t>& out) {
@@ -358,9 +290,7 @@ Tensor fused_rows(Observer& obs, ChannelMinMaxFold& fold, const Tensor& x, SteKi
   // start on a cache line (Tensor storage is 64-byte aligned).
   const bool stream = x.numel() * 4 > kStreamBytes && L % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(out.data<float>()) % 64 == 0;
-  const auto row_bits = !cpu_has_avx512_rows() ? &fq_row_bits_generic
-                        : stream               ? &fq_row_bits_avx512_stream
-                                               : &fq_row_bits_avx512;
+  const FqRowsKernel kernel = best_fq_rows_kernel();
   QParams q{Tensor::empty({C}), Tensor::empty({C}, DType::i32)};
   const float* px = x.data<float>();
   float* py = out.data<float>();
@@ -383,7 +313,8 @@ Tensor fused_rows(Observer& obs, ChannelMinMaxFold& fold, const Tensor& x, SteKi
     q.scale.data<float>()[c] = sc;
     q.zero_point.data<int32_t>()[c] = zp;
     const float z = static_cast<float>(zp);
-    if (bits) row_bits(row, py + c * L, L, sc, 1.0f / sc, z, qmin, qmax, bits->bits.data() + c * bits->words);
+    if (bits)
+      fq_row_bits(kernel, stream, row, py + c * L, L, {sc, 1.0f / sc, z, qmin, qmax}, bits->bits.data() + c * bits->words);
     else fq_span<false>(row, py + c * L, nullptr, L, sc, 1.0f / sc, z, qmin, qmax);
   }
   if (error) std::rethrow_exception(error);
