@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <exception>
 
 #include "core/error.h"
 #include "core/profiler.h"
-#include "core/cpu_features.h"
 #include "quant/sim/math.h"
 
 namespace qat::quant {
@@ -95,8 +95,76 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void codes_row_avx512(const
   sum = s;
 }
 
+// AVX2: 8 values x (masked-off lanes loaded 0, their code 0): their codes as
+// int32, added into acc, the indices i + j outside the grid appended to
+// `outside`; the same operations as codes16 (vroundps, then vmaxps(t, lo),
+// which gives lo for NaN).
+__attribute__((target("avx2"))) inline __m256i codes8(int64_t i, unsigned live, __m256 xv, __m256 vinv, __m256 lo,
+                                                      __m256 hi, __m256i& acc, std::vector<int64_t>& outside) {
+  const __m256 t = _mm256_round_ps(_mm256_mul_ps(xv, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const auto in = static_cast<unsigned>(
+      _mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(t, lo, _CMP_GE_OQ), _mm256_cmp_ps(t, hi, _CMP_LE_OQ))));
+  for (unsigned out = live & ~in & 0xFFu; out != 0; out &= out - 1) outside.push_back(i + std::countr_zero(out));
+  const __m256i v = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(t, lo), hi));
+  acc = _mm256_add_epi32(acc, v);
+  return v;
+}
+
+// 16 int32 codes (each in [-128, 127]) to 16 bytes in order: the saturating
+// packs are exact, the permute undoes packs_epi32's lane interleave.
+__attribute__((target("avx2"))) inline __m128i pack16(__m256i v0, __m256i v1) {
+  const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v1), 0xD8);
+  return _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+}
+
+// All ones in lanes [0, live) of 8: the mask of maskload.
+__attribute__((target("avx2"))) inline __m256i live_lanes(int64_t live) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(live)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+__attribute__((target("avx2"))) void codes_row_avx2(const float* x, int8_t* q, int64_t n, float inv, float qmin,
+                                                    float qmax, int64_t& sum, std::vector<int64_t>& outside) {
+  const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(qmin), hi = _mm256_set1_ps(qmax);
+  int64_t s = 0;
+  for (int64_t c0 = 0; c0 < n; c0 += int64_t{1} << 16) {  // int32 lanes: at most 2^13 values of |q| <= 128 each
+    const int64_t c1 = std::min(n, c0 + (int64_t{1} << 16));
+    __m256i acc = _mm256_setzero_si256();
+    int64_t i = c0;
+    for (; i + 16 <= c1; i += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(x + n + i), _MM_HINT_T1);  // the next row, as codes_row_avx512
+      const __m256i v0 = codes8(i, 0xFF, _mm256_loadu_ps(x + i), vinv, lo, hi, acc, outside);
+      const __m256i v1 = codes8(i + 8, 0xFF, _mm256_loadu_ps(x + i + 8), vinv, lo, hi, acc, outside);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), pack16(v0, v1));
+    }
+    if (i < c1) {  // the tail: masked loads, the live bytes copied out
+      const int64_t rest = c1 - i;
+      const int64_t rest1 = rest > 8 ? rest - 8 : 0;
+      const __m256i v0 = codes8(i, (1u << std::min<int64_t>(rest, 8)) - 1,
+                                _mm256_maskload_ps(x + i, live_lanes(rest)), vinv, lo, hi, acc, outside);
+      const __m256i v1 = codes8(i + 8, (1u << rest1) - 1, _mm256_maskload_ps(x + i + 8, live_lanes(rest1)), vinv,
+                                lo, hi, acc, outside);
+      alignas(16) int8_t codes[16];
+      _mm_store_si128(reinterpret_cast<__m128i*>(codes), pack16(v0, v1));
+      std::memcpy(q + i, codes, static_cast<size_t>(rest));
+    }
+    const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    const __m128i h2 = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+    s += _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 1)));
+  }
+  sum = s;
+}
+
 using RowFn = void (*)(const float*, int8_t*, int64_t, float, float, float, int64_t&, std::vector<int64_t>&);
-RowFn codes_row() { return cpu_has_avx512_rows() ? &codes_row_avx512 : &codes_row_scalar; }
+RowFn codes_row(FqRowsKernel kernel) {
+  QAT_CHECK(fq_rows_kernel_runs_here(kernel), "weight codes: the ", enum_name(kernel),
+            " kernel does not run on this CPU");
+  switch (kernel) {
+    case FqRowsKernel::avx512: return &codes_row_avx512;
+    case FqRowsKernel::avx2: return &codes_row_avx2;
+    case FqRowsKernel::generic: break;
+  }
+  return &codes_row_scalar;
+}
 
 // Every row through row_scale(r) (the row's scale, computed in the loop: the
 // fused observer) into `out`; rows on the threads, clipped indices in order.
@@ -104,7 +172,7 @@ template <class RowScale>
 void quantize_rows(const float* px, int64_t R, int64_t L, const QuantSpec& spec, SteKind ste, QuantCodes& out,
                    const std::string& what, RowScale row_scale) {
   const float qmin = static_cast<float>(spec.qmin()), qmax = static_cast<float>(spec.qmax());
-  const RowFn row_fn = codes_row();
+  const RowFn row_fn = codes_row(best_fq_rows_kernel());
   std::vector<std::vector<int64_t>> clipped(static_cast<size_t>(R));
   int64_t bad = -1;
   std::exception_ptr error;
@@ -149,6 +217,11 @@ void check_input(const Tensor& x, const QuantSpec& spec, const std::string& what
 }
 
 }  // namespace
+
+void quantize_codes_row(FqRowsKernel kernel, const float* x, int8_t* q, int64_t n, float inv, float qmin, float qmax,
+                        int64_t& sum, std::vector<int64_t>& outside) {
+  codes_row(kernel)(x, q, n, inv, qmin, qmax, sum, outside);
+}
 
 void quantize_codes(const Tensor& x, const QParams& q, const QuantSpec& spec, SteKind ste, QuantCodes& out,
                     const std::string& what) {

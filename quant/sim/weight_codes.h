@@ -17,6 +17,7 @@
 #include "core/tensor.h"
 #include "quant/observe/observer.h"
 #include "quant/qparams.h"
+#include "quant/sim/fq_rows.h"
 
 namespace qat::quant {
 
@@ -46,5 +47,13 @@ void observe_and_quantize_codes(Observer& obs, const Tensor& x, SteKind ste, Qua
 // The same with given qparams (the observer off), zero points 0.
 void quantize_codes(const Tensor& x, const QParams& q, const QuantSpec& spec, SteKind ste, QuantCodes& out,
                     const std::string& what);
+
+// One row with a given kernel (the instruction-set levels of fq_rows.h; the
+// best one that runs is what the two above use): q[i] = clamp(nearbyint(x[i]
+// * inv), qmin, qmax), their sum into `sum`, and the indices whose grid value
+// fell outside [qmin, qmax] (NaN and inf included) appended to `outside`, in
+// order. Every kernel gives the same (tests/quant/sim/test_weight_codes.cpp).
+void quantize_codes_row(FqRowsKernel kernel, const float* x, int8_t* q, int64_t n, float inv, float qmin, float qmax,
+                        int64_t& sum, std::vector<int64_t>& outside);
 
 }  // namespace qat::quant
