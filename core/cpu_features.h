@@ -4,7 +4,9 @@
 //
 // QAT_MAX_CPU_ISA caps what the kernels may use below what the CPU has, as
 // oneDNN's ONEDNN_MAX_CPU_ISA does: `generic` (no AVX2 kernel), `avx2`,
-// `avx512` (F/BW/VL/DQ, no VNNI), `avx512_vnni`, `amx` (no cap; the default).
+// `avx_vnni` (AVX2 and the VEX vpdpbusd of Intel's client CPUs since Alder
+// Lake), `avx512` (F/BW/VL/DQ, no VNNI), `avx512_vnni`, `amx` (no cap; the
+// default).
 // It lets one machine run, test and time the kernels an older CPU gets.
 #include <cpuid.h>
 
@@ -13,10 +15,11 @@
 namespace qat {
 
 // Ordered: a level allows every level below it.
-enum class CpuIsa { generic, avx2, avx512, avx512_vnni, amx };
+enum class CpuIsa { generic, avx2, avx_vnni, avx512, avx512_vnni, amx };
 constexpr auto enum_names(CpuIsa) {
   return std::to_array<EnumName<CpuIsa>>({{CpuIsa::generic, "generic"},
                                           {CpuIsa::avx2, "avx2"},
+                                          {CpuIsa::avx_vnni, "avx_vnni"},
                                           {CpuIsa::avx512, "avx512"},
                                           {CpuIsa::avx512_vnni, "avx512_vnni"},
                                           {CpuIsa::amx, "amx"}});
@@ -32,6 +35,17 @@ inline bool cpu_has_avx2() {
   static const bool yes = [] {
     __builtin_cpu_init();
     return cpu_isa_allows(CpuIsa::avx2) && __builtin_cpu_supports("avx2");
+  }();
+  return yes;
+}
+
+// AVX-VNNI: vpdpbusd on ymm with a VEX encoding (CPUID leaf 7 sub-leaf 1,
+// EAX bit 4; GCC 12's __builtin_cpu_supports does not see it on AMD).
+inline bool cpu_has_avx_vnni() {
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return cpu_isa_allows(CpuIsa::avx_vnni) && cpu_has_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 &&
+           (a >> 4 & 1u) != 0;
   }();
   return yes;
 }

@@ -22,6 +22,7 @@ bool gemm_kernel_runs_here(GemmKernel k) {
     case GemmKernel::reference:
     case GemmKernel::amx_emulated: return true;
     case GemmKernel::avx2: return cpu_has_avx2();
+    case GemmKernel::avx_vnni: return cpu_has_avx_vnni();
     case GemmKernel::avx512_vnni: return cpu_has_avx512_vnni() && cpu_has_avx512_rows();
     case GemmKernel::amx: return amx::amx_hardware_usable();
   }
@@ -29,7 +30,7 @@ bool gemm_kernel_runs_here(GemmKernel k) {
 }
 
 GemmKernel best_gemm_kernel() {
-  for (GemmKernel k : {GemmKernel::amx, GemmKernel::avx512_vnni, GemmKernel::avx2})
+  for (GemmKernel k : {GemmKernel::amx, GemmKernel::avx512_vnni, GemmKernel::avx_vnni, GemmKernel::avx2})
     if (gemm_kernel_runs_here(k)) return k;
   return GemmKernel::reference;
 }
@@ -345,6 +346,110 @@ QAT_AVX2_TARGET void avx2_row(const uint8_t* A, int64_t, const int8_t* B, int64_
     C[j] = accumulate ? C[j] + sum : sum;
   }
 }
+
+// AVX-VNNI: the AVX2 kernels' 3 x 4 and one-row blocks with vpdpbusd on ymm
+// (u8 x s8, four products summed into each int32 lane, no saturation): 32
+// bytes of K a step, no widening. The K tail as AVX2's (tail_keep32).
+#define QAT_AVX_VNNI_TARGET __attribute__((target("avx2,avxvnni")))
+
+// vpdpbusd in its VEX form ({vex}: the assembler would otherwise pick the
+// EVEX one, which a CPU without AVX-512 cannot run), so ymm0-15 only ("x").
+// Inline asm for the same reason as dpbusd above.
+QAT_AVX_VNNI_TARGET inline __m256i dpbusd_vex(__m256i acc, __m256i a, __m256i b) {
+  asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
+  return acc;
+}
+QAT_AVX_VNNI_TARGET inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+alignas(32) constexpr int8_t tail_keep32_table[64] = {
+    0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
+    0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+QAT_AVX_VNNI_TARGET inline __m256i tail_keep32(int64_t t) { return load32(tail_keep32_table + t); }  // last t set
+
+QAT_AVX_VNNI_TARGET void avx_vnni_3x4(const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb, int64_t K,
+                                      int32_t* C, int64_t ldc, int mr, int nr, bool accumulate) {
+  const uint8_t* a0 = A;
+  const uint8_t* a1 = A + (mr > 1 ? 1 : 0) * lda;
+  const uint8_t* a2 = A + (mr > 2 ? 2 : mr - 1) * lda;
+  QAT_ROWS4(b, B, ldb, nr);
+  __m256i c00 = _mm256_setzero_si256(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00,
+          c20 = c00, c21 = c00, c22 = c00, c23 = c00;
+#define QAT_STEP(LA, LB)                           \
+  {                                                \
+    const __m256i x0 = LA(a0), x1 = LA(a1), x2 = LA(a2); \
+    __m256i y = LB(b0);                            \
+    c00 = dpbusd_vex(c00, x0, y);                  \
+    c10 = dpbusd_vex(c10, x1, y);                  \
+    c20 = dpbusd_vex(c20, x2, y);                  \
+    y = LB(b1);                                    \
+    c01 = dpbusd_vex(c01, x0, y);                  \
+    c11 = dpbusd_vex(c11, x1, y);                  \
+    c21 = dpbusd_vex(c21, x2, y);                  \
+    y = LB(b2);                                    \
+    c02 = dpbusd_vex(c02, x0, y);                  \
+    c12 = dpbusd_vex(c12, x1, y);                  \
+    c22 = dpbusd_vex(c22, x2, y);                  \
+    y = LB(b3);                                    \
+    c03 = dpbusd_vex(c03, x0, y);                  \
+    c13 = dpbusd_vex(c13, x1, y);                  \
+    c23 = dpbusd_vex(c23, x2, y);                  \
+  }
+  int64_t k = 0;
+#define QAT_LA(p) load32((p) + k)
+  for (; k + 32 <= K; k += 32) QAT_STEP(QAT_LA, QAT_LA)
+#undef QAT_LA
+  if (k < K && K >= 32) {
+    const __m256i keep = tail_keep32(K - k);
+#define QAT_LA(p) load32((p) + K - 32)
+#define QAT_LB(p) _mm256_and_si256(load32((p) + K - 32), keep)
+    QAT_STEP(QAT_LA, QAT_LB)
+#undef QAT_LA
+#undef QAT_LB
+  } else if (k < K) {  // K < 32: zero-padded copies
+    alignas(32) uint8_t ta[3][32] = {};
+    alignas(32) int8_t tb[4][32] = {};
+    const size_t t = static_cast<size_t>(K);
+    std::memcpy(ta[0], a0, t), std::memcpy(ta[1], a1, t), std::memcpy(ta[2], a2, t);
+    std::memcpy(tb[0], b0, t), std::memcpy(tb[1], b1, t), std::memcpy(tb[2], b2, t), std::memcpy(tb[3], b3, t);
+    a0 = ta[0], a1 = ta[1], a2 = ta[2], b0 = tb[0], b1 = tb[1], b2 = tb[2], b3 = tb[3];
+    QAT_STEP(load32, load32)
+  }
+#undef QAT_STEP
+  store4(reduce4(c00, c01, c02, c03), C, nr, accumulate);
+  if (mr > 1) store4(reduce4(c10, c11, c12, c13), C + ldc, nr, accumulate);
+  if (mr > 2) store4(reduce4(c20, c21, c22, c23), C + 2 * ldc, nr, accumulate);
+}
+
+QAT_AVX_VNNI_TARGET void avx_vnni_row(const uint8_t* A, int64_t, const int8_t* B, int64_t ldb, int64_t K, int32_t* C,
+                                      int64_t, int, int nr, bool accumulate) {
+  for (int j = 0; j < nr; ++j) {
+    const int8_t* b = B + j * ldb;
+    __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0;
+    int64_t k = 0;
+    for (; k + 128 <= K; k += 128) {
+      c0 = dpbusd_vex(c0, load32(A + k), load32(b + k));
+      c1 = dpbusd_vex(c1, load32(A + k + 32), load32(b + k + 32));
+      c2 = dpbusd_vex(c2, load32(A + k + 64), load32(b + k + 64));
+      c3 = dpbusd_vex(c3, load32(A + k + 96), load32(b + k + 96));
+    }
+    for (; k + 32 <= K; k += 32) c0 = dpbusd_vex(c0, load32(A + k), load32(b + k));
+    if (k < K && K >= 32) {
+      c1 = dpbusd_vex(c1, load32(A + K - 32), _mm256_and_si256(load32(b + K - 32), tail_keep32(K - k)));
+    } else if (k < K) {  // K < 32: zero-padded copies
+      alignas(32) uint8_t ta[32] = {};
+      alignas(32) int8_t tb[32] = {};
+      std::memcpy(ta, A, static_cast<size_t>(K));
+      std::memcpy(tb, b, static_cast<size_t>(K));
+      c1 = dpbusd_vex(c1, load32(ta), load32(tb));
+    }
+    const __m256i c = _mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3));
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
+    const int32_t sum = _mm_cvtsi128_si32(h);
+    C[j] = accumulate ? C[j] + sum : sum;
+  }
+}
 #undef QAT_ROWS4
 
 // ----------------------------------------------------------------- driver
@@ -359,6 +464,7 @@ struct KernelSet {
 
 constexpr KernelSet vnni_set{4, 4, &vnni_4x4, 3, 16, &vnni_row};
 constexpr KernelSet avx2_set{3, 4, &avx2_3x4, 2, 8, &avx2_row};
+constexpr KernelSet avx_vnni_set{3, 4, &avx_vnni_3x4, 2, 8, &avx_vnni_row};
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
@@ -436,6 +542,7 @@ void gemm_u8s8s32(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const uint
   switch (kernel) {
     case GemmKernel::reference: return gemm_reference(M, N, K, A, lda, B, ldb, C, ldc);
     case GemmKernel::avx2: return gemm_blocked(avx2_set, M, N, K, A, lda, B, ldb, C, ldc);
+    case GemmKernel::avx_vnni: return gemm_blocked(avx_vnni_set, M, N, K, A, lda, B, ldb, C, ldc);
     case GemmKernel::avx512_vnni: return gemm_blocked(vnni_set, M, N, K, A, lda, B, ldb, C, ldc);
     case GemmKernel::amx:
       // B is packed on every call here: below a few panels of A that costs

@@ -3,11 +3,12 @@
 // A uint8 (M x K, activations), B int8 (N x K, weights: one row per output
 // channel), C int32 (M x N). Zero points are applied by the caller (row and
 // column sums). Kernels: a scalar reference (the specification), AVX2 (widen
-// to int16, exact madd), AVX-512 VNNI (vpdpbusd) and AMX-INT8 (tdpbusd on
+// to int16, exact madd), AVX-VNNI (vpdpbusd on ymm, VEX: Intel client CPUs
+// without AVX-512), AVX-512 VNNI (vpdpbusd) and AMX-INT8 (tdpbusd on
 // tiles, int8_gemm_amx.h; amx_emulated runs the same kernel on an exact model
 // of the tiles, for the tests and for machines without AMX), chosen at run
 // time from the CPU's features; every fast path equals the reference bit for bit. The
-// fast paths are register-blocked (VNNI 4 x 4, AVX2 3 x 4 blocks of C; one-row
+// fast paths are register-blocked (VNNI 4 x 4, AVX2 and AVX-VNNI 3 x 4 blocks of C; one-row
 // kernels for thinner edges and M = 1), cache-blocked over N and K, and run
 // tiles of C on the OpenMP threads when M*N*K >= 2^20; small M splits over N.
 // The integer model prefers int8_gemm_packed.h (repacked weights) where it applies.
@@ -18,10 +19,11 @@
 
 namespace qat::quant {
 
-enum class GemmKernel { reference, avx2, avx512_vnni, amx, amx_emulated };
+enum class GemmKernel { reference, avx2, avx_vnni, avx512_vnni, amx, amx_emulated };
 constexpr auto enum_names(GemmKernel) {
   return std::to_array<EnumName<GemmKernel>>({{GemmKernel::reference, "reference"},
                                               {GemmKernel::avx2, "avx2"},
+                                              {GemmKernel::avx_vnni, "avx_vnni"},
                                               {GemmKernel::avx512_vnni, "avx512_vnni"},
                                               {GemmKernel::amx, "amx"},
                                               {GemmKernel::amx_emulated, "amx_emulated"}});

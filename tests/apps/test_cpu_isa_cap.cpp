@@ -50,7 +50,7 @@ TEST_CASE("QAT_MAX_CPU_ISA caps the kernels qat runs, and a bad value fails nami
   }
   REQUIRE(bench_under("avx3", t.dir / "bad.log", &out) != 0);
   CHECK_THAT(out, Contains("qat: error: QAT_MAX_CPU_ISA='avx3' is not an instruction-set level") &&
-                      Contains("generic, avx2, avx512, avx512_vnni, amx"));
+                      Contains("generic, avx2, avx_vnni, avx512, avx512_vnni, amx"));
   CHECK_THAT(out, !Contains("train fp32"));
 }
 
@@ -62,6 +62,7 @@ TEST_CASE("a capped level allows itself and every level below it, nothing above"
     CHECK(qat::cpu_isa_allows(level) == (static_cast<int>(level) <= static_cast<int>(cap)));
   }
   if (cap < qat::CpuIsa::avx2) CHECK_FALSE(qat::cpu_has_avx2());
+  if (cap < qat::CpuIsa::avx_vnni) CHECK_FALSE(qat::cpu_has_avx_vnni());
   if (cap < qat::CpuIsa::avx512) CHECK_FALSE((qat::cpu_has_avx512bw() || qat::cpu_has_avx512_rows()));
   if (cap < qat::CpuIsa::avx512_vnni) CHECK_FALSE(qat::cpu_has_avx512_vnni());
   if (cap < qat::CpuIsa::amx) CHECK_FALSE(qat::cpu_has_amx_int8());

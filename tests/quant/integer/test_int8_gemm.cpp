@@ -72,8 +72,8 @@ void check_shape(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int6
 
 TEST_CASE("int8 GEMM kernels equal the reference on edge shapes", "[quant][int8gemm]") {
   Generator g(3);
-  // K around the 16- and 64-byte steps (full steps, tails, K < one step)
-  const int64_t Ks[] = {1, 3, 4, 15, 16, 17, 31, 33, 63, 64, 65, 127, 128, 129, 200, 363};
+  // K around the 16-, 32- and 64-byte steps (full steps, tails, K < one step)
+  const int64_t Ks[] = {1, 3, 4, 15, 16, 17, 31, 32, 33, 63, 64, 65, 95, 96, 97, 127, 128, 129, 200, 363};
   // M, N around the register blocks (4 x 4, 3 x 4) and the one-row kernels
   // (16 and 8 columns a call): single rows and columns, partial blocks on
   // either side
