@@ -347,9 +347,111 @@ QAT_AVX2_TARGET void avx2_row(const uint8_t* A, int64_t, const int8_t* B, int64_
   }
 }
 
+// 32 bytes a load, and the K tail of the 32-byte kernels below: the last 32
+// bytes of the row, those of B that the full steps already counted zeroed.
+QAT_AVX2_TARGET inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+alignas(32) constexpr int8_t tail_keep32_table[64] = {
+    0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
+    0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+QAT_AVX2_TARGET inline __m256i tail_keep32(int64_t t) { return load32(tail_keep32_table + t); }  // last t set
+
+
+// AVX2 on operands whose pair sums fit int16 (gemm_u8s8s32_bounded): u8 x s8
+// pairs summed in int16 by vpmaddubsw (32 products an instruction, no
+// widening), then in int32 by vpmaddwd with ones. Exact only while
+// |a0 b0 + a1 b1| <= 32767, which the caller's ranges guarantee.
+QAT_AVX2_TARGET inline __m256i maddubs_add(__m256i acc, __m256i a, __m256i b, __m256i ones) {
+  const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones);
+  asm("vpaddd %1, %0, %0" : "+v"(acc) : "v"(p));  // (as madd_add)
+  return acc;
+}
+
+// 2 x 4 block: 8 accumulators + 2 rows of A + 1 of B + the product + ones.
+QAT_AVX2_TARGET void maddubs_2x4(const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb, int64_t K, int32_t* C,
+                                 int64_t ldc, int mr, int nr, bool accumulate) {
+  const uint8_t* a0 = A;
+  const uint8_t* a1 = A + (mr > 1 ? lda : 0);
+  QAT_ROWS4(b, B, ldb, nr);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i c00 = _mm256_setzero_si256(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+#define QAT_STEP(LA, LB)                      \
+  {                                           \
+    const __m256i x0 = LA(a0), x1 = LA(a1);   \
+    __m256i y = LB(b0);                       \
+    c00 = maddubs_add(c00, x0, y, ones);      \
+    c10 = maddubs_add(c10, x1, y, ones);      \
+    y = LB(b1);                               \
+    c01 = maddubs_add(c01, x0, y, ones);      \
+    c11 = maddubs_add(c11, x1, y, ones);      \
+    y = LB(b2);                               \
+    c02 = maddubs_add(c02, x0, y, ones);      \
+    c12 = maddubs_add(c12, x1, y, ones);      \
+    y = LB(b3);                               \
+    c03 = maddubs_add(c03, x0, y, ones);      \
+    c13 = maddubs_add(c13, x1, y, ones);      \
+  }
+  int64_t k = 0;
+#define QAT_LA(p) load32((p) + k)
+  for (; k + 32 <= K; k += 32) QAT_STEP(QAT_LA, QAT_LA)
+#undef QAT_LA
+  if (k < K && K >= 32) {
+    const __m256i keep = tail_keep32(K - k);
+#define QAT_LA(p) load32((p) + K - 32)
+#define QAT_LB(p) _mm256_and_si256(load32((p) + K - 32), keep)
+    QAT_STEP(QAT_LA, QAT_LB)
+#undef QAT_LA
+#undef QAT_LB
+  } else if (k < K) {  // K < 32: zero-padded copies
+    alignas(32) uint8_t ta[2][32] = {};
+    alignas(32) int8_t tb[4][32] = {};
+    const size_t t = static_cast<size_t>(K);
+    std::memcpy(ta[0], a0, t), std::memcpy(ta[1], a1, t);
+    std::memcpy(tb[0], b0, t), std::memcpy(tb[1], b1, t), std::memcpy(tb[2], b2, t), std::memcpy(tb[3], b3, t);
+    a0 = ta[0], a1 = ta[1], b0 = tb[0], b1 = tb[1], b2 = tb[2], b3 = tb[3];
+    QAT_STEP(load32, load32)
+  }
+#undef QAT_STEP
+  store4(reduce4(c00, c01, c02, c03), C, nr, accumulate);
+  if (mr > 1) store4(reduce4(c10, c11, c12, c13), C + ldc, nr, accumulate);
+}
+
+// One row of A x up to 8 rows of B, one dot product after the other.
+QAT_AVX2_TARGET void maddubs_row(const uint8_t* A, int64_t, const int8_t* B, int64_t ldb, int64_t K, int32_t* C,
+                                 int64_t, int, int nr, bool accumulate) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int j = 0; j < nr; ++j) {
+    const int8_t* b = B + j * ldb;
+    __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0;
+    int64_t k = 0;
+    for (; k + 128 <= K; k += 128) {
+      c0 = maddubs_add(c0, load32(A + k), load32(b + k), ones);
+      c1 = maddubs_add(c1, load32(A + k + 32), load32(b + k + 32), ones);
+      c2 = maddubs_add(c2, load32(A + k + 64), load32(b + k + 64), ones);
+      c3 = maddubs_add(c3, load32(A + k + 96), load32(b + k + 96), ones);
+    }
+    for (; k + 32 <= K; k += 32) c0 = maddubs_add(c0, load32(A + k), load32(b + k), ones);
+    if (k < K && K >= 32) {
+      c1 = maddubs_add(c1, load32(A + K - 32), _mm256_and_si256(load32(b + K - 32), tail_keep32(K - k)), ones);
+    } else if (k < K) {  // K < 32: zero-padded copies
+      alignas(32) uint8_t ta[32] = {};
+      alignas(32) int8_t tb[32] = {};
+      std::memcpy(ta, A, static_cast<size_t>(K));
+      std::memcpy(tb, b, static_cast<size_t>(K));
+      c1 = maddubs_add(c1, load32(ta), load32(tb), ones);
+    }
+    const __m256i c = _mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3));
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
+    const int32_t sum = _mm_cvtsi128_si32(h);
+    C[j] = accumulate ? C[j] + sum : sum;
+  }
+}
+
 // AVX-VNNI: the AVX2 kernels' 3 x 4 and one-row blocks with vpdpbusd on ymm
 // (u8 x s8, four products summed into each int32 lane, no saturation): 32
-// bytes of K a step, no widening. The K tail as AVX2's (tail_keep32).
+// bytes of K a step, no widening, the K tail as maddubs_2x4's.
 #define QAT_AVX_VNNI_TARGET __attribute__((target("avx2,avxvnni")))
 
 // vpdpbusd in its VEX form ({vex}: the assembler would otherwise pick the
@@ -359,13 +461,6 @@ QAT_AVX_VNNI_TARGET inline __m256i dpbusd_vex(__m256i acc, __m256i a, __m256i b)
   asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
   return acc;
 }
-QAT_AVX_VNNI_TARGET inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-alignas(32) constexpr int8_t tail_keep32_table[64] = {
-    0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
-    0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-QAT_AVX_VNNI_TARGET inline __m256i tail_keep32(int64_t t) { return load32(tail_keep32_table + t); }  // last t set
-
 QAT_AVX_VNNI_TARGET void avx_vnni_3x4(const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb, int64_t K,
                                       int32_t* C, int64_t ldc, int mr, int nr, bool accumulate) {
   const uint8_t* a0 = A;
@@ -465,6 +560,7 @@ struct KernelSet {
 constexpr KernelSet vnni_set{4, 4, &vnni_4x4, 3, 16, &vnni_row};
 constexpr KernelSet avx2_set{3, 4, &avx2_3x4, 2, 8, &avx2_row};
 constexpr KernelSet avx_vnni_set{3, 4, &avx_vnni_3x4, 2, 8, &avx_vnni_row};
+constexpr KernelSet maddubs_set{2, 4, &maddubs_2x4, 2, 8, &maddubs_row};
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
@@ -552,6 +648,24 @@ void gemm_u8s8s32(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const uint
       return gemm_amx_unpacked(false, M, N, K, A, lda, B, ldb, C, ldc);
     case GemmKernel::amx_emulated: return gemm_amx_unpacked(true, M, N, K, A, lda, B, ldb, C, ldc);
   }
+}
+
+bool pairs_fit_int16(const GemmRanges& r) {
+  return r.a_max >= 0 && r.b_absmax >= 0 && 2 * static_cast<int64_t>(r.a_max) * r.b_absmax <= 32767;
+}
+
+bool runs_maddubs(GemmKernel kernel, const GemmRanges& r) {
+  return kernel == GemmKernel::avx2 && pairs_fit_int16(r);
+}
+
+void gemm_u8s8s32_bounded(GemmKernel kernel, const GemmRanges& r, int64_t M, int64_t N, int64_t K, const uint8_t* A,
+                          int64_t lda, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc) {
+  if (!runs_maddubs(kernel, r)) return gemm_u8s8s32(kernel, M, N, K, A, lda, B, ldb, C, ldc);
+  QAT_CHECK(M >= 0 && N >= 0 && K >= 0 && lda >= K && ldb >= K && ldc >= N, "gemm_u8s8s32_bounded: bad sizes M=", M,
+            " N=", N, " K=", K, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
+  QAT_CHECK(gemm_kernel_runs_here(kernel), "gemm_u8s8s32_bounded: the ", enum_name(kernel),
+            " kernel does not run on this CPU");
+  gemm_blocked(maddubs_set, M, N, K, A, lda, B, ldb, C, ldc);
 }
 
 }  // namespace qat::quant

@@ -41,6 +41,24 @@ bool is_amx(GemmKernel k);
 void gemm_u8s8s32(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B,
                   int64_t ldb, int32_t* C, int64_t ldc);
 
+// The ranges a caller guarantees for its operands: every A value in
+// [0, a_max], every B value in [-b_absmax, b_absmax].
+struct GemmRanges {
+  int32_t a_max = 255, b_absmax = 128;
+};
+// Whether no pair sum a0 b0 + a1 b1 of such operands leaves int16:
+// 2 a_max b_absmax <= 32767 (7-bit activations with 8-bit weights, or 4-bit
+// weights or activations; not 8 bits on both sides).
+bool pairs_fit_int16(const GemmRanges& r);
+// gemm_u8s8s32 for operands within r (unchecked: the caller's guarantee, as
+// the integer model's clamped activations and weight grid give). Where the
+// pair sums fit int16, the avx2 kernel multiplies with vpmaddubsw, 32
+// products an instruction instead of 16, exactly; every other case is
+// gemm_u8s8s32. runs_maddubs tells which.
+bool runs_maddubs(GemmKernel kernel, const GemmRanges& r);
+void gemm_u8s8s32_bounded(GemmKernel kernel, const GemmRanges& r, int64_t M, int64_t N, int64_t K, const uint8_t* A,
+                          int64_t lda, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc);
+
 // The same product for two signed operands (INT8 training: gradients x
 // weights), C[m][n] = sum_k A[m][k] * B[n][k]. The reference kernel is the
 // plain signed sum; the fast kernels run gemm_u8s8s32 on A + 128 (a u8) and

@@ -1,5 +1,7 @@
 #include "quant/integer/integer_model.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/profiler.h"
 
@@ -35,22 +37,42 @@ bool runs_packed(const IntLayer& l, GemmKernel k) {
   return !l.packed_weight.empty() && can_use_packed(k, l.out_channels);
 }
 
+GemmRanges gemm_ranges(const IntLayer& l) {
+  return {l.in.qmax() + l.in.offset(), std::max(-l.weight_qmin(), l.weight_qmax())};
+}
+
 std::string IntegerModel::layer_kernel(const IntLayer& l) const {
   if (!int_op_def(l.op).has(kMatmul)) return "";
   std::string name = gemm_kernel_name(kernel);
   if (runs_packed(l, kernel)) name += ", packed weights";
+  if (runs_maddubs(kernel, gemm_ranges(l))) name += ", vpmaddubsw (pair sums fit int16)";
   return name;
 }
 
-Tensor IntegerModel::forward(const Tensor& x) const {
+namespace {
+// Each layer reads the grid the one before writes (the file reader checks
+// it; so does this, for a model built in code): the kernels rely on it, the
+// bounded GEMM (gemm_ranges) among them.
+void check_grid_chain(const std::vector<IntLayer>& layers) {
   QAT_CHECK(!layers.empty() && int_op_def(layers.front().op).has(kFloatInput),
             "integer model: the first layer must be quantize_input");
+  for (size_t i = 1; i < layers.size(); ++i)
+    QAT_CHECK(layers[i].in == layers[i - 1].out, "integer model: layer '", layers[i].name,
+              "' reads another grid than layer '", layers[i - 1].name, "' writes (", layers[i].in.bits, " vs ",
+              layers[i - 1].out.bits, " bits, zero point ", layers[i].in.zero_point, " vs ",
+              layers[i - 1].out.zero_point, ")");
+}
+}  // namespace
+
+Tensor IntegerModel::forward(const Tensor& x) const {
+  check_grid_chain(layers);
   Tensor h = x;
   for (const auto& l : layers) h = run_layer(l, h);
   return h;
 }
 
 std::vector<Tensor> IntegerModel::forward_trace(const Tensor& x) const {
+  check_grid_chain(layers);
   std::vector<Tensor> out;
   Tensor h = x;
   for (const auto& l : layers) out.push_back(h = run_layer(l, h));

@@ -91,6 +91,9 @@ struct IntLayer {
 
 // Whether layer l multiplies on its packed weights with kernel k.
 bool runs_packed(const IntLayer& l, GemmKernel k);
+// The ranges of a conv / linear layer's GEMM operands: its input grid's
+// stored values (at most qmax + offset) and its weight grid.
+GemmRanges gemm_ranges(const IntLayer& l);
 
 class IntegerModel {
  public:

@@ -15,7 +15,8 @@ void gemm(const IntLayer& l, GemmKernel kernel, int64_t M, const uint8_t* rows, 
   const int64_t K = l.weight.numel() / l.out_channels;
   if (runs_packed(l, kernel))
     return gemm_u8s8s32_packed(kernel, M, rows, K, l.packed_weight, acc, l.out_channels);
-  gemm_u8s8s32(kernel, M, l.out_channels, K, rows, K, l.weight.data<int8_t>(), K, acc, l.out_channels);
+  gemm_u8s8s32_bounded(kernel, gemm_ranges(l), M, l.out_channels, K, rows, K, l.weight.data<int8_t>(), K, acc,
+                       l.out_channels);
 }
 
 namespace {

@@ -292,3 +292,50 @@ TEST_CASE("the packed s8 x s8 GEMM with the dequantizing epilogue equals the sca
     }
   }
 }
+
+// gemm_u8s8s32_bounded: operands drawn within the declared ranges, their
+// extremes over-represented (every pair at the extremes sums to the largest
+// int16 magnitude the ranges allow), against the 64-bit sum. Ranges whose
+// pair sums fit int16 run the vpmaddubsw kernel on avx2; the others, and
+// every other kernel, the plain kernels.
+TEST_CASE("the bounded GEMM equals the 64-bit sum on operands within its ranges, on every kernel",
+          "[quant][int8gemm]") {
+  Generator g(21);
+  const GemmRanges ranges[] = {{127, 128}, {255, 8}, {15, 128}, {15, 8}, {255, 128}};
+  REQUIRE(pairs_fit_int16(ranges[0]));
+  REQUIRE_FALSE(pairs_fit_int16(ranges[4]));
+  REQUIRE(pairs_fit_int16({129, 127}));        // 2 * 129 * 127 = 32766
+  REQUIRE_FALSE(pairs_fit_int16({128, 128}));  // 32768: beyond (though a pair reaching -32768 alone would fit)
+  const int64_t Ks[] = {1, 5, 31, 32, 33, 64, 95, 127, 128, 129, 363, 5000};
+  const int64_t MNs[][2] = {{1, 1}, {1, 9}, {2, 4}, {3, 5}, {5, 13}, {17, 33}, {64, 40}};
+  for (const GemmRanges& r : ranges)
+    for (const int64_t K : Ks)
+      for (const auto& mn : MNs) {
+        const int64_t M = mn[0], N = mn[1];
+        std::vector<uint8_t> A(static_cast<size_t>(M * K));
+        std::vector<int8_t> B(static_cast<size_t>(N * K));
+        for (uint8_t& v : A)
+          v = static_cast<uint8_t>(g.bernoulli(0.3f) ? r.a_max : g.below(static_cast<uint32_t>(r.a_max) + 1));
+        const int lo = -std::min(r.b_absmax, 128), hi = std::min(r.b_absmax, 127);
+        for (int8_t& v : B)
+          v = static_cast<int8_t>(g.bernoulli(0.2f)   ? lo
+                                  : g.bernoulli(0.2f) ? hi
+                                                      : lo + static_cast<int>(g.below(static_cast<uint32_t>(hi - lo + 1))));
+        std::vector<int32_t> expect(static_cast<size_t>(M * N));
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            int64_t s = 0;
+            for (int64_t k = 0; k < K; ++k) s += int64_t{A[m * K + k]} * int64_t{B[n * K + k]};
+            expect[m * N + n] = static_cast<int32_t>(s);
+          }
+        for (const GemmKernel kern : testing::gemm_kernels_here()) {
+          INFO(gemm_kernel_name(kern) << (runs_maddubs(kern, r) ? " (vpmaddubsw)" : "") << " a_max=" << r.a_max
+                                      << " b_absmax=" << r.b_absmax << " M=" << M << " N=" << N << " K=" << K);
+          std::vector<int32_t> C(static_cast<size_t>(M * N), 0x5a5a5a5a);
+          gemm_u8s8s32_bounded(kern, r, M, N, K, A.data(), K, B.data(), K, C.data(), N);
+          REQUIRE(C == expect);
+        }
+      }
+  if (!gemm_kernel_runs_here(GemmKernel::avx2)) WARN("no AVX2 here: the vpmaddubsw kernel is not reached");
+  else REQUIRE(runs_maddubs(GemmKernel::avx2, ranges[0]));
+}

@@ -285,3 +285,41 @@ TEST_CASE("the integer model on the GPU gives the CPU's logits bit for bit", "[q
     REQUIRE(testing::same_bits(CudaIntegerModel(im).forward(x).to(Device::cpu), im.forward(x)));
   }
 }
+
+// 7-bit activations with 8-bit weights (PyTorch's reduce_range on x86), and
+// 4-bit both sides: the pair sums fit int16, so the avx2 kernel multiplies
+// with vpmaddubsw; the logits equal the reference kernel's on every kernel.
+TEST_CASE("a frozen model whose pair sums fit int16 gives the reference logits on every GEMM kernel",
+          "[quant][integer]") {
+  Generator g(12);
+  const Tensor x = Tensor::randn({3, 3, 16, 16}, g);
+  for (const int act_bits : {7, 4}) {
+    QConfig q;
+    q.activation_bits = act_bits;
+    q.weight_bits = act_bits == 4 ? 4 : 8;
+    IntegerModel im = frozen("small_cnn", "default", q, 16);
+    im.kernel = GemmKernel::reference;
+    const Tensor want = im.forward(x);
+    for (const GemmKernel k : testing::gemm_kernels_here()) {
+      INFO(act_bits << "-bit activations, kernel " << gemm_kernel_name(k));
+      im.kernel = k;
+      REQUIRE(testing::same_bits(im.forward(x), want));
+      for (const IntLayer& l : im.layers)
+        if (int_op_def(l.op).has(kMatmul))
+          CHECK((im.layer_kernel(l).find("vpmaddubsw") != std::string::npos) == (k == GemmKernel::avx2));
+    }
+  }
+}
+
+TEST_CASE("the integer model refuses a layer that reads another grid than the layer before writes",
+          "[quant][integer]") {
+  IntegerModel im = frozen("small_cnn", "default", QConfig{}, 16);
+  size_t i = 1;
+  while (!int_op_def(im.layers[i].op).has(kMatmul)) ++i;
+  im.layers[i].in.bits = 7;
+  Generator g(13);
+  const Tensor x = Tensor::randn({1, 3, 16, 16}, g);
+  REQUIRE_THROWS_WITH(im.forward(x), Contains(im.layers[i].name) && Contains(im.layers[i - 1].name) &&
+                                         Contains("reads another grid"));
+  REQUIRE_THROWS_WITH(im.forward_trace(x), Contains("reads another grid"));
+}
