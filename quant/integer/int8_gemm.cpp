@@ -684,13 +684,12 @@ void gemm_s8s8_reference(int64_t M, int64_t N, int64_t K, const int8_t* A, int64
 }
 }  // namespace
 
-void gemm_s8s8s32(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t lda, const int8_t* B,
-                  int64_t ldb, int32_t* C, int64_t ldc) {
+void gemm_s8s8s32_shifted(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t lda,
+                          const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc, int32_t* colsum) {
   QAT_CHECK(M >= 0 && N >= 0 && K >= 0 && lda >= K && ldb >= K && ldc >= N, "gemm_s8s8s32: bad sizes M=", M, " N=", N,
             " K=", K, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
   // 2^16 * 255 * 128 < 2^31: no shifted partial sum can overflow.
   QAT_CHECK(K <= (int64_t{1} << 16), "gemm_s8s8s32: K=", K, " exceeds 65536 (int32 accumulator bound)");
-  if (kernel == GemmKernel::reference) return gemm_s8s8_reference(M, N, K, A, lda, B, ldb, C, ldc);
   thread_local std::vector<uint8_t> shifted;
   if (static_cast<int64_t>(shifted.size()) < M * K) shifted.resize(static_cast<size_t>(M * K));
   uint8_t* a = shifted.data();
@@ -698,16 +697,27 @@ void gemm_s8s8s32(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const int8
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = 0; k < K; ++k) a[m * K + k] = static_cast<uint8_t>(A[m * lda + k] + 128);
   gemm_u8s8s32(kernel, M, N, K, a, K, B, ldb, C, ldc);
-  std::vector<int32_t> colsum(static_cast<size_t>(N));
 #pragma omp parallel for schedule(static) if (N * K >= (1 << 16))
   for (int64_t n = 0; n < N; ++n) {
     int32_t s = 0;
     for (int64_t k = 0; k < K; ++k) s += B[n * ldb + k];
-    colsum[n] = 128 * s;
+    colsum[n] = s;
   }
+}
+
+void gemm_s8s8s32(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t lda, const int8_t* B,
+                  int64_t ldb, int32_t* C, int64_t ldc) {
+  if (kernel == GemmKernel::reference) {
+    QAT_CHECK(M >= 0 && N >= 0 && K >= 0 && lda >= K && ldb >= K && ldc >= N, "gemm_s8s8s32: bad sizes M=", M,
+              " N=", N, " K=", K, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
+    QAT_CHECK(K <= (int64_t{1} << 16), "gemm_s8s8s32: K=", K, " exceeds 65536 (int32 accumulator bound)");
+    return gemm_s8s8_reference(M, N, K, A, lda, B, ldb, C, ldc);
+  }
+  std::vector<int32_t> colsum(static_cast<size_t>(N));
+  gemm_s8s8s32_shifted(kernel, M, N, K, A, lda, B, ldb, C, ldc, colsum.data());
 #pragma omp parallel for schedule(static) if (M * N >= (1 << 16))
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) C[m * ldc + n] -= colsum[n];
+    for (int64_t n = 0; n < N; ++n) C[m * ldc + n] -= 128 * colsum[n];
 }
 
 }  // namespace qat::quant

@@ -66,5 +66,10 @@ void gemm_u8s8s32_bounded(GemmKernel kernel, const GemmRanges& r, int64_t M, int
 // partial sum of the shifted product fits int32 for K <= 2^16, checked).
 void gemm_s8s8s32(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t lda, const int8_t* B,
                   int64_t ldb, int32_t* C, int64_t ldc);
+// Its first part alone, for a caller that folds the correction into a pass
+// of its own: C = (A + 128) B^T and colsum[n] = sum_k B[n][k] (N entries),
+// so that A B^T = C - 128 colsum[n], exactly (K <= 2^16).
+void gemm_s8s8s32_shifted(GemmKernel kernel, int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t lda,
+                          const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc, int32_t* colsum);
 
 }  // namespace qat::quant

@@ -515,7 +515,9 @@ GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<flo
 
 // dWq (O, K) = s_G s_x (sum_m G[o][m] u[m][k] - zx gsum[o]) as one s8 x s8
 // GEMM of G (O, M) and col = u - 128 (K, M): sum_m G u = C + 128 gsum[o].
-// M is summed in chunks of 2^16 (int32 accumulators), chunks in int64.
+// M is summed in chunks of 2^16 (int32 accumulators), chunks in int64. The
+// GEMM's own correction (- 128 colsum[k], gemm_s8s8s32_shifted) is folded
+// into the pass that reads its result: one pass over O x K, not two.
 Tensor weight_grad_unpacked(const std::vector<uint8_t>& u, const ActGrid& grid, const int8_t* G, const int64_t* gsum,
                             float scale_g, const Geom& g, uint8_t pad, GemmKernel kernel) {
   const int64_t M = g.M(), K = g.K(), O = g.o;
@@ -523,16 +525,18 @@ Tensor weight_grad_unpacked(const std::vector<uint8_t>& u, const ActGrid& grid, 
   im2col(u.data(), g, pad, col);
   constexpr int64_t kChunk = int64_t{1} << 16;
   int32_t* acc = scratch<int32_t>(kAcc, O * K);
+  std::vector<int32_t> colsum(static_cast<size_t>(K));
   std::vector<int64_t> total;
   for (int64_t m0 = 0; m0 < M; m0 += kChunk) {
     const int64_t len = std::min(kChunk, M - m0);
     {
       QAT_PROFILE("int8_train.gemm_dw");
-      gemm_s8s8s32(kernel, O, K, len, G + m0, M, col + m0, M, acc, K);
+      gemm_s8s8s32_shifted(kernel, O, K, len, G + m0, M, col + m0, M, acc, K, colsum.data());
     }
     if (M <= kChunk) break;
     if (total.empty()) total.assign(static_cast<size_t>(K * O), 0);
-    for (int64_t i = 0; i < K * O; ++i) total[i] += acc[i];
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t k = 0; k < K; ++k) total[o * K + k] += int64_t{acc[o * K + k]} - 128 * int64_t{colsum[k]};
   }
   Tensor dw = Tensor::empty({O, K});
   float* pd = dw.data<float>();
@@ -541,7 +545,8 @@ Tensor weight_grad_unpacked(const std::vector<uint8_t>& u, const ActGrid& grid, 
   for (int64_t o = 0; o < O; ++o) {
     const double corr = (128.0 - grid.zero) * static_cast<double>(gsum[o]);
     for (int64_t k = 0; k < K; ++k) {
-      const double a = total.empty() ? static_cast<double>(acc[o * K + k]) : static_cast<double>(total[o * K + k]);
+      const int64_t c = total.empty() ? int64_t{acc[o * K + k]} - 128 * int64_t{colsum[k]} : total[o * K + k];
+      const double a = static_cast<double>(c);
       pd[o * K + k] = static_cast<float>(s * (a + corr));
     }
   }
@@ -649,7 +654,8 @@ Tensor col2im_scaled(const int32_t* acc, int64_t ldc, const int32_t* sums, float
 }
 
 // dXq = s_Gx * col2im(Gx W) with the col2im sums in int64 (the unpacked
-// kernels: W transposed, then gemm_s8s8s32).
+// kernels: W transposed, then gemm_s8s8s32_shifted, its correction applied
+// by col2im).
 Tensor input_grad_unpacked(const int8_t* Gx, float scale_gx, const QuantCodes& wi, const Geom& g, GemmKernel kernel) {
   const int64_t M = g.M(), K = g.K(), O = g.o;
   int8_t* wt = scratch<int8_t>(kWt, K * O);
@@ -658,12 +664,13 @@ Tensor input_grad_unpacked(const int8_t* Gx, float scale_gx, const QuantCodes& w
     transpose_bytes(wi.q.get(), O, K, wt);
   }
   int32_t* acc = scratch<int32_t>(kAcc, M * K);
+  std::vector<int32_t> sums(static_cast<size_t>(K));
   {
     QAT_PROFILE("int8_train.gemm_dx");
-    gemm_s8s8s32(kernel, M, K, O, Gx, O, wt, O, acc, K);
+    gemm_s8s8s32_shifted(kernel, M, K, O, Gx, O, wt, O, acc, K, sums.data());
   }
-  QAT_PROFILE("int8_train.col2im");
-  return col2im_scaled(acc, K, nullptr, scale_gx, g, [](int64_t, const int32_t* rows) { return rows; });
+  QAT_PROFILE("int8_train.col2im");  // (its pass applies the GEMM's correction, - 128 sums[k])
+  return col2im_scaled(acc, K, sums.data(), scale_gx, g, [](int64_t, const int32_t* rows) { return rows; });
 }
 
 // The same on the packed VNNI kernel: W packed straight from its rows (no
