@@ -74,20 +74,82 @@ template <bool kFlip>
 constexpr TileFn kTiles[kRows + 1] = {nullptr,           tile<1, kFlip>, tile<2, kFlip>, tile<3, kFlip>,
                                       tile<4, kFlip>, tile<5, kFlip>, tile<6, kFlip>};
 
+// AVX-VNNI (no AVX-512): the same packed layout, one 16-channel block a
+// tile, each 64-byte row of it as two ymm halves (channels 0-7, 8-15):
+// 6 rows x 2 halves = 12 accumulators, 2 of B, the broadcast quad. vpdpbusd
+// in its VEX form, ymm0-15 only (int8_gemm.cpp's dpbusd_vex).
+#define QAT_AVX_VNNI_TARGET __attribute__((target("avx2,avxvnni")))
+QAT_AVX_VNNI_TARGET inline void dpbusd_vex(__m256i& acc, __m256i a, __m256i b) {
+  asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
+}
+
+template <int R, bool kFlip>
+QAT_AVX_VNNI_TARGET void tile_ymm(const uint8_t* A, int64_t lda, const int8_t* b, int64_t, int64_t K, int64_t K4,
+                                  int32_t* C, int64_t ldc) {
+  __m256i acc[R][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  const int64_t full = K / 4;
+  for (int64_t q = 0; q < K4; ++q) {
+    const int8_t* bq = b + q * 64;
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bq));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bq + 32));
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      int32_t quad;
+      if (q < full) std::memcpy(&quad, A + r * lda + 4 * q, 4);
+      else quad = a_quad(A + r * lda, 4 * q, K);
+      if constexpr (kFlip) quad ^= static_cast<int32_t>(0x80808080u);
+      const __m256i av = _mm256_set1_epi32(quad);
+      dpbusd_vex(acc[r][0], av, b0);
+      dpbusd_vex(acc[r][1], av, b1);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(C + r * ldc), acc[r][0]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(C + r * ldc + 8), acc[r][1]);
+  }
+}
+
 template <bool kFlip>
-void gemm_packed(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int32_t* C, int64_t ldc) {
-  QAT_CHECK(can_use_packed(GemmKernel::avx512_vnni, B.N) && lda >= B.K && ldc >= B.N, "gemm_u8s8s32_packed: bad sizes N=", B.N,
-            " K=", B.K, " lda=", lda, " ldc=", ldc);
-  const int64_t groups = B.N / (16 * kBlocks), tiles = (M + kRows - 1) / kRows;
+constexpr TileFn kTilesYmm[kRows + 1] = {nullptr,           tile_ymm<1, kFlip>, tile_ymm<2, kFlip>, tile_ymm<3, kFlip>,
+                                         tile_ymm<4, kFlip>, tile_ymm<5, kFlip>, tile_ymm<6, kFlip>};
+
+// A packed kernel's tiles: `cols` output channels (a group of 16-channel
+// blocks) by up to kRows rows of A.
+struct Tiles {
+  int64_t cols;
+  const TileFn* fns;  // by row count
+};
+template <bool kFlip>
+Tiles tiles_of(GemmKernel kernel) {
+  if (kernel == GemmKernel::avx_vnni) return {16, kTilesYmm<kFlip>};
+  return {16 * kBlocks, kTiles<kFlip>};
+}
+
+// Group g's tile at rows [m0, m0 + rows) into C.
+template <bool kFlip>
+void run_tile(const Tiles& t, int64_t rows, const uint8_t* A, int64_t lda, const PackedB& B, int64_t g, int32_t* C,
+              int64_t ldc) {
   const int64_t block_stride = B.K4 * 64;
-  // Channel groups outermost: a group's weights (64 x K bytes) stay in L2
+  t.fns[rows](A, lda, B.data.data() + g * (t.cols / 16) * block_stride, block_stride, B.K, B.K4, C, ldc);
+}
+
+template <bool kFlip>
+void gemm_packed(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int32_t* C,
+                 int64_t ldc) {
+  QAT_CHECK(can_use_packed(kernel, B.N) && lda >= B.K && ldc >= B.N, "gemm_u8s8s32_packed: bad sizes N=", B.N,
+            " K=", B.K, " lda=", lda, " ldc=", ldc);
+  const Tiles t = tiles_of<kFlip>(kernel);
+  const int64_t groups = B.N / t.cols, tiles = (M + kRows - 1) / kRows;
+  // Channel groups outermost: a group's weights (cols x K bytes) stay in L2
   // while every tile of A passes.
 #pragma omp parallel for collapse(2) schedule(static) if (M * B.N * B.K >= (1 << 20))
   for (int64_t g = 0; g < groups; ++g)
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t m0 = t * kRows, rows = M - m0 < kRows ? M - m0 : kRows;
-      kTiles<kFlip>[rows](A + m0 * lda, lda, B.data.data() + g * kBlocks * block_stride, block_stride, B.K, B.K4,
-                          C + m0 * ldc + g * 16 * kBlocks, ldc);
+    for (int64_t tt = 0; tt < tiles; ++tt) {
+      const int64_t m0 = tt * kRows, rows = M - m0 < kRows ? M - m0 : kRows;
+      run_tile<kFlip>(t, rows, A + m0 * lda, lda, B, g, C + m0 * ldc + g * t.cols, ldc);
     }
 }
 
@@ -143,9 +205,63 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void pack_transposed_avx5
   }
 }
 
+// 32 columns (n0 .. n0 + 31) of four rows of Bt as the four 32-byte halves
+// of B's blocks n0/16 and n0/16 + 1 (each [16 n][4 k]): the bytes
+// interleaved within 128-bit lanes (lane 1 holds columns 16 on), then the
+// lanes regrouped.
+QAT_AVX_VNNI_TARGET inline void interleave4_ymm(__m256i r0, __m256i r1, __m256i r2, __m256i r3, __m256i out[4]) {
+  const __m256i a = _mm256_unpacklo_epi8(r0, r1), b = _mm256_unpackhi_epi8(r0, r1);
+  const __m256i c = _mm256_unpacklo_epi8(r2, r3), d = _mm256_unpackhi_epi8(r2, r3);
+  const __m256i e = _mm256_unpacklo_epi16(a, c), f = _mm256_unpackhi_epi16(a, c);  // n 0-3 | 16-19, 4-7 | 20-23
+  const __m256i g = _mm256_unpacklo_epi16(b, d), h = _mm256_unpackhi_epi16(b, d);  // n 8-11 | 24-27, 12-15 | 28-31
+  out[0] = _mm256_permute2x128_si256(e, f, 0x20);
+  out[1] = _mm256_permute2x128_si256(g, h, 0x20);
+  out[2] = _mm256_permute2x128_si256(e, f, 0x31);
+  out[3] = _mm256_permute2x128_si256(g, h, 0x31);
+}
+
+// 32 bytes of a row of Bt from column n0, `live` of them real (the rest 0),
+// sign bits flipped when asked (the real bytes only).
+QAT_AVX_VNNI_TARGET inline __m256i row32(const int8_t* p, int64_t live, bool flip) {
+  const __m256i signs = _mm256_set1_epi8(flip ? static_cast<char>(0x80) : 0);
+  if (live >= 32) return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), signs);
+  alignas(32) int8_t tmp[32] = {};
+  for (int64_t j = 0; j < live; ++j) tmp[j] = static_cast<int8_t>(p[j] ^ (flip ? 0x80 : 0));
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp));
+}
+
+QAT_AVX_VNNI_TARGET void pack_transposed_ymm(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, bool flip,
+                                             PackedB& out, int32_t* sums) {
+  const int64_t K4 = out.K4, halves = out.N / 32;
+  int8_t* data = out.data.data();
+  const __m256i ones = _mm256_set1_epi8(1);
+#pragma omp parallel for schedule(static) if (K * N >= (1 << 16))
+  for (int64_t hh = 0; hh < halves; ++hh) {
+    const int64_t n0 = hh * 32, live = N - n0;  // <= 0: a padding half (N is padded to 64)
+    __m256i sum[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                      _mm256_setzero_si256()};
+    for (int64_t q = 0; q < K4; ++q) {
+      __m256i r[4];
+      for (int i = 0; i < 4; ++i) {
+        const int64_t k = 4 * q + i;
+        r[i] = k < K && live > 0 ? row32(Bt + k * ldbt + n0, live, flip) : _mm256_setzero_si256();
+      }
+      __m256i chunk[4];
+      interleave4_ymm(r[0], r[1], r[2], r[3], chunk);
+      for (int j = 0; j < 4; ++j) {
+        int8_t* dst = data + ((n0 / 16 + j / 2) * K4 + q) * 64 + 32 * (j % 2);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), chunk[j]);
+        dpbusd_vex(sum[j], ones, chunk[j]);  // (1, 1, 1, 1) . 4 bytes: column n's 4 k
+      }
+    }
+    if (sums)
+      for (int j = 0; j < 4; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + n0 + 8 * j), sum[j]);
+  }
+}
+
 void check_vnni(GemmKernel kernel) {
-  QAT_CHECK(kernel == GemmKernel::avx512_vnni, "packed GEMM: kernel ", enum_name(kernel),
-            " has no packed form (avx512_vnni, amx, amx_emulated)");
+  QAT_CHECK(kernel == GemmKernel::avx512_vnni || kernel == GemmKernel::avx_vnni, "packed GEMM: kernel ",
+            enum_name(kernel), " has no packed form (avx512_vnni, avx_vnni, amx, amx_emulated)");
 }
 
 }  // namespace
@@ -153,7 +269,7 @@ void check_vnni(GemmKernel kernel) {
 bool can_use_packed(GemmKernel kernel, int64_t N) {
   if (N <= 0 || !gemm_kernel_runs_here(kernel)) return false;
   if (kernel == GemmKernel::avx512_vnni) return N % (16 * kBlocks) == 0;
-  return is_amx(kernel) && N % 16 == 0;
+  return (kernel == GemmKernel::avx_vnni || is_amx(kernel)) && N % 16 == 0;
 }
 
 PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb) {
@@ -177,7 +293,7 @@ void gemm_u8s8s32_packed(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t
                          int64_t ldc) {
   if (is_amx(kernel)) return amx::gemm_s32(kernel == GemmKernel::amx_emulated, false, M, A, lda, B, B.N, C, ldc);
   check_vnni(kernel);
-  gemm_packed<false>(M, A, lda, B, C, ldc);
+  gemm_packed<false>(kernel, M, A, lda, B, C, ldc);
 }
 
 void gemm_s8s8s32_packed_offset(GemmKernel kernel, int64_t M, const int8_t* A, int64_t lda, const PackedB& B,
@@ -185,27 +301,26 @@ void gemm_s8s8s32_packed_offset(GemmKernel kernel, int64_t M, const int8_t* A, i
   const auto* a8 = reinterpret_cast<const uint8_t*>(A);
   if (is_amx(kernel)) return amx::gemm_s32(kernel == GemmKernel::amx_emulated, true, M, a8, lda, B, B.N, C, ldc);
   check_vnni(kernel);
-  gemm_packed<true>(M, a8, lda, B, C, ldc);
+  gemm_packed<true>(kernel, M, a8, lda, B, C, ldc);
 }
 
 void gemm_s8s8_packed_dequant(GemmKernel kernel, int64_t M, const int8_t* A, int64_t lda, const PackedB& B,
                               const DequantEpilogue& e, float* out, int64_t ldo) {
   if (is_amx(kernel)) return amx::gemm_dequant(kernel == GemmKernel::amx_emulated, M, A, lda, B, e, out, ldo);
   check_vnni(kernel);
-  QAT_CHECK(can_use_packed(GemmKernel::avx512_vnni, B.N) && lda >= B.K && e.n <= B.N && ldo >= e.n, "gemm_s8s8_packed_dequant: bad sizes "
+  QAT_CHECK(can_use_packed(kernel, B.N) && lda >= B.K && e.n <= B.N && ldo >= e.n, "gemm_s8s8_packed_dequant: bad sizes "
             "N=", B.N, " K=", B.K, " n=", e.n, " lda=", lda, " ldo=", ldo);
-  const int64_t groups = B.N / (16 * kBlocks), tiles = (M + kRows - 1) / kRows;
-  const int64_t block_stride = B.K4 * 64;
+  const Tiles tl = tiles_of<true>(kernel);
+  const int64_t groups = B.N / tl.cols, tiles = (M + kRows - 1) / kRows;
   const auto* a8 = reinterpret_cast<const uint8_t*>(A);
 #pragma omp parallel for collapse(2) schedule(static) if (M * B.N * B.K >= (1 << 20))
   for (int64_t t = 0; t < tiles; ++t)
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t m0 = t * kRows, rows = M - m0 < kRows ? M - m0 : kRows;
-      const int64_t n0 = g * 16 * kBlocks, cols = std::min<int64_t>(16 * kBlocks, e.n - n0);
+      const int64_t n0 = g * tl.cols, cols = std::min<int64_t>(tl.cols, e.n - n0);
       if (cols <= 0) continue;
       alignas(64) int32_t c[kRows][16 * kBlocks];
-      kTiles<true>[rows](a8 + m0 * lda, lda, B.data.data() + g * kBlocks * block_stride, block_stride, B.K, B.K4,
-                         &c[0][0], 16 * kBlocks);
+      run_tile<true>(tl, rows, a8 + m0 * lda, lda, B, g, &c[0][0], 16 * kBlocks);
       for (int64_t r = 0; r < rows; ++r) {
         const double add = e.row_add[m0 + r];
         float* o = out + (m0 + r) * ldo + n0;
@@ -215,15 +330,19 @@ void gemm_s8s8_packed_dequant(GemmKernel kernel, int64_t M, const int8_t* A, int
     }
 }
 
+bool can_pack_transposed() { return cpu_has_avx512_vnni() || cpu_has_avx_vnni(); }
+
 void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, PackedB& out, int32_t* sums,
-                            bool flip_signs) {
-  QAT_CHECK(cpu_has_avx512_vnni() && K > 0 && N > 0 && ldbt >= N, "pack_b_vnni_transposed: needs AVX-512 VNNI, K > 0 "
-            "(got ", K, "), N > 0 (got ", N, ")");
+                            bool flip_signs, GemmKernel kernel) {
+  const bool ymm = kernel == GemmKernel::avx_vnni || !cpu_has_avx512_vnni();
+  QAT_CHECK(can_pack_transposed() && K > 0 && N > 0 && ldbt >= N,
+            "pack_b_vnni_transposed: needs AVX-512 VNNI or AVX-VNNI, K > 0 (got ", K, "), N > 0 (got ", N, ")");
   out.N = (N + 63) / 64 * 64;
   out.K = K;
   out.K4 = (K + 3) / 4;
   out.data.resize(static_cast<size_t>(out.N * out.K4 * 4) + kAmxSlack);  // every packed byte is written below
-  pack_transposed_avx512(Bt, K, N, ldbt, flip_signs, out, sums);
+  if (ymm) pack_transposed_ymm(Bt, K, N, ldbt, flip_signs, out, sums);
+  else pack_transposed_avx512(Bt, K, N, ldbt, flip_signs, out, sums);
 }
 
 }  // namespace qat::quant

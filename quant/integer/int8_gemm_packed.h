@@ -5,10 +5,12 @@
 // 4 k of B, so the 32-bit lanes are output channels and no horizontal
 // reduction is needed (the dot-product kernels reduce 16 accumulators per
 // 4 x 4 block, which costs most at small K, e.g. conv1's K = 363).
-// Tiles: 6 rows of A x 64 output channels (24 accumulators).
+// Tiles: 6 rows of A x 64 output channels (24 accumulators); on AVX-VNNI
+// (ymm, no AVX-512) 6 rows x 16 channels, the same layout read in halves.
 // The same packed layout is the AMX kernel's B operand (int8_gemm_amx.h):
-// every function here takes the kernel that multiplies, avx512_vnni, amx or
-// amx_emulated, so inference and INT8 training share one set of kernels.
+// every function here takes the kernel that multiplies, avx512_vnni,
+// avx_vnni, amx or amx_emulated, so inference and INT8 training share one
+// set of kernels.
 #include <cstdint>
 #include <vector>
 
@@ -23,7 +25,8 @@ struct PackedB {
 };
 
 // Whether `kernel` multiplies packed operands with N output columns: the
-// VNNI kernel N a multiple of 64, the AMX kernels of 16; the CPU able to run it.
+// AVX-512 VNNI kernel N a multiple of 64, the AVX-VNNI and AMX kernels of 16;
+// the CPU able to run it.
 bool can_use_packed(GemmKernel kernel, int64_t N);
 // N is padded with zero channels to a multiple of 16 (out.N).
 PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb);
@@ -42,8 +45,13 @@ void gemm_u8s8s32_packed(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t
 // no shifted copy), so A B^T = C - 128 sums[n], exactly (every partial sum
 // fits int32 for K <= 2^16). C gets out.N columns (the padded ones 0).
 // flip_signs: Bt holds u8 values v, packed as v - 128 (s8; sums of v - 128).
+// kernel: the one that will multiply it (avx_vnni packs with AVX2 code,
+// the others with AVX-512 where the CPU has it); the same bytes either way.
+// can_pack_transposed: whether this CPU packs at all (AVX-512 VNNI or
+// AVX-VNNI).
+bool can_pack_transposed();
 void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, PackedB& out, int32_t* sums,
-                            bool flip_signs = false);
+                            bool flip_signs = false, GemmKernel kernel = GemmKernel::avx512_vnni);
 void gemm_s8s8s32_packed_offset(GemmKernel kernel, int64_t M, const int8_t* A, int64_t lda, const PackedB& B,
                                 int32_t* C, int64_t ldc);
 

@@ -156,12 +156,15 @@ std::optional<GemmKernel>& kernel_override() {
   return k;
 }
 GemmKernel int8_gemm_kernel() { return kernel_override().value_or(best_gemm_kernel()); }
-// Whether the backward GEMMs run on packed operands (pack_b_vnni_transposed
-// is AVX-512 code; the VNNI and both AMX kernels multiply its layout).
-bool packed_backward() {
-  const GemmKernel k = int8_gemm_kernel();
+// Whether kernel k multiplies packed operands (int8_gemm_packed.h): the VNNI
+// kernels and both AMX ones (whose operands pack_b_vnni_transposed packs
+// with AVX-512 code).
+bool packs(GemmKernel k) {
+  if (k == GemmKernel::avx_vnni) return cpu_has_avx_vnni();
   return (k == GemmKernel::avx512_vnni || is_amx(k)) && cpu_has_avx512_vnni();
 }
+// Whether the backward GEMMs run on packed operands.
+bool packed_backward() { return packs(int8_gemm_kernel()); }
 
 // Per-thread buffers reused across steps (AlexNet's classifier needs 150 MB
 // of accumulators: a fresh zeroed vector every step page-faults and clears
@@ -367,7 +370,7 @@ uint8_t pad_integer(const ActGrid& grid, const Geom& g, const std::string& layer
 // output positions; not a linear layer's batch rows, which stream the weight
 // once anyway), and the kernel needs O a multiple of its column block.
 bool packed_forward(GemmKernel kernel, const Geom& g) {
-  return (kernel == GemmKernel::avx512_vnni || is_amx(kernel)) && g.P() > 1 && can_use_packed(kernel, g.o);
+  return packs(kernel) && g.P() > 1 && can_use_packed(kernel, g.o);
 }
 
 // rows: the im2row rows (M x K) of the input.
@@ -565,7 +568,8 @@ Tensor weight_grad_packed(const uint8_t* rows, const ActGrid& grid, const int8_t
   std::vector<int32_t> sums(static_cast<size_t>((K + 63) / 64 * 64));
   {
     QAT_PROFILE("int8_train.pack_rows");
-    pack_b_vnni_transposed(reinterpret_cast<const int8_t*>(rows), M, K, K, packed, sums.data(), true);
+    pack_b_vnni_transposed(reinterpret_cast<const int8_t*>(rows), M, K, K, packed, sums.data(), true,
+                           int8_gemm_kernel());
   }
   std::vector<double> corr(static_cast<size_t>(O));
   for (int64_t o = 0; o < O; ++o) corr[o] = (128.0 - grid.zero) * static_cast<double>(gsum[o]);
@@ -685,7 +689,7 @@ Tensor input_grad_packed(const int8_t* Gx, float scale_gx, const QuantCodes& wi,
   std::vector<int32_t> sums(static_cast<size_t>((K + 63) / 64 * 64));
   {
     QAT_PROFILE("int8_train.pack_w");
-    pack_b_vnni_transposed(wi.q.get(), O, K, K, packed, sums.data());
+    pack_b_vnni_transposed(wi.q.get(), O, K, K, packed, sums.data(), false, int8_gemm_kernel());
   }
   const int64_t ldc = packed.N;
   if (is_1x1(g)) {

@@ -13,11 +13,11 @@ namespace {
 
 enum class Fill { random, max_positive, max_negative };
 
-// The kernels here that multiply packed operands (VNNI, AMX, AMX emulated).
+// The kernels here that multiply packed operands (both VNNI, AMX, AMX emulated).
 std::vector<GemmKernel> packed_kernels_here() {
   std::vector<GemmKernel> out;
   for (const GemmKernel k : testing::gemm_kernels_here())
-    if (k == GemmKernel::avx512_vnni || is_amx(k)) out.push_back(k);
+    if (k == GemmKernel::avx512_vnni || k == GemmKernel::avx_vnni || is_amx(k)) out.push_back(k);
   return out;
 }
 
@@ -128,7 +128,8 @@ TEST_CASE("int8 GEMM kernels equal the reference on threaded and K-blocked shape
 
 TEST_CASE("the packed VNNI and AMX GEMMs equal the reference", "[quant][int8gemm]") {
   std::mt19937 rng(17);
-  // AMX blocks: 32 x 32 of C, 64 bytes of K (16 quads) a step; VNNI: 6 x 64.
+  // AMX blocks: 32 x 32 of C, 64 bytes of K (16 quads) a step; VNNI: 6 x 64;
+  // AVX-VNNI: 6 x 16.
   for (const GemmKernel kern : packed_kernels_here())
   for (int64_t K : {1, 3, 4, 5, 63, 64, 65, 363, 1024, 1025, 1600}) {
     for (int64_t M : {1, 5, 6, 7, 13, 16, 17, 31, 32, 33, 100}) {
@@ -202,8 +203,8 @@ TEST_CASE("s8 x s8 GEMM equals the 64-bit sum on edge shapes with every kernel",
 // transpose (the weight as stored), columns padded to 64, A signed with its
 // sign bits flipped in the broadcast; C - 128 sums equals the 64-bit sum.
 TEST_CASE("the packed s8 x s8 GEMM on a transposed B equals the 64-bit sum", "[quant][int8gemm]") {
-  if (!cpu_has_avx512_vnni()) {
-    WARN("no AVX-512 VNNI: packed s8 x s8 GEMM not tested");
+  if (packed_kernels_here().empty() || !can_pack_transposed()) {
+    WARN("no VNNI here: packed s8 x s8 GEMM not tested");
     return;
   }
   Generator g(19);
@@ -225,7 +226,7 @@ TEST_CASE("the packed s8 x s8 GEMM on a transposed B equals the 64-bit sum", "[q
       for (int64_t k = 0; k < s.K; ++k)
         for (int64_t n = 0; n < s.N; ++n) Bt[k * ldbt + n] = draw(int8_t{-128});
       std::vector<int32_t> sums(static_cast<size_t>((s.N + 63) / 64 * 64), 7);
-      pack_b_vnni_transposed(Bt.data(), s.K, s.N, ldbt, packed, sums.data());
+      pack_b_vnni_transposed(Bt.data(), s.K, s.N, ldbt, packed, sums.data(), false, kern);
       REQUIRE(packed.N == (s.N + 63) / 64 * 64);
       const int64_t ldc = packed.N + 1;
       std::vector<int32_t> C(static_cast<size_t>(s.M * ldc), 5);
@@ -252,8 +253,8 @@ TEST_CASE("the packed s8 x s8 GEMM on a transposed B equals the 64-bit sum", "[q
 // the 64-bit sum, bit for bit (same double operations), on edge shapes and
 // the extremes (u = 0 or 255, A = -128 or 127).
 TEST_CASE("the packed s8 x s8 GEMM with the dequantizing epilogue equals the scalar formula", "[quant][int8gemm]") {
-  if (!cpu_has_avx512_vnni()) {
-    WARN("no AVX-512 VNNI: packed dequantizing GEMM not tested");
+  if (packed_kernels_here().empty() || !can_pack_transposed()) {
+    WARN("no VNNI here: packed dequantizing GEMM not tested");
     return;
   }
   Generator g(23);
@@ -271,7 +272,8 @@ TEST_CASE("the packed s8 x s8 GEMM with the dequantizing epilogue equals the sca
       for (auto& v : U)
         v = extreme == 1 ? uint8_t{255} : extreme == 2 ? uint8_t{0} : static_cast<uint8_t>(g.below(256));
       std::vector<int32_t> sums(static_cast<size_t>((s.N + 63) / 64 * 64));
-      pack_b_vnni_transposed(reinterpret_cast<const int8_t*>(U.data()), s.K, s.N, s.N, packed, sums.data(), true);
+      pack_b_vnni_transposed(reinterpret_cast<const int8_t*>(U.data()), s.K, s.N, s.N, packed, sums.data(), true,
+                             kern);
       std::vector<double> row_add(static_cast<size_t>(s.M));
       for (int64_t m = 0; m < s.M; ++m) row_add[m] = 0.37 * static_cast<double>(m) - 3.0;
       const double scale = 1.7e-5;
