@@ -31,6 +31,10 @@ for lvl in avx2 avx_vnni; do
     set -- $rb
     echo "## inference, level $lvl, res $1, batch $2"
     QAT_MAX_CPU_ISA=$lvl $Q bench --infer --res "$1" --batch "$2" --threads 2 --no-profile 2>&1 | pick "kernels|infer " "qat    "
+    if [ "$lvl" = avx2 ]; then  # 7-bit activations: the exact vpmaddubsw kernel
+      QAT_MAX_CPU_ISA=$lvl $Q bench --infer --res "$1" --batch "$2" --threads 2 --no-profile \
+        --config configs/alexnet_w8a7_imagenette.yaml 2>&1 | pick "infer int8" "qat A7 "
+    fi
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=$isa $PY bench/pytorch_int8_infer_bench.py --res "$1" --batch "$2" --threads 2 2>&1 | pick "img/s" "pytorch"
   done
 done

@@ -509,3 +509,22 @@ TEST_CASE("config: an enum value without a name is never written as a config", "
   c.train.optimizer = static_cast<OptimizerKind>(7);  // a cast from an out-of-range integer
   REQUIRE_THROWS_WITH(config_to_yaml(c), Contains("train.optimizer") && Contains("without a name (7)"));
 }
+
+TEST_CASE("config: every shipped experiment config under configs/ loads", "[config]") {
+  TempDir t;
+  int loaded = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(QAT_SOURCE_DIR) / "configs")) {
+    if (e.path().extension() != ".yaml") continue;
+    INFO(e.path().string());
+    const ExperimentConfig c = load_config(e.path().string(), {"data.train=" + (t.dir / "train").string(),
+                                                               "data.val=" + (t.dir / "val").string()});
+    CHECK(c.train.epochs > 0);
+    ++loaded;
+  }
+  CHECK(loaded >= 8);
+  const ExperimentConfig a7 =
+      load_config((fs::path(QAT_SOURCE_DIR) / "configs" / "alexnet_w8a7_imagenette.yaml").string(),
+                  {"data.train=" + (t.dir / "train").string(), "data.val=" + (t.dir / "val").string()});
+  CHECK(a7.quant.bits == 8);
+  CHECK(a7.quant.activation.bits == 7);
+}
