@@ -110,6 +110,33 @@ __attribute__((target("avx512f"))) void max_pool_plane_avx512(const float* xp, i
   }
 }
 
+// The same with AVX2, 8 outputs at a time: gathers under a lane mask, the
+// selects as blends.
+__attribute__((target("avx2"))) void max_pool_plane_avx2(const float* xp, int64_t W, const Pool2dParams& p,
+                                                         const std::vector<int32_t>& base, float* best, int32_t* arg) {
+  const int64_t n = static_cast<int64_t>(base.size());
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(std::min<int64_t>(n - i, 8))), lanes);
+    const __m256 m = _mm256_castsi256_ps(live);
+    const __m256i corner = _mm256_maskload_epi32(base.data() + i, live);
+    __m256 b = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), xp, corner, m, 4);
+    __m256 a = _mm256_castsi256_ps(corner);
+    for (int64_t ky = 0; ky < p.kernel_h; ++ky)
+      for (int64_t kx = ky == 0 ? 1 : 0; kx < p.kernel_w; ++kx) {
+        const __m256i at = _mm256_add_epi32(corner, _mm256_set1_epi32(static_cast<int32_t>(ky * W + kx)));
+        const __m256 v = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), xp, at, m, 4);
+        const __m256 take = _mm256_or_ps(
+            _mm256_cmp_ps(v, b, _CMP_GT_OQ),
+            _mm256_and_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(b, b, _CMP_ORD_Q)));
+        b = _mm256_blendv_ps(b, v, take);
+        a = _mm256_blendv_ps(a, _mm256_castsi256_ps(at), take);
+      }
+    _mm256_maskstore_ps(best + i, live, b);
+    _mm256_maskstore_epi32(arg + i, live, _mm256_castps_si256(a));
+  }
+}
+
 bool has_avx512f() {
   static const bool yes = [] {
     __builtin_cpu_init();
@@ -136,14 +163,16 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
   const float* px = xc.data<float>();
   float* po = out.data<float>();
   int32_t* pi = idx.data<int32_t>();
-  if (p.pad_h == 0 && p.pad_w == 0 && has_avx512f()) {
+  const bool avx512 = has_avx512f(), avx2 = !avx512 && cpu_has_avx2();
+  if (p.pad_h == 0 && p.pad_w == 0 && (avx512 || avx2)) {
     std::vector<int32_t> base(static_cast<size_t>(OH * OW));
     for (int64_t oy = 0; oy < OH; ++oy)
       for (int64_t ox = 0; ox < OW; ++ox)
         base[oy * OW + ox] = static_cast<int32_t>(oy * p.stride_h * W + ox * p.stride_w);
+    const auto plane_fn = avx512 ? &max_pool_plane_avx512 : &max_pool_plane_avx2;
 #pragma omp parallel for schedule(static)
     for (int64_t plane = 0; plane < N * C; ++plane)
-      max_pool_plane_avx512(px + plane * H * W, W, p, base, po + plane * OH * OW, pi + plane * OH * OW);
+      plane_fn(px + plane * H * W, W, p, base, po + plane * OH * OW, pi + plane * OH * OW);
   } else {
 #pragma omp parallel for schedule(static)
     for (int64_t plane = 0; plane < N * C; ++plane)
