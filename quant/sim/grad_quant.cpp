@@ -185,11 +185,18 @@ GradQuantStats quantize_grad(const float* g, int64_t n, float clip, int bits, Gr
 }
 
 bool grad_stats_kernel_runs_here(GradStatsKernel kernel) {
-  return kernel == GradStatsKernel::scalar || (kernel == GradStatsKernel::avx512 && cpu_has_avx512_dq());
+  switch (kernel) {
+    case GradStatsKernel::scalar: return true;
+    case GradStatsKernel::avx2: return cpu_has_avx2() && __builtin_cpu_supports("fma");
+    case GradStatsKernel::avx512: return cpu_has_avx512_dq();
+  }
+  return false;
 }
 
 GradStatsKernel best_grad_stats_kernel() {
-  return grad_stats_kernel_runs_here(GradStatsKernel::avx512) ? GradStatsKernel::avx512 : GradStatsKernel::scalar;
+  for (const GradStatsKernel k : {GradStatsKernel::avx512, GradStatsKernel::avx2})
+    if (grad_stats_kernel_runs_here(k)) return k;
+  return GradStatsKernel::scalar;
 }
 
 void check_grad_stats_kernel(GradStatsKernel kernel, const char* op) {

@@ -131,11 +131,12 @@ double clip_cosine_distance(const float* g, int64_t n, float clip, int bits);
 // in order, one fused multiply-add per term; a chunk's lanes are added lane 0
 // first, and the chunks' sums in order. Every kernel below keeps exactly
 // that order and those operations, so the sums (and the clip found) are the
-// same bits on every CPU and in every build.
-enum class GradStatsKernel { scalar, avx512 };
+// same bits on every CPU and in every build. (The avx2 kernel runs G and
+// Gx, grad_rows.h; its clip search is the scalar loop.)
+enum class GradStatsKernel { scalar, avx2, avx512 };
 constexpr auto enum_names(GradStatsKernel) {
   return std::to_array<EnumName<GradStatsKernel>>(
-      {{GradStatsKernel::scalar, "scalar"}, {GradStatsKernel::avx512, "avx512"}});
+      {{GradStatsKernel::scalar, "scalar"}, {GradStatsKernel::avx2, "avx2"}, {GradStatsKernel::avx512, "avx512"}});
 }
 bool grad_stats_kernel_runs_here(GradStatsKernel kernel);
 GradStatsKernel best_grad_stats_kernel();

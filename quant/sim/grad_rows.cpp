@@ -1,6 +1,7 @@
 #include "quant/sim/grad_rows.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "quant/sim/grad_simd.h"
@@ -32,6 +33,27 @@ void chunk_stats_scalar(const float* v, const float* qf, const int64_t* start, c
     for (int64_t t = start[i]; t < start[i] + len[i]; ++t)
       int8_math::add_grad_stats(&s.dot, &s.qq, &s.gg, v[t], static_cast<int8_t>(qf[t]));
     out[i] = s;
+  }
+}
+
+// Rows r[0..8) of an 8 x 8 block to its columns (AVX: the AVX2 and AVX-512
+// kernels below both use it).
+__attribute__((target("avx"))) inline void transpose8x8(__m256* r) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int h = 0; h < 2; ++h) {  // rows 0-3, then 4-7
+    __m256* a = t + 4 * h;
+    u[4 * h] = _mm256_shuffle_ps(a[0], a[2], 0x44);
+    u[4 * h + 1] = _mm256_shuffle_ps(a[0], a[2], 0xEE);
+    u[4 * h + 2] = _mm256_shuffle_ps(a[1], a[3], 0x44);
+    u[4 * h + 3] = _mm256_shuffle_ps(a[1], a[3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+    r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
   }
 }
 
@@ -97,26 +119,6 @@ QAT_GR_AVX512 int64_t quantize_run_avx512(const float* v, int64_t n, float inv, 
   return _mm512_reduce_add_epi64(sum);
 }
 
-// Rows r[0..8) of an 8 x 8 block to its columns, in place.
-QAT_GR_AVX512 inline void transpose8x8(__m256* r) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int h = 0; h < 2; ++h) {  // rows 0-3, then 4-7
-    __m256* a = t + 4 * h;
-    u[4 * h] = _mm256_shuffle_ps(a[0], a[2], 0x44);
-    u[4 * h + 1] = _mm256_shuffle_ps(a[0], a[2], 0xEE);
-    u[4 * h + 2] = _mm256_shuffle_ps(a[1], a[3], 0x44);
-    u[4 * h + 3] = _mm256_shuffle_ps(a[1], a[3], 0xEE);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
-    r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
-  }
-}
-
 // Eight items on the lanes, eight steps at a time: each item's next eight
 // values (and integers) loaded as a row, the 8 x 8 block transposed, then
 // step s adds element t0 + s of every item, one fused multiply-add per sum.
@@ -154,6 +156,129 @@ QAT_GR_AVX512 void chunk_stats_x8(const float* v, const float* qf, const int64_t
 
 #undef QAT_GR_AVX512
 
+// ---------------------------------------------------------------- AVX2
+// The same operations again on ymm (FMA for the sums): the hash's 64-bit
+// products from 32-bit halves (AVX2 has no vpmullq), 4 noise draws a vector;
+// its top 24 bits, below 2^24, through int32 to double exactly.
+#define QAT_GR_AVX2 __attribute__((target("avx2,fma")))
+
+QAT_GR_AVX2 inline __m256i mullo64(__m256i a, __m256i b) {
+  const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b),
+                                         _mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)));
+  return _mm256_add_epi64(_mm256_mul_epu32(a, b), _mm256_slli_epi64(cross, 32));
+}
+
+QAT_GR_AVX2 inline __m256i mix64_x4(__m256i z) {
+  z = mullo64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), _mm256_set1_epi64x(static_cast<long long>(0xBF58476D1CE4E5B9ull)));
+  z = mullo64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), _mm256_set1_epi64x(static_cast<long long>(0x94D049BB133111EBull)));
+  return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
+}
+
+// double(sr_uniform_mixed(key, index + j)) for j = 0..3 (u is k 2^-24 with
+// k < 2^24: exact in float and in double).
+QAT_GR_AVX2 inline __m256d uniform_x4(__m256i key, uint64_t index) {
+  const __m256i idx = _mm256_add_epi64(_mm256_set1_epi64x(static_cast<long long>(index + 1)), _mm256_setr_epi64x(0, 1, 2, 3));
+  const __m256i z = _mm256_add_epi64(key, mullo64(idx, _mm256_set1_epi64x(static_cast<long long>(0x9E3779B97F4A7C15ull))));
+  const __m256i top = _mm256_srli_epi64(mix64_x4(z), 40);
+  const __m128i k = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(top, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
+  return _mm256_mul_pd(_mm256_cvtepi32_pd(k), _mm256_set1_pd(0x1.0p-24));
+}
+
+// floor(double(x) + u) back in float, four lanes.
+QAT_GR_AVX2 inline __m128 floor_sum_x4(__m128 x, __m256d u) {
+  return _mm256_cvtpd_ps(_mm256_round_pd(_mm256_add_pd(_mm256_cvtps_pd(x), u), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+}
+
+// Eight values (lanes past the end loaded as 0), element 0 drawing noise
+// index `index`: their integers (NaN to 0, clamped to [-hi, hi] as max then
+// min, as grad_simd::clamped_integers).
+template <GradRounding R>
+QAT_GR_AVX2 inline __m256i quantize_x8(__m256 v, __m256 inv, __m256 hi, __m256i key, uint64_t index) {
+  const __m256 x = _mm256_mul_ps(v, inv);
+  __m256 r;
+  if constexpr (R == GradRounding::stochastic) {
+    const __m128 lo4 = floor_sum_x4(_mm256_castps256_ps128(x), uniform_x4(key, index));
+    const __m128 hi4 = floor_sum_x4(_mm256_extractf128_ps(x, 1), uniform_x4(key, index + 4));
+    r = _mm256_set_m128(hi4, lo4);
+  } else {
+    r = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  const __m256 kept = _mm256_and_ps(r, _mm256_cmp_ps(r, r, _CMP_ORD_Q));
+  return _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(kept, _mm256_sub_ps(_mm256_setzero_ps(), hi)), hi));
+}
+
+QAT_GR_AVX2 inline __m256i live_lanes8(int64_t live) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(live)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+template <GradRounding R>
+QAT_GR_AVX2 int64_t quantize_run_avx2(const float* v, int64_t n, float inv, int qmax, uint64_t mixed_key,
+                                      uint64_t index0, int8_t* q, float* qf) {
+  const __m256 vinv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(static_cast<float>(qmax));
+  const __m256i key = _mm256_set1_epi64x(static_cast<long long>(mixed_key));
+  __m256i sum = _mm256_setzero_si256();  // int64 lanes
+  for (int64_t i = 0; i < n; i += 8) {
+    const int64_t left = std::min<int64_t>(n - i, 8);
+    const __m256i live = live_lanes8(left);
+    const __m256 x = left == 8 ? _mm256_loadu_ps(v + i) : _mm256_maskload_ps(v + i, live);
+    const __m256i k = _mm256_and_si256(quantize_x8<R>(x, vinv, hi, key, index0 + static_cast<uint64_t>(i)), live);
+    const __m128i k16 = _mm_packs_epi32(_mm256_castsi256_si128(k), _mm256_extracti128_si256(k, 1));
+    const __m128i k8 = _mm_packs_epi16(k16, k16);  // |k| <= 127: the saturating packs are exact
+    if (left == 8) {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), k8);
+      _mm256_storeu_ps(qf + i, _mm256_cvtepi32_ps(k));
+    } else {
+      alignas(16) int8_t bytes[16];
+      _mm_store_si128(reinterpret_cast<__m128i*>(bytes), k8);
+      std::memcpy(q + i, bytes, static_cast<size_t>(left));
+      _mm256_maskstore_ps(qf + i, live, _mm256_cvtepi32_ps(k));
+    }
+    sum = _mm256_add_epi64(sum, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(k)));
+    sum = _mm256_add_epi64(sum, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(k, 1)));
+  }
+  alignas(32) int64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
+// chunk_stats_x8 on ymm: each item's lane is a double lane of one of two
+// vectors (items 0-3, 4-7), the same fused multiply-adds in the same order.
+QAT_GR_AVX2 void chunk_stats_x8_avx2(const float* v, const float* qf, const int64_t* start, const int64_t* len,
+                                     int64_t items, GradQuantStats* out) {
+  int64_t longest = 0;
+  for (int64_t i = 0; i < items; ++i) longest = std::max(longest, len[i]);
+  __m256d dot[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()}, qq[2] = {dot[0], dot[0]}, gg[2] = {dot[0], dot[0]};
+  for (int64_t t0 = 0; t0 < longest; t0 += 8) {
+    __m256 x[8], k[8];
+    for (int64_t i = 0; i < 8; ++i) {
+      const int64_t left = i < items ? std::clamp<int64_t>(len[i] - t0, 0, 8) : 0;
+      const __m256i m = live_lanes8(left);
+      x[i] = left ? _mm256_maskload_ps(v + start[i] + t0, m) : _mm256_setzero_ps();
+      k[i] = left ? _mm256_maskload_ps(qf + start[i] + t0, m) : _mm256_setzero_ps();
+    }
+    transpose8x8(x);
+    transpose8x8(k);
+    for (int s = 0; s < 8; ++s)
+      for (int h = 0; h < 2; ++h) {
+        const __m128 xs = h ? _mm256_extractf128_ps(x[s], 1) : _mm256_castps256_ps128(x[s]);
+        const __m128 ks = h ? _mm256_extractf128_ps(k[s], 1) : _mm256_castps256_ps128(k[s]);
+        const __m256d xd = _mm256_cvtps_pd(xs), kd = _mm256_cvtps_pd(ks);
+        dot[h] = _mm256_fmadd_pd(xd, kd, dot[h]);
+        qq[h] = _mm256_fmadd_pd(kd, kd, qq[h]);
+        gg[h] = _mm256_fmadd_pd(xd, xd, gg[h]);
+      }
+  }
+  alignas(32) double d[8], q2[8], g2[8];
+  for (int h = 0; h < 2; ++h) {
+    _mm256_store_pd(d + 4 * h, dot[h]);
+    _mm256_store_pd(q2 + 4 * h, qq[h]);
+    _mm256_store_pd(g2 + 4 * h, gg[h]);
+  }
+  for (int64_t i = 0; i < items; ++i) out[i] = {d[i], q2[i], g2[i]};
+}
+
+#undef QAT_GR_AVX2
+
 }  // namespace
 
 int64_t quantize_run(GradStatsKernel kernel, const float* v, int64_t n, float inv, int qmax, GradRounding rounding,
@@ -163,6 +288,9 @@ int64_t quantize_run(GradStatsKernel kernel, const float* v, int64_t n, float in
   if (kernel == GradStatsKernel::avx512)
     return rounding == stochastic ? quantize_run_avx512<stochastic>(v, n, inv, qmax, mixed_key, index0, q, qf)
                                   : quantize_run_avx512<nearest>(v, n, inv, qmax, mixed_key, index0, q, qf);
+  if (kernel == GradStatsKernel::avx2)
+    return rounding == stochastic ? quantize_run_avx2<stochastic>(v, n, inv, qmax, mixed_key, index0, q, qf)
+                                  : quantize_run_avx2<nearest>(v, n, inv, qmax, mixed_key, index0, q, qf);
   return rounding == stochastic ? quantize_run_scalar<stochastic>(v, n, inv, qmax, mixed_key, index0, q, qf)
                                 : quantize_run_scalar<nearest>(v, n, inv, qmax, mixed_key, index0, q, qf);
 }
@@ -171,8 +299,8 @@ void chunk_stats(GradStatsKernel kernel, const float* v, const float* qf, const 
                  int64_t items, GradQuantStats* out) {
   check_grad_stats_kernel(kernel, "chunk_stats");
   if (kernel == GradStatsKernel::scalar) return chunk_stats_scalar(v, qf, start, len, items, out);
-  for (int64_t i = 0; i < items; i += 8)
-    chunk_stats_x8(v, qf, start + i, len + i, std::min<int64_t>(8, items - i), out + i);
+  const auto x8 = kernel == GradStatsKernel::avx2 ? &chunk_stats_x8_avx2 : &chunk_stats_x8;
+  for (int64_t i = 0; i < items; i += 8) x8(v, qf, start + i, len + i, std::min<int64_t>(8, items - i), out + i);
 }
 
 }  // namespace qat::quant

@@ -446,7 +446,7 @@ GradQuantStats lane_order_reference(const std::vector<float>& g, float clip, int
 
 TEST_CASE("grad quant: every stats kernel sums in the documented lane order, bit for bit", "[quant][gradquant]") {
   std::vector<GradStatsKernel> kernels;
-  for (const GradStatsKernel k : {GradStatsKernel::scalar, GradStatsKernel::avx512})
+  for (const GradStatsKernel k : {GradStatsKernel::scalar, GradStatsKernel::avx2, GradStatsKernel::avx512})
     if (grad_stats_kernel_runs_here(k)) kernels.push_back(k);
   CAPTURE(kernels.size());
   // Long-tailed values (a different order would round differently), ties of

@@ -21,7 +21,7 @@ namespace {
 
 std::vector<GradStatsKernel> kernels_here() {
   std::vector<GradStatsKernel> ks;
-  for (const GradStatsKernel k : {GradStatsKernel::scalar, GradStatsKernel::avx512})
+  for (const GradStatsKernel k : {GradStatsKernel::scalar, GradStatsKernel::avx2, GradStatsKernel::avx512})
     if (grad_stats_kernel_runs_here(k)) ks.push_back(k);
   return ks;
 }
