@@ -262,10 +262,10 @@ void print_machine() {
       break;
     }
   const bool capped = max_cpu_isa() != CpuIsa::amx;
-  std::printf("cpu: %s (%s%s%savx512 %s, vnni %s, amx-int8 %s)\n", model.c_str(),
+  std::printf("cpu: %s (%s%s%savx512 %s, vnni %s, avx-vnni %s, amx-int8 %s)\n", model.c_str(),
               capped ? "as the kernels see it under QAT_MAX_CPU_ISA=" : "", capped ? enum_name(max_cpu_isa()) : "",
               capped ? ": " : "", cpu_has_avx512bw() ? "yes" : "no", cpu_has_avx512_vnni() ? "yes" : "no",
-              cpu_has_amx_int8() ? "yes" : "no");
+              cpu_has_avx_vnni() ? "yes" : "no", cpu_has_amx_int8() ? "yes" : "no");
   const char* forced = std::getenv("OPENBLAS_CORETYPE");
   std::printf("kernels: OpenBLAS %s%s%s; int8 GEMM %s; fake-quant rows %s; gradient quantization %s\n",
               blas_core_name(), forced ? " (OPENBLAS_CORETYPE=" : "",

@@ -149,8 +149,7 @@ Tensor read_list(const YamlValue& v, int64_t len) {
 ActQuant read_act(const YamlValue& v) {
   ActQuant a{v.get("scale").as<float>(), v.get("zero_point").as<int32_t>(), v.get("zero_point_frac").as<float>(),
              v.get("bits").as<int>(), v.get("signed").as<bool>()};
-  if (!(a.scale > 0) || a.bits < 2 || a.bits > 8 || a.zero_point < a.qmin() || a.zero_point > a.qmax() ||
-      !(std::abs(a.zero_frac) <= 0.5f))
+  if (!a.valid())
     v.fail("invalid quantization (scale " + std::to_string(a.scale) + ", zero point " + std::to_string(a.zero_point) +
            ", bits " + std::to_string(a.bits) + ")");
   return a;

@@ -5,8 +5,9 @@
 // QAT_MAX_CPU_ISA caps what the kernels may use below what the CPU has, as
 // oneDNN's ONEDNN_MAX_CPU_ISA does: `generic` (no AVX2 kernel), `avx2`,
 // `avx_vnni` (AVX2 and the VEX vpdpbusd of Intel's client CPUs since Alder
-// Lake), `avx512` (F/BW/VL/DQ, no VNNI), `avx512_vnni`, `amx` (no cap; the
-// default).
+// Lake), `avx512` (F/BW/VL/DQ and no VNNI of either kind: Skylake-X),
+// `avx512_vnni`, `amx` (no cap; the default). Each level allows those before
+// it, except that avx512 leaves out avx_vnni (a partial order, as oneDNN's).
 // It lets one machine run, test and time the kernels an older CPU gets.
 #include <cpuid.h>
 
@@ -44,8 +45,8 @@ inline bool cpu_has_avx2() {
 inline bool cpu_has_avx_vnni() {
   static const bool yes = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
-    return cpu_isa_allows(CpuIsa::avx_vnni) && cpu_has_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 &&
-           (a >> 4 & 1u) != 0;
+    const bool allowed = max_cpu_isa() == CpuIsa::avx_vnni || cpu_isa_allows(CpuIsa::avx512_vnni);
+    return allowed && cpu_has_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 && (a >> 4 & 1u) != 0;
   }();
   return yes;
 }

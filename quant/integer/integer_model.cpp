@@ -1,6 +1,8 @@
 #include "quant/integer/integer_model.h"
 
 #include <algorithm>
+#include <cmath>
+#include <string>
 
 #include "core/error.h"
 #include "core/profiler.h"
@@ -37,6 +39,11 @@ bool runs_packed(const IntLayer& l, GemmKernel k) {
   return !l.packed_weight.empty() && can_use_packed(k, l.out_channels);
 }
 
+bool ActQuant::valid() const {
+  return scale > 0.f && std::isfinite(scale) && bits >= 2 && bits <= 8 && zero_point >= qmin() &&
+         zero_point <= qmax() && std::abs(zero_frac) <= 0.5f;
+}
+
 GemmRanges gemm_ranges(const IntLayer& l) {
   return {l.in.qmax() + l.in.offset(), std::max(-l.weight_qmin(), l.weight_qmax())};
 }
@@ -53,14 +60,22 @@ namespace {
 // Each layer reads the grid the one before writes (the file reader checks
 // it; so does this, for a model built in code): the kernels rely on it, the
 // bounded GEMM (gemm_ranges) among them.
+std::string grid_str(const ActQuant& q) {
+  return detail::cat(q.bits, "-bit ", q.is_signed ? "signed" : "unsigned", ", scale ", q.scale, ", zero point ",
+                     q.zero_point, q.zero_frac != 0.f ? detail::cat(" + ", q.zero_frac) : std::string());
+}
+
 void check_grid_chain(const std::vector<IntLayer>& layers) {
   QAT_CHECK(!layers.empty() && int_op_def(layers.front().op).has(kFloatInput),
             "integer model: the first layer must be quantize_input");
-  for (size_t i = 1; i < layers.size(); ++i)
+  for (size_t i = 1; i < layers.size(); ++i) {
     QAT_CHECK(layers[i].in == layers[i - 1].out, "integer model: layer '", layers[i].name,
-              "' reads another grid than layer '", layers[i - 1].name, "' writes (", layers[i].in.bits, " vs ",
-              layers[i - 1].out.bits, " bits, zero point ", layers[i].in.zero_point, " vs ",
-              layers[i - 1].out.zero_point, ")");
+              "' reads another grid than layer '", layers[i - 1].name, "' writes (", grid_str(layers[i].in), " vs ",
+              grid_str(layers[i - 1].out), ")");
+    // (the zero point is also the padding byte and the first layer's NaN)
+    QAT_CHECK(layers[i].in.valid(), "integer model: layer '", layers[i].name, "' reads an invalid grid (",
+              grid_str(layers[i].in), "): the zero point must lie on the grid, bits in 2..8, scale > 0");
+  }
 }
 }  // namespace
 

@@ -52,6 +52,8 @@ struct ActQuant {
   int32_t qmax() const { return is_signed ? (1 << (bits - 1)) - 1 : (1 << bits) - 1; }
   int32_t offset() const { return is_signed ? 128 : 0; }  // stored = q + offset
   bool operator==(const ActQuant&) const = default;
+  // scale > 0 and finite, bits in 2..8, zero point on the grid, |zero_frac| <= 1/2.
+  bool valid() const;
 };
 
 struct IntLayer {
@@ -79,8 +81,9 @@ struct IntLayer {
   int64_t out_h = 0, out_w = 0;  // adaptive_avg_pool
 
   // Derived at load/freeze (not stored): Σ_k w[c][k] per channel, and the
-  // weights repacked for the broadcast VNNI kernel (int8_gemm_packed.h) when
-  // the CPU has it and out_channels is a multiple of 64.
+  // weights repacked for the packed kernels (int8_gemm_packed.h) when the
+  // best kernel takes them (can_use_packed: out_channels a multiple of 64 for
+  // AVX-512 VNNI, of 16 for AVX-VNNI and AMX).
   std::vector<int32_t> weight_row_sums;
   PackedB packed_weight;
   // K = kernel_h * kernel_w * in_channels of a conv / linear layer; throws
@@ -105,6 +108,9 @@ class IntegerModel {
   // Output of every layer (u8 tensors, the last f32 logits), for compare-layers.
   std::vector<Tensor> forward_trace(const Tensor& x) const;
   // One layer: integer tensor in, integer tensor out (f32 only at the ends).
+  // x must hold values on l.in's grid (stored q + offset, q in [qmin, qmax]),
+  // as the layer before writes them: a conv / linear layer's GEMM relies on
+  // it (gemm_ranges; off-grid bytes give other sums on some kernels).
   Tensor run_layer(const IntLayer& l, const Tensor& x) const;
   int64_t num_classes() const;
   // The GEMM kernel a layer runs on, e.g. "amx, packed weights" or

@@ -156,9 +156,9 @@ std::optional<GemmKernel>& kernel_override() {
   return k;
 }
 GemmKernel int8_gemm_kernel() { return kernel_override().value_or(best_gemm_kernel()); }
-// Whether kernel k multiplies packed operands (int8_gemm_packed.h): the VNNI
-// kernels and both AMX ones (whose operands pack_b_vnni_transposed packs
-// with AVX-512 code).
+// Whether kernel k multiplies packed operands (int8_gemm_packed.h): both
+// VNNI kernels (avx_vnni's operands packed with AVX2 code), and both AMX
+// ones where the CPU has AVX-512 VNNI (their packing's code).
 bool packs(GemmKernel k) {
   if (k == GemmKernel::avx_vnni) return cpu_has_avx_vnni();
   return (k == GemmKernel::avx512_vnni || is_amx(k)) && cpu_has_avx512_vnni();

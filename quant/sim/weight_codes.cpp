@@ -220,6 +220,9 @@ void check_input(const Tensor& x, const QuantSpec& spec, const std::string& what
 
 void quantize_codes_row(FqRowsKernel kernel, const float* x, int8_t* q, int64_t n, float inv, float qmin, float qmax,
                         int64_t& sum, std::vector<int64_t>& outside) {
+  // (0 is on the grid and 0 * inv = 0: the vector kernels' padding lanes add nothing)
+  QAT_CHECK(inv > 0.f && std::isfinite(inv) && qmin <= 0.f && qmax >= 0.f, "quantize_codes_row: inv ", inv,
+            " must be finite and > 0, [qmin, qmax] = [", qmin, ", ", qmax, "] must hold 0");
   codes_row(kernel)(x, q, n, inv, qmin, qmax, sum, outside);
 }
 

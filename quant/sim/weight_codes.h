@@ -49,7 +49,8 @@ void quantize_codes(const Tensor& x, const QParams& q, const QuantSpec& spec, St
                     const std::string& what);
 
 // One row with a given kernel (the instruction-set levels of fq_rows.h; the
-// best one that runs is what the two above use): q[i] = clamp(nearbyint(x[i]
+// best one that runs is what the two above use), inv finite and > 0, 0 on the
+// grid (checked): q[i] = clamp(nearbyint(x[i]
 // * inv), qmin, qmax), their sum into `sum`, and the indices whose grid value
 // fell outside [qmin, qmax] (NaN and inf included) appended to `outside`, in
 // order. Every kernel gives the same (tests/quant/sim/test_weight_codes.cpp).

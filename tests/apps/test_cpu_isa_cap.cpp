@@ -41,7 +41,7 @@ TEST_CASE("QAT_MAX_CPU_ISA caps the kernels qat runs, and a bad value fails nami
   qat::testing::TempDir t;
   std::string out;
   REQUIRE(bench_under("generic", t.dir / "generic.log", &out) == 0);
-  CHECK_THAT(out, Contains("under QAT_MAX_CPU_ISA=generic: avx512 no, vnni no, amx-int8 no") &&
+  CHECK_THAT(out, Contains("under QAT_MAX_CPU_ISA=generic: avx512 no, vnni no, avx-vnni no, amx-int8 no") &&
                       Contains("int8 GEMM reference; fake-quant rows generic; gradient quantization scalar") &&
                       Contains("train fp32:"));
   if (__builtin_cpu_supports("avx2")) {
@@ -62,7 +62,7 @@ TEST_CASE("a capped level allows itself and every level below it, nothing above"
     CHECK(qat::cpu_isa_allows(level) == (static_cast<int>(level) <= static_cast<int>(cap)));
   }
   if (cap < qat::CpuIsa::avx2) CHECK_FALSE(qat::cpu_has_avx2());
-  if (cap < qat::CpuIsa::avx_vnni) CHECK_FALSE(qat::cpu_has_avx_vnni());
+  if (cap < qat::CpuIsa::avx_vnni || cap == qat::CpuIsa::avx512) CHECK_FALSE(qat::cpu_has_avx_vnni());
   if (cap < qat::CpuIsa::avx512) CHECK_FALSE((qat::cpu_has_avx512bw() || qat::cpu_has_avx512_rows()));
   if (cap < qat::CpuIsa::avx512_vnni) CHECK_FALSE(qat::cpu_has_avx512_vnni());
   if (cap < qat::CpuIsa::amx) CHECK_FALSE(qat::cpu_has_amx_int8());

@@ -190,6 +190,18 @@ TEST_CASE("s8 x s8 GEMM equals the 64-bit sum on edge shapes with every kernel",
           }
         REQUIRE(same);
         REQUIRE(padding_kept);
+        // Its first part alone: (A + 128) B^T and the column sums, whose
+        // correction gives the same product.
+        std::vector<int32_t> colsum(static_cast<size_t>(std::max<int64_t>(s.N, 1)), canary);
+        gemm_s8s8s32_shifted(kern, s.M, s.N, s.K, A.data(), lda, B.data(), ldb, C.data(), ldc, colsum.data());
+        for (int64_t n = 0; n < s.N; ++n) {
+          int64_t col = 0;
+          for (int64_t k = 0; k < s.K; ++k) col += B[n * ldb + k];
+          same = same && colsum[n] == col;
+          for (int64_t m = 0; m < s.M; ++m)
+            same = same && int64_t{C[m * ldc + n]} - 128 * int64_t{colsum[n]} == want[m * s.N + n];
+        }
+        REQUIRE(same);
       }
     }
   }

@@ -322,4 +322,11 @@ TEST_CASE("the integer model refuses a layer that reads another grid than the la
   REQUIRE_THROWS_WITH(im.forward(x), Contains(im.layers[i].name) && Contains(im.layers[i - 1].name) &&
                                          Contains("reads another grid"));
   REQUIRE_THROWS_WITH(im.forward_trace(x), Contains("reads another grid"));
+  // The same grid on both sides, but a zero point off it (the padding byte
+  // would then leave the GEMM's declared ranges).
+  im.layers[i].in = im.layers[i - 1].out;
+  im.layers[i].in.bits = im.layers[i - 1].out.bits = 7;
+  im.layers[i].in.zero_point = im.layers[i - 1].out.zero_point = 250;
+  REQUIRE_THROWS_WITH(im.forward(x), Contains(im.layers[i].name) && Contains("invalid grid") &&
+                                         Contains("zero point 250"));
 }
