@@ -6,8 +6,10 @@
 // oneDNN's ONEDNN_MAX_CPU_ISA does: `generic` (no AVX2 kernel), `avx2`,
 // `avx_vnni` (AVX2 and the VEX vpdpbusd of Intel's client CPUs since Alder
 // Lake), `avx512` (F/BW/VL/DQ and no VNNI of either kind: Skylake-X),
-// `avx512_vnni`, `amx` (no cap; the default). Each level allows those before
-// it, except that avx512 leaves out avx_vnni (a partial order, as oneDNN's).
+// `avx512_vnni` (Cascade Lake, Ice Lake-SP: no AVX-VNNI either), `amx` (no
+// cap; the default; Sapphire Rapids has all). Each level allows those before
+// it, except that only avx_vnni and amx allow avx_vnni (a partial order, as
+// the CPUs that have them).
 // It lets one machine run, test and time the kernels an older CPU gets.
 #include <cpuid.h>
 
@@ -15,7 +17,7 @@
 
 namespace qat {
 
-// Ordered: a level allows every level below it.
+// In order, with avx_vnni beside the AVX-512 levels (cpu_isa_allows).
 enum class CpuIsa { generic, avx2, avx_vnni, avx512, avx512_vnni, amx };
 constexpr auto enum_names(CpuIsa) {
   return std::to_array<EnumName<CpuIsa>>({{CpuIsa::generic, "generic"},
@@ -30,7 +32,12 @@ constexpr auto enum_names(CpuIsa) {
 // value throws qat::Error naming the variable, its value and the choices.
 CpuIsa max_cpu_isa();
 
-inline bool cpu_isa_allows(CpuIsa level) { return static_cast<int>(level) <= static_cast<int>(max_cpu_isa()); }
+// Whether a CPU of level `cap` has what `level` names.
+constexpr bool isa_level_allows(CpuIsa cap, CpuIsa level) {
+  if (level == CpuIsa::avx_vnni) return cap == CpuIsa::avx_vnni || cap == CpuIsa::amx;
+  return static_cast<int>(level) <= static_cast<int>(cap);
+}
+inline bool cpu_isa_allows(CpuIsa level) { return isa_level_allows(max_cpu_isa(), level); }
 
 inline bool cpu_has_avx2() {
   static const bool yes = [] {
@@ -45,8 +52,7 @@ inline bool cpu_has_avx2() {
 inline bool cpu_has_avx_vnni() {
   static const bool yes = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
-    const bool allowed = max_cpu_isa() == CpuIsa::avx_vnni || cpu_isa_allows(CpuIsa::avx512_vnni);
-    return allowed && cpu_has_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 && (a >> 4 & 1u) != 0;
+    return cpu_isa_allows(CpuIsa::avx_vnni) && cpu_has_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 && (a >> 4 & 1u) != 0;
   }();
   return yes;
 }

@@ -76,6 +76,10 @@ void check_grid_chain(const std::vector<IntLayer>& layers) {
     QAT_CHECK(layers[i].in.valid(), "integer model: layer '", layers[i].name, "' reads an invalid grid (",
               grid_str(layers[i].in), "): the zero point must lie on the grid, bits in 2..8, scale > 0");
   }
+  // The last grid, read by no layer (unless the last layer dequantizes).
+  const IntLayer& last = layers.back();
+  QAT_CHECK(last.dequantize || last.out.valid(), "integer model: layer '", last.name, "' writes an invalid grid (",
+            grid_str(last.out), ")");
 }
 }  // namespace
 

@@ -54,16 +54,28 @@ TEST_CASE("QAT_MAX_CPU_ISA caps the kernels qat runs, and a bad value fails nami
   CHECK_THAT(out, !Contains("train fp32"));
 }
 
-TEST_CASE("a capped level allows itself and every level below it, nothing above", "[cpu_features]") {
+TEST_CASE("a capped level allows itself and the levels before it, AVX-VNNI only at avx_vnni and amx",
+          "[cpu_features]") {
+  using qat::CpuIsa;
+  // The order, level by level (Skylake-X: avx512; Cascade Lake: avx512_vnni;
+  // neither has AVX-VNNI).
+  CHECK(qat::isa_level_allows(CpuIsa::avx512, CpuIsa::avx2));
+  CHECK_FALSE(qat::isa_level_allows(CpuIsa::avx512, CpuIsa::avx_vnni));
+  CHECK_FALSE(qat::isa_level_allows(CpuIsa::avx512_vnni, CpuIsa::avx_vnni));
+  CHECK(qat::isa_level_allows(CpuIsa::amx, CpuIsa::avx_vnni));
+  CHECK(qat::isa_level_allows(CpuIsa::avx_vnni, CpuIsa::avx_vnni));
+  CHECK(qat::isa_level_allows(CpuIsa::avx_vnni, CpuIsa::avx2));
+  CHECK_FALSE(qat::isa_level_allows(CpuIsa::avx_vnni, CpuIsa::avx512));
+  CHECK_FALSE(qat::isa_level_allows(CpuIsa::avx2, CpuIsa::avx_vnni));
   // This process's cap (amx, no cap, unless the suite runs under one).
-  const qat::CpuIsa cap = qat::max_cpu_isa();
-  for (const auto& [level, name] : enum_names(qat::CpuIsa{})) {
+  const CpuIsa cap = qat::max_cpu_isa();
+  for (const auto& [level, name] : enum_names(CpuIsa{})) {
     INFO(name << " under " << enum_name(cap));
-    CHECK(qat::cpu_isa_allows(level) == (static_cast<int>(level) <= static_cast<int>(cap)));
+    CHECK(qat::cpu_isa_allows(level) == qat::isa_level_allows(cap, level));
   }
-  if (cap < qat::CpuIsa::avx2) CHECK_FALSE(qat::cpu_has_avx2());
-  if (cap < qat::CpuIsa::avx_vnni || cap == qat::CpuIsa::avx512) CHECK_FALSE(qat::cpu_has_avx_vnni());
-  if (cap < qat::CpuIsa::avx512) CHECK_FALSE((qat::cpu_has_avx512bw() || qat::cpu_has_avx512_rows()));
-  if (cap < qat::CpuIsa::avx512_vnni) CHECK_FALSE(qat::cpu_has_avx512_vnni());
-  if (cap < qat::CpuIsa::amx) CHECK_FALSE(qat::cpu_has_amx_int8());
+  if (!qat::cpu_isa_allows(CpuIsa::avx2)) CHECK_FALSE(qat::cpu_has_avx2());
+  if (!qat::cpu_isa_allows(CpuIsa::avx_vnni)) CHECK_FALSE(qat::cpu_has_avx_vnni());
+  if (!qat::cpu_isa_allows(CpuIsa::avx512)) CHECK_FALSE((qat::cpu_has_avx512bw() || qat::cpu_has_avx512_rows()));
+  if (!qat::cpu_isa_allows(CpuIsa::avx512_vnni)) CHECK_FALSE(qat::cpu_has_avx512_vnni());
+  if (!qat::cpu_isa_allows(CpuIsa::amx)) CHECK_FALSE(qat::cpu_has_amx_int8());
 }
