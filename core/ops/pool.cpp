@@ -164,12 +164,13 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
   float* po = out.data<float>();
   int32_t* pi = idx.data<int32_t>();
   const bool avx512 = has_avx512f(), avx2 = !avx512 && cpu_has_avx2();
-  // The plane kernels only where output rows are short (fewer than 16): on
-  // wider rows the row loop's lanes are full and its loads contiguous, and
-  // the gathers lose (one thread, 32 x 64 x 55 x 55, 3 x 3 stride 2: about
-  // 15 ms with the AVX-512 or AVX2 plane kernel against 9 with the rows;
-  // 31 x 31 planes: 1.2-1.3 ms against 4.2-5.0).
-  if (p.pad_h == 0 && p.pad_w == 0 && OW < 16 && (avx512 || avx2)) {
+  // The plane kernels only where output rows are short (under 32): on wide
+  // rows the row loop's lanes are full and its loads contiguous, and the
+  // gathers lose (2 threads, 32 x 64 x 112 x 112, 2 x 2 stride 2: 27 ms
+  // against 5). AlexNet's widest, 27 outputs at 224 px, still gains from
+  // them in the model (its three pools: 8.7-9.2 ms a pass against 10.6-11.3
+  // with rows), though not in a loop over one repeated input.
+  if (p.pad_h == 0 && p.pad_w == 0 && OW < 32 && (avx512 || avx2)) {
     std::vector<int32_t> base(static_cast<size_t>(OH * OW));
     for (int64_t oy = 0; oy < OH; ++oy)
       for (int64_t ox = 0; ox < OW; ++ox)
