@@ -314,6 +314,15 @@ QAT_AVX2_TARGET void avx2_3x4(const uint8_t* A, int64_t lda, const int8_t* B, in
   if (mr > 2) store4(reduce4(c20, c21, c22, c23), C + 2 * ldc, nr, accumulate);
 }
 
+// The sum of every int32 lane of four accumulators (the one-row kernels').
+QAT_AVX2_TARGET inline int32_t sum4(__m256i c0, __m256i c1, __m256i c2, __m256i c3) {
+  const __m256i c = _mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3));
+  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(h);
+}
+
 // One row of A x up to 8 rows of B (M == 1, or a tile's last row): one dot
 // product after the other, as in vnni_row.
 QAT_AVX2_TARGET void avx2_row(const uint8_t* A, int64_t, const int8_t* B, int64_t ldb, int64_t K, int32_t* C, int64_t,
@@ -338,11 +347,7 @@ QAT_AVX2_TARGET void avx2_row(const uint8_t* A, int64_t, const int8_t* B, int64_
       std::memcpy(tb, b, static_cast<size_t>(K));
       c1 = madd_add(c1, widen_u8(ta), widen_s8(tb));
     }
-    const __m256i c = _mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3));
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
-    const int32_t sum = _mm_cvtsi128_si32(h);
+    const int32_t sum = sum4(c0, c1, c2, c3);
     C[j] = accumulate ? C[j] + sum : sum;
   }
 }
@@ -440,11 +445,7 @@ QAT_AVX2_TARGET void maddubs_row(const uint8_t* A, int64_t, const int8_t* B, int
       std::memcpy(tb, b, static_cast<size_t>(K));
       c1 = maddubs_add(c1, load32(ta), load32(tb), ones);
     }
-    const __m256i c = _mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3));
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
-    const int32_t sum = _mm_cvtsi128_si32(h);
+    const int32_t sum = sum4(c0, c1, c2, c3);
     C[j] = accumulate ? C[j] + sum : sum;
   }
 }
@@ -537,11 +538,7 @@ QAT_AVX_VNNI_TARGET void avx_vnni_row(const uint8_t* A, int64_t, const int8_t* B
       std::memcpy(tb, b, static_cast<size_t>(K));
       c1 = dpbusd_vex(c1, load32(ta), load32(tb));
     }
-    const __m256i c = _mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3));
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
-    const int32_t sum = _mm_cvtsi128_si32(h);
+    const int32_t sum = sum4(c0, c1, c2, c3);
     C[j] = accumulate ? C[j] + sum : sum;
   }
 }
