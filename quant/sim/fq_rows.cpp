@@ -63,11 +63,6 @@ __attribute__((target("avx2"))) inline __m256 fq8(__m256 xv, __m256 vs, __m256 v
   return _mm256_mul_ps(_mm256_sub_ps(_mm256_min_ps(hi, _mm256_max_ps(lo, t)), vz), vs);
 }
 
-// All ones in lanes [0, live) of 8: the mask of maskload / maskstore.
-__attribute__((target("avx2"))) inline __m256i live_lanes(int64_t live) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(live)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 template <bool Stream>
 __attribute__((target("avx2"))) void row_avx2(const float* x, float* y, int64_t n, const FqRowArgs& a,
                                               uint16_t* bits) {
@@ -91,10 +86,10 @@ __attribute__((target("avx2"))) void row_avx2(const float* x, float* y, int64_t 
   if (i < n) {  // the tail: one or two masked vectors
     const int64_t rest = n - i;
     unsigned m0, m1 = 0;
-    const __m256i live0 = live_lanes(rest);
+    const __m256i live0 = simd::live_lanes(rest);
     _mm256_maskstore_ps(y + i, live0, fq8(_mm256_maskload_ps(x + i, live0), vs, vinv, vz, lo, hi, m0));
     if (rest > 8) {
-      const __m256i live1 = live_lanes(rest - 8);
+      const __m256i live1 = simd::live_lanes(rest - 8);
       _mm256_maskstore_ps(y + i + 8, live1, fq8(_mm256_maskload_ps(x + i + 8, live1), vs, vinv, vz, lo, hi, m1));
     }
     bits[i / 16] = static_cast<uint16_t>((m0 | m1 << 8) & ((1u << rest) - 1));  // 0 past the row's end

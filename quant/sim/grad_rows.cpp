@@ -207,10 +207,6 @@ QAT_GR_AVX2 inline __m256i quantize_x8(__m256 v, __m256 inv, __m256 hi, __m256i 
   return _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(kept, _mm256_sub_ps(_mm256_setzero_ps(), hi)), hi));
 }
 
-QAT_GR_AVX2 inline __m256i live_lanes8(int64_t live) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(live)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 template <GradRounding R>
 QAT_GR_AVX2 int64_t quantize_run_avx2(const float* v, int64_t n, float inv, int qmax, uint64_t mixed_key,
                                       uint64_t index0, int8_t* q, float* qf) {
@@ -219,7 +215,7 @@ QAT_GR_AVX2 int64_t quantize_run_avx2(const float* v, int64_t n, float inv, int 
   __m256i sum = _mm256_setzero_si256();  // int64 lanes
   for (int64_t i = 0; i < n; i += 8) {
     const int64_t left = std::min<int64_t>(n - i, 8);
-    const __m256i live = live_lanes8(left);
+    const __m256i live = simd::live_lanes(left);
     const __m256 x = left == 8 ? _mm256_loadu_ps(v + i) : _mm256_maskload_ps(v + i, live);
     const __m256i k = _mm256_and_si256(quantize_x8<R>(x, vinv, hi, key, index0 + static_cast<uint64_t>(i)), live);
     const __m128i k16 = _mm_packs_epi32(_mm256_castsi256_si128(k), _mm256_extracti128_si256(k, 1));
@@ -252,7 +248,7 @@ QAT_GR_AVX2 void chunk_stats_x8_avx2(const float* v, const float* qf, const int6
     __m256 x[8], k[8];
     for (int64_t i = 0; i < 8; ++i) {
       const int64_t left = i < items ? std::clamp<int64_t>(len[i] - t0, 0, 8) : 0;
-      const __m256i m = live_lanes8(left);
+      const __m256i m = simd::live_lanes(left);
       x[i] = left ? _mm256_maskload_ps(v + start[i] + t0, m) : _mm256_setzero_ps();
       k[i] = left ? _mm256_maskload_ps(qf + start[i] + t0, m) : _mm256_setzero_ps();
     }

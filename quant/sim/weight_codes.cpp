@@ -117,11 +117,6 @@ __attribute__((target("avx2"))) inline __m128i pack16(__m256i v0, __m256i v1) {
   return _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
 }
 
-// All ones in lanes [0, live) of 8: the mask of maskload.
-__attribute__((target("avx2"))) inline __m256i live_lanes(int64_t live) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(live)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 __attribute__((target("avx2"))) void codes_row_avx2(const float* x, int8_t* q, int64_t n, float inv, float qmin,
                                                     float qmax, int64_t& sum, std::vector<int64_t>& outside) {
   const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(qmin), hi = _mm256_set1_ps(qmax);
@@ -140,8 +135,8 @@ __attribute__((target("avx2"))) void codes_row_avx2(const float* x, int8_t* q, i
       const int64_t rest = c1 - i;
       const int64_t rest1 = rest > 8 ? rest - 8 : 0;
       const __m256i v0 = codes8(i, (1u << std::min<int64_t>(rest, 8)) - 1,
-                                _mm256_maskload_ps(x + i, live_lanes(rest)), vinv, lo, hi, acc, outside);
-      const __m256i v1 = codes8(i + 8, (1u << rest1) - 1, _mm256_maskload_ps(x + i + 8, live_lanes(rest1)), vinv,
+                                _mm256_maskload_ps(x + i, simd::live_lanes(rest)), vinv, lo, hi, acc, outside);
+      const __m256i v1 = codes8(i + 8, (1u << rest1) - 1, _mm256_maskload_ps(x + i + 8, simd::live_lanes(rest1)), vinv,
                                 lo, hi, acc, outside);
       alignas(16) int8_t codes[16];
       _mm_store_si128(reinterpret_cast<__m128i*>(codes), pack16(v0, v1));
