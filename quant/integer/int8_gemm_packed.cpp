@@ -171,38 +171,45 @@ __attribute__((target("avx512f,avx512bw"))) inline void interleave4(__m512i r0, 
   out[3] = _mm512_shuffle_i32x4(t2, t3, 0xDD);
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void pack_transposed_avx512(const int8_t* Bt, int64_t K,
-                                                                                   int64_t N, int64_t ldbt, bool flip,
-                                                                                   PackedB& out, int32_t* sums) {
-  const int64_t K4 = out.K4, chunks = out.N / 64;
+// One 64-column chunk (n0 = 64 ch). The OpenMP loop over chunks lives in a
+// plain function: Clang outlines a parallel region into a function of its
+// own, which would not inherit this one's target attribute.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void pack_chunk_avx512(const int8_t* Bt, int64_t K,
+                                                                              int64_t N, int64_t ldbt, bool flip,
+                                                                              int64_t ch, PackedB& out,
+                                                                              int32_t* sums) {
+  const int64_t K4 = out.K4, n0 = ch * 64;
   int8_t* data = out.data.data();
   const __m512i ones = _mm512_set1_epi8(1);
-#pragma omp parallel for schedule(static) if (K * N >= (1 << 16))
-  for (int64_t ch = 0; ch < chunks; ++ch) {
-    const int64_t n0 = ch * 64;
-    const __mmask64 live = N - n0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (N - n0)) - 1;
-    // flip: the sign bits of the real bytes (the padding stays 0)
-    const __m512i signs = _mm512_maskz_mov_epi8(flip ? live : 0, _mm512_set1_epi8(static_cast<char>(0x80)));
-    __m512i sum[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
-                      _mm512_setzero_si512()};
-    for (int64_t q = 0; q < K4; ++q) {
-      __m512i r[4];
-      for (int i = 0; i < 4; ++i) {
-        const int64_t k = 4 * q + i;
-        r[i] = k < K ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(live, Bt + k * ldbt + n0), signs)
-                     : _mm512_setzero_si512();
-      }
-      __m512i chunk[4];
-      interleave4(r[0], r[1], r[2], r[3], chunk);
-      for (int j = 0; j < 4; ++j) {
-        _mm512_storeu_si512(data + (((n0 / 16 + j) * K4 + q) * 64), chunk[j]);
-        // (1, 1, 1, 1) . 4 bytes: each lane adds its 4 k of column n.
-        asm("vpdpbusd %2, %1, %0" : "+v"(sum[j]) : "v"(ones), "v"(chunk[j]));
-      }
+  const __mmask64 live = N - n0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (N - n0)) - 1;
+  // flip: the sign bits of the real bytes (the padding stays 0)
+  const __m512i signs = _mm512_maskz_mov_epi8(flip ? live : 0, _mm512_set1_epi8(static_cast<char>(0x80)));
+  __m512i sum[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                    _mm512_setzero_si512()};
+  for (int64_t q = 0; q < K4; ++q) {
+    __m512i r[4];
+    for (int i = 0; i < 4; ++i) {
+      const int64_t k = 4 * q + i;
+      r[i] = k < K ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(live, Bt + k * ldbt + n0), signs)
+                   : _mm512_setzero_si512();
     }
-    if (sums)
-      for (int j = 0; j < 4; ++j) _mm512_storeu_si512(sums + n0 + 16 * j, sum[j]);
+    __m512i chunk[4];
+    interleave4(r[0], r[1], r[2], r[3], chunk);
+    for (int j = 0; j < 4; ++j) {
+      _mm512_storeu_si512(data + (((n0 / 16 + j) * K4 + q) * 64), chunk[j]);
+      // (1, 1, 1, 1) . 4 bytes: each lane adds its 4 k of column n.
+      asm("vpdpbusd %2, %1, %0" : "+v"(sum[j]) : "v"(ones), "v"(chunk[j]));
+    }
   }
+  if (sums)
+    for (int j = 0; j < 4; ++j) _mm512_storeu_si512(sums + n0 + 16 * j, sum[j]);
+}
+
+void pack_transposed_avx512(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, bool flip, PackedB& out,
+                            int32_t* sums) {
+  const int64_t chunks = out.N / 64;
+#pragma omp parallel for schedule(static) if (K * N >= (1 << 16))
+  for (int64_t ch = 0; ch < chunks; ++ch) pack_chunk_avx512(Bt, K, N, ldbt, flip, ch, out, sums);
 }
 
 // 32 columns (n0 .. n0 + 31) of four rows of Bt as the four 32-byte halves
@@ -230,33 +237,38 @@ QAT_AVX_VNNI_TARGET inline __m256i row32(const int8_t* p, int64_t live, bool fli
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp));
 }
 
-QAT_AVX_VNNI_TARGET void pack_transposed_ymm(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, bool flip,
-                                             PackedB& out, int32_t* sums) {
-  const int64_t K4 = out.K4, halves = out.N / 32;
+// One 32-column half (n0 = 32 hh); the OpenMP loop is outside, as for
+// pack_chunk_avx512.
+QAT_AVX_VNNI_TARGET void pack_half_ymm(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, bool flip, int64_t hh,
+                                       PackedB& out, int32_t* sums) {
+  const int64_t K4 = out.K4, n0 = hh * 32, live = N - n0;  // <= 0: a padding half (N is padded to 64)
   int8_t* data = out.data.data();
   const __m256i ones = _mm256_set1_epi8(1);
-#pragma omp parallel for schedule(static) if (K * N >= (1 << 16))
-  for (int64_t hh = 0; hh < halves; ++hh) {
-    const int64_t n0 = hh * 32, live = N - n0;  // <= 0: a padding half (N is padded to 64)
-    __m256i sum[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
-                      _mm256_setzero_si256()};
-    for (int64_t q = 0; q < K4; ++q) {
-      __m256i r[4];
-      for (int i = 0; i < 4; ++i) {
-        const int64_t k = 4 * q + i;
-        r[i] = k < K && live > 0 ? row32(Bt + k * ldbt + n0, live, flip) : _mm256_setzero_si256();
-      }
-      __m256i chunk[4];
-      interleave4_ymm(r[0], r[1], r[2], r[3], chunk);
-      for (int j = 0; j < 4; ++j) {
-        int8_t* dst = data + ((n0 / 16 + j / 2) * K4 + q) * 64 + 32 * (j % 2);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), chunk[j]);
-        dpbusd_vex(sum[j], ones, chunk[j]);  // (1, 1, 1, 1) . 4 bytes: column n's 4 k
-      }
+  __m256i sum[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                    _mm256_setzero_si256()};
+  for (int64_t q = 0; q < K4; ++q) {
+    __m256i r[4];
+    for (int i = 0; i < 4; ++i) {
+      const int64_t k = 4 * q + i;
+      r[i] = k < K && live > 0 ? row32(Bt + k * ldbt + n0, live, flip) : _mm256_setzero_si256();
     }
-    if (sums)
-      for (int j = 0; j < 4; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + n0 + 8 * j), sum[j]);
+    __m256i chunk[4];
+    interleave4_ymm(r[0], r[1], r[2], r[3], chunk);
+    for (int j = 0; j < 4; ++j) {
+      int8_t* dst = data + ((n0 / 16 + j / 2) * K4 + q) * 64 + 32 * (j % 2);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), chunk[j]);
+      dpbusd_vex(sum[j], ones, chunk[j]);  // (1, 1, 1, 1) . 4 bytes: column n's 4 k
+    }
   }
+  if (sums)
+    for (int j = 0; j < 4; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + n0 + 8 * j), sum[j]);
+}
+
+void pack_transposed_ymm(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, bool flip, PackedB& out,
+                         int32_t* sums) {
+  const int64_t halves = out.N / 32;
+#pragma omp parallel for schedule(static) if (K * N >= (1 << 16))
+  for (int64_t hh = 0; hh < halves; ++hh) pack_half_ymm(Bt, K, N, ldbt, flip, hh, out, sums);
 }
 
 void check_vnni(GemmKernel kernel) {

@@ -240,7 +240,10 @@ TEST_CASE("cuda twins: max_pool2d, avg_pool2d and adaptive_avg_pool2d equal the 
       {{2, 3, 13, 13}, {3, 3, 2, 2, 0, 0}},  // AlexNet's
       {{1, 4, 8, 9}, {2, 3, 2, 1, 1, 1}},    {{3, 2, 7, 7}, {2, 2, 3, 3, 1, 0}},  // stride > kernel
       {{2, 2, 1, 1}, {1, 1, 1, 1, 0, 0}},    {{1, 1, 64, 64}, {3, 3, 1, 1, 1, 1}}};
-  for (const auto& [shape, p] : pools) {
+  for (const auto& pool : pools) {
+    // Named copies, not a structured binding: Clang 14 cannot capture those in a lambda.
+    const Shape shape = pool.first;
+    const auto p = pool.second;
     INFO("input " << qat::shape_str(shape) << " kernel " << p.kernel_h << "x" << p.kernel_w << " stride "
                   << p.stride_h << "x" << p.stride_w << " pad " << p.pad_h << "x" << p.pad_w);
     const Tensor x = with_ties_and_nan(shape, gen);
@@ -253,8 +256,9 @@ TEST_CASE("cuda twins: max_pool2d, avg_pool2d and adaptive_avg_pool2d equal the 
       check_twin_exact([&](const Tensor& t) { return qat::avg_pool2d(t, p, include_pad); }, finite, g,
                        include_pad ? "avg_pool2d" : "avg_pool2d without padded counts");
   }
-  for (const auto& [in, out] : std::vector<std::pair<Shape, Shape>>{
+  for (const auto& sizes : std::vector<std::pair<Shape, Shape>>{
            {{2, 8, 6, 6}, {1, 1}}, {{2, 3, 13, 13}, {6, 6}}, {{1, 2, 5, 7}, {3, 2}}, {{2, 2, 3, 2}, {7, 5}}}) {
+    const Shape in = sizes.first, out = sizes.second;
     INFO("adaptive " << qat::shape_str(in) << " -> " << qat::shape_str(out));
     const Tensor x = Tensor::randn(in, gen);
     check_twin_exact([&](const Tensor& t) { return qat::adaptive_avg_pool2d(t, out[0], out[1]); }, x,

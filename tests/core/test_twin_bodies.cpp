@@ -477,7 +477,9 @@ TEST_CASE("twin bodies: broadcasting add/sub/mul/div and sum_to equal the CPU op
       const Tensor a = operand(sa), b = operand(sb);
       const Shape out = qat::broadcast_shapes(sa, sb, "test");
       const qat::StridedLayout la = om::broadcast_layout(a, out, "test"), lb = om::broadcast_layout(b, out, "test");
-      for (const auto& [op, fn] : ops) {
+      for (const auto& op_fn : ops) {
+        const auto op = op_fn.first;  // not a structured binding: Clang 14 cannot capture one
+        const auto& fn = op_fn.second;
         INFO("a " << qat::shape_str(sa) << " b " << qat::shape_str(sb) << " strided " << strided << " op "
                   << static_cast<int>(op));
         check_same_bits(run_body(out,

@@ -241,7 +241,9 @@ TEST_CASE("large parameters give the same update on 1 and 4 threads", "[optim]")
 
 TEST_CASE("LR schedules match torch's schedulers", "[optim]") {
   REQUIRE(golden().sched.size() >= 7);
-  for (const auto& [name, c] : golden().sched) {
+  for (const auto& entry : golden().sched) {
+    const auto& name = entry.first;  // not a structured binding: Clang 14 cannot capture one
+    const auto& c = entry.second;
     INFO("schedule " << name);
     auto num = [&](const char* k, double dflt) { return c.conf.count(k) ? std::stod(c.conf.at(k)) : dflt; };
     LrScheduleOptions o;
