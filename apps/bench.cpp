@@ -143,7 +143,7 @@ ModulePtr qat_model_for_bench(const BenchOptions& opt) {
   cfg.model.num_classes = opt.classes;
   ModulePtr m = build_model(cfg, false, false);
   if (!opt.checkpoint.empty()) {
-    load_run_state(opt.checkpoint, *m, nullptr, "");
+    load_run_state(opt.checkpoint, *m, nullptr, &cfg, ConfigMatch::quant);
     return m;
   }
   m->train();

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <functional>
 
 #include "apps/backend_config.h"
@@ -137,7 +138,7 @@ void save_outputs(const Setup& s, const std::string& out_dir, const std::string&
   out.quant.int8_training.enabled = false;
   out.output.dir = out_dir;
   write_text_file_atomic(out_dir + "/config.yaml", config_to_yaml(out));
-  save_run_state(out_dir + "/calibrated.safetensors", *s.model, nullptr, RunState{}, config_hash(out),
+  save_run_state(out_dir + "/calibrated.safetensors", *s.model, nullptr, RunState{}, out,
                  {{"calibrator", quant::calibrator_name(rec.calibrator)}, {"prepared", s.report.to_string()}});
   if (!write_cache) return;
   quant::CalibrationCache cache;
@@ -188,6 +189,23 @@ void compare_calibrators(Setup& s, const CalibrateArgs& args, CalibrateReport& r
   write_calibrator_report(rep, title, rep.out_dir);
 }
 
+// --out receives config.yaml and calibrated.safetensors, replacing those
+// of an earlier calibration; a folder holding anything else (a training
+// run's checkpoints and metrics) is refused before anything is written.
+void check_calibrate_out(const std::string& out_dir, const std::string& cache_path) {
+  static const std::set<std::string> ours = {"config.yaml",   "calibrated.safetensors", "calibration.cache",
+                                             "calibration.cache.source.yaml", "calibrators.md", "calibrators.svg"};
+  for (const auto& e : fs::directory_iterator(out_dir)) {
+    const std::string name = e.path().filename().string();
+    if (ours.count(name) || name.find(".tmp") != std::string::npos) continue;
+    std::error_code ec;  // a --cache FILE kept in the folder, and its sources
+    if (fs::equivalent(e.path(), cache_path, ec) || fs::equivalent(e.path(), cache_path + ".source.yaml", ec))
+      continue;
+    QAT_FAIL("calibrate: --out ", out_dir, " holds ", name, ", which is not a calibration output (a training run?); "
+             "choose an empty or new folder");
+  }
+}
+
 }  // namespace
 
 int run_calibrate(const CalibrateArgs& args, CalibrateReport* report) {
@@ -200,6 +218,7 @@ int run_calibrate(const CalibrateArgs& args, CalibrateReport* report) {
   fs::create_directories(rep.out_dir, ec);
   QAT_CHECK(!ec && fs::is_directory(rep.out_dir), "calibrate: --out ", rep.out_dir, " cannot be made a folder");
   const std::string cache_path = args.cache.empty() ? rep.out_dir + "/calibration.cache" : args.cache;
+  check_calibrate_out(rep.out_dir, cache_path);
   const bool from_cache = !args.compare && fs::exists(cache_path);
   std::printf("calibrate %s: %s, %zu calibration images from %s (balanced across classes, seed %llu)\n",
               args.checkpoint.c_str(), s.cfg.model.name.c_str(), s.indices.size(), s.cfg.data.train.c_str(),

@@ -36,7 +36,7 @@ void measure_speed(std::vector<RunSummary>& runs, const std::vector<std::string>
       runs[i].infer_img_s = time_inference([&](const Tensor& t) { return m->forward(t); }, x, opt, label.c_str());
     } else {
       ModulePtr m = build_model(cfg, false, false);
-      load_run_state(ckpt, *m, nullptr, "");
+      load_run_state(ckpt, *m, nullptr, &cfg, ConfigMatch::quant);
       const quant::IntegerModel im = quant::freeze(*m);
       runs[i].infer_img_s = time_inference([&](const Tensor& t) { return im.forward(t); }, x, opt, label.c_str());
     }

@@ -97,7 +97,7 @@ std::vector<RunSqnr> layer_sqnr(const std::vector<RunSummary>& runs, const std::
     if (runs[i].method == "fp32" || !descends(i) || !fs::exists(run_dirs[i] + "/best.safetensors")) continue;
     const ExperimentConfig cfg = load_config(run_dirs[i] + "/config.yaml", {}, DataPaths::as_recorded);
     ModulePtr q = build_model(cfg, false, false);
-    load_run_state(run_dirs[i] + "/best.safetensors", *q, nullptr, "");
+    load_run_state(run_dirs[i] + "/best.safetensors", *q, nullptr, &cfg, ConfigMatch::quant);
     q->eval();
     const auto points = comparison_points(*q);
     std::vector<double> signal(points.size(), 0), noise(points.size(), 0);

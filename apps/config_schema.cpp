@@ -109,6 +109,21 @@ Field seed() {
           [](YAML::Emitter& e, const ExperimentConfig& c) { e << std::to_string(c.train.seed); }};
 }
 
+// A quantizer's bit width: 2..8 (qat's integer kernels hold int8), or, where
+// `inherit` says so, 0 for "quant.bits".
+template <class Acc>
+Field bit_width(std::string path, Acc acc, bool inherit) {
+  return {std::move(path), false,
+          [acc, inherit](const YamlValue& v, ExperimentConfig& c) {
+            const int64_t x = v.as<int64_t>();
+            if (!(inherit && x == 0) && (x < 2 || x > 8))
+              v.fail(std::string("bits must be ") + (inherit ? "0 (take quant.bits) or " : "") + "in 2..8, got " +
+                     std::to_string(x));
+            acc(c) = x;
+          },
+          [acc](YAML::Emitter& e, const ExperimentConfig& c) { e << std::to_string(acc(c)); }};
+}
+
 // quant.overrides: {module.name: {weight_bits: N, activation_bits: M}, ...}
 int override_bits(const YamlValue& layer, const char* key) {
   auto v = layer.find(key);
@@ -251,12 +266,12 @@ std::vector<Field> quant_and_output_fields() {
       text("quant.backend", QAT_CFG(quant.backend), false),
       enumeration("quant.method", QAT_CFG(quant.method)),
       enumeration("quant.ste", QAT_CFG(quant.ste)),
-      integer("quant.bits", QAT_CFG(quant.bits), 2),
+      bit_width("quant.bits", QAT_CFG(quant.bits), false),
       enumeration("quant.formula", QAT_CFG(quant.formula)),
-      integer("quant.weight.bits", QAT_CFG(quant.weight.bits), 0),
+      bit_width("quant.weight.bits", QAT_CFG(quant.weight.bits), true),
       enumeration("quant.weight.symmetric", QAT_CFG(quant.weight.symmetric)),
       enumeration("quant.weight.per_channel", QAT_CFG(quant.weight.per_channel)),
-      integer("quant.activation.bits", QAT_CFG(quant.activation.bits), 0),
+      bit_width("quant.activation.bits", QAT_CFG(quant.activation.bits), true),
       enumeration("quant.activation.symmetric", QAT_CFG(quant.activation.symmetric)),
       real("quant.averaging_constant", QAT_CFG(quant.averaging_constant), in_open_closed(0, 1)),
       integer("quant.freeze_bn_epoch", QAT_CFG(quant.freeze_bn_epoch), 0),

@@ -42,7 +42,7 @@ Frozen freeze_checkpoint(const std::string& config, const std::vector<std::strin
   QAT_CHECK(f.cfg.quant.enabled, "config ", config, ": quant.enabled is false; only a QAT model can be frozen");
   set_num_threads(static_cast<int>(f.cfg.train.threads));
   f.model = build_model(f.cfg, false, false);
-  load_run_state(checkpoint, *f.model, nullptr, "");
+  load_run_state(checkpoint, *f.model, nullptr, &f.cfg, ConfigMatch::quant);
   f.integer = quant::freeze(*f.model);
   return f;
 }
@@ -65,6 +65,20 @@ std::vector<std::string> image_files(const std::string& input) {
   return out;
 }
 
+// An ONNX export replaces an earlier .onnx file (as torch.onnx.export does)
+// but nothing else: not its own checkpoint or config, not a folder, not a
+// file of another kind.
+void check_onnx_target(const ExportArgs& args) {
+  const std::string& out = args.out_dir;
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return;
+  for (const std::string* input : {&args.checkpoint, &args.config})
+    QAT_CHECK(!fs::equivalent(out, *input, ec), "export --format onnx: --out ", out, " is the input ", *input,
+              "; choose another file");
+  QAT_CHECK(fs::is_regular_file(out) && fs::path(out).extension() == ".onnx", "export --format onnx: --out ", out,
+            fs::is_directory(out) ? " is a folder" : " exists and is not a .onnx file", "; refusing to overwrite it");
+}
+
 }  // namespace
 
 int run_export(const ExportArgs& args) {
@@ -73,6 +87,7 @@ int run_export(const ExportArgs& args) {
             "export: --onnx-profile must be standard or tensorrt, got ", args.onnx_profile);
   QAT_CHECK(args.format == "onnx" || (args.onnx_profile == "standard" && !args.onnx_int32_bias),
             "export: --onnx-profile and --onnx-int32-bias go with --format onnx");
+  if (args.format == "onnx") check_onnx_target(args);
   Frozen f = freeze_checkpoint(args.config, args.overrides, args.checkpoint);
   if (args.format == "onnx") {
     OnnxExportOptions o;

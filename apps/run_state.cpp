@@ -1,6 +1,8 @@
 #include "apps/run_state.h"
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <set>
 
 #include "layers/layers.h"
@@ -75,8 +77,27 @@ std::string first_non_finite(const Module& model, const Optimizer* optimizer) {
   return "";
 }
 
+Metadata quant_settings(const ExperimentConfig& cfg) {
+  const quant::QConfig q = make_qconfig(cfg.quant);
+  auto choice = [](const std::optional<bool>& v) { return v ? (*v ? "true" : "false") : "auto"; };
+  std::string overrides;
+  for (const auto& [layer, b] : q.overrides)
+    overrides += (overrides.empty() ? "" : ", ") + layer + ": weight_bits " + std::to_string(b.weight_bits) +
+                 " activation_bits " + std::to_string(b.activation_bits);
+  return {{"quant.enabled", cfg.quant.enabled ? "true" : "false"},
+          {"quant.backend", cfg.quant.backend},
+          {"quant.weight.bits", std::to_string(q.weight_bits)},
+          {"quant.activation.bits", std::to_string(q.activation_bits)},
+          {"quant.weight.symmetric", choice(q.weight_symmetric)},
+          {"quant.weight.per_channel", choice(q.weight_per_channel)},
+          {"quant.activation.symmetric", choice(q.activation_symmetric)},
+          {"quant.formula", enum_name(cfg.quant.formula)},
+          {"quant.overrides", overrides.empty() ? "none" : overrides}};
+}
+
 void save_run_state(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& s,
-                    const std::string& config_hash, const Metadata& extra) {
+                    const ExperimentConfig& cfg, const Metadata& extra) {
+  const std::string config_hash = apps::config_hash(cfg);
   Metadata m{{"format", "qat-train-1"},
              {"epoch", std::to_string(s.epoch)},
              {"step", std::to_string(s.step)},
@@ -87,28 +108,85 @@ void save_run_state(const std::string& path, Module& model, const Optimizer* opt
              {"config_hash", config_hash}};
   const auto gens = model_generators(model);
   for (size_t i = 0; i < gens.size(); ++i) m["generator" + std::to_string(i)] = hex_state(*gens[i]);
+  for (const auto& [k, v] : quant_settings(cfg)) m[k] = v;
   for (const auto& [k, v] : extra) m[k] = v;
   save_checkpoint(path, model, optimizer, m);
 }
 
-RunState load_run_state(const std::string& path, Module& model, Optimizer* optimizer,
-                        const std::string& expected_hash) {
+namespace {
+
+// Each recorded quant setting against the config's (a key the checkpoint
+// lacks was not recorded when it was saved).
+void check_quant_settings(const Metadata& m, const ExperimentConfig& cfg, const std::string& path) {
+  std::string differ;
+  for (const auto& [key, want] : quant_settings(cfg)) {
+    const auto it = m.find(key);
+    if (it == m.end() || it->second == want) continue;
+    differ += (differ.empty() ? "" : ", ") + key + " " + it->second + " (the config: " + want + ")";
+  }
+  QAT_CHECK(differ.empty(), "checkpoint ", path, " was saved with other quant settings than config ",
+            cfg.source_path, " gives: ", differ, "; load it with the settings it was trained or calibrated with");
+}
+
+int64_t int_meta(const Metadata& m, const std::string& key, const std::string& path, int64_t lo, int64_t hi) {
+  const std::string& text = meta(m, key, path);
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::logic_error&) {
+    used = 0;
+  }
+  QAT_CHECK(used > 0 && used == text.size() && v >= lo && v <= hi, "checkpoint ", path, ": metadata '", key,
+            "' is '", text, "', expected an integer in [", lo, ", ", hi, "]");
+  return v;
+}
+
+double real_meta(const Metadata& m, const std::string& key, const std::string& path, double lo, double hi) {
+  const std::string& text = meta(m, key, path);
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::logic_error&) {
+    used = 0;
+  }
+  QAT_CHECK(used > 0 && used == text.size() && std::isfinite(v) && v >= lo && v <= hi, "checkpoint ", path,
+            ": metadata '", key, "' is '", text, "', expected a number in [", lo, ", ", hi, "]");
+  return v;
+}
+
+// Progress metadata, each value in its range (a hand-edited or corrupted
+// file is refused before the run directory is touched).
+RunState parse_progress(const Metadata& m, const std::string& path) {
+  constexpr int64_t kMax = int64_t{1} << 53;
+  RunState s;
+  s.epoch = int_meta(m, "epoch", path, 0, kMax);
+  s.step = int_meta(m, "step", path, 0, kMax);
+  const double best = real_meta(m, "best_top1", path, -1, 1);
+  QAT_CHECK(best == -1 || best >= 0, "checkpoint ", path, ": metadata 'best_top1' is ", best,
+            ", expected -1 (none yet) or a fraction in [0, 1]");
+  s.best_top1 = best;
+  s.epoch_images = int_meta(m, "epoch_images", path, 0, kMax);
+  s.epoch_correct = int_meta(m, "epoch_correct", path, 0, s.epoch_images);
+  s.epoch_loss_sum = real_meta(m, "epoch_loss_sum", path, 0, std::numeric_limits<double>::max());
+  return s;
+}
+
+}  // namespace
+
+RunState load_run_state(const std::string& path, Module& model, Optimizer* optimizer, const ExperimentConfig* cfg,
+                        ConfigMatch match) {
   const Metadata m = load_checkpoint(path, model, optimizer);
   const std::string& hash = meta(m, "config_hash", path);
-  QAT_CHECK(expected_hash.empty() || hash == expected_hash, "checkpoint ", path, " was trained with config hash ",
-            hash, " but the config now hashes to ", expected_hash,
-            "; resume with the same config (output.dir and train.threads may differ)");
-  RunState s;
-  try {
-    s.epoch = std::stoll(meta(m, "epoch", path));
-    s.step = std::stoll(meta(m, "step", path));
-    s.best_top1 = std::stod(meta(m, "best_top1", path));
-    s.epoch_loss_sum = std::stod(meta(m, "epoch_loss_sum", path));
-    s.epoch_correct = std::stoll(meta(m, "epoch_correct", path));
-    s.epoch_images = std::stoll(meta(m, "epoch_images", path));
-  } catch (const std::logic_error& e) {
-    QAT_FAIL("checkpoint ", path, ": malformed progress metadata (", e.what(), ")");
+  if (cfg && match == ConfigMatch::whole_config) {
+    const std::string expected = config_hash(*cfg);
+    QAT_CHECK(hash == expected, "checkpoint ", path, " was trained with config hash ", hash,
+              " but the config now hashes to ", expected,
+              "; resume with the same config (output.dir and train.threads may differ)");
   }
+  if (cfg && match != ConfigMatch::any) check_quant_settings(m, *cfg, path);
+  RunState s = parse_progress(m, path);
   const auto gens = model_generators(model);
   for (size_t i = 0; i < gens.size(); ++i)
     gens[i]->set_state(parse_state(meta(m, "generator" + std::to_string(i), path), path));

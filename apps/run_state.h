@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "apps/config.h"
 #include "layers/module.h"
 #include "optim/optimizer.h"
 
@@ -30,13 +31,28 @@ struct RunState {
 // with such a tensor (train.cpp).
 std::string first_non_finite(const Module& model, const Optimizer* optimizer);
 
-// extra: more metadata (e.g. "calibrator" on a calibrated checkpoint).
+// The quant settings that give a checkpoint's scales and zero points their
+// meaning, as metadata "quant.<key>": whether the model is quantized, the
+// backend, the effective weight and activation bits, symmetry, granularity,
+// scale formula and per-layer overrides. (The method is left out: a
+// calibrated checkpoint is evaluated as minmax, fine-tuned as any.)
+Metadata quant_settings(const ExperimentConfig& cfg);
+
+// Saves with cfg's config hash and quant settings. extra: more metadata
+// (e.g. "calibrator" on a calibrated checkpoint).
 void save_run_state(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& state,
-                    const std::string& config_hash, const Metadata& extra = {});
-// expected_hash empty: accept any config (eval). Otherwise a different hash is
-// an error naming the file and both hashes.
+                    const ExperimentConfig& cfg, const Metadata& extra = {});
+
+// How much of the loading config must agree with the checkpoint's.
+enum class ConfigMatch {
+  any,            // tests and tools that only read the weights
+  quant,          // eval, export, bench: the quant settings (a checkpoint saved before they were recorded passes)
+  whole_config,   // resume: the config hash too (output.dir and train.threads may differ)
+};
+// A mismatch is an error naming the file, the key (or both hashes) and both
+// values; so is progress metadata out of range.
 RunState load_run_state(const std::string& path, Module& model, Optimizer* optimizer,
-                        const std::string& expected_hash);
+                        const ExperimentConfig* cfg = nullptr, ConfigMatch match = ConfigMatch::any);
 
 // The distinct generators the model's dropout layers draw from, in module order.
 std::vector<Generator*> model_generators(Module& model);

@@ -64,13 +64,13 @@ struct Context {
     t.train.epochs = 1;
     t.train.max_steps_per_epoch = args.finetune_steps;
     t.output.dir = dir + "/run";
-    save_run_state(t.quant.init_from, *calibrated.model, nullptr, RunState{}, config_hash(t),
+    save_run_state(t.quant.init_from, *calibrated.model, nullptr, RunState{}, t,
                    {{"calibrator", quant::calibrator_name(args.calibrator)}, {"prepared", calibrated.report.to_string()}});
     write_text_file_atomic(dir + "/config.yaml", config_to_yaml(t));
     QAT_CHECK(run_train({dir + "/config.yaml", {}, ""}) == 0, "sensitivity: the fine-tune in ", dir, " stopped");
     const ExperimentConfig trained = load_config(t.output.dir + "/config.yaml");
     ModulePtr m = build_model(trained, false, false);
-    load_run_state(t.output.dir + "/last.safetensors", *m, nullptr, "");
+    load_run_state(t.output.dir + "/last.safetensors", *m, nullptr, &t, ConfigMatch::quant);
     m->eval();
     return integer_score(*m, scored, c.train.batch_size);
   }

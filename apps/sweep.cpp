@@ -8,6 +8,7 @@
 #include "apps/metrics_log.h"
 #include "apps/train.h"
 #include "core/error.h"
+#include "core/safetensors.h"
 
 namespace qat::apps {
 
@@ -49,14 +50,33 @@ int run_sweep(const SweepArgs& args) {
   const auto combos = sweep_combinations(base.sweep);
   std::printf("sweep: %zu combinations into %s\n", combos.size(), base.output.dir.c_str());
   std::vector<std::string> finished = args.baselines, rejected;
-  for (size_t i = 0; i < combos.size(); ++i) {
-    const std::string dir = base.output.dir + "/" + combination_name(combos[i]);
+  // Every combination's config is loaded (and so checked) before any trains:
+  // a bad value fails the sweep at once, naming the key.
+  std::vector<ExperimentConfig> configs;
+  std::vector<std::vector<std::string>> overrides;
+  for (const auto& combo : combos) {
     std::vector<std::string> ov = args.overrides;
-    ov.insert(ov.end(), combos[i].begin(), combos[i].end());
-    ov.push_back("output.dir=" + dir);
+    ov.insert(ov.end(), combo.begin(), combo.end());
+    ov.push_back("output.dir=" + base.output.dir + "/" + combination_name(combo));
+    configs.push_back(load_config(args.config, ov));
+    overrides.push_back(std::move(ov));
+  }
+  for (size_t i = 0; i < combos.size(); ++i) {
+    const std::string dir = configs[i].output.dir;
+    const std::vector<std::string>& ov = overrides[i];
     const bool started = fs::exists(dir + "/last.safetensors");
+    if (started) {
+      // A run trained with other settings (the sweep file or --set changed
+      // since) is not taken as this combination's result, nor resumed.
+      const Metadata m = load_safetensors_metadata(dir + "/last.safetensors");
+      const auto h = m.find("config_hash");
+      const std::string want = config_hash(configs[i]);
+      QAT_CHECK(h != m.end() && h->second == want, "sweep: ", dir, " holds a run trained with config hash ",
+                h == m.end() ? std::string("(none)") : h->second, ", but this combination hashes to ", want,
+                " (the sweep's config or --set changed since); remove it or choose another output.dir");
+    }
     const auto rows = started ? read_metrics(dir) : std::vector<EpochMetrics>{};
-    if (!rows.empty() && rows.back().epoch >= load_config(args.config, ov).train.epochs) {
+    if (!rows.empty() && rows.back().epoch >= configs[i].train.epochs) {
       std::printf("[%zu/%zu] %s: finished, skipped\n", i + 1, combos.size(), dir.c_str());
       finished.push_back(dir);
       continue;
@@ -66,7 +86,7 @@ int run_sweep(const SweepArgs& args) {
     // weights) is found by preparing its model first and is reported, not
     // fatal. Errors once training has started (data, NaN, I/O) stop the sweep.
     try {
-      build_model(load_config(args.config, ov), /*load_init=*/false, /*print=*/false);
+      build_model(configs[i], /*load_init=*/false, /*print=*/false);
     } catch (const Error& e) {
       std::printf("  rejected: %s\n", e.what());
       rejected.push_back(combination_name(combos[i]) + ": " + e.what());

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cmath>
 #include <cstdio>
@@ -179,6 +180,54 @@ void make_run_dir(const std::string& run_dir) {
             ec ? ": " + ec.message() : std::string(" (a file of that name exists)"));
 }
 
+// Whether run_dir's metrics log holds no epoch (a run that stopped before
+// its first one left the files with their header only).
+bool no_metrics_rows(const std::string& run_dir) {
+  try {
+    return read_metrics(run_dir).empty();
+  } catch (const Error&) {
+    return false;  // malformed: not ours to overwrite
+  }
+}
+
+// A new run writes into a folder that holds nothing it would overwrite:
+// only its lock, temporaries of a killed save, and what a run that stopped
+// before its first epoch leaves (config.yaml, metrics logs without rows).
+void check_fresh_run_dir(const std::string& run_dir) {
+  QAT_CHECK(!fs::exists(run_dir + "/last.safetensors"), "train: ", run_dir,
+            " already holds a run (last.safetensors); resume it with --resume ", run_dir,
+            " or choose another output.dir");
+  const bool empty_log = no_metrics_rows(run_dir);
+  std::vector<std::string> held;
+  for (const auto& e : fs::directory_iterator(run_dir)) {
+    const std::string name = e.path().filename().string();
+    if (name == ".lock" || name == "config.yaml" || name.find(".safetensors.tmp.") != std::string::npos) continue;
+    if (empty_log && (name == "metrics.csv" || name == "metrics.jsonl")) continue;
+    held.push_back(name);
+  }
+  std::sort(held.begin(), held.end());
+  std::string list;
+  for (size_t i = 0; i < held.size() && i < 4; ++i) list += (i ? ", " : "") + held[i];
+  if (held.size() > 4) list += ", ...";
+  QAT_CHECK(held.empty(), "train: output.dir ", run_dir, " already holds ", held.size(), " file(s) a new run could ",
+            "overwrite or mix with (", list, "); choose an empty or new output.dir, or remove them");
+}
+
+// Validation after an epoch's training. When it fails (a corrupt image in
+// the validation set, a full disk under data.cache), `save` keeps the
+// trained epoch in last.safetensors, its step at the epoch's end, so that
+// --resume goes straight to validating it again.
+EvalSummary validate_or_save(Module& model, data::DataLoader& val_loader, const ExperimentConfig& cfg, Device device,
+                             const std::function<bool()>& save) {
+  try {
+    return evaluate(model, val_loader, cfg.model.num_classes, device);
+  } catch (const Error& e) {
+    if (!save()) throw;
+    QAT_FAIL(e.what(), "\n(validation failed after the epoch's training; saved it in ", cfg.output.dir,
+             "/last.safetensors: fix the data and resume with --resume ", cfg.output.dir, ")");
+  }
+}
+
 // Temporary files of checkpoint saves a killed run left behind
 // (<name>.tmp.<pid>, core/safetensors.cpp); the run lock says no save is
 // running now.
@@ -344,7 +393,6 @@ int run_train(const TrainArgs& args) {
   check_training_device(device, training_step_of(cfg));
   if (!args.resume_dir.empty()) cfg.output.dir = args.resume_dir;
   const std::string run_dir = cfg.output.dir;
-  const std::string hash = config_hash(cfg);
   set_num_threads(static_cast<int>(cfg.train.threads));
   // Data-parallel (mpirun): rank 0 alone writes the run directory and prints.
   Collective* all = collective();
@@ -364,9 +412,7 @@ int run_train(const TrainArgs& args) {
   }
   InterruptScope interrupts;  // from here on Ctrl-C / SIGTERM end the run cleanly
   g_interrupted = 0;
-  QAT_CHECK(!lead || !args.resume_dir.empty() || !fs::exists(run_dir + "/last.safetensors"), "train: ", run_dir,
-            " already holds a run (last.safetensors); resume it with --resume ", run_dir,
-            " or choose another output.dir");
+  if (lead && args.resume_dir.empty()) check_fresh_run_dir(run_dir);
 
   const data::ImageFolder train_set = image_folder(cfg.data, cfg.data.train);
   const data::ImageFolder val_set = image_folder(cfg.data, cfg.data.val);
@@ -393,7 +439,7 @@ int run_train(const TrainArgs& args) {
 
   RunState state;
   if (!args.resume_dir.empty()) {
-    state = load_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), hash);
+    state = load_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), &cfg, ConfigMatch::whole_config);
     std::printf("resuming %s at epoch %lld step %lld (best val top-1 %.2f%%)\n", run_dir.c_str(),
                 static_cast<long long>(state.epoch + 1), static_cast<long long>(state.step),
                 100 * state.best_top1);
@@ -493,7 +539,7 @@ int run_train(const TrainArgs& args) {
       if (step_sums[3] > 0 || (args.stop_after_steps > 0 && steps_this_run >= args.stop_after_steps)) {
         progress.finish();
         require_finite_state(*model, optimizer.get(), epoch + 1, run_dir);
-        if (lead) save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
+        if (lead) save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, cfg);
         if (lead) std::fprintf(stderr, "qat: interrupted at epoch %lld step %lld; saved %s/last.safetensors (resume with "
                      "--resume %s)\n", static_cast<long long>(epoch + 1), static_cast<long long>(step + 1),
                      run_dir.c_str(), run_dir.c_str());
@@ -502,7 +548,11 @@ int run_train(const TrainArgs& args) {
     }
     progress.finish();
     const double train_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const EvalSummary v = evaluate(*model, val_loader, cfg.model.num_classes, device);
+    const EvalSummary v = validate_or_save(*model, val_loader, cfg, device, [&] {
+      if (!lead || !first_non_finite(*model, optimizer.get()).empty()) return false;
+      save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, cfg);
+      return true;
+    });
     QAT_CHECK(std::isfinite(v.loss), "train: val loss is ", v.loss, " after epoch ", epoch + 1, "; stopping. ",
               checkpoints_left(run_dir));
     require_finite_state(*model, optimizer.get(), epoch + 1, run_dir);
@@ -539,13 +589,26 @@ int run_train(const TrainArgs& args) {
     const bool best = v.top1 > state.best_top1;
     if (best) state.best_top1 = v.top1;
     if (lead) {
-      save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, hash);
-      if (best) save_run_state(run_dir + "/best.safetensors", *model, optimizer.get(), state, hash);
+      save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, cfg);
+      if (best) save_run_state(run_dir + "/best.safetensors", *model, optimizer.get(), state, cfg);
     }
   }
   std::printf("done: best val top-1 %.2f%%; checkpoints in %s\n", 100 * state.best_top1, run_dir.c_str());
   return 0;
 }
+
+namespace {
+// An export's outputs are its manifest's classes, in its order: validation
+// folders named or ordered otherwise would be scored against the wrong labels.
+void check_same_classes(const std::vector<std::string>& exported, const std::vector<std::string>& folders,
+                        const std::string& export_dir, const std::string& val_dir) {
+  for (size_t i = 0; i < std::min(exported.size(), folders.size()); ++i)
+    QAT_CHECK(exported[i] == folders[i], "eval: export ", export_dir, " has class ", i, " '", exported[i], "', but ",
+              val_dir, " has '", folders[i], "' there (class folders in sorted order)");
+  QAT_CHECK(exported.size() == folders.size(), "eval: export ", export_dir, " has ", exported.size(), " classes, ",
+            val_dir, " ", folders.size(), " class folders");
+}
+}  // namespace
 
 EvalSummary eval_checkpoint(const EvalArgs& args) {
   ExperimentConfig cfg = load_config(args.config, args.overrides);
@@ -557,12 +620,13 @@ EvalSummary eval_checkpoint(const EvalArgs& args) {
     QAT_CHECK(ex.model.num_classes() == cfg.model.num_classes && ex.image_size == cfg.data.image_size, "eval: export ",
               args.checkpoint, " has ", ex.model.num_classes(), " classes at ", ex.image_size, " px; config ",
               cfg.source_path, " has ", cfg.model.num_classes, " at ", cfg.data.image_size, " px");
+    check_same_classes(ex.classes, val_set.classes(), args.checkpoint, cfg.data.val);
     EvalSummary s = evaluate([&](const Tensor& x) { return ex.model.forward(x); }, val_loader, cfg.model.num_classes);
     s.epoch = -1;
     return s;
   }
   ModulePtr model = build_model(cfg, false, false);
-  const RunState st = load_run_state(args.checkpoint, *model, nullptr, "");
+  const RunState st = load_run_state(args.checkpoint, *model, nullptr, &cfg, ConfigMatch::quant);
   EvalSummary s = evaluate(*model, val_loader, cfg.model.num_classes);
   s.epoch = st.epoch;
   return s;

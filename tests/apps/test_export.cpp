@@ -97,7 +97,7 @@ TEST_CASE("export round trip: the loaded model gives the frozen model's logits",
 
   const ExperimentConfig cfg = load_config(cfg_path);
   ModulePtr m = build_model(cfg, false, false);
-  load_run_state(ckpt, *m, nullptr, "");
+  load_run_state(ckpt, *m, nullptr);
   const quant::IntegerModel frozen = quant::freeze(*m);
   REQUIRE(ex.model.layers.size() == frozen.layers.size());
   Generator g(5);
@@ -333,10 +333,21 @@ TEST_CASE("re-exporting replaces the folder whole and never sweeps away other fi
   for (const auto& e : fs::directory_iterator(dir))  // no staging folder left behind
     REQUIRE(e.path().filename().string().find(".tmp-") == std::string::npos);
 
-  // A checkpoint trained at 8 bits, exported as if it were 4-bit: refused by
-  // freeze (its stored activation qparams are off the 4-bit grid), not
-  // written for the reader to refuse.
+  // A checkpoint trained at 8 bits, exported as if it were 4-bit: refused
+  // by its recorded quant settings, naming the key and both values.
   REQUIRE_THROWS_WITH(run_export({cfg, ckpt, (dir / "as4").string(), {"quant.bits=4"}}),
+                      Contains(ckpt) && Contains("quant.activation.bits 8 (the config: 4)") &&
+                          Contains("quant.weight.bits 8 (the config: 4)"));
+  REQUIRE_FALSE(fs::exists(dir / "as4"));
+  // One saved before the settings were recorded: refused by freeze (its
+  // stored activation qparams are off the 4-bit grid), not written for the
+  // reader to refuse.
+  SafetensorsFile old = load_safetensors(ckpt);
+  for (auto it = old.metadata.begin(); it != old.metadata.end();)
+    it = it->first.rfind("quant.", 0) == 0 ? old.metadata.erase(it) : std::next(it);
+  const std::string unrecorded = (dir / "unrecorded.safetensors").string();
+  save_safetensors(unrecorded, old.tensors, old.metadata);
+  REQUIRE_THROWS_WITH(run_export({cfg, unrecorded, (dir / "as4").string(), {"quant.bits=4"}}),
                       Contains("stored zero point") && Contains("other quant settings"));
   REQUIRE_FALSE(fs::exists(dir / "as4"));
 

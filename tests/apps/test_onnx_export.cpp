@@ -166,9 +166,13 @@ TEST_CASE("ONNX export refuses what QDQ or the tensorrt profile cannot express, 
     fs::create_directories(dir / "m.onnx");  // a folder where the file should go
     REQUIRE_THROWS_WITH(run_export({cfg, (dir / "run" / "best.safetensors").string(), (dir / "m.onnx").string(), {},
                                     "onnx", "standard", false}),
-                        Contains("cannot write") && Contains("m.onnx"));
-    REQUIRE(!fs::exists(dir / "m.onnx.partial"));
+                        Contains("m.onnx is a folder"));
     fs::remove(dir / "m.onnx");
+    const fs::path missing = dir / "no_such_folder" / "m.onnx";  // its folder does not exist
+    REQUIRE_THROWS_WITH(run_export({cfg, (dir / "run" / "best.safetensors").string(), missing.string(), {}, "onnx",
+                                    "standard", false}),
+                        Contains("cannot write") && Contains(missing.string()));
+    REQUIRE(!fs::exists(missing.string() + ".partial"));
   }
   SECTION("an unknown format or profile") {
     REQUIRE_THROWS_WITH(run_export({"x.yaml", "x.safetensors", "m.onnx", {}, "tflite", "standard", false}),

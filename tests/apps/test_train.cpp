@@ -176,7 +176,7 @@ TEST_CASE("SIGTERM saves like Ctrl-C and a second one stops at once", "[e2e]") {
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 130);
   auto model = make_model("small_cnn", 10, 0);
-  const RunState st = load_run_state((dir / "run/last.safetensors").string(), *model, nullptr, "");
+  const RunState st = load_run_state((dir / "run/last.safetensors").string(), *model, nullptr);
   REQUIRE(st.epoch * 4 + st.step >= 1);  // saved after the step it was in
 
   // AlexNet-BN: its step and its 450 MB checkpoint each take far longer than
@@ -282,7 +282,7 @@ TEST_CASE("a non-finite loss stops the run and keeps the last good checkpoint", 
   REQUIRE_THROWS_WITH(run_train({cfg, {}, ""}), Contains("loss is") && Contains("epoch 2") &&
                                                     Contains("last.safetensors, is unchanged"));
   auto model = make_model("small_cnn", 10, 0);
-  const RunState st = load_run_state((dir / "run/last.safetensors").string(), *model, nullptr, "");
+  const RunState st = load_run_state((dir / "run/last.safetensors").string(), *model, nullptr);
   REQUIRE(st.epoch == 1);
   REQUIRE(read_metrics((dir / "run").string()).size() == 1);
 }

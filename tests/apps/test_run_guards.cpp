@@ -1,0 +1,207 @@
+// What the commands refuse so that nothing already saved is lost or misread:
+// a new run into another run's folder, checkpoints with non-finite weights,
+// progress metadata out of range, a checkpoint loaded with other quant
+// settings, validation failing after an epoch trained, ONNX and calibrate
+// outputs over other files, a sweep over runs of another config.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tests/test_util.h"
+
+#include "apps/calibrate_cmd.h"
+#include "apps/config.h"
+#include "apps/integer_cmd.h"
+#include "apps/metrics_log.h"
+#include "apps/sweep.h"
+#include "apps/train.h"
+#include "core/safetensors.h"
+
+using namespace qat;
+using namespace qat::apps;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) { return testing::fresh_temp_dir("qat_guard_", name); }
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+void write_text(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+
+// A copy of `path` with one metadata value or one model tensor element changed.
+std::string with_metadata(const std::string& path, const std::string& key, const std::string& value,
+                          const fs::path& out) {
+  SafetensorsFile f = load_safetensors(path);
+  f.metadata[key] = value;
+  save_safetensors(out.string(), f.tensors, f.metadata);
+  return out.string();
+}
+
+std::string with_element(const std::string& path, const std::string& tensor, int64_t i, float value,
+                         const fs::path& out) {
+  SafetensorsFile f = load_safetensors(path);
+  Tensor t = f.tensors.at(tensor).clone();
+  t.data<float>()[i] = value;
+  f.tensors[tensor] = t;
+  save_safetensors(out.string(), f.tensors, f.metadata);
+  return out.string();
+}
+
+}  // namespace
+
+TEST_CASE("a new run refuses a folder holding another run's files and leaves them as they were", "[e2e][guard]") {
+  const fs::path dir = fresh_dir("fresh");
+  const std::string cfg = testing::write_sample_config(dir, "cfg.yaml", "", 1, 2);
+  fs::create_directories(dir / "run");
+  write_text(dir / "run/best.safetensors", "an earlier run's best");
+  write_text(dir / "run/notes.txt", "mine");
+  write_text(dir / "run/metrics.csv", "epoch\n");  // a log without rows: what a run stopped in epoch 1 leaves
+  REQUIRE_THROWS_WITH(run_train({cfg, {}, ""}), Contains(dir.string() + "/run already holds 2 file(s)") &&
+                                                    Contains("(best.safetensors, notes.txt)"));
+  CHECK(read_text(dir / "run/best.safetensors") == "an earlier run's best");
+  CHECK(read_text(dir / "run/notes.txt") == "mine");
+  CHECK_FALSE(fs::exists(dir / "run/config.yaml"));
+  fs::remove(dir / "run/best.safetensors");
+  fs::remove(dir / "run/notes.txt");
+  REQUIRE(run_train({cfg, {}, ""}) == 0);
+}
+
+TEST_CASE("checkpoints with a non-finite weight are refused by eval, export and resume, naming the tensor",
+          "[e2e][guard]") {
+  const fs::path dir = fresh_dir("nonfinite");
+  const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
+  const std::string best = (dir / "run/best.safetensors").string();
+  REQUIRE_NOTHROW(eval_checkpoint({cfg, {}, best}));
+  const std::string nan = with_element(best, "model.fc.weight", 3, std::nanf(""), dir / "nan.safetensors");
+  const std::string inf = with_element(best, "model.features.0.bn.running_var", 0,
+                                       std::numeric_limits<float>::infinity(), dir / "inf.safetensors");
+  REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {}, nan}),
+                      Contains(nan) && Contains("'model.fc.weight' holds nan at element 3"));
+  REQUIRE_THROWS_WITH(run_export({cfg, inf, (dir / "export").string(), {}}),
+                      Contains(inf) && Contains("'model.features.0.bn.running_var' holds inf at element 0"));
+  REQUIRE_FALSE(fs::exists(dir / "export"));
+  fs::copy_file(nan, dir / "run/last.safetensors", fs::copy_options::overwrite_existing);
+  const std::string log = read_text(dir / "run/metrics.csv");
+  REQUIRE_THROWS_WITH(run_train({cfg, {"train.epochs=3"}, (dir / "run").string()}), Contains("model.fc.weight"));
+  CHECK(read_text(dir / "run/metrics.csv") == log);
+}
+
+TEST_CASE("progress metadata out of range is refused before the run's metrics are touched", "[e2e][guard]") {
+  const fs::path dir = fresh_dir("progress");
+  const std::string cfg = testing::write_sample_config(dir, "cfg.yaml", "", 2, 4);
+  REQUIRE(run_train({cfg, {}, "", 6}) == 130);  // epoch 1 done, stopped in epoch 2
+  const std::string run = (dir / "run").string(), last = run + "/last.safetensors";
+  const std::string log = read_text(run + "/metrics.csv");
+  REQUIRE(read_metrics(run).size() == 1);
+  const std::string kept = (dir / "kept.safetensors").string();
+  fs::copy_file(last, kept);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"epoch", "-5"},         {"step", "2x"},          {"best_top1", "5"},        {"best_top1", "nan"},
+      {"epoch_correct", "99999"}, {"epoch_loss_sum", "-1"}, {"epoch_images", "1e3"}};
+  for (const auto& [key, value] : bad) {
+    INFO(key << " = " << value);
+    with_metadata(kept, key, value, last);
+    REQUIRE_THROWS_WITH(run_train({cfg, {}, run}), Contains(last) && Contains("metadata '" + key + "' is '" + value));
+    CHECK(read_text(run + "/metrics.csv") == log);
+  }
+  fs::copy_file(kept, last, fs::copy_options::overwrite_existing);
+  REQUIRE(run_train({cfg, {}, run}) == 0);
+  CHECK(read_metrics(run).size() == 2);
+}
+
+TEST_CASE("eval refuses a checkpoint saved with other quant settings, naming each key", "[e2e][guard]") {
+  const fs::path dir = fresh_dir("settings");
+  const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true, activation: {bits: 7}}\n");
+  const std::string best = (dir / "run/best.safetensors").string();
+  REQUIRE_NOTHROW(eval_checkpoint({cfg, {}, best}));
+  REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {"quant.activation.bits=8"}, best}),
+                      Contains(best) && Contains("quant.activation.bits 7 (the config: 8)"));
+  REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {"quant.weight.symmetric=false"}, best}),
+                      Contains("quant.weight.symmetric auto (the config: false)"));
+  REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {"quant.overrides={fc: {weight_bits: 4}}"}, best}),
+                      Contains("quant.overrides none (the config: fc: weight_bits 4 activation_bits 0)"));
+  // What does not change the meaning of the scales may differ.
+  REQUIRE_NOTHROW(eval_checkpoint({cfg, {"quant.method=minmax", "train.batch_size=8"}, best}));
+}
+
+TEST_CASE("a validation set that fails after an epoch trained keeps the epoch for --resume", "[e2e][guard]") {
+  const fs::path dir = fresh_dir("valfail");
+  fs::copy(testing::sample_data_dir() + "/val", dir / "val", fs::copy_options::recursive);
+  const fs::path first_class = *fs::directory_iterator(dir / "val");
+  const fs::path bad = first_class / "zz_truncated.jpg";
+  const std::string jpeg = read_text(*fs::directory_iterator(first_class));
+  write_text(bad, jpeg.substr(0, jpeg.size() / 3));
+  const std::string cfg = testing::write_sample_config(dir, "cfg.yaml", "", 2, 3);
+  const std::vector<std::string> val = {"data.val=" + (dir / "val").string(), "data.cache=false"};
+  const std::string run = (dir / "run").string();
+  REQUIRE_THROWS_WITH(run_train({cfg, val, ""}), Contains("zz_truncated.jpg") && Contains("saved it in " + run));
+  const Metadata m = load_safetensors_metadata(run + "/last.safetensors");
+  CHECK(m.at("epoch") == "0");
+  CHECK(m.at("step") == "3");
+  fs::remove(bad);
+  REQUIRE(run_train({cfg, val, run}) == 0);
+  const auto rows = read_metrics(run);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].epoch == 1);
+}
+
+TEST_CASE("export --format onnx replaces only an earlier .onnx file", "[e2e][guard]") {
+  const fs::path dir = fresh_dir("onnx_target");
+  const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
+  const std::string best = (dir / "run/best.safetensors").string();
+  const std::string before = read_text(best);
+  ExportArgs a{cfg, best, best, {}, "onnx"};
+  REQUIRE_THROWS_WITH(run_export(a), Contains("is the input " + best));
+  CHECK(read_text(best) == before);
+  a.out_dir = (dir / "notes.txt").string();
+  write_text(a.out_dir, "keep me");
+  REQUIRE_THROWS_WITH(run_export(a), Contains("exists and is not a .onnx file"));
+  CHECK(read_text(a.out_dir) == "keep me");
+  a.out_dir = (dir / "m.onnx").string();
+  write_text(a.out_dir, "an older export");
+  REQUIRE(run_export(a) == 0);
+  CHECK(read_text(a.out_dir) != "an older export");
+}
+
+TEST_CASE("calibrate --out refuses a folder holding a training run", "[e2e][guard]") {
+  const fs::path dir = fresh_dir("calib_out");
+  const std::string fp32 = testing::write_sample_config(dir, "fp32.yaml", "", 1, 2, "fp32");
+  REQUIRE(run_train({fp32, {}, ""}) == 0);
+  const std::string config_before = read_text(dir / "fp32/config.yaml");
+  CalibrateArgs a;
+  a.config = testing::write_sample_config(dir, "q.yaml", "quant: {enabled: true}\n", 1, 2, "q");
+  a.checkpoint = (dir / "fp32/best.safetensors").string();
+  a.images = 16;
+  a.out_dir = (dir / "fp32").string();
+  REQUIRE_THROWS_WITH(run_calibrate(a), Contains("--out " + a.out_dir + " holds") &&
+                                            Contains("not a calibration output"));
+  CHECK(read_text(dir / "fp32/config.yaml") == config_before);
+  CHECK_FALSE(fs::exists(dir / "fp32/calibrated.safetensors"));
+  a.out_dir = (dir / "ptq").string();
+  REQUIRE(run_calibrate(a) == 0);
+  REQUIRE(run_calibrate(a) == 0);  // again into its own outputs (now from its cache)
+}
+
+TEST_CASE("a sweep refuses a finished combination trained with another config", "[e2e][guard]") {
+  const fs::path dir = fresh_dir("sweep");
+  const std::string cfg = testing::write_sample_config(dir, "cfg.yaml", "quant: {enabled: true}\n", 1, 2, "sweep");
+  std::ofstream(cfg, std::ios::app) << "sweep: {quant.bits: [8]}\n";
+  REQUIRE(run_sweep({cfg, {}, {}}) == 0);
+  const std::string log = read_text(dir / "sweep/bits-8/metrics.csv");
+  REQUIRE(run_sweep({cfg, {}, {}}) == 0);  // the same config: skipped
+  REQUIRE_THROWS_WITH(run_sweep({cfg, {"train.lr=0.01"}, {}}),
+                      Contains(dir.string() + "/sweep/bits-8 holds a run trained with config hash"));
+  CHECK(read_text(dir / "sweep/bits-8/metrics.csv") == log);
+  // A value out of range fails the sweep before any combination trains.
+  const std::string bad = testing::write_sample_config(dir, "bad.yaml", "quant: {enabled: true}\n", 1, 2, "bad");
+  std::ofstream(bad, std::ios::app) << "sweep: {quant.bits: [4, 9]}\n";
+  REQUIRE_THROWS_WITH(run_sweep({bad, {}, {}}), Contains("quant.bits") && Contains("2..8, got 9"));
+  CHECK_FALSE(fs::exists(dir / "bad/bits-4"));
+}
