@@ -24,7 +24,11 @@ std::string describe_node(const YAML::Node& n) {
     case YAML::NodeType::Map: return "a mapping";
     case YAML::NodeType::Scalar: break;
   }
-  return "'" + n.Scalar() + "'";
+  // A long value (a whole file read as one scalar) is cut: its start says enough.
+  constexpr size_t kShown = 80;
+  const std::string& v = n.Scalar();
+  if (v.size() <= kShown) return "'" + v + "'";
+  return "'" + v.substr(0, kShown) + "...' (" + std::to_string(v.size()) + " characters)";
 }
 
 std::string join_key(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }

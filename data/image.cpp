@@ -10,6 +10,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
@@ -55,27 +56,49 @@ void check_limits(const std::string& path, int64_t h, int64_t w, const DecodeLim
             ", more than the limit of ", limits.max_aspect, " (data.max_aspect_ratio)");
 }
 
-// The format a file's first bytes declare, for error messages (a truncated
-// JPEG's stb_image reason, e.g. "bad huffman code", does not say JPEG).
-std::string declared_format(const std::string& path) {
-  unsigned char magic[4] = {};
+// What a file's first bytes declare, for error messages: stb_image tries
+// every format in turn, so a truncated JPEG whose header it cannot read
+// fails with the last format's reason ("bad png sig").
+struct Declared {
+  std::string format = "an image";  // "JPEG", "PNG" or "an image"
+  int64_t png_width = 0, png_height = 0;  // from a PNG's IHDR, 0 when absent
+};
+
+Declared declared(const std::string& path) {
+  unsigned char head[24] = {};
   std::ifstream f(path, std::ios::binary);
-  f.read(reinterpret_cast<char*>(magic), sizeof magic);
-  if (f.gcount() >= 2 && magic[0] == 0xFF && magic[1] == 0xD8) return "JPEG";
-  if (f.gcount() >= 4 && magic[0] == 0x89 && magic[1] == 'P' && magic[2] == 'N' && magic[3] == 'G') return "PNG";
-  return "an image";
+  f.read(reinterpret_cast<char*>(head), sizeof head);
+  const int64_t n = f.gcount();
+  Declared d;
+  if (n >= 2 && head[0] == 0xFF && head[1] == 0xD8) d.format = "JPEG";
+  if (n >= 4 && head[0] == 0x89 && head[1] == 'P' && head[2] == 'N' && head[3] == 'G') {
+    d.format = "PNG";
+    auto be32 = [&](int at) {
+      return int64_t{head[at]} << 24 | int64_t{head[at + 1]} << 16 | int64_t{head[at + 2]} << 8 | head[at + 3];
+    };
+    if (n == 24 && std::memcmp(head + 12, "IHDR", 4) == 0) d.png_width = be32(16), d.png_height = be32(20);
+  }
+  return d;
 }
 }  // namespace
 
 Image decode_image(const std::string& path, const DecodeLimits& limits) {
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(path, ec);
+  QAT_CHECK(ec || bytes > 0, "decode_image: '", path, "' is empty (0 bytes)");
+  const Declared d = declared(path);
   int w = 0, h = 0, channels_in_file = 0;
-  // The header alone first: refuse a pixel bomb before decoding it.
+  // The header alone first: refuse a pixel bomb before decoding it (a PNG's
+  // declared size too where stb_image refuses the header itself).
   if (stbi_info(path.c_str(), &w, &h, &channels_in_file) == 1) check_limits(path, h, w, limits);
+  else if (d.png_width > 0 && d.png_height > 0) check_limits(path, d.png_height, d.png_width, limits);
   std::unique_ptr<unsigned char, void (*)(void*)> pixels(stbi_load(path.c_str(), &w, &h, &channels_in_file, 3),
                                                          stbi_image_free);
   if (!pixels) {
     const char* why = stbi_failure_reason();
-    QAT_FAIL("decode_image: cannot decode '", path, "' as ", declared_format(path), ": ", why ? why : "unknown reason");
+    QAT_FAIL("decode_image: cannot decode '", path, "' as ", d.format,
+             d.format == "an image" ? " (not a JPEG, PNG, BMP or GIF?)" : " (truncated or corrupt?)", "; stb_image: ",
+             why ? why : "unknown reason");
   }
   QAT_CHECK(w > 0 && h > 0, "decode_image: '", path, "' has no pixels (", h, "x", w, ")");
   check_limits(path, h, w, limits);

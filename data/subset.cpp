@@ -1,5 +1,7 @@
 #include "data/subset.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -52,7 +54,19 @@ void plan_split(const ImageFolder& folder, const fs::path& out_dir, int64_t coun
   }
 }
 
-void run_jobs(const std::vector<Job>& jobs, int64_t size, int threads) {
+// The shorter side resized to `size`; an image whose longer side would take
+// it past the pixel limit is refused, naming it.
+Image resized(const std::string& src, int64_t size, const DecodeLimits& limits) {
+  const Image img = decode_image(src, limits);
+  const int64_t lo = std::min(img.height, img.width), hi = std::max(img.height, img.width);
+  const int64_t long_side = size * hi / lo;  // resize_shorter's
+  QAT_CHECK(long_side <= limits.max_pixels / size, "make_subset: '", src, "' (", img.width, "x", img.height,
+            ") resized to a shorter side of ", size, " has ", size * long_side, " pixels, more than the ",
+            limits.max_pixels, " qat reads (data.max_image_pixels)");
+  return resize_shorter(img, size);
+}
+
+void run_jobs(const std::vector<Job>& jobs, int64_t size, int threads, const DecodeLimits& limits) {
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   std::exception_ptr error;
@@ -60,7 +74,7 @@ void run_jobs(const std::vector<Job>& jobs, int64_t size, int threads) {
   auto work = [&] {
     for (size_t j; !failed && (j = next++) < jobs.size();) {
       try {
-        write_jpeg(jobs[j].dst, resize_shorter(decode_image(jobs[j].src), size), 90);
+        write_jpeg(jobs[j].dst, resized(jobs[j].src, size, limits), 90);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu);
         if (!error) error = std::current_exception();
@@ -83,17 +97,33 @@ SubsetSummary make_subset(const std::string& src_root, const std::string& out_ro
   QAT_CHECK(per_class > 0, "make_subset: per_class must be > 0, got ", per_class);
   QAT_CHECK(val_per_class > 0, "make_subset: val_per_class must be > 0, got ", val_per_class);
   QAT_CHECK(size > 0, "make_subset: size must be > 0, got ", size);
-  const fs::path src(src_root), out(out_root);
+  const fs::path src(src_root);
+  fs::path out = fs::path(out_root).lexically_normal();  // "a/b/" -> "a/b": its staging folder goes beside it
+  if (!out.has_filename() && out.has_parent_path()) out = out.parent_path();
   const ImageFolder train((src / "train").string()), val((src / "val").string());
   QAT_CHECK(train.classes() == val.classes(), "make_subset: '", train.root(), "' has ", train.num_classes(),
             " classes and '", val.root(), "' has ", val.num_classes(), "; their class folders must match");
+  // Images qat itself would refuse to read (DecodeLimits) are not written.
+  const DecodeLimits limits;
+  QAT_CHECK(size <= limits.max_pixels / size, "make_subset: size ", size, " makes images of at least ", size, "x",
+            size, " pixels, more than the ", limits.max_pixels, " qat reads (data.max_image_pixels)");
   std::error_code ec;
   QAT_CHECK(!fs::exists(out, ec) || (fs::is_directory(out, ec) && fs::is_empty(out, ec)), "make_subset: output '",
             out_root, "' exists and is not an empty folder");
-  std::vector<Job> jobs;
-  plan_split(train, out / "train", per_class, seed, /*split=*/0, jobs);
-  plan_split(val, out / "val", val_per_class, seed, /*split=*/1, jobs);
-  run_jobs(jobs, size, threads);
+  // Written into a staging folder beside it and renamed at the end: a
+  // failure (a corrupt source image, a full disk) leaves no half subset.
+  const fs::path staging = out.parent_path() / (out.filename().string() + ".tmp-subset-" + std::to_string(::getpid()));
+  fs::remove_all(staging, ec);
+  try {
+    std::vector<Job> jobs;
+    plan_split(train, staging / "train", per_class, seed, /*split=*/0, jobs);
+    plan_split(val, staging / "val", val_per_class, seed, /*split=*/1, jobs);
+    run_jobs(jobs, size, threads, limits);
+    fs::rename(staging, out);
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
   return {train.num_classes(), per_class * train.num_classes(), val_per_class * val.num_classes()};
 }
 

@@ -3,6 +3,7 @@
 // progress metadata out of range, a checkpoint loaded with other quant
 // settings, validation failing after an epoch trained, ONNX and calibrate
 // outputs over other files, a sweep over runs of another config.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -204,4 +205,22 @@ TEST_CASE("a sweep refuses a finished combination trained with another config", 
   std::ofstream(bad, std::ios::app) << "sweep: {quant.bits: [4, 9]}\n";
   REQUIRE_THROWS_WITH(run_sweep({bad, {}, {}}), Contains("quant.bits") && Contains("2..8, got 9"));
   CHECK_FALSE(fs::exists(dir / "bad/bits-4"));
+}
+
+TEST_CASE("eval of an export refuses validation folders whose classes differ from its manifest's", "[e2e][guard]") {
+  const fs::path dir = fresh_dir("classes");
+  const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
+  const std::string exported = (dir / "export").string();
+  REQUIRE(run_export({cfg, (dir / "run/best.safetensors").string(), exported, {}}) == 0);
+  fs::copy(testing::sample_data_dir() + "/val", dir / "val", fs::copy_options::recursive);
+  std::vector<fs::path> classes;
+  for (const auto& e : fs::directory_iterator(dir / "val")) classes.push_back(e.path());
+  const fs::path first = *std::min_element(classes.begin(), classes.end());
+  const std::string name = first.filename().string();
+  fs::rename(first, dir / "val" / "zzz_renamed");
+  const std::string val = (dir / "val").string();
+  REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {"data.val=" + val}, exported}),
+                      Contains("export " + exported + " has class 0 '" + name + "', but " + val + " has '"));
+  fs::rename(dir / "val" / "zzz_renamed", first);
+  REQUIRE_NOTHROW(eval_checkpoint({cfg, {"data.val=" + val}, exported}));
 }

@@ -89,6 +89,14 @@ TEST_CASE("yaml_value: a wrong type names the file, the key path, the line and t
   REQUIRE_THROWS_WITH(top.get("count").get("x"), Contains(at + "2: top.count: expected a mapping, got '3'"));
 }
 
+TEST_CASE("yaml_value: a long value is shown cut, with its length", "[yaml_value]") {
+  const std::string text = std::string(80, 'a') + "tail that is not shown";  // 102 characters
+  Doc d(("top:\n  long: " + text + "\n").c_str());
+  REQUIRE_THROWS_WITH(d.top().get("long").as<int>(),
+                      Contains("expected an integer, got '" + std::string(80, 'a') + "...' (102 characters)"));
+  REQUIRE_THROWS_WITH(d.top().get("long").as<int>(), !Contains("tail"));
+}
+
 TEST_CASE("yaml_value: enum parse errors list the valid names", "[yaml_value]") {
   Doc d;
   REQUIRE_THROWS_WITH(d.top().get("name").as<Fruit>(),

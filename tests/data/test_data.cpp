@@ -155,9 +155,13 @@ TEST_CASE("decode_image: grey and RGBA become RGB, JPEG round trip, errors name 
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     std::ofstream(t.file("cut.jpg"), std::ios::binary) << bytes.substr(0, bytes.size() / 3);
   }
-  REQUIRE_THROWS_WITH(decode_image(t.file("cut.jpg")), Contains(t.file("cut.jpg")) && Contains("as JPEG"));
+  REQUIRE_THROWS_WITH(decode_image(t.file("cut.jpg")),
+                      Contains(t.file("cut.jpg")) && Contains("as JPEG (truncated or corrupt?)"));
   write_text(t.file("bad.jpg"), "this is not a jpeg");
-  REQUIRE_THROWS_WITH(decode_image(t.file("bad.jpg")), Contains(t.file("bad.jpg")));
+  REQUIRE_THROWS_WITH(decode_image(t.file("bad.jpg")),
+                      Contains(t.file("bad.jpg")) && Contains("as an image (not a JPEG, PNG, BMP or GIF?)"));
+  write_text(t.file("empty.jpg"), "");
+  REQUIRE_THROWS_WITH(decode_image(t.file("empty.jpg")), Contains(t.file("empty.jpg") + "' is empty (0 bytes)"));
   REQUIRE_THROWS_WITH(decode_image(t.file("missing.png")), Contains(t.file("missing.png")));
 }
 
@@ -171,6 +175,15 @@ TEST_CASE("decode_image: pixel bombs and extreme aspect ratios are refused", "[d
   std::ofstream(t.file("bomb.jpg"), std::ios::binary).write(reinterpret_cast<const char*>(bomb.data()), bomb.size());
   REQUIRE_THROWS_WITH(decode_image(t.file("bomb.jpg")),
                       Contains(t.file("bomb.jpg")) && Contains("declares 20000x20000") &&
+                          Contains("data.max_image_pixels"));
+  // A PNG signature and IHDR declaring 100000x100000, which stb_image
+  // refuses as "too large" before saying how large: the limit names it.
+  const std::vector<unsigned char> png_bomb{0x89, 'P',  'N',  'G',  0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13, 'I', 'H',
+                                            'D',  'R',  0x00, 0x01, 0x86, 0xA0, 0x00, 0x01, 0x86, 0xA0, 8, 2, 0, 0, 0};
+  std::ofstream(t.file("bomb.png"), std::ios::binary)
+      .write(reinterpret_cast<const char*>(png_bomb.data()), png_bomb.size());
+  REQUIRE_THROWS_WITH(decode_image(t.file("bomb.png")),
+                      Contains(t.file("bomb.png")) && Contains("declares 100000x100000") &&
                           Contains("data.max_image_pixels"));
   // 1 x 100: an aspect ratio of 100 (a 1 x 60000 strip resizes into a gigapixel image).
   write_png(t.file("strip.png"), image_of(1, 100, [](int64_t, int64_t x, int) { return x; }));
@@ -667,6 +680,21 @@ TEST_CASE("make_subset: counts, sizes, seeded choice, errors", "[data]") {
   REQUIRE_THROWS_WITH(make_subset(src, t.file("out"), 2, 1, 10, 9), Contains("not an empty folder"));
   REQUIRE_THROWS_WITH(make_subset(src, t.file("x"), 7, 1, 10, 9), Contains("fewer than the 7"));
   REQUIRE_THROWS_WITH(make_subset(t.file("nosrc"), t.file("y"), 1, 1, 10, 9), Contains("nosrc"));
+  // Sizes qat would refuse to read back are refused before anything is written.
+  REQUIRE_THROWS_WITH(make_subset(src, t.file("huge"), 2, 1, 100000, 9),
+                      Contains("size 100000") && Contains("data.max_image_pixels"));
+  REQUIRE_THROWS_WITH(make_subset(src, t.file("huge"), 2, 1, 7000, 9),  // 7000 x 10500 from 20 x 30
+                      Contains("resized to a shorter side of 7000 has 73500000 pixels") &&
+                          Contains("data.max_image_pixels"));
+  REQUIRE_FALSE(fs::exists(t.file("huge")));
+  // A corrupt source image: an error naming it, and no half-written subset.
+  for (const char* c : {"c0", "c1", "c2"})
+    std::ofstream(t.file("src/val/" + std::string(c) + "/zz_cut.jpg"), std::ios::binary) << "\xFF\xD8\xFF";
+  REQUIRE_THROWS_WITH(make_subset(src, t.file("cut/"), 2, 5, 10, 9, 2), Contains("zz_cut.jpg"));
+  for (const auto& e : fs::directory_iterator(t.dir)) {
+    INFO(e.path());
+    REQUIRE(e.path().filename().string().rfind("cut", 0) != 0);
+  }
 }
 
 TEST_CASE("the committed sample data/samples/imagenette-mini loads: 10 classes, 300 train, 100 val", "[data]") {
