@@ -205,12 +205,17 @@ std::string svg_chart(const std::vector<RunSummary>& runs) {
 
 int run_compare(const CompareArgs& args) {
   QAT_CHECK(!args.runs.empty(), "compare: give at least one run directory");
+  std::error_code ec;  // the output folder first: its problem is reported before any run is read
+  QAT_CHECK(!fs::exists(args.out_dir, ec) || fs::is_directory(args.out_dir, ec), "compare: --out ", args.out_dir,
+            " is a file, not a folder");
+  fs::create_directories(args.out_dir, ec);
+  QAT_CHECK(!ec && fs::is_directory(args.out_dir), "compare: --out ", args.out_dir, " cannot be made a folder",
+            ec ? ": " + ec.message() : std::string());
   std::vector<RunSummary> runs;
   for (const auto& r : args.runs) runs.push_back(summarize_run(r));
   align_runs(runs, args.runs);
   if (args.speed_batch > 0) measure_speed(runs, args.runs, static_cast<int>(args.speed_batch));
   const std::string table = markdown_table(runs);
-  fs::create_directories(args.out_dir);
   const std::string curves = svg_chart(runs), tradeoff = tradeoff_chart(runs);
   std::vector<std::pair<std::string, std::string>> svgs = {
       {"val top-1 per epoch (a fine-tune continues the run it started from)", curves},

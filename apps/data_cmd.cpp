@@ -1,6 +1,8 @@
 // `qat data subset`: writes a smaller ImageFolder (see data/subset.h).
 #include "apps/data_cmd.h"
 
+#include "apps/cli_checks.h"
+
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -33,17 +35,17 @@ void add_data_command(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingDirectory);
   s->add_option("--out", args->out, "Output root (must not exist or be empty)")->required();
-  s->add_option("--per-class", args->per_class, "Train images per class")->required()->check(CLI::PositiveNumber);
+  s->add_option("--per-class", args->per_class, "Train images per class")->required()->check(kPositive);
   s->add_option("--val-per-class", args->val_per_class, "Validation images per class")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   s->add_option("--size", args->size, "Shorter side of the written images, in pixels")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   s->add_option("--seed", args->seed, "Seed of the random choice")->capture_default_str();
   s->add_option("--threads", args->threads, "Decoding threads (0: all cores; the output does not depend on it)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   s->callback([args] {
     const auto r = data::make_subset(args->src, args->out, args->per_class, args->val_per_class, args->size,
                                      args->seed, args->threads);

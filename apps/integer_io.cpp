@@ -357,7 +357,10 @@ void publish(const fs::path& staged, const fs::path& dir) {
 void save_export(const std::string& dir, const ExportedModel& m) {
   const fs::path out = fs::absolute(dir).lexically_normal();
   check_replaceable(out);
-  fs::create_directories(out.parent_path());
+  std::error_code ec;
+  fs::create_directories(out.parent_path(), ec);
+  QAT_CHECK(!ec, "export: cannot make the folder ", out.parent_path().string(), " for ", out.string(), ": ",
+            ec.message());
   // Both files are written into a sibling folder first, then swapped in whole.
   std::string staged_name = ".";  // appended piece by piece: GCC 12 warns falsely on "." + string
   staged_name += out.filename().string();

@@ -7,6 +7,7 @@
 
 #include "apps/bench.h"
 #include "apps/calibrate_cmd.h"
+#include "apps/cli_checks.h"
 #include "apps/compare.h"
 #include "apps/data_cmd.h"
 #include "apps/sensitivity_cmd.h"
@@ -56,12 +57,12 @@ int run(int argc, char** argv) {
   b->add_option("--model", bench.model, "Model name (" + models + ")")->capture_default_str();
   b->add_option("--res", bench.res, "Input resolution (square)")->capture_default_str()->check(CLI::Range(32, 4096));
   b->add_option("--batch", bench.batch, "Batch size")->capture_default_str()->check(CLI::Range(1, 4096));
-  b->add_option("--classes", bench.classes, "Number of classes")->capture_default_str()->check(CLI::PositiveNumber);
+  b->add_option("--classes", bench.classes, "Number of classes")->capture_default_str()->check(qat::apps::kPositive);
   b->add_option("--threads", bench.threads, "Threads for OpenMP and OpenBLAS (0: all cores)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  b->add_option("--steps", bench.steps, "Timed steps")->capture_default_str()->check(CLI::PositiveNumber);
-  b->add_option("--warmup", bench.warmup, "Untimed warm-up steps")->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->check(qat::apps::kNonNegative);
+  b->add_option("--steps", bench.steps, "Timed steps")->capture_default_str()->check(qat::apps::kPositive);
+  b->add_option("--warmup", bench.warmup, "Untimed warm-up steps")->capture_default_str()->check(qat::apps::kNonNegative);
   b->add_option("--config", bench.config,
                 "Experiment config with a quant: section: also time the prepared QAT model")
       ->check(CLI::ExistingFile);
@@ -89,7 +90,7 @@ int run(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   t->add_option("--stop-after-steps", train.stop_after_steps,
                 "Stop as if interrupted after this many steps, saving last.safetensors (tests, partial runs)")
-      ->check(CLI::PositiveNumber);
+      ->check(qat::apps::kPositive);
   t->add_option("--device", train.device,
                 "Where to train: " + qat::enum_name_list<qat::Device>() + " (overrides train.device; cuda is refused, "
                 "naming why, until the whole training step runs on the GPU)")
@@ -110,11 +111,11 @@ int run(int argc, char** argv) {
   cmp->add_option("--sqnr-images", compare.sqnr_images,
                   "Per-layer output SQNR of each quantized run against the FP32 run on this many validation images "
                   "(needs the runs' best.safetensors)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(qat::apps::kNonNegative);
   cmp->add_option("--speed-batch", compare.speed_batch,
                   "Time inference of each run with a best.safetensors (FP32 model / frozen integer model) at this "
                   "batch: accuracy-vs-throughput chart")
-      ->check(CLI::NonNegativeNumber);
+      ->check(qat::apps::kNonNegative);
 
   qat::apps::SweepArgs sweep;
   auto* sw = app.add_subcommand("sweep", "Train every combination of a config's sweep: lists (resumable)");
@@ -141,8 +142,8 @@ int run(int argc, char** argv) {
   auto* in = app.add_subcommand("infer", "Classify images with an exported integer model (top classes)");
   in->add_option("export_dir", inf.export_dir, "Folder written by qat export")->required()->check(CLI::ExistingDirectory);
   in->add_option("input", inf.input, "An image file, or a folder searched recursively")->required()->check(CLI::ExistingPath);
-  in->add_option("--top", inf.top, "Classes to print per image")->capture_default_str()->check(CLI::PositiveNumber);
-  in->add_option("--threads", inf.threads, "Threads (0: all cores)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  in->add_option("--top", inf.top, "Classes to print per image")->capture_default_str()->check(qat::apps::kPositive);
+  in->add_option("--threads", inf.threads, "Threads (0: all cores)")->capture_default_str()->check(qat::apps::kNonNegative);
   in->add_option("--save", inf.save,
                  "Also write PREFIX.inputs.f32, PREFIX.logits.f32, PREFIX.paths.txt (checks of other runtimes)");
   in->add_option("--device", inf.device,
@@ -156,7 +157,7 @@ int run(int argc, char** argv) {
                                  "Fake-quant vs integer model, layer by layer: output differences in LSBs");
   cls->add_option("config", cl.config, "Experiment config (YAML) with a quant: section")->required()->check(CLI::ExistingFile);
   cls->add_option("--checkpoint", cl.checkpoint, "QAT checkpoint (.safetensors)")->required()->check(CLI::ExistingFile);
-  cls->add_option("--images", cl.images, "Validation images to compare (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cls->add_option("--images", cl.images, "Validation images to compare (0: all)")->capture_default_str()->check(qat::apps::kNonNegative);
   cls->add_option("--set", cl.overrides, "Override a config key (repeatable)");
 
   qat::apps::CalibrateArgs cal;
@@ -173,7 +174,7 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(1e-9, 100.0));
   ca->add_option("--images", cal.images, "Calibration images from the training set (balanced across classes)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(qat::apps::kPositive);
   ca->add_option("--cache", cal.cache,
                  "Calibration cache: read when it exists (calibration skipped), else written (default OUT/calibration.cache)");
   ca->add_option("--out", cal.out_dir, "Output folder (default <output.dir>-ptq)");
@@ -191,19 +192,19 @@ int run(int argc, char** argv) {
   se->add_option("--high-bits", sens.high_bits, "Bit width of every other layer")->capture_default_str()->check(CLI::Range(3, 8));
   se->add_option("--images", sens.images, "Validation images scored (balanced across classes)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(qat::apps::kPositive);
   se->add_option("--calib-images", sens.calib_images, "Training images calibrating each variant")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(qat::apps::kPositive);
   se->add_option("--calibrator", sens_calibrator,
                  "Activation thresholds: " + qat::enum_name_list<qat::quant::Calibrator>() + " (default mse)");
   se->add_option("--max-drop", sens.max_drop, "Budget: top-1 points below the high-bit model")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(qat::apps::kNonNegative);
   se->add_option("--finetune-steps", sens.finetune_steps,
                  "Also train each variant this many QAT steps from its calibration before scoring (slower)")
-      ->check(CLI::NonNegativeNumber);
-  se->add_option("--size-mb", sens.size_mb, "Budget instead: MB of weights (1 MB = 10^6 bytes)")->check(CLI::PositiveNumber);
+      ->check(qat::apps::kNonNegative);
+  se->add_option("--size-mb", sens.size_mb, "Budget instead: MB of weights (1 MB = 10^6 bytes)")->check(qat::apps::kPositive);
   se->add_option("--out", sens.out_dir, "Output folder (default <output.dir>-sensitivity)");
   se->add_option("--set", sens.overrides, "Override a config key (repeatable)");
 

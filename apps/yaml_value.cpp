@@ -217,6 +217,50 @@ std::vector<YamlValue> YamlValue::items(size_t count, const std::string& what) c
   return out;
 }
 
+namespace {
+
+// Where the quoted scalar opening at text[at] closes, or npos. YAML's
+// escapes: \" (and any \x) inside double quotes, '' inside single quotes.
+size_t closing_quote(const std::string& text, size_t at) {
+  const char q = text[at];
+  for (size_t i = at + 1; i < text.size(); ++i) {
+    if (q == '"' && text[i] == '\\') {
+      ++i;
+    } else if (text[i] == q) {
+      if (q == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i;
+        continue;
+      }
+      return i;
+    }
+  }
+  return std::string::npos;
+}
+
+// yaml-cpp takes a quoted value left open at the end of the file as running
+// to the end (a trailing newline included) instead of failing: every quoted
+// scalar must close.
+void check_quotes_close(const YAML::Node& n, const std::string& text, const std::string& file) {
+  if (n.IsMap() || n.IsSequence()) {
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      if (n.IsMap()) {
+        check_quotes_close(it->first, text, file);
+        check_quotes_close(it->second, text, file);
+      } else {
+        check_quotes_close(*it, text, file);
+      }
+    }
+    return;
+  }
+  if (!n.IsScalar() || n.Tag() != "!") return;  // "!": a quoted scalar
+  const auto at = static_cast<size_t>(n.Mark().pos);
+  if (at >= text.size() || (text[at] != '"' && text[at] != '\'')) return;
+  QAT_CHECK(closing_quote(text, at) != std::string::npos, file, ", line ", n.Mark().line + 1,
+            ": YAML syntax error: the quoted value starting here is never closed (a missing ", text[at], ")");
+}
+
+}  // namespace
+
 YamlValue load_yaml_file(const std::string& file) {
   const std::string text = read_text(file);
   YAML::Node root;
@@ -227,6 +271,7 @@ YamlValue load_yaml_file(const std::string& file) {
   } catch (const YAML::Exception& e) {
     QAT_FAIL(file, ": YAML error: ", e.what());
   }
+  check_quotes_close(root, text, file);
   return YamlValue(root, file, "", 0);
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "core/error.h"
@@ -38,6 +39,24 @@ int hex_digit(char c) {
   return -1;
 }
 
+// A line as an error shows it: at most 80 bytes, anything unprintable as
+// \xNN (a binary file given as the cache must not spill into the terminal).
+std::string shown(const std::string& line) {
+  std::string out;
+  for (size_t i = 0; i < line.size() && i < 80; ++i) {
+    const auto c = static_cast<unsigned char>(line[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    }
+  }
+  if (line.size() > 80) out += "... (" + std::to_string(line.size()) + " bytes)";
+  return out;
+}
+
 std::string trim_cr(std::string s) {
   if (!s.empty() && s.back() == '\r') s.pop_back();
   return s;
@@ -45,7 +64,7 @@ std::string trim_cr(std::string s) {
 
 void parse_header(const std::string& line, const std::string& where, CalibrationCache& out) {
   auto bad = [&](const std::string& why) {
-    QAT_FAIL("calibration cache ", where, " line 1: header '", line, "' ", why,
+    QAT_FAIL("calibration cache ", where, " line 1: header '", shown(line), "' ", why,
              " (expected TRT-<version digits>-<calibrator>, e.g. ", cache_header(Calibrator::entropy), ")");
   };
   if (line.rfind("TRT-", 0) != 0) bad("does not start with TRT-");
@@ -62,7 +81,7 @@ void parse_header(const std::string& line, const std::string& where, Calibration
       out.calibrator = c;
       return;
     }
-  bad("names calibrator '" + name + "', which qat does not know");
+  bad("names calibrator '" + shown(name) + "', which qat does not know");
 }
 
 }  // namespace
@@ -92,7 +111,7 @@ CalibrationCache parse_cache(const std::string& text, const std::string& where) 
     }
     if (line.empty()) continue;
     const size_t colon = line.rfind(": ");
-    QAT_CHECK(colon != std::string::npos && colon > 0, "calibration cache ", where, " line ", line_no, ": '", line,
+    QAT_CHECK(colon != std::string::npos && colon > 0, "calibration cache ", where, " line ", line_no, ": '", shown(line),
               "' is not 'tensor_name: <8 hex digits>'");
     const std::string name = line.substr(0, colon), hex = line.substr(colon + 2);
     uint32_t bits = 0;
@@ -102,7 +121,7 @@ CalibrationCache parse_cache(const std::string& text, const std::string& where) 
       ok = ok && d >= 0;
       bits = (bits << 4) | static_cast<uint32_t>(d < 0 ? 0 : d);
     }
-    QAT_CHECK(ok, "calibration cache ", where, " line ", line_no, ": tensor ", name, " has scale '", hex,
+    QAT_CHECK(ok, "calibration cache ", where, " line ", line_no, ": tensor ", shown(name), " has scale '", shown(hex),
               "', not 8 hex digits");
     float scale;
     std::memcpy(&scale, &bits, 4);
@@ -120,6 +139,10 @@ void write_cache(const std::string& path, const CalibrationCache& cache) {
   write_text_file_atomic(path, format_cache(cache));
 }
 
-CalibrationCache read_cache(const std::string& path) { return parse_cache(read_text_file(path), path); }
+CalibrationCache read_cache(const std::string& path) {
+  std::error_code ec;
+  QAT_CHECK(!std::filesystem::is_directory(path, ec), "calibration cache ", path, " is a folder, not a file");
+  return parse_cache(read_text_file(path), path);
+}
 
 }  // namespace qat::quant

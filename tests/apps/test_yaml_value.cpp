@@ -97,6 +97,19 @@ TEST_CASE("yaml_value: a long value is shown cut, with its length", "[yaml_value
   REQUIRE_THROWS_WITH(d.top().get("long").as<int>(), !Contains("tail"));
 }
 
+TEST_CASE("yaml_value: a quoted value left open at the end of the file is a syntax error", "[yaml_value]") {
+  // yaml-cpp alone reads these as running to the end of the file.
+  for (const char* text : {"top:\n  a: 1\n  dir: \"out/unterm\n", "top:\n  dir: 'out/x\n  b: 2\n"}) {
+    Doc d(text);
+    REQUIRE_THROWS_WITH(load_yaml_file(d.path),
+                        Contains(d.path) && Contains("YAML syntax error: the quoted value starting here is never closed"));
+  }
+  Doc fine("top:\n  a: \"say \\\"hi\\\"\"\n  b: 'it''s'\n  'c': \"two\n    lines\"\n");
+  REQUIRE(fine.top().get("a").as<std::string>() == "say \"hi\"");
+  REQUIRE(fine.top().get("b").as<std::string>() == "it's");
+  REQUIRE(fine.top().get("c").as<std::string>() == "two lines");
+}
+
 TEST_CASE("yaml_value: enum parse errors list the valid names", "[yaml_value]") {
   Doc d;
   REQUIRE_THROWS_WITH(d.top().get("name").as<Fruit>(),

@@ -85,4 +85,10 @@ TEST_CASE("calibration cache: malformed files are errors naming the line", "[qua
   fails("TRT-8601-EntropyCalibration2\nconv1: 7fc00000\n", "finite and > 0");
   fails("TRT-8601-EntropyCalibration2\nconv1: 3c8954ba\nconv1: 3c8954ba\n", "appears twice");
   REQUIRE_THROWS_WITH(read_cache("/nonexistent/dir/x.cache"), Catch::Contains("/nonexistent/dir/x.cache"));
+  // A binary file given as the cache: its bytes are shown escaped and cut, never raw.
+  std::string binary = "\x7F" "ELF\x02\x01";
+  binary += std::string(200, '\x01');
+  fails(binary, "header '\\x7FELF\\x02\\x01\\x01");
+  REQUIRE_THROWS_WITH(parse_cache(binary, "b"), Catch::Contains("... (206 bytes)") && !Catch::Contains("\x01"));
+  REQUIRE_THROWS_WITH(read_cache("/tmp"), Catch::Contains("calibration cache /tmp is a folder, not a file"));
 }

@@ -1,0 +1,51 @@
+// The qat binary's own refusals of bad command-line values: plain words, a
+// non-zero exit, nothing done.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "tests/test_util.h"
+
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Runs `qat <args>`: its exit status, its output (stdout and stderr) in *out.
+int qat_run(const std::string& args, const fs::path& log, std::string* out) {
+  const int rc = std::system((std::string(QAT_BINARY) + " " + args + " > " + log.string() + " 2>&1").c_str());
+  std::ifstream in(log);
+  std::stringstream s;
+  s << in.rdbuf();
+  *out = s.str();
+  return rc;
+}
+
+}  // namespace
+
+TEST_CASE("qat refuses a non-positive count with the value, in plain words", "[cli]") {
+  qat::testing::TempDir t;
+  std::string out;
+  REQUIRE(qat_run("bench --classes 0", t.dir / "a.log", &out) != 0);
+  CHECK_THAT(out, Contains("--classes: expected a number > 0, got '0'"));
+  CHECK(out.size() < 300);  // no 300-digit bound
+  REQUIRE(qat_run("bench --threads -1", t.dir / "b.log", &out) != 0);
+  CHECK_THAT(out, Contains("--threads: expected a number >= 0, got '-1'"));
+}
+
+TEST_CASE("qat compare refuses an --out that is a file before reading any run (here a folder that is not one)", "[cli]") {
+  qat::testing::TempDir t;
+  std::ofstream(t.dir / "afile") << "keep";
+  std::string out;
+  REQUIRE(qat_run("compare " + t.dir.string() + " --out " + (t.dir / "afile").string(),
+                  t.dir / "c.log", &out) != 0);
+  CHECK_THAT(out, Contains("compare: --out " + (t.dir / "afile").string() + " is a file, not a folder"));
+  std::ifstream in(t.dir / "afile");
+  std::string kept;
+  in >> kept;
+  CHECK(kept == "keep");
+}
