@@ -24,7 +24,15 @@ TEST_CASE("vectorised requantization equals the scalar reference", "[quant][inte
       shift[c] = s_d(rng);
       residual[c] = static_cast<int32_t>(acc_d(rng) % (m0[c] / 2));
     }
-    acc[0] = (1 << 20) + (1 << 19);  // an exact tie for shift 20 pot
+    // Exact ties (x.5 before the zero point), which must round upwards:
+    // (acc + bias) * 2^30 / 2^(31 + shift) with no bias or residual.
+    auto tie = [&](int64_t c, int32_t a, int32_t s) {
+      if (c >= n) return;
+      acc[c] = a, bias[c] = 0, residual[c] = 0, m0[c] = 1 << 30, shift[c] = s;
+    };
+    tie(0, 3 << 19, 19);   //  1.5 -> 2
+    tie(1, 3, 0);          //  1.5 -> 2
+    tie(2, -(5 << 9), 9);  // -2.5 -> -2
     const int32_t zero = z_d(rng);
     const RequantParams p{bias.data(), m0.data(), shift.data(), residual.data(), zero, std::min(zero, 3), 255};
     std::vector<uint8_t> fast(n), ref(n);

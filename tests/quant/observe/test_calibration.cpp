@@ -101,8 +101,12 @@ TEST_CASE("calibrators on known distributions", "[quant][calibration]") {
     h.add(x.data(), static_cast<int64_t>(x.size()), 80.f, "test");
     CHECK(choose_threshold(h, Calibrator::max, {}, 127) == 80.f);
     const float t = choose_threshold(h, Calibrator::percentile, {}, 127);
-    CHECK(t > 3.f);
+    CHECK(t > 3.f);  // the bulk of a standard normal, not the outliers
     CHECK(t < 5.f);
+    // exactly the end of the percentile's bin
+    const int64_t i = percentile_bins(h.counts(), 99.99);
+    CHECK(t == static_cast<float>(static_cast<double>(h.range()) * static_cast<double>(i) /
+                                  static_cast<double>(h.bins())));
   }
 }
 
@@ -120,6 +124,9 @@ TEST_CASE("the histogram keeps every count when its range grows", "[quant][calib
   h.add(b, 3, 2.5f, "b");
   CHECK(h.range() == 3.f);
   CHECK(h.amax() == 2.5f);
+  // A threshold past the largest value seen is capped at it: the 100th
+  // percentile ends in a bin reaching beyond 2.5.
+  CHECK(choose_threshold(h, Calibrator::percentile, {100.0}, 127) == 2.5f);
   CHECK(h.total() == 10002);  // the NaN is not counted
   std::vector<uint64_t> expect(2048, 0);
   for (size_t j = 0; j < before.size(); ++j) expect[j / 3] += before[j];
