@@ -59,7 +59,7 @@ Setup set_up(const CalibrateArgs& args) {
   QAT_CHECK(args.images > 0, "calibrate: --images must be > 0, got ", args.images);
   set_num_threads(static_cast<int>(cfg.train.threads));
   s.fp32 = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
-  load_checkpoint(args.checkpoint, *s.fp32, nullptr);
+  load_model_checked(args.checkpoint, *s.fp32, nullptr);
   s.fp32->eval();
   PtqModel p = prepare_for_calibration(cfg, s.fp32->state_dict());
   s.model = p.model;

@@ -39,6 +39,21 @@ std::string sha256_text(const std::string& text) {
   return hex_digest(ctx.get(), "a text");
 }
 
+std::string sha256_tensors(const TensorMap& tensors) {
+  const Ctx ctx = new_sha256();
+  auto add = [&](const void* p, size_t n) {
+    QAT_CHECK(EVP_DigestUpdate(ctx.get(), p, n) == 1, "sha256 of tensors");
+  };
+  for (const auto& [name, t] : tensors) {
+    std::string head = name + '\0' + dtype_name(t.dtype()) + '\0';
+    for (const int64_t d : t.sizes()) head += std::to_string(d) + ',';
+    add(head.data(), head.size() + 1);  // with its terminating NUL
+    const Tensor c = t.to(Device::cpu).contiguous();
+    add(static_cast<const char*>(c.impl_ptr()->storage->data) + c.offset() * dtype_size(c.dtype()), c.nbytes());
+  }
+  return hex_digest(ctx.get(), "tensors");
+}
+
 std::string sha256_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   QAT_CHECK(in, "cannot open ", path, " to compute its digest");

@@ -5,6 +5,7 @@
 #include <limits>
 #include <set>
 
+#include "apps/file_digest.h"
 #include "layers/layers.h"
 #include "models/checkpoint.h"
 
@@ -109,6 +110,7 @@ void save_run_state(const std::string& path, Module& model, const Optimizer* opt
   const auto gens = model_generators(model);
   for (size_t i = 0; i < gens.size(); ++i) m["generator" + std::to_string(i)] = hex_state(*gens[i]);
   for (const auto& [k, v] : quant_settings(cfg)) m[k] = v;
+  m["model_sha256"] = sha256_tensors(model.state_dict());
   for (const auto& [k, v] : extra) m[k] = v;
   save_checkpoint(path, model, optimizer, m);
 }
@@ -175,9 +177,19 @@ RunState parse_progress(const Metadata& m, const std::string& path) {
 
 }  // namespace
 
+Metadata load_model_checked(const std::string& path, Module& model, Optimizer* optimizer) {
+  const Metadata m = load_checkpoint(path, model, optimizer);
+  const auto it = m.find("model_sha256");
+  if (it == m.end()) return m;
+  const std::string now = sha256_tensors(model.state_dict());
+  QAT_CHECK(now == it->second, "checkpoint ", path, ": the model's tensors do not match the digest saved with them (",
+            it->second.substr(0, 16), "..., read ", now.substr(0, 16), "...): the file is corrupted");
+  return m;
+}
+
 RunState load_run_state(const std::string& path, Module& model, Optimizer* optimizer, const ExperimentConfig* cfg,
                         ConfigMatch match) {
-  const Metadata m = load_checkpoint(path, model, optimizer);
+  const Metadata m = load_model_checked(path, model, optimizer);
   const std::string& hash = meta(m, "config_hash", path);
   if (cfg && match == ConfigMatch::whole_config) {
     const std::string expected = config_hash(*cfg);

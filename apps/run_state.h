@@ -43,6 +43,12 @@ Metadata quant_settings(const ExperimentConfig& cfg);
 void save_run_state(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& state,
                     const ExperimentConfig& cfg, const Metadata& extra = {});
 
+// load_checkpoint, then the model's tensors checked against the digest
+// save_run_state records ("model_sha256"; a file saved before it was
+// recorded is not checked): a flipped bit in a weight is an error naming the
+// file, not a model that silently computes something else.
+Metadata load_model_checked(const std::string& path, Module& model, Optimizer* optimizer);
+
 // How much of the loading config must agree with the checkpoint's.
 enum class ConfigMatch {
   any,            // tests and tools that only read the weights

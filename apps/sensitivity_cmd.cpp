@@ -208,7 +208,7 @@ int run_sensitivity(const SensitivityArgs& a, SensitivityReport* report) {
   ctx.out_dir = rep.out_dir;
 
   ModulePtr fp32 = make_model(ctx.cfg.model.name, ctx.cfg.model.num_classes, ctx.cfg.train.seed);
-  load_checkpoint(a.checkpoint, *fp32, nullptr);
+  load_model_checked(a.checkpoint, *fp32, nullptr);
   fp32->eval();
   ctx.fp32 = fp32->state_dict();
   const data::TransformSpec spec = transform_spec(ctx.cfg.data);

@@ -346,7 +346,7 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
   if (load_init && !cfg.quant.init_from.empty()) init_meta = load_safetensors_metadata(cfg.quant.init_from);
   const bool from_calibration = init_meta.count("calibrator") > 0;
   if (load_init && !cfg.quant.init_from.empty() && !from_calibration) {
-    load_checkpoint(cfg.quant.init_from, *model, nullptr);
+    load_model_checked(cfg.quant.init_from, *model, nullptr);
     if (print) std::printf("initialised from %s\n", cfg.quant.init_from.c_str());
   }
   const std::string config_dir = std::filesystem::path(cfg.source_path).parent_path().string();
@@ -362,7 +362,7 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
               cfg.quant.init_from, " was calibrated for other quantization than this config's (quant: backend, bits, "
               "overrides);\nit was calibrated for:\n", prepared == init_meta.end() ? "" : prepared->second,
               "this config prepares:\n", cal_report.to_string());
-    load_checkpoint(cfg.quant.init_from, *calibrated, nullptr);
+    load_model_checked(cfg.quant.init_from, *calibrated, nullptr);
     const int64_t n = quant::start_from_calibration(*model, *calibrated);
     if (print)
       std::printf("initialised from the calibration %s: weights, and %lld activation quantizers from its scales\n",

@@ -74,7 +74,7 @@ TEST_CASE("a new run refuses a folder holding another run's files and leaves the
   REQUIRE(run_train({cfg, {}, ""}) == 0);
 }
 
-TEST_CASE("checkpoints with a non-finite weight are refused by eval, export and resume, naming the tensor",
+TEST_CASE("checkpoints with a non-finite or altered weight are refused by eval, export and resume",
           "[e2e][guard]") {
   const fs::path dir = fresh_dir("nonfinite");
   const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
@@ -88,6 +88,12 @@ TEST_CASE("checkpoints with a non-finite weight are refused by eval, export and 
   REQUIRE_THROWS_WITH(run_export({cfg, inf, (dir / "export").string(), {}}),
                       Contains(inf) && Contains("'model.features.0.bn.running_var' holds inf at element 0"));
   REQUIRE_FALSE(fs::exists(dir / "export"));
+  // A finite but changed weight (a flipped bit): the digest saved with the model says so.
+  const float w0 = load_safetensors(best).tensors.at("model.fc.weight").data<float>()[0];
+  const std::string flipped = with_element(best, "model.fc.weight", 0, w0 * 4, dir / "flipped.safetensors");
+  REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {}, flipped}),
+                      Contains(flipped) && Contains("do not match the digest saved with them") &&
+                          Contains("the file is corrupted"));
   fs::copy_file(nan, dir / "run/last.safetensors", fs::copy_options::overwrite_existing);
   const std::string log = read_text(dir / "run/metrics.csv");
   REQUIRE_THROWS_WITH(run_train({cfg, {"train.epochs=3"}, (dir / "run").string()}), Contains("model.fc.weight"));
