@@ -174,6 +174,9 @@ int run_infer(const InferArgs& args) {
   std::ofstream inputs, logits, paths;
   PredictionSink sink;
   if (!args.save.empty()) {
+    QAT_CHECK(args.save.back() != '/' && !fs::is_directory(args.save), "infer: --save takes a file prefix (it writes ",
+              "PREFIX.inputs.f32, PREFIX.logits.f32, PREFIX.paths.txt), got the folder ", args.save,
+              "; give e.g. ", (fs::path(args.save) / "infer").string());
     inputs.open(args.save + ".inputs.f32", std::ios::binary | std::ios::trunc);
     logits.open(args.save + ".logits.f32", std::ios::binary | std::ios::trunc);
     paths.open(args.save + ".paths.txt", std::ios::trunc);

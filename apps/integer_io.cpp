@@ -251,8 +251,12 @@ int64_t read_side(const YamlValue& v) {
 }
 
 void read_input(const YamlValue& v, ExportedModel& m) {
+  v.only_keys({"image_size", "resize", "mean", "std"});
   m.image_size = read_side(v.get("image_size"));
   m.resize = read_side(v.get("resize"));
+  if (m.resize < m.image_size)  // as data.resize: the centre crop must fit in the resized image
+    v.get("resize").fail("must be >= image_size (" + std::to_string(m.image_size) + "), got " +
+                         std::to_string(m.resize));
   const YamlValue std_value = v.get("std");
   const Tensor mean = read_list<float>(v.get("mean"), 3), sd = read_list<float>(std_value, 3);
   for (int c = 0; c < 3; ++c) {
@@ -390,6 +394,10 @@ ExportedModel load_export(const std::string& dir) {
   const std::string file = (fs::path(dir) / kManifest).string(), wfile = (fs::path(dir) / kWeights).string();
   QAT_CHECK(fs::exists(file), "export ", dir, ": no ", kManifest, " (is this a `qat export` folder?)");
   const YamlValue root = load_yaml_file(file);
+  root.only_keys({"format", "format_version", "model", "weights_sha256", "input", "classes", "layers"});
+  const YamlValue format = root.get("format");
+  if (format.as<std::string>() != "qat-integer-model")
+    format.fail("must be qat-integer-model, got " + format.describe());
   const YamlValue version = root.get("format_version");
   if (version.as<int>() != kExportFormatVersion)
     version.fail("unknown version " + version.node().Scalar() + " (this qat reads version " +

@@ -129,6 +129,10 @@ TEST_CASE("export round trip: the loaded model gives the frozen model's logits",
   // qat infer: top-5 of each image from the export alone, most probable first,
   // its top-1 the argmax of the integer logits of the same preprocessed image.
   REQUIRE(run_infer({out, kSample + "/val/n01440764", 5, 1, ""}) == 0);
+  // --save takes a file prefix; a folder would get hidden files named .inputs.f32 ...
+  REQUIRE_THROWS_WITH(run_infer({out, kSample + "/val/n01440764", 5, 1, dir.string() + "/"}),
+                      Contains("--save takes a file prefix") && Contains(dir.string() + "/infer"));
+  REQUIRE_FALSE(fs::exists(dir / ".inputs.f32"));
   const auto preds = predict_images(ex, kSample + "/val/n01440764", 5);
   REQUIRE(preds.size() == 10);
   for (const auto& p : preds) {
@@ -389,6 +393,11 @@ TEST_CASE("crafted exports are refused before anything is allocated", "[e2e][exp
        "weight zero point 200"},
       {"weights off their grid", "weight_bits: 8", "weight_bits: 5", "layers[1]",
        "off the 5-bit signed grid [-16, 15]"},
+      {"a resize below the crop", "resize: 36", "resize: 16", "input.resize", "must be >= image_size (32), got 16"},
+      {"another format", "format: qat-integer-model", "format: other", "format", "must be qat-integer-model"},
+      {"an unknown key", "format: qat-integer-model", "format: qat-integer-model\nextra: 1", "extra",
+       "unknown key 'extra'"},
+      {"an unknown input key", "resize: 36", "resize: 36\n  crop: 30", "input.crop", "unknown key 'input.crop'"},
   };
   int n = 0;
   for (const Crafted& c : cases) {
