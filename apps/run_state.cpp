@@ -190,6 +190,9 @@ Metadata load_model_checked(const std::string& path, Module& model, Optimizer* o
 RunState load_run_state(const std::string& path, Module& model, Optimizer* optimizer, const ExperimentConfig* cfg,
                         ConfigMatch match) {
   const Metadata m = load_model_checked(path, model, optimizer);
+  const auto format = m.find("format");
+  QAT_CHECK(format == m.end() || format->second == "qat-train-1", "checkpoint ", path, ": metadata 'format' is '",
+            format == m.end() ? "" : format->second, "', not qat-train-1 (not a qat training checkpoint?)");
   const std::string& hash = meta(m, "config_hash", path);
   if (cfg && match == ConfigMatch::whole_config) {
     const std::string expected = config_hash(*cfg);

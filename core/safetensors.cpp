@@ -11,6 +11,8 @@
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -184,11 +186,25 @@ SafetensorsFile read_safetensors(const std::string& path, bool with_tensors) {
   QAT_CHECK(std::fread(text.data(), 1, n, f.get()) == n, "load_safetensors '", path, "': cannot read the header");
 
   json header;
+  // A key given twice in one object: JSON leaves it undefined and nlohmann
+  // keeps the last, so a header could describe a tensor twice and be read
+  // either way; refused.
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  const json::parser_callback_t note_keys = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+    if (event == json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
+    if (event == json::parse_event_t::key && !open_objects.empty() && duplicate.empty() &&
+        !open_objects.back().insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = json::parse(text);
+    header = json::parse(text, note_keys);
   } catch (const json::exception& e) {
     QAT_FAIL("load_safetensors '", path, "': header is not valid JSON: ", e.what());
   }
+  QAT_CHECK(duplicate.empty(), "load_safetensors '", path, "': the header gives the key '", duplicate, "' twice");
   QAT_CHECK(header.is_object(), "load_safetensors '", path, "': header is not a JSON object");
 
   SafetensorsFile out;

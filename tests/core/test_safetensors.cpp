@@ -236,6 +236,12 @@ TEST_CASE("safetensors: corrupted headers are rejected with a clear error", "[sa
        6, "gap"},
       {"trailing bytes", R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}})", 5, "trailing"},
       {"metadata not strings", R"({"__metadata__": {"epoch": 3}})", 0, "epoch"},
+      {"a tensor given twice",
+       R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},
+           "a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}})",
+       2, "the header gives the key 'a' twice"},
+      {"a metadata key given twice", R"({"__metadata__": {"epoch": "3", "epoch": "4"}})", 0,
+       "the header gives the key 'epoch' twice"},
   };
   for (const Case& c : cases) {
     INFO(c.what);
