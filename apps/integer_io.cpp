@@ -16,6 +16,7 @@
 #include "apps/yaml_value.h"
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "core/text_file.h"
 #include "data/transforms.h"
 
 namespace qat::apps {
@@ -378,10 +379,7 @@ void save_export(const std::string& dir, const ExportedModel& m) {
     for (const IntLayer& l : m.model.layers) add_layer_tensors(l, tensors);
     save_safetensors((staged / kWeights).string(), tensors, {{"format", "qat-integer-model"}});
     const std::string manifest = manifest_text(m, sha256_file((staged / kWeights).string()));
-    std::ofstream f(staged / kManifest);
-    f << manifest;
-    f.close();
-    QAT_CHECK(f.good(), "export: could not write ", (staged / kManifest).string());
+    write_text_file_atomic((staged / kManifest).string(), manifest);  // its error names the file and errno
     publish(staged, out);
   } catch (...) {
     std::error_code ec;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <cerrno>
 #include <vector>
 
 #include "core/error.h"
@@ -336,16 +337,21 @@ void export_onnx(const quant::IntegerModel& model, const OnnxExportOptions& opt,
   const std::string tmp = path + ".partial";
   std::error_code ec;
   bool written = false;
+  int err = 0;  // why the write failed (ENOSPC, EACCES, ENOENT for a missing folder)
   {
+    errno = 0;
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     written = out && m.SerializeToOstream(&out) && out.flush();
+    if (written) out.close();
+    written = written && !out.fail();
+    if (!written) err = errno;
   }
   if (written) std::filesystem::rename(tmp, path, ec);
   if (!written || ec) {
     std::error_code ignored;
     std::filesystem::remove(tmp, ignored);
-    QAT_FAIL("export --format onnx: cannot write ", path, written ? ": " + ec.message() : std::string(
-                 " (its folder must exist and be writable)"));
+    QAT_FAIL("export --format onnx: cannot write ", path, ": ",
+             written ? ec.message() : err ? std::strerror(err) : "its folder must exist and be writable");
   }
 }
 
