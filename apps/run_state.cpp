@@ -130,32 +130,32 @@ void check_quant_settings(const Metadata& m, const ExperimentConfig& cfg, const 
             cfg.source_path, " gives: ", differ, "; load it with the settings it was trained or calibrated with");
 }
 
-int64_t int_meta(const Metadata& m, const std::string& key, const std::string& path, int64_t lo, int64_t hi) {
+// Metadata `key` parsed whole by `parse` (std::stoll or std::stod) and
+// inside [lo, hi]; otherwise an error naming the file, the key and the text.
+template <class T, class Parse>
+T ranged_meta(const Metadata& m, const std::string& key, const std::string& path, T lo, T hi, Parse parse,
+              const char* kind) {
   const std::string& text = meta(m, key, path);
   size_t used = 0;
-  int64_t v = 0;
+  T v = 0;
   try {
-    v = std::stoll(text, &used);
+    v = parse(text, &used);
   } catch (const std::logic_error&) {
     used = 0;
   }
-  QAT_CHECK(used > 0 && used == text.size() && v >= lo && v <= hi, "checkpoint ", path, ": metadata '", key,
-            "' is '", text, "', expected an integer in [", lo, ", ", hi, "]");
+  QAT_CHECK(used > 0 && used == text.size() && std::isfinite(static_cast<double>(v)) && v >= lo && v <= hi,
+            "checkpoint ", path, ": metadata '", key, "' is '", text, "', expected ", kind, " in [", lo, ", ", hi, "]");
   return v;
 }
 
+int64_t int_meta(const Metadata& m, const std::string& key, const std::string& path, int64_t lo, int64_t hi) {
+  return ranged_meta<int64_t>(
+      m, key, path, lo, hi, [](const std::string& t, size_t* used) { return std::stoll(t, used); }, "an integer");
+}
+
 double real_meta(const Metadata& m, const std::string& key, const std::string& path, double lo, double hi) {
-  const std::string& text = meta(m, key, path);
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::logic_error&) {
-    used = 0;
-  }
-  QAT_CHECK(used > 0 && used == text.size() && std::isfinite(v) && v >= lo && v <= hi, "checkpoint ", path,
-            ": metadata '", key, "' is '", text, "', expected a number in [", lo, ", ", hi, "]");
-  return v;
+  return ranged_meta<double>(
+      m, key, path, lo, hi, [](const std::string& t, size_t* used) { return std::stod(t, used); }, "a number");
 }
 
 // Progress metadata, each value in its range (a hand-edited or corrupted
