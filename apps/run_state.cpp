@@ -7,6 +7,7 @@
 
 #include "apps/file_digest.h"
 #include "layers/layers.h"
+#include "quant/sim/fake_quantizer.h"
 #include "models/checkpoint.h"
 
 namespace qat::apps {
@@ -177,13 +178,37 @@ RunState parse_progress(const Metadata& m, const std::string& path) {
 
 }  // namespace
 
+namespace {
+// Every quantizer's stored zero points on its grid: a checkpoint of other
+// quant settings, or an edited one, would otherwise fail later inside
+// fake_quantize naming neither the tensor nor the file.
+void check_zero_points(Module& model, const std::string& path) {
+  for (auto& [name, mod] : model.named_modules()) {
+    const auto* fq = dynamic_cast<const quant::FakeQuantizer*>(mod);
+    if (!fq) continue;
+    const quant::QuantSpec& spec = fq->config().spec;
+    const Tensor zp = fq->qparams().zero_point.to(Device::cpu).contiguous();
+    for (int64_t c = 0; c < zp.numel(); ++c) {
+      const int32_t z = zp.data<int32_t>()[c];
+      QAT_CHECK(z >= spec.qmin() && z <= spec.qmax(), "checkpoint ", path, ": tensor 'model.", name,
+                ".zero_point' holds ", z, " at channel ", c, ", off the quantizer's ", spec.describe(), " grid [",
+                spec.qmin(), ", ", spec.qmax(), "] (trained with other quant settings?)");
+    }
+  }
+}
+}  // namespace
+
 Metadata load_model_checked(const std::string& path, Module& model, Optimizer* optimizer) {
   const Metadata m = load_checkpoint(path, model, optimizer);
   const auto it = m.find("model_sha256");
-  if (it == m.end()) return m;
+  if (it == m.end()) {
+    check_zero_points(model, path);
+    return m;
+  }
   const std::string now = sha256_tensors(model.state_dict());
   QAT_CHECK(now == it->second, "checkpoint ", path, ": the model's tensors do not match the digest saved with them (",
             it->second.substr(0, 16), "..., read ", now.substr(0, 16), "...): the file is corrupted");
+  check_zero_points(model, path);
   return m;
 }
 

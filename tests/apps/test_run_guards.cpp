@@ -134,6 +134,16 @@ TEST_CASE("eval refuses a checkpoint saved with other quant settings, naming eac
                       Contains("quant.weight.symmetric auto (the config: false)"));
   REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {"quant.overrides={fc: {weight_bits: 4}}"}, best}),
                       Contains("quant.overrides none (the config: fc: weight_bits 4 activation_bits 0)"));
+  // A stored zero point off its grid (an edited file, or one saved before
+  // the settings were recorded) names the tensor and the file.
+  SafetensorsFile f = load_safetensors(best);
+  f.metadata.erase("model_sha256");
+  f.tensors["model.features.0.activation_post_process.zero_point"].data<int32_t>()[0] = 300;
+  const std::string edited = (dir / "edited.safetensors").string();
+  save_safetensors(edited, f.tensors, f.metadata);
+  REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {}, edited}),
+                      Contains(edited) && Contains("'model.features.0.activation_post_process.zero_point' holds 300") &&
+                          Contains("[0, 127]"));
   // What does not change the meaning of the scales may differ.
   REQUIRE_NOTHROW(eval_checkpoint({cfg, {"quant.method=minmax", "train.batch_size=8"}, best}));
 }
