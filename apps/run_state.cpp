@@ -198,23 +198,28 @@ void check_zero_points(Module& model, const std::string& path) {
 }
 }  // namespace
 
-Metadata load_model_checked(const std::string& path, Module& model, Optimizer* optimizer) {
+namespace {
+// load_checkpoint, then the model's tensors against the recorded digest.
+Metadata load_verified(const std::string& path, Module& model, Optimizer* optimizer) {
   const Metadata m = load_checkpoint(path, model, optimizer);
   const auto it = m.find("model_sha256");
-  if (it == m.end()) {
-    check_zero_points(model, path);
-    return m;
-  }
+  if (it == m.end()) return m;
   const std::string now = sha256_tensors(model.state_dict());
   QAT_CHECK(now == it->second, "checkpoint ", path, ": the model's tensors do not match the digest saved with them (",
             it->second.substr(0, 16), "..., read ", now.substr(0, 16), "...): the file is corrupted");
+  return m;
+}
+}  // namespace
+
+Metadata load_model_checked(const std::string& path, Module& model, Optimizer* optimizer) {
+  const Metadata m = load_verified(path, model, optimizer);
   check_zero_points(model, path);
   return m;
 }
 
 RunState load_run_state(const std::string& path, Module& model, Optimizer* optimizer, const ExperimentConfig* cfg,
                         ConfigMatch match) {
-  const Metadata m = load_model_checked(path, model, optimizer);
+  const Metadata m = load_verified(path, model, optimizer);
   const auto format = m.find("format");
   QAT_CHECK(format == m.end() || format->second == "qat-train-1", "checkpoint ", path, ": metadata 'format' is '",
             format == m.end() ? "" : format->second, "', not qat-train-1 (not a qat training checkpoint?)");
@@ -226,6 +231,7 @@ RunState load_run_state(const std::string& path, Module& model, Optimizer* optim
               "; resume with the same config (output.dir and train.threads may differ)");
   }
   if (cfg && match != ConfigMatch::any) check_quant_settings(m, *cfg, path);
+  check_zero_points(model, path);  // after the settings: a mismatch there names the cause
   RunState s = parse_progress(m, path);
   const auto gens = model_generators(model);
   for (size_t i = 0; i < gens.size(); ++i)

@@ -343,16 +343,17 @@ TEST_CASE("re-exporting replaces the folder whole and never sweeps away other fi
                       Contains(ckpt) && Contains("quant.activation.bits 8 (the config: 4)") &&
                           Contains("quant.weight.bits 8 (the config: 4)"));
   REQUIRE_FALSE(fs::exists(dir / "as4"));
-  // One saved before the settings were recorded: refused by freeze (its
-  // stored activation qparams are off the 4-bit grid), not written for the
-  // reader to refuse.
+  // One saved before the settings were recorded: refused on load (its
+  // stored activation zero points are off the 4-bit grid), not written for
+  // the reader to refuse.
   SafetensorsFile old = load_safetensors(ckpt);
   for (auto it = old.metadata.begin(); it != old.metadata.end();)
     it = it->first.rfind("quant.", 0) == 0 ? old.metadata.erase(it) : std::next(it);
   const std::string unrecorded = (dir / "unrecorded.safetensors").string();
   save_safetensors(unrecorded, old.tensors, old.metadata);
   REQUIRE_THROWS_WITH(run_export({cfg, unrecorded, (dir / "as4").string(), {"quant.bits=4"}}),
-                      Contains("stored zero point") && Contains("other quant settings"));
+                      Contains(unrecorded) && Contains("off the quantizer's uint4 affine per-tensor grid [0, 15]") &&
+                          Contains("other quant settings"));
   REQUIRE_FALSE(fs::exists(dir / "as4"));
 
   const fs::path mine = dir / "mine";

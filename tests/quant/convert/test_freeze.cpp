@@ -204,3 +204,12 @@ TEST_CASE("freeze names the layer that has no integer form", "[quant][freeze]") 
   prepare(*m, b, QConfig{});
   REQUIRE_THROWS_WITH(freeze(*m), Contains("'fc'") && Contains("float"));
 }
+
+TEST_CASE("freeze refuses a stored activation zero point off its grid, naming the quantizer", "[quant][freeze]") {
+  ModulePtr m = trained_qat_model("small_cnn", testing::test_backend("default"), QConfig{}, 12);
+  for (auto& [name, mod] : m->named_modules())
+    if (name == "features.0.activation_post_process")
+      dynamic_cast<FakeQuantizer&>(*mod).qparams().zero_point.data<int32_t>()[0] = 300;
+  REQUIRE_THROWS_WITH(freeze(*m), Contains("'features.0.activation_post_process'") &&
+                                      Contains("stored zero point 300 is off its") && Contains("[0, 255]"));
+}
