@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <set>
 #include <functional>
 
 #include "apps/backend_config.h"
@@ -190,20 +189,13 @@ void compare_calibrators(Setup& s, const CalibrateArgs& args, CalibrateReport& r
 }
 
 // --out receives config.yaml and calibrated.safetensors, replacing those
-// of an earlier calibration; a folder holding anything else (a training
-// run's checkpoints and metrics) is refused before anything is written.
-void check_calibrate_out(const std::string& out_dir, const std::string& cache_path) {
-  static const std::set<std::string> ours = {"config.yaml",   "calibrated.safetensors", "calibration.cache",
-                                             "calibration.cache.source.yaml", "calibrators.md", "calibrators.svg"};
-  for (const auto& e : fs::directory_iterator(out_dir)) {
-    const std::string name = e.path().filename().string();
-    if (ours.count(name) || name.find(".tmp") != std::string::npos) continue;
-    std::error_code ec;  // a --cache FILE kept in the folder, and its sources
-    if (fs::equivalent(e.path(), cache_path, ec) || fs::equivalent(e.path(), cache_path + ".source.yaml", ec))
-      continue;
-    QAT_FAIL("calibrate: --out ", out_dir, " holds ", name, ", which is not a calibration output (a training run?); "
-             "choose an empty or new folder");
-  }
+// of an earlier calibration (with whatever caches it kept); a folder holding
+// a training run (its checkpoints, metrics or lock), whose config.yaml would
+// be replaced, is refused before anything is written.
+void check_calibrate_out(const std::string& out_dir) {
+  for (const char* name : {"last.safetensors", "best.safetensors", "metrics.csv", "metrics.jsonl", ".lock"})
+    QAT_CHECK(!fs::exists(fs::path(out_dir) / name), "calibrate: --out ", out_dir, " holds ", name,
+              " of a training run, whose config.yaml it would replace; choose another folder");
 }
 
 }  // namespace
@@ -218,7 +210,7 @@ int run_calibrate(const CalibrateArgs& args, CalibrateReport* report) {
   fs::create_directories(rep.out_dir, ec);
   QAT_CHECK(!ec && fs::is_directory(rep.out_dir), "calibrate: --out ", rep.out_dir, " cannot be made a folder");
   const std::string cache_path = args.cache.empty() ? rep.out_dir + "/calibration.cache" : args.cache;
-  check_calibrate_out(rep.out_dir, cache_path);
+  check_calibrate_out(rep.out_dir);
   const bool from_cache = !args.compare && fs::exists(cache_path);
   std::printf("calibrate %s: %s, %zu calibration images from %s (balanced across classes, seed %llu)\n",
               args.checkpoint.c_str(), s.cfg.model.name.c_str(), s.indices.size(), s.cfg.data.train.c_str(),

@@ -255,9 +255,6 @@ void read_input(const YamlValue& v, ExportedModel& m) {
   v.only_keys({"image_size", "resize", "mean", "std"});
   m.image_size = read_side(v.get("image_size"));
   m.resize = read_side(v.get("resize"));
-  if (m.resize < m.image_size)  // as data.resize: the centre crop must fit in the resized image
-    v.get("resize").fail("must be >= image_size (" + std::to_string(m.image_size) + "), got " +
-                         std::to_string(m.resize));
   const YamlValue std_value = v.get("std");
   const Tensor mean = read_list<float>(v.get("mean"), 3), sd = read_list<float>(std_value, 3);
   for (int c = 0; c < 3; ++c) {

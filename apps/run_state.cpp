@@ -79,22 +79,16 @@ std::string first_non_finite(const Module& model, const Optimizer* optimizer) {
   return "";
 }
 
-Metadata quant_settings(const ExperimentConfig& cfg) {
-  const quant::QConfig q = make_qconfig(cfg.quant);
-  auto choice = [](const std::optional<bool>& v) { return v ? (*v ? "true" : "false") : "auto"; };
-  std::string overrides;
-  for (const auto& [layer, b] : q.overrides)
-    overrides += (overrides.empty() ? "" : ", ") + layer + ": weight_bits " + std::to_string(b.weight_bits) +
-                 " activation_bits " + std::to_string(b.activation_bits);
-  return {{"quant.enabled", cfg.quant.enabled ? "true" : "false"},
-          {"quant.backend", cfg.quant.backend},
-          {"quant.weight.bits", std::to_string(q.weight_bits)},
-          {"quant.activation.bits", std::to_string(q.activation_bits)},
-          {"quant.weight.symmetric", choice(q.weight_symmetric)},
-          {"quant.weight.per_channel", choice(q.weight_per_channel)},
-          {"quant.activation.symmetric", choice(q.activation_symmetric)},
-          {"quant.formula", enum_name(cfg.quant.formula)},
-          {"quant.overrides", overrides.empty() ? "none" : overrides}};
+Metadata quantizer_specs(Module& model) {
+  Metadata m;
+  int64_t n = 0;
+  for (auto& [name, mod] : model.named_modules())
+    if (const auto* fq = dynamic_cast<const quant::FakeQuantizer*>(mod)) {
+      m["quantizer." + name] = fq->config().spec.describe();
+      ++n;
+    }
+  m["quantizers"] = std::to_string(n);
+  return m;
 }
 
 void save_run_state(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& s,
@@ -110,7 +104,7 @@ void save_run_state(const std::string& path, Module& model, const Optimizer* opt
              {"config_hash", config_hash}};
   const auto gens = model_generators(model);
   for (size_t i = 0; i < gens.size(); ++i) m["generator" + std::to_string(i)] = hex_state(*gens[i]);
-  for (const auto& [k, v] : quant_settings(cfg)) m[k] = v;
+  for (const auto& [k, v] : quantizer_specs(model)) m[k] = v;
   m["model_sha256"] = sha256_tensors(model.state_dict());
   for (const auto& [k, v] : extra) m[k] = v;
   save_checkpoint(path, model, optimizer, m);
@@ -118,17 +112,31 @@ void save_run_state(const std::string& path, Module& model, const Optimizer* opt
 
 namespace {
 
-// Each recorded quant setting against the config's (a key the checkpoint
-// lacks was not recorded when it was saved).
-void check_quant_settings(const Metadata& m, const ExperimentConfig& cfg, const std::string& path) {
-  std::string differ;
-  for (const auto& [key, want] : quant_settings(cfg)) {
+// The recorded quantizer specs against those of the model the loading
+// config built, before any tensor is read (a checkpoint saved before they
+// were recorded has no "quantizers" and is not checked).
+void check_quantizer_specs(const std::string& path, Module& model, const ExperimentConfig& cfg) {
+  const Metadata saved = load_safetensors_metadata(path);
+  if (!saved.count("quantizers")) return;
+  const Metadata built = quantizer_specs(model);
+  std::vector<std::string> differ;
+  auto spec_in = [](const Metadata& m, const std::string& key) {
     const auto it = m.find(key);
-    if (it == m.end() || it->second == want) continue;
-    differ += (differ.empty() ? "" : ", ") + key + " " + it->second + " (the config: " + want + ")";
-  }
-  QAT_CHECK(differ.empty(), "checkpoint ", path, " was saved with other quant settings than config ",
-            cfg.source_path, " gives: ", differ, "; load it with the settings it was trained or calibrated with");
+    return it == m.end() ? std::string("none") : it->second;
+  };
+  std::set<std::string> keys;
+  for (const Metadata* m : {&saved, &built})
+    for (const auto& [k, v] : *m)
+      if (k.rfind("quantizer.", 0) == 0) keys.insert(k);
+  for (const std::string& k : keys)
+    if (spec_in(saved, k) != spec_in(built, k))
+      differ.push_back(k.substr(10) + ": " + spec_in(saved, k) + " (the config: " + spec_in(built, k) + ")");
+  if (differ.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < differ.size() && i < 4; ++i) list += (i ? "; " : "") + differ[i];
+  if (differ.size() > 4) list += "; and " + std::to_string(differ.size() - 4) + " more";
+  QAT_FAIL("checkpoint ", path, " was saved with other quantizers than config ", cfg.source_path, " builds: ", list,
+           "; load it with the quant settings it was trained or calibrated with");
 }
 
 // Metadata `key` parsed whole by `parse` (std::stoll or std::stod) and
@@ -219,6 +227,7 @@ Metadata load_model_checked(const std::string& path, Module& model, Optimizer* o
 
 RunState load_run_state(const std::string& path, Module& model, Optimizer* optimizer, const ExperimentConfig* cfg,
                         ConfigMatch match) {
+  if (cfg && match != ConfigMatch::any) check_quantizer_specs(path, model, *cfg);
   const Metadata m = load_verified(path, model, optimizer);
   const auto format = m.find("format");
   QAT_CHECK(format == m.end() || format->second == "qat-train-1", "checkpoint ", path, ": metadata 'format' is '",
@@ -230,8 +239,7 @@ RunState load_run_state(const std::string& path, Module& model, Optimizer* optim
               " but the config now hashes to ", expected,
               "; resume with the same config (output.dir and train.threads may differ)");
   }
-  if (cfg && match != ConfigMatch::any) check_quant_settings(m, *cfg, path);
-  check_zero_points(model, path);  // after the settings: a mismatch there names the cause
+  check_zero_points(model, path);
   RunState s = parse_progress(m, path);
   const auto gens = model_generators(model);
   for (size_t i = 0; i < gens.size(); ++i)

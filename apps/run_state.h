@@ -31,14 +31,12 @@ struct RunState {
 // with such a tensor (train.cpp).
 std::string first_non_finite(const Module& model, const Optimizer* optimizer);
 
-// The quant settings that give a checkpoint's scales and zero points their
-// meaning, as metadata "quant.<key>": whether the model is quantized, the
-// backend, the effective weight and activation bits, symmetry, granularity,
-// scale formula and per-layer overrides. (The method is left out: a
-// calibrated checkpoint is evaluated as minmax, fine-tuned as any.)
-Metadata quant_settings(const ExperimentConfig& cfg);
+// The spec of each fake quantizer of a model (bits, signedness, symmetry,
+// granularity: what gives its stored scales and zero points their meaning),
+// as metadata "quantizer.<module name>", and their count as "quantizers".
+Metadata quantizer_specs(Module& model);
 
-// Saves with cfg's config hash and quant settings. extra: more metadata
+// Saves with cfg's config hash and the model's quantizer specs. extra: more metadata
 // (e.g. "calibrator" on a calibrated checkpoint).
 void save_run_state(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& state,
                     const ExperimentConfig& cfg, const Metadata& extra = {});
@@ -52,7 +50,8 @@ Metadata load_model_checked(const std::string& path, Module& model, Optimizer* o
 // How much of the loading config must agree with the checkpoint's.
 enum class ConfigMatch {
   any,            // tests and tools that only read the weights
-  quant,          // eval, export, bench: the quant settings (a checkpoint saved before they were recorded passes)
+  quant,          // eval, export, bench: the quantizer specs, checked before any tensor is loaded (a checkpoint
+                  // saved before they were recorded passes)
   whole_config,   // resume: the config hash too (output.dir and train.threads may differ)
 };
 // A mismatch is an error naming the file, the key (or both hashes) and both

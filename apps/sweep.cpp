@@ -8,7 +8,6 @@
 #include "apps/metrics_log.h"
 #include "apps/train.h"
 #include "core/error.h"
-#include "core/safetensors.h"
 
 namespace qat::apps {
 
@@ -44,6 +43,33 @@ std::string combination_name(const std::vector<std::string>& combo) {
   return name.empty() ? "base" : name;
 }
 
+namespace {
+
+// What a run computes: its config without where the data lives and how it
+// is read (a sweep re-run from a moved checkout, or with more loader
+// workers, is the same experiment).
+std::string experiment_hash(ExperimentConfig c) {
+  c.data.train.clear();
+  c.data.val.clear();
+  c.data.workers = c.data.prefetch = 0;
+  c.data.cache = false;
+  return config_hash(c);
+}
+
+// A run trained with other settings (the sweep file or --set changed since)
+// is not taken as this combination's result, nor resumed.
+void check_same_experiment(const std::string& dir, const ExperimentConfig& want) {
+  const std::string recorded = dir + "/config.yaml";
+  QAT_CHECK(fs::exists(recorded), "sweep: ", dir, " holds a run without its config.yaml; remove it or choose another "
+            "output.dir");
+  const ExperimentConfig had = load_config(recorded, {}, DataPaths::as_recorded);
+  QAT_CHECK(experiment_hash(had) == experiment_hash(want), "sweep: ", dir, " holds a run of another experiment (its ",
+            recorded, " differs from this combination's config beyond data paths and loader settings: the sweep's "
+            "config or --set changed since); remove it or choose another output.dir");
+}
+
+}  // namespace
+
 int run_sweep(const SweepArgs& args) {
   const ExperimentConfig base = load_config(args.config, args.overrides);
   QAT_CHECK(!base.sweep.empty(), "sweep: ", args.config, " has no sweep: section (lists of values for keys)");
@@ -65,16 +91,7 @@ int run_sweep(const SweepArgs& args) {
     const std::string dir = configs[i].output.dir;
     const std::vector<std::string>& ov = overrides[i];
     const bool started = fs::exists(dir + "/last.safetensors");
-    if (started) {
-      // A run trained with other settings (the sweep file or --set changed
-      // since) is not taken as this combination's result, nor resumed.
-      const Metadata m = load_safetensors_metadata(dir + "/last.safetensors");
-      const auto h = m.find("config_hash");
-      const std::string want = config_hash(configs[i]);
-      QAT_CHECK(h != m.end() && h->second == want, "sweep: ", dir, " holds a run trained with config hash ",
-                h == m.end() ? std::string("(none)") : h->second, ", but this combination hashes to ", want,
-                " (the sweep's config or --set changed since); remove it or choose another output.dir");
-    }
+    if (started) check_same_experiment(dir, configs[i]);
     const auto rows = started ? read_metrics(dir) : std::vector<EpochMetrics>{};
     if (!rows.empty() && rows.back().epoch >= configs[i].train.epochs) {
       std::printf("[%zu/%zu] %s: finished, skipped\n", i + 1, combos.size(), dir.c_str());

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <csignal>
 #include <cmath>
 #include <cstdio>
@@ -180,19 +181,37 @@ void make_run_dir(const std::string& run_dir) {
             ec ? ": " + ec.message() : std::string(" (a file of that name exists)"));
 }
 
-// Whether run_dir's metrics log holds no epoch (a run that stopped before
-// its first one left the files with their header only).
+// Whether a file holds nothing but white space.
+bool blank_file(const std::string& path) {
+  std::ifstream in(path);
+  char c;
+  while (in.get(c))
+    if (!std::isspace(static_cast<unsigned char>(c))) return false;
+  return true;
+}
+
+// Whether run_dir's metrics logs hold no epoch (a run that stopped before
+// its first one left metrics.csv with its header only, metrics.jsonl empty).
 bool no_metrics_rows(const std::string& run_dir) {
   try {
-    return read_metrics(run_dir).empty();
+    if (!read_metrics(run_dir).empty()) return false;
   } catch (const Error&) {
     return false;  // malformed: not ours to overwrite
   }
+  return blank_file(run_dir + "/metrics.jsonl");
+}
+
+// Whether `path` is a config.yaml qat wrote (its resolved-config header).
+bool qat_written_config(const std::string& path) {
+  std::ifstream in(path);
+  std::string first;
+  std::getline(in, first);
+  return first.rfind("# qat experiment config (resolved", 0) == 0;
 }
 
 // A new run writes into a folder that holds nothing it would overwrite:
 // only its lock, temporaries of a killed save, and what a run that stopped
-// before its first epoch leaves (config.yaml, metrics logs without rows).
+// before its first epoch leaves (its config.yaml, metrics logs without rows).
 void check_fresh_run_dir(const std::string& run_dir) {
   QAT_CHECK(!fs::exists(run_dir + "/last.safetensors"), "train: ", run_dir,
             " already holds a run (last.safetensors); resume it with --resume ", run_dir,
@@ -201,8 +220,11 @@ void check_fresh_run_dir(const std::string& run_dir) {
   std::vector<std::string> held;
   for (const auto& e : fs::directory_iterator(run_dir)) {
     const std::string name = e.path().filename().string();
-    if (name == ".lock" || name == "config.yaml" || name.find(".safetensors.tmp.") != std::string::npos) continue;
-    if (empty_log && (name == "metrics.csv" || name == "metrics.jsonl")) continue;
+    if (name == ".lock" || name.find(".safetensors.tmp.") != std::string::npos) continue;
+    if (name == "config.yaml" && qat_written_config(e.path().string())) continue;
+    if (empty_log && (name == "metrics.csv" || name == "metrics.jsonl" || name == "metrics.csv.tmp" ||
+                      name == "metrics.jsonl.tmp"))
+      continue;
     held.push_back(name);
   }
   std::sort(held.begin(), held.end());
@@ -222,7 +244,13 @@ EvalSummary validate_or_save(Module& model, data::DataLoader& val_loader, const 
   try {
     return evaluate(model, val_loader, cfg.model.num_classes, device);
   } catch (const Error& e) {
-    if (!save()) throw;
+    bool saved = false;
+    try {
+      saved = save();
+    } catch (const Error& s) {
+      QAT_FAIL(e.what(), "\n(validation failed after the epoch's training, and saving it failed too: ", s.what(), ")");
+    }
+    if (!saved) throw;
     QAT_FAIL(e.what(), "\n(validation failed after the epoch's training; saved it in ", cfg.output.dir,
              "/last.safetensors: fix the data and resume with --resume ", cfg.output.dir, ")");
   }
@@ -408,7 +436,9 @@ int run_train(const TrainArgs& args) {
   std::optional<RunLock> lock;
   if (lead) {
     make_run_dir(run_dir);
-    lock.emplace(run_dir);  // before anything in the directory is read or written
+    // Refused before the lock too, so that a folder that is not a run gets no .lock.
+    if (args.resume_dir.empty()) check_fresh_run_dir(run_dir);
+    lock.emplace(run_dir);  // before anything in the directory is written (checked again under it)
   }
   InterruptScope interrupts;  // from here on Ctrl-C / SIGTERM end the run cleanly
   g_interrupted = 0;
@@ -481,7 +511,9 @@ int run_train(const TrainArgs& args) {
     data::Batch batch;
     // Resuming mid-epoch: the order of an epoch is fixed by (seed, epoch), so
     // skipping the batches already trained on continues the same sequence.
-    for (int64_t s = 0; s < state.step; ++s) QAT_CHECK(train_loader.next(batch), "resume: epoch shorter than step");
+    // (An epoch saved whole before its validation failed skips none: no step is left to train.)
+    if (state.step < steps_per_epoch)
+      for (int64_t s = 0; s < state.step; ++s) QAT_CHECK(train_loader.next(batch), "resume: epoch shorter than step");
     const int64_t first_step = state.step;
     // Speed and data-wait figures cover the steps this process trains.
     const double wait0 = train_loader.stats().wait_seconds;

@@ -97,7 +97,8 @@ Image decode_image(const std::string& path, const DecodeLimits& limits) {
   if (!pixels) {
     const char* why = stbi_failure_reason();
     QAT_FAIL("decode_image: cannot decode '", path, "' as ", d.format,
-             d.format == "an image" ? " (not a JPEG, PNG, BMP or GIF?)" : " (truncated or corrupt?)", "; stb_image: ",
+             d.format == "an image" ? " (not a format stb_image reads: JPEG, PNG, BMP, GIF, TGA, PSD, HDR, PNM?)"
+                                    : " (truncated or corrupt?)", "; stb_image: ",
              why ? why : "unknown reason");
   }
   QAT_CHECK(w > 0 && h > 0, "decode_image: '", path, "' has no pixels (", h, "x", w, ")");

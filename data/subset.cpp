@@ -61,8 +61,8 @@ Image resized(const std::string& src, int64_t size, const DecodeLimits& limits) 
   const int64_t lo = std::min(img.height, img.width), hi = std::max(img.height, img.width);
   const int64_t long_side = size * hi / lo;  // resize_shorter's
   QAT_CHECK(long_side <= limits.max_pixels / size, "make_subset: '", src, "' (", img.width, "x", img.height,
-            ") resized to a shorter side of ", size, " has ", size * long_side, " pixels, more than the ",
-            limits.max_pixels, " qat reads (data.max_image_pixels)");
+            ") resized to a shorter side of ", size, " has ", size * long_side, " pixels, more than ",
+            "data.max_image_pixels (", limits.max_pixels, " by default)");
   return resize_shorter(img, size);
 }
 
@@ -97,31 +97,38 @@ SubsetSummary make_subset(const std::string& src_root, const std::string& out_ro
   QAT_CHECK(per_class > 0, "make_subset: per_class must be > 0, got ", per_class);
   QAT_CHECK(val_per_class > 0, "make_subset: val_per_class must be > 0, got ", val_per_class);
   QAT_CHECK(size > 0, "make_subset: size must be > 0, got ", size);
-  const fs::path src(src_root);
-  fs::path out = fs::path(out_root).lexically_normal();  // "a/b/" -> "a/b": its staging folder goes beside it
-  if (!out.has_filename() && out.has_parent_path()) out = out.parent_path();
+  const fs::path src(src_root), out(out_root);
   const ImageFolder train((src / "train").string()), val((src / "val").string());
   QAT_CHECK(train.classes() == val.classes(), "make_subset: '", train.root(), "' has ", train.num_classes(),
             " classes and '", val.root(), "' has ", val.num_classes(), "; their class folders must match");
   // Images qat itself would refuse to read (DecodeLimits) are not written.
   const DecodeLimits limits;
   QAT_CHECK(size <= limits.max_pixels / size, "make_subset: size ", size, " makes images of at least ", size, "x",
-            size, " pixels, more than the ", limits.max_pixels, " qat reads (data.max_image_pixels)");
+            size, " pixels, more than data.max_image_pixels (", limits.max_pixels, " by default)");
   std::error_code ec;
   QAT_CHECK(!fs::exists(out, ec) || (fs::is_directory(out, ec) && fs::is_empty(out, ec)), "make_subset: output '",
             out_root, "' exists and is not an empty folder");
-  // Written into a staging folder beside it and renamed at the end: a
-  // failure (a corrupt source image, a full disk) leaves no half subset.
-  const fs::path staging = out.parent_path() / (out.filename().string() + ".tmp-subset-" + std::to_string(::getpid()));
-  fs::remove_all(staging, ec);
+  // Written into a staging folder inside it, then train/ and val/ moved into
+  // place: a failure (a corrupt source image, a full disk) leaves no half
+  // subset, and an --out that is a link, a mount point or "." works (the
+  // folder itself is never renamed).
+  const bool made = !fs::exists(out, ec);
+  fs::create_directories(out, ec);
+  QAT_CHECK(!ec, "make_subset: cannot make the output folder '", out_root, "': ", ec.message());
+  const fs::path staging = out / (".tmp-subset-" + std::to_string(::getpid()));
   try {
     std::vector<Job> jobs;
     plan_split(train, staging / "train", per_class, seed, /*split=*/0, jobs);
     plan_split(val, staging / "val", val_per_class, seed, /*split=*/1, jobs);
     run_jobs(jobs, size, threads, limits);
-    fs::rename(staging, out);
+    fs::rename(staging / "train", out / "train");
+    fs::rename(staging / "val", out / "val");
+    fs::remove(staging);
   } catch (...) {
     fs::remove_all(staging, ec);
+    fs::remove_all(out / "train", ec);  // only ever ours: the folder was empty
+    fs::remove_all(out / "val", ec);
+    if (made) fs::remove(out, ec);
     throw;
   }
   return {train.num_classes(), per_class * train.num_classes(), val_per_class * val.num_classes()};

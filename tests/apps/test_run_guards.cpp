@@ -69,8 +69,16 @@ TEST_CASE("a new run refuses a folder holding another run's files and leaves the
   CHECK(read_text(dir / "run/best.safetensors") == "an earlier run's best");
   CHECK(read_text(dir / "run/notes.txt") == "mine");
   CHECK_FALSE(fs::exists(dir / "run/config.yaml"));
+  CHECK_FALSE(fs::exists(dir / "run/.lock"));
   fs::remove(dir / "run/best.safetensors");
   fs::remove(dir / "run/notes.txt");
+  // A metrics.jsonl with an epoch in it, or a config.yaml qat did not write, is someone's.
+  write_text(dir / "run/metrics.jsonl", "{\"epoch\": 1, \"val_top1\": 0.5}\n");
+  write_text(dir / "run/config.yaml", "my: notes\n");
+  REQUIRE_THROWS_WITH(run_train({cfg, {}, ""}), Contains("(config.yaml, metrics.csv, metrics.jsonl)"));
+  CHECK(read_text(dir / "run/config.yaml") == "my: notes\n");
+  fs::remove(dir / "run/metrics.jsonl");
+  fs::remove(dir / "run/config.yaml");
   REQUIRE(run_train({cfg, {}, ""}) == 0);
 }
 
@@ -123,17 +131,23 @@ TEST_CASE("progress metadata out of range is refused before the run's metrics ar
   CHECK(read_metrics(run).size() == 2);
 }
 
-TEST_CASE("eval refuses a checkpoint saved with other quant settings, naming each key", "[e2e][guard]") {
+TEST_CASE("eval refuses a checkpoint saved with other quantizers, naming each, before loading it", "[e2e][guard]") {
   const fs::path dir = fresh_dir("settings");
   const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true, activation: {bits: 7}}\n");
   const std::string best = (dir / "run/best.safetensors").string();
   REQUIRE_NOTHROW(eval_checkpoint({cfg, {}, best}));
   REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {"quant.activation.bits=8"}, best}),
-                      Contains(best) && Contains("quant.activation.bits 7 (the config: 8)"));
-  REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {"quant.weight.symmetric=false"}, best}),
-                      Contains("quant.weight.symmetric auto (the config: false)"));
+                      Contains(best) && Contains("features.0.activation_post_process: uint7 affine per-tensor "
+                                                 "(the config: uint8 affine per-tensor)"));
+  // Per-tensor weights hold one scale a layer: named, not a shape mismatch.
+  REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {"quant.weight.per_channel=false"}, best}),
+                      Contains("features.0.weight_fake_quant: int8 sym per-channel(0) (the config: int8 sym "
+                               "per-tensor)"));
   REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {"quant.overrides={fc: {weight_bits: 4}}"}, best}),
-                      Contains("quant.overrides none (the config: fc: weight_bits 4 activation_bits 0)"));
+                      Contains("fc.weight_fake_quant: int8 sym per-channel(0) (the config: int4 sym per-channel(0))"));
+  // What resolves to the same quantizers, or does not change their meaning, may differ.
+  REQUIRE_NOTHROW(eval_checkpoint({cfg, {"quant.weight.symmetric=true", "quant.weight.per_channel=true"}, best}));
+  REQUIRE_NOTHROW(eval_checkpoint({cfg, {"quant.method=minmax", "train.batch_size=8"}, best}));
   // A stored zero point off its grid (an edited file, or one saved before
   // the settings were recorded) names the tensor and the file.
   SafetensorsFile f = load_safetensors(best);
@@ -144,8 +158,15 @@ TEST_CASE("eval refuses a checkpoint saved with other quant settings, naming eac
   REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {}, edited}),
                       Contains(edited) && Contains("'model.features.0.activation_post_process.zero_point' holds 300") &&
                           Contains("[0, 127]"));
-  // What does not change the meaning of the scales may differ.
-  REQUIRE_NOTHROW(eval_checkpoint({cfg, {"quant.method=minmax", "train.batch_size=8"}, best}));
+}
+
+TEST_CASE("a float checkpoint has no quantizers to compare: quant keys of a disabled section do not matter",
+          "[e2e][guard]") {
+  const fs::path dir = fresh_dir("float");
+  const std::string cfg = testing::trained_sample_qat_run(dir, "");
+  const std::string best = (dir / "run/best.safetensors").string();
+  REQUIRE(load_safetensors_metadata(best).at("quantizers") == "0");
+  REQUIRE_NOTHROW(eval_checkpoint({cfg, {"quant.bits=4", "quant.backend=tensorrt"}, best}));
 }
 
 TEST_CASE("a validation set that fails after an epoch trained keeps the epoch for --resume", "[e2e][guard]") {
@@ -197,13 +218,16 @@ TEST_CASE("calibrate --out refuses a folder holding a training run", "[e2e][guar
   a.checkpoint = (dir / "fp32/best.safetensors").string();
   a.images = 16;
   a.out_dir = (dir / "fp32").string();
-  REQUIRE_THROWS_WITH(run_calibrate(a), Contains("--out " + a.out_dir + " holds") &&
-                                            Contains("not a calibration output"));
+  REQUIRE_THROWS_WITH(run_calibrate(a), Contains("--out " + a.out_dir + " holds last.safetensors of a training run"));
   CHECK(read_text(dir / "fp32/config.yaml") == config_before);
   CHECK_FALSE(fs::exists(dir / "fp32/calibrated.safetensors"));
   a.out_dir = (dir / "ptq").string();
   REQUIRE(run_calibrate(a) == 0);
   REQUIRE(run_calibrate(a) == 0);  // again into its own outputs (now from its cache)
+  a.cache = (dir / "ptq/mine.cache").string();
+  REQUIRE(run_calibrate(a) == 0);  // with a cache of its own name kept there
+  a.cache = (dir / "ptq/other.cache").string();
+  REQUIRE(run_calibrate(a) == 0);  // and another
 }
 
 TEST_CASE("a sweep refuses a finished combination trained with another config", "[e2e][guard]") {
@@ -213,8 +237,10 @@ TEST_CASE("a sweep refuses a finished combination trained with another config", 
   REQUIRE(run_sweep({cfg, {}, {}}) == 0);
   const std::string log = read_text(dir / "sweep/bits-8/metrics.csv");
   REQUIRE(run_sweep({cfg, {}, {}}) == 0);  // the same config: skipped
+  REQUIRE(run_sweep({cfg, {"data.workers=1"}, {}}) == 0);  // how the data is read is not the experiment
+  CHECK(read_text(dir / "sweep/bits-8/metrics.csv") == log);
   REQUIRE_THROWS_WITH(run_sweep({cfg, {"train.lr=0.01"}, {}}),
-                      Contains(dir.string() + "/sweep/bits-8 holds a run trained with config hash"));
+                      Contains(dir.string() + "/sweep/bits-8 holds a run of another experiment"));
   CHECK(read_text(dir / "sweep/bits-8/metrics.csv") == log);
   // A value out of range fails the sweep before any combination trains.
   const std::string bad = testing::write_sample_config(dir, "bad.yaml", "quant: {enabled: true}\n", 1, 2, "bad");

@@ -209,14 +209,16 @@ TEST_CASE("a row cut short in metrics.csv does not block --resume: the checkpoin
   CHECK(rows[1].epoch == 2);
 }
 
-TEST_CASE("a config.yaml that cannot be written stops the run at once, stale save files are removed", "[e2e]") {
+TEST_CASE("a run whose first files cannot be written stops at once, stale save files are removed", "[e2e]") {
   const fs::path dir = fresh_dir("full_disk");
   const std::string cfg = write_config(dir);
   fs::create_directories(dir / "run");
-  fs::create_symlink("/dev/full", dir / "run/config.yaml");  // every write: ENOSPC
-  REQUIRE_THROWS_WITH(run_train({cfg, {}, ""}), Contains("config.yaml") && Contains("disk full"));
-  REQUIRE_FALSE(fs::exists(dir / "run/metrics.csv.tmp"));
-  fs::remove(dir / "run/config.yaml");
+  // The metrics log is written first, through metrics.csv.tmp (what a killed
+  // run may leave): every write there fails with ENOSPC.
+  fs::create_symlink("/dev/full", dir / "run/metrics.csv.tmp");
+  REQUIRE_THROWS_WITH(run_train({cfg, {}, ""}), Contains("metrics.csv") && Contains("disk full"));
+  REQUIRE_FALSE(fs::exists(dir / "run/config.yaml"));
+  fs::remove(dir / "run/metrics.csv.tmp");
   std::ofstream((dir / "run/last.safetensors.tmp.99999").string()) << "half a checkpoint";
   REQUIRE(run_train({cfg, {"train.epochs=1"}, ""}) == 0);
   REQUIRE_FALSE(fs::exists(dir / "run/last.safetensors.tmp.99999"));

@@ -159,7 +159,7 @@ TEST_CASE("decode_image: grey and RGBA become RGB, JPEG round trip, errors name 
                       Contains(t.file("cut.jpg")) && Contains("as JPEG (truncated or corrupt?)"));
   write_text(t.file("bad.jpg"), "this is not a jpeg");
   REQUIRE_THROWS_WITH(decode_image(t.file("bad.jpg")),
-                      Contains(t.file("bad.jpg")) && Contains("as an image (not a JPEG, PNG, BMP or GIF?)"));
+                      Contains(t.file("bad.jpg")) && Contains("as an image (not a format stb_image reads: JPEG, PNG,"));
   write_text(t.file("empty.jpg"), "");
   REQUIRE_THROWS_WITH(decode_image(t.file("empty.jpg")), Contains(t.file("empty.jpg") + "' is empty (0 bytes)"));
   REQUIRE_THROWS_WITH(decode_image(t.file("missing.png")), Contains(t.file("missing.png")));
@@ -680,11 +680,23 @@ TEST_CASE("make_subset: counts, sizes, seeded choice, errors", "[data]") {
   REQUIRE_THROWS_WITH(make_subset(src, t.file("out"), 2, 1, 10, 9), Contains("not an empty folder"));
   REQUIRE_THROWS_WITH(make_subset(src, t.file("x"), 7, 1, 10, 9), Contains("fewer than the 7"));
   REQUIRE_THROWS_WITH(make_subset(t.file("nosrc"), t.file("y"), 1, 1, 10, 9), Contains("nosrc"));
+  // An existing empty folder keeps its permissions; a link to one is followed.
+  fs::create_directories(t.dir / "kept");
+  fs::permissions(t.dir / "kept", fs::perms::owner_all | fs::perms::group_all | fs::perms::set_gid);
+  make_subset(src, t.file("kept"), 1, 1, 10, 9, 1);
+  CHECK((fs::status(t.dir / "kept").permissions() & fs::perms::set_gid) == fs::perms::set_gid);
+  CHECK(ImageFolder(t.file("kept/train")).size() == 3);
+  fs::create_directories(t.dir / "elsewhere");
+  fs::create_directory_symlink(t.dir / "elsewhere", t.dir / "link");
+  make_subset(src, t.file("link"), 1, 1, 10, 9, 1);
+  CHECK(fs::is_symlink(t.dir / "link"));
+  CHECK(ImageFolder(t.file("elsewhere/val")).size() == 3);
   // Sizes qat would refuse to read back are refused before anything is written.
   REQUIRE_THROWS_WITH(make_subset(src, t.file("huge"), 2, 1, 100000, 9),
                       Contains("size 100000") && Contains("data.max_image_pixels"));
   REQUIRE_THROWS_WITH(make_subset(src, t.file("huge"), 2, 1, 7000, 9),  // 7000 x 10500 from 20 x 30
-                      Contains("resized to a shorter side of 7000 has 73500000 pixels") &&
+                      Contains("resized to a shorter side of 7000 has 73500000 pixels, more than "
+                               "data.max_image_pixels (67108864 by default)") &&
                           Contains("data.max_image_pixels"));
   REQUIRE_FALSE(fs::exists(t.file("huge")));
   // A corrupt source image: an error naming it, and no half-written subset.
@@ -695,6 +707,10 @@ TEST_CASE("make_subset: counts, sizes, seeded choice, errors", "[data]") {
     INFO(e.path());
     REQUIRE(e.path().filename().string().rfind("cut", 0) != 0);
   }
+  // Into an existing empty folder: left empty again.
+  fs::create_directories(t.dir / "empty");
+  REQUIRE_THROWS_WITH(make_subset(src, t.file("empty"), 2, 5, 10, 9, 2), Contains("zz_cut.jpg"));
+  REQUIRE(fs::is_empty(t.dir / "empty"));
 }
 
 TEST_CASE("the committed sample data/samples/imagenette-mini loads: 10 classes, 300 train, 100 val", "[data]") {

@@ -1,5 +1,6 @@
 // The integer model's kernels (int_kernels.h): requantization against its
 // exact rational specification, im2row against a per-element gather.
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -39,6 +40,12 @@ TEST_CASE("vectorised requantization equals the scalar reference", "[quant][inte
     requantize_rows(acc.data(), 1, make_requant_plan(p, n), fast.data());
     requantize_row_reference(acc.data(), n, p, ref.data());
     REQUIRE(fast == ref);
+    // The ties' values, upwards: zero + 2 and zero - 2 (inside the clamp for these zero points).
+    const RequantParams& q = p;
+    auto clamped = [&](int v) { return static_cast<uint8_t>(std::clamp(v, int{q.lo}, int{q.hi})); };
+    CHECK(ref[0] == clamped(zero + 2));
+    if (n > 1) CHECK(ref[1] == clamped(zero + 2));
+    if (n > 2) CHECK(ref[2] == clamped(zero - 2));
   }
 }
 
