@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <system_error>
 
@@ -166,6 +167,13 @@ std::string config_to_yaml(const ExperimentConfig& cfg) {
   std::string header = kYamlHeader;
   if (!cfg.source_path.empty()) header += "# from " + cfg.source_path + "\n";
   return header + fields_to_yaml(cfg, {}) + "\n";
+}
+
+bool is_resolved_config(const std::string& path) {
+  std::ifstream in(path);
+  std::string first;
+  std::getline(in, first);
+  return first + "\n" == kYamlHeader;
 }
 
 std::optional<bool> choice_value(Choice c) {

@@ -179,6 +179,9 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
                              DataPaths data_paths = DataPaths::must_exist);
 // The resolved config as YAML (every key, defaults included).
 std::string config_to_yaml(const ExperimentConfig& cfg);
+// Whether the file at `path` is a config_to_yaml() output (its first line is
+// the resolved-config header qat writes).
+bool is_resolved_config(const std::string& path);
 // A stable hex hash of config_to_yaml() without output.dir, train.threads and
 // train.device (things that may change on resume without changing the
 // experiment; train.device is left out of the text, so runs recorded before

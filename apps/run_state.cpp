@@ -54,19 +54,6 @@ const std::string& meta(const Metadata& m, const std::string& key, const std::st
 
 }  // namespace
 
-namespace {
-bool all_finite(const Tensor& t) {
-  if (t.dtype() != DType::f32) return true;
-  const Tensor c = t.to(Device::cpu).contiguous();  // a model trained on cuda is checked on host copies
-  const float* p = c.data<float>();
-  const int64_t n = c.numel();
-  int64_t bad = 0;
-  // x - x is 0 for every finite x and NaN for NaN or +-inf.
-#pragma omp parallel for reduction(+ : bad) if (n > (int64_t{1} << 20))
-  for (int64_t i = 0; i < n; ++i) bad += !(p[i] - p[i] == 0.f);
-  return bad == 0;
-}
-}  // namespace
 
 std::string first_non_finite(const Module& model, const Optimizer* optimizer) {
   for (const auto& [name, t] : model.named_parameters())
@@ -91,8 +78,7 @@ Metadata quantizer_specs(Module& model) {
   return m;
 }
 
-void save_run_state(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& s,
-                    const ExperimentConfig& cfg, const Metadata& extra) {
+Metadata run_state_metadata(Module& model, const RunState& s, const ExperimentConfig& cfg, const Metadata& extra) {
   const std::string config_hash = apps::config_hash(cfg);
   Metadata m{{"format", "qat-train-1"},
              {"epoch", std::to_string(s.epoch)},
@@ -107,7 +93,12 @@ void save_run_state(const std::string& path, Module& model, const Optimizer* opt
   for (const auto& [k, v] : quantizer_specs(model)) m[k] = v;
   m["model_sha256"] = sha256_tensors(model.state_dict());
   for (const auto& [k, v] : extra) m[k] = v;
-  save_checkpoint(path, model, optimizer, m);
+  return m;
+}
+
+void save_run_state(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& s,
+                    const ExperimentConfig& cfg, const Metadata& extra) {
+  save_checkpoint(path, model, optimizer, run_state_metadata(model, s, cfg, extra));
 }
 
 namespace {

@@ -36,6 +36,11 @@ std::string first_non_finite(const Module& model, const Optimizer* optimizer);
 // as metadata "quantizer.<module name>", and their count as "quantizers".
 Metadata quantizer_specs(Module& model);
 
+// What save_run_state writes beside the tensors: progress, generators, cfg's
+// config hash, the model's quantizer specs and its digest, then `extra`
+// (computed once where one state is saved twice: last and best).
+Metadata run_state_metadata(Module& model, const RunState& state, const ExperimentConfig& cfg,
+                            const Metadata& extra = {});
 // Saves with cfg's config hash and the model's quantizer specs. extra: more metadata
 // (e.g. "calibrator" on a calibrated checkpoint).
 void save_run_state(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& state,

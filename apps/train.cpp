@@ -201,14 +201,6 @@ bool no_metrics_rows(const std::string& run_dir) {
   return blank_file(run_dir + "/metrics.jsonl");
 }
 
-// Whether `path` is a config.yaml qat wrote (its resolved-config header).
-bool qat_written_config(const std::string& path) {
-  std::ifstream in(path);
-  std::string first;
-  std::getline(in, first);
-  return first.rfind("# qat experiment config (resolved", 0) == 0;
-}
-
 // A new run writes into a folder that holds nothing it would overwrite:
 // only its lock, temporaries of a killed save, and what a run that stopped
 // before its first epoch leaves (its config.yaml, metrics logs without rows).
@@ -221,7 +213,7 @@ void check_fresh_run_dir(const std::string& run_dir) {
   for (const auto& e : fs::directory_iterator(run_dir)) {
     const std::string name = e.path().filename().string();
     if (name == ".lock" || name.find(".safetensors.tmp.") != std::string::npos) continue;
-    if (name == "config.yaml" && qat_written_config(e.path().string())) continue;
+    if (name == "config.yaml" && is_resolved_config(e.path().string())) continue;
     if (empty_log && (name == "metrics.csv" || name == "metrics.jsonl" || name == "metrics.csv.tmp" ||
                       name == "metrics.jsonl.tmp"))
       continue;
@@ -621,8 +613,9 @@ int run_train(const TrainArgs& args) {
     const bool best = v.top1 > state.best_top1;
     if (best) state.best_top1 = v.top1;
     if (lead) {
-      save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, cfg);
-      if (best) save_run_state(run_dir + "/best.safetensors", *model, optimizer.get(), state, cfg);
+      const Metadata meta = run_state_metadata(*model, state, cfg);  // one digest for both files
+      save_checkpoint(run_dir + "/last.safetensors", *model, optimizer.get(), meta);
+      if (best) save_checkpoint(run_dir + "/best.safetensors", *model, optimizer.get(), meta);
     }
   }
   std::printf("done: best val top-1 %.2f%%; checkpoints in %s\n", 100 * state.best_top1, run_dir.c_str());

@@ -83,19 +83,23 @@ Declared declared(const std::string& path) {
 }  // namespace
 
 Image decode_image(const std::string& path, const DecodeLimits& limits) {
-  std::error_code ec;
-  const auto bytes = std::filesystem::file_size(path, ec);
-  QAT_CHECK(ec || bytes > 0, "decode_image: '", path, "' is empty (0 bytes)");
-  const Declared d = declared(path);
   int w = 0, h = 0, channels_in_file = 0;
   // The header alone first: refuse a pixel bomb before decoding it (a PNG's
-  // declared size too where stb_image refuses the header itself).
-  if (stbi_info(path.c_str(), &w, &h, &channels_in_file) == 1) check_limits(path, h, w, limits);
-  else if (d.png_width > 0 && d.png_height > 0) check_limits(path, d.png_height, d.png_width, limits);
+  // declared size too where stb_image refuses the header itself). The file's
+  // own bytes are read again only when stb_image fails: not for every image
+  // of every epoch.
+  if (stbi_info(path.c_str(), &w, &h, &channels_in_file) == 1) {
+    check_limits(path, h, w, limits);
+  } else if (const Declared d = declared(path); d.png_width > 0 && d.png_height > 0) {
+    check_limits(path, d.png_height, d.png_width, limits);
+  }
   std::unique_ptr<unsigned char, void (*)(void*)> pixels(stbi_load(path.c_str(), &w, &h, &channels_in_file, 3),
                                                          stbi_image_free);
   if (!pixels) {
     const char* why = stbi_failure_reason();
+    std::error_code ec;
+    QAT_CHECK(std::filesystem::file_size(path, ec) > 0 || ec, "decode_image: '", path, "' is empty (0 bytes)");
+    const Declared d = declared(path);
     QAT_FAIL("decode_image: cannot decode '", path, "' as ", d.format,
              d.format == "an image" ? " (not a format stb_image reads: JPEG, PNG, BMP, GIF, TGA, PSD, HDR, PNM?)"
                                     : " (truncated or corrupt?)", "; stb_image: ",

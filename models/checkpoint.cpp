@@ -20,7 +20,7 @@ bool must_be_finite(const std::string& name, const std::set<std::string>& parame
 
 // The first non-finite value of an f32 tensor: its index, or -1.
 int64_t first_non_finite(const Tensor& t) {
-  if (t.dtype() != DType::f32) return -1;
+  if (all_finite(t)) return -1;
   const Tensor c = t.contiguous();
   const float* p = c.data<float>();
   for (int64_t i = 0; i < c.numel(); ++i)
@@ -43,6 +43,18 @@ void check_finite(const std::string& path, const TensorMap& state, const Module&
   }
 }
 }  // namespace
+
+bool all_finite(const Tensor& t) {
+  if (t.dtype() != DType::f32) return true;
+  const Tensor c = t.to(Device::cpu).contiguous();  // a model trained on cuda is checked on host copies
+  const float* p = c.data<float>();
+  const int64_t n = c.numel();
+  int64_t bad = 0;
+  // x - x is 0 for every finite x and NaN for NaN or +-inf.
+#pragma omp parallel for reduction(+ : bad) if (n > (int64_t{1} << 20))
+  for (int64_t i = 0; i < n; ++i) bad += !(p[i] - p[i] == 0.f);
+  return bad == 0;
+}
 
 void save_checkpoint(const std::string& path, const Module& model, const Optimizer* optimizer,
                      const Metadata& metadata) {

@@ -10,6 +10,10 @@
 
 namespace qat {
 
+// Whether every value of a tensor is finite (true for non-f32 dtypes; a
+// device tensor is checked on a host copy).
+bool all_finite(const Tensor& t);
+
 void save_checkpoint(const std::string& path, const Module& model, const Optimizer* optimizer,
                      const Metadata& metadata = {});
 // Loads into `model` (strict) and, when given, `optimizer`; returns the
