@@ -15,6 +15,7 @@
 #include "apps/mpi_run.h"
 #include "apps/sweep.h"
 #include "apps/train.h"
+#include "core/collective.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "models/models.h"
@@ -35,6 +36,11 @@ int main(int argc, char** argv) {
   int code = 1;
   try {
     code = run(argc, argv);
+  } catch (const qat::AgreedError& e) {  // every rank stops on it together: no abort, nobody killed mid-write
+    std::fprintf(stderr, "qat: error on rank %d of %d: %s\n", qat::apps::world_rank(), qat::apps::world_size(),
+                 e.what());
+    qat::apps::mpi_finish();
+    return 1;
   } catch (const std::exception& e) {
     qat::apps::mpi_abort_with(e.what(), 1);
   }

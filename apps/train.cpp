@@ -227,24 +227,43 @@ void check_fresh_run_dir(const std::string& run_dir) {
             "overwrite or mix with (", list, "); choose an empty or new output.dir, or remove them");
 }
 
+// Data-parallel: `failed` processes reported an error (this one's is
+// `failure`, empty when it had none). Every process throws, naming its own
+// error or the first process that failed, whose error it prints itself.
+[[noreturn]] void throw_agreed_failure(Collective& all, const std::string& failure, int failed) {
+  float first = failure.empty() ? static_cast<float>(all.size()) : static_cast<float>(all.rank());
+  all.min(&first, 1);
+  if (!failure.empty()) throw AgreedError(failure);
+  throw AgreedError(detail::cat("validation failed on ", failed, " of ", all.size(), " processes (the first: rank ",
+                                static_cast<int>(first), ", whose error is printed under its rank)"));
+}
+
 // Validation after an epoch's training. When it fails (a corrupt image in
 // the validation set, a full disk under data.cache), `save` keeps the
 // trained epoch in last.safetensors, its step at the epoch's end, so that
 // --resume goes straight to validating it again.
+// Data-parallel, every process gets here together (evaluate agrees on a
+// failure through a collective): process 0 saves, the others wait for it.
 EvalSummary validate_or_save(Module& model, data::DataLoader& val_loader, const ExperimentConfig& cfg, Device device,
                              const std::function<bool()>& save) {
   try {
     return evaluate(model, val_loader, cfg.model.num_classes, device);
   } catch (const Error& e) {
-    bool saved = false;
+    std::string message = e.what();
     try {
-      saved = save();
+      if (save())
+        message += "\n(validation failed after the epoch's training; saved it in " + cfg.output.dir +
+                   "/last.safetensors: fix the data and resume with --resume " + cfg.output.dir + ")";
     } catch (const Error& s) {
-      QAT_FAIL(e.what(), "\n(validation failed after the epoch's training, and saving it failed too: ", s.what(), ")");
+      message += std::string("\n(validation failed after the epoch's training, and saving it failed too: ") + s.what() +
+                 ")";
     }
-    if (!saved) throw;
-    QAT_FAIL(e.what(), "\n(validation failed after the epoch's training; saved it in ", cfg.output.dir,
-             "/last.safetensors: fix the data and resume with --resume ", cfg.output.dir, ")");
+    if (Collective* all = collective()) {
+      double saved = 0;  // a barrier: no process stops while process 0 still writes
+      all->sum(&saved, 1);
+      throw AgreedError(message);
+    }
+    throw Error(message);
   }
 }
 
@@ -297,19 +316,28 @@ EvalSummary evaluate(const std::function<Tensor(const Tensor&)>& forward, data::
   EvalSummary r;
   double loss_sum = 0;
   int64_t c1 = 0, c5 = 0;
-  loader.start_epoch(0);
-  data::Batch b;
-  while (loader.next(b)) {
-    const int64_t n = b.labels.size(0);
-    const Tensor logits = forward(b.images.to(device)).to(Device::cpu);
-    loss_sum += cross_entropy(logits, b.labels).item() * static_cast<double>(n);
-    c1 += topk_correct(logits, b.labels, 1);
-    c5 += topk_correct(logits, b.labels, std::min<int64_t>(5, num_classes));
-    r.images += n;
+  Collective* all = collective();
+  std::string failure;  // data-parallel: this process's error, told to the others before anyone stops
+  try {
+    loader.start_epoch(0);
+    data::Batch b;
+    while (loader.next(b)) {
+      const int64_t n = b.labels.size(0);
+      const Tensor logits = forward(b.images.to(device)).to(Device::cpu);
+      loss_sum += cross_entropy(logits, b.labels).item() * static_cast<double>(n);
+      c1 += topk_correct(logits, b.labels, 1);
+      c5 += topk_correct(logits, b.labels, std::min<int64_t>(5, num_classes));
+      r.images += n;
+    }
+  } catch (const Error& e) {
+    if (!all) throw;
+    failure = e.what();
   }
-  if (Collective* all = collective()) {  // data-parallel: each process evaluated its shard
-    double sums[4] = {loss_sum, static_cast<double>(c1), static_cast<double>(c5), static_cast<double>(r.images)};
-    all->sum(sums, 4);
+  if (all) {  // data-parallel: each process evaluated its shard
+    double sums[5] = {loss_sum, static_cast<double>(c1), static_cast<double>(c5), static_cast<double>(r.images),
+                      failure.empty() ? 0.0 : 1.0};
+    all->sum(sums, 5);
+    if (sums[4] > 0) throw_agreed_failure(*all, failure, static_cast<int>(sums[4]));
     loss_sum = sums[0], c1 = static_cast<int64_t>(sums[1]), c5 = static_cast<int64_t>(sums[2]);
     r.images = static_cast<int64_t>(sums[3]);
   }

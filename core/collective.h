@@ -7,7 +7,17 @@
 // the job, so callers call them only on paths every rank takes.
 #include <cstdint>
 
+#include "core/error.h"
+
 namespace qat {
+
+// An error every process of the job has learnt of through a collective and
+// stops on together (validation failing on one of them, say), so the job ends
+// without MPI_Abort: each process prints its message and finishes MPI, and no
+// process is killed while another still writes (rank 0 saving the epoch).
+struct AgreedError : Error {
+  using Error::Error;
+};
 
 class Collective {
  public:

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -161,6 +162,41 @@ TEST_CASE("mpirun: a rank killed mid-run ends the job with an error within secon
   CHECK(rc != 0);
   CHECK(rc != 124);  // not the timeout: the job ended by itself
   CHECK(secs < 30);
+}
+
+TEST_CASE("mpirun: validation failing on rank 1 only keeps the epoch rank 0 trained, for --resume", "[mpi]") {
+  if (!mpi_here()) return;
+  const auto dir = testing::fresh_temp_dir("qat_mpi_", "valfail");
+  const std::string cfg = config(dir, "", 2);
+  // rank 1 alone reads a copy of the validation set whose every image is cut short
+  std::filesystem::copy(testing::sample_data_dir() + "/val", dir / "bad_val", std::filesystem::copy_options::recursive);
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir / "bad_val"))
+    if (e.is_regular_file()) std::filesystem::resize_file(e.path(), e.file_size() / 3);
+  const std::string run_dir = (dir / "run").string();
+  const std::string cmd = launcher(2) + " sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then v=" +
+                          (dir / "bad_val").string() + "; else v=" + testing::sample_data_dir() + "/val; fi; exec " +
+                          train_cmd(cfg, dir / "run", " --set data.cache=false --set data.val=$v") + "'";
+  const int rc = run("timeout 120 " + cmd, dir / "fail.log");
+  const std::string log = slurp(dir / "fail.log");
+  INFO(log);
+  CHECK(rc != 0);
+  CHECK(rc != 124);
+  CHECK(log.find("error on rank 1 of 2") != std::string::npos);
+  CHECK(log.find("truncated or corrupt") != std::string::npos);
+  CHECK(log.find("validation failed on 1 of 2 processes (the first: rank 1") != std::string::npos);
+  CHECK(log.find("saved it in " + run_dir) != std::string::npos);
+  const Metadata m = load_safetensors_metadata(run_dir + "/last.safetensors");
+  CHECK(m.at("epoch") == "0");
+  CHECK(m.at("step") == "6");
+  // fixed data: the saved epoch is validated, not trained again, and the run goes on
+  REQUIRE(run(launcher(2) + " " + std::string(QAT_BINARY) + " train " + cfg + " --resume " + run_dir, dir / "resume.log") ==
+          0);
+  const std::string resumed = slurp(dir / "resume.log");
+  INFO(resumed);
+  CHECK(resumed.find("resuming " + run_dir + " at epoch 1 step 6") != std::string::npos);
+  REQUIRE(std::filesystem::exists(dir / "run" / "metrics.csv"));
+  const std::string metrics = slurp(dir / "run" / "metrics.csv");
+  CHECK(std::count(metrics.begin(), metrics.end(), '\n') == 3);  // the header and both epochs
 }
 
 TEST_CASE("mpirun -np 2: INT8 training keeps one model on both processes", "[mpi]") {
