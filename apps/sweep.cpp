@@ -1,7 +1,9 @@
 #include "apps/sweep.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "apps/compare.h"
 #include "apps/config.h"
@@ -15,6 +17,12 @@ namespace fs = std::filesystem;
 
 std::vector<std::vector<std::string>> sweep_combinations(
     const std::vector<std::pair<std::string, std::vector<std::string>>>& sweep) {
+  int64_t count = 1;  // checked before any list is built: 10 keys of 10 values would not fit in memory
+  for (const auto& [key, values] : sweep) {
+    count *= std::max<int64_t>(1, static_cast<int64_t>(values.size()));
+    QAT_CHECK(count <= kMaxSweepCombinations, "sweep: the sweep: lists make more than ", kMaxSweepCombinations,
+              " combinations (at key ", key, " already ", count, "); split the sweep");
+  }
   std::vector<std::vector<std::string>> out{{}};
   for (const auto& [key, values] : sweep) {
     std::vector<std::vector<std::string>> next;
@@ -45,6 +53,13 @@ std::string combination_name(const std::vector<std::string>& combo) {
 
 namespace {
 
+// Ctrl-C or SIGTERM outside a run's steps (while one validated, or between runs).
+int interrupted_sweep(size_t next, size_t total) {
+  std::fprintf(stderr, "qat: sweep interrupted before combination %zu of %zu; run the same command again to go on\n",
+               next + 1, total);
+  return 130;
+}
+
 // What a run computes: its config without where the data lives and how it
 // is read (a sweep re-run from a moved checkout, or with more loader
 // workers, is the same experiment).
@@ -68,12 +83,33 @@ void check_same_experiment(const std::string& dir, const ExperimentConfig& want)
             "config or --set changed since); remove it or choose another output.dir");
 }
 
+// Two combinations whose names map to one folder (values differing only in
+// characters a folder name cannot keep: "d/x" and "d_x") would share a run.
+void check_distinct_folders(const std::vector<std::vector<std::string>>& combos) {
+  std::map<std::string, size_t> seen;
+  for (size_t i = 0; i < combos.size(); ++i) {
+    const auto [at, fresh] = seen.emplace(combination_name(combos[i]), i);
+    if (fresh) continue;
+    auto joined = [](const std::vector<std::string>& c) {
+      std::string s;
+      for (const auto& kv : c) s += (s.empty() ? "" : ", ") + kv;
+      return s;
+    };
+    QAT_FAIL("sweep: the combinations {", joined(combos[at->second]), "} and {", joined(combos[i]),
+             "} would both train in the folder ", at->first, " (a folder name keeps only letters, digits, '-' and "
+             "'_'); make the values differ in those");
+  }
+}
+
 }  // namespace
 
 int run_sweep(const SweepArgs& args) {
   const ExperimentConfig base = load_config(args.config, args.overrides);
   QAT_CHECK(!base.sweep.empty(), "sweep: ", args.config, " has no sweep: section (lists of values for keys)");
   const auto combos = sweep_combinations(base.sweep);
+  check_distinct_folders(combos);
+  // The baselines before anything trains: a wrong folder is found at once, not after the sweep.
+  for (const auto& b : args.baselines) summarize_run(b);
   std::printf("sweep: %zu combinations into %s\n", combos.size(), base.output.dir.c_str());
   std::vector<std::string> finished = args.baselines, rejected;
   // Every combination's config is loaded (and so checked) before any trains:
@@ -87,7 +123,9 @@ int run_sweep(const SweepArgs& args) {
     configs.push_back(load_config(args.config, ov));
     overrides.push_back(std::move(ov));
   }
+  InterruptScope interrupts;  // one for the whole sweep: a Ctrl-C between runs or in a validation stops it too
   for (size_t i = 0; i < combos.size(); ++i) {
+    if (InterruptScope::interrupted()) return interrupted_sweep(i, combos.size());
     const std::string dir = configs[i].output.dir;
     const std::vector<std::string>& ov = overrides[i];
     const bool started = fs::exists(dir + "/last.safetensors");
@@ -113,8 +151,11 @@ int run_sweep(const SweepArgs& args) {
     if (rc != 0) return rc;  // interrupted: the sweep resumes from here next time
     finished.push_back(dir);
   }
-  if (!finished.empty()) run_compare({finished, base.output.dir + "/report"});
   for (const auto& r : rejected) std::printf("rejected combination %s\n", r.c_str());
+  // Every combination rejected is a config error (an override naming no layer, say), not a sweep's result.
+  QAT_CHECK(rejected.size() < combos.size(), "sweep: every one of the ", combos.size(), " combinations of ",
+            args.config, " was rejected (above); nothing was trained. The first: ", rejected.front());
+  if (!finished.empty()) run_compare({finished, base.output.dir + "/report"});
   return 0;
 }
 

@@ -4,6 +4,7 @@
 // values), resumable: finished runs are skipped, interrupted ones resumed.
 // Combinations the backend or spec rules reject are reported and skipped.
 // Ends with the `qat compare` table of all finished runs.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,10 @@ struct SweepArgs {
   std::vector<std::string> overrides;
   std::vector<std::string> baselines;  // run dirs to include in the table (e.g. the FP32 run)
 };
+
+// More combinations than this are refused before any is built (a sweep of
+// them would not finish; their configs alone would not fit in memory).
+constexpr int64_t kMaxSweepCombinations = 10000;
 
 // The combinations as lists of "key=value" overrides, in file order (the last
 // key varies fastest).

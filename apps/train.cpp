@@ -49,20 +49,30 @@ namespace {
 // step, saves `last` and exits non-zero. A second one stops at once (exit
 // status 130, nothing saved: the checkpoints already written stay as they are).
 volatile std::sig_atomic_t g_interrupted = 0;
+int g_interrupt_scopes = 0;  // nested scopes: a sweep's around each of its runs'
 void on_interrupt(int) {
   if (g_interrupted) ::_exit(130);  // async-signal-safe
   g_interrupted = 1;
 }
 
-struct InterruptScope {
-  InterruptScope() : prev_int(std::signal(SIGINT, on_interrupt)), prev_term(std::signal(SIGTERM, on_interrupt)) {}
-  ~InterruptScope() {
-    std::signal(SIGINT, prev_int);
-    std::signal(SIGTERM, prev_term);
-  }
-  void (*prev_int)(int);
-  void (*prev_term)(int);
-};
+}  // namespace
+
+InterruptScope::InterruptScope() {
+  if (g_interrupt_scopes++ > 0) return;  // the outermost scope installs the handlers and clears the flag
+  g_interrupted = 0;
+  prev_int_ = std::signal(SIGINT, on_interrupt);
+  prev_term_ = std::signal(SIGTERM, on_interrupt);
+}
+
+InterruptScope::~InterruptScope() {
+  if (--g_interrupt_scopes > 0) return;
+  std::signal(SIGINT, prev_int_);
+  std::signal(SIGTERM, prev_term_);
+}
+
+bool InterruptScope::interrupted() { return g_interrupted != 0; }
+
+namespace {
 
 // Quantizer parameters (LSQ steps and offsets) train in a group of their own
 // without weight decay; everything else as the config says.
@@ -461,7 +471,6 @@ int run_train(const TrainArgs& args) {
     lock.emplace(run_dir);  // before anything in the directory is written (checked again under it)
   }
   InterruptScope interrupts;  // from here on Ctrl-C / SIGTERM end the run cleanly
-  g_interrupted = 0;
   if (lead && args.resume_dir.empty()) check_fresh_run_dir(run_dir);
 
   const data::ImageFolder train_set = image_folder(cfg.data, cfg.data.train);

@@ -28,6 +28,23 @@ struct TrainArgs {
 // Returns the process exit code (0 done, 130 interrupted by Ctrl-C).
 int run_train(const TrainArgs& args);
 
+// While one lives, Ctrl-C and SIGTERM raise a flag instead of ending the
+// process (a second signal ends it at once, status 130). Scopes nest: the
+// outermost installs the handlers and clears the flag, so a signal that
+// arrives between a sweep's runs, or while one validates, is still seen.
+class InterruptScope {
+ public:
+  InterruptScope();
+  ~InterruptScope();
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+  static bool interrupted();
+
+ private:
+  void (*prev_int_)(int) = nullptr;
+  void (*prev_term_)(int) = nullptr;
+};
+
 struct EvalArgs {
   std::string config;
   std::vector<std::string> overrides;

@@ -49,3 +49,22 @@ TEST_CASE("qat compare refuses an --out that is a file before reading any run (h
   in >> kept;
   CHECK(kept == "keep");
 }
+
+// The sweep's own scope holds a Ctrl-C that comes while a run sets up or
+// validates (most of a tiny run's time); before, the next run cleared it and
+// the sweep went on.
+TEST_CASE("qat sweep stops on SIGTERM (as on Ctrl-C) within seconds, wherever the signal lands", "[cli][sweep]") {
+  qat::testing::TempDir t;
+  const std::string cfg = qat::testing::write_sample_config(t.dir, "cfg.yaml", "", 1, 1, "sw");
+  std::string seeds;
+  for (int i = 1; i <= 300; ++i) seeds += (i > 1 ? ", " : "") + std::to_string(i);
+  std::ofstream(cfg, std::ios::app) << "sweep: {train.seed: [" << seeds << "]}\n";
+  for (int trial = 0; trial < 3; ++trial) {
+    // the sweep gets SIGTERM (a background job of sh ignores SIGINT) after 1.5 s (plus 0.3 s per trial, to land elsewhere); timeout's 60 s would be 124
+    const std::string cmd = "timeout 60 sh -c '" + std::string(QAT_BINARY) + " sweep " + cfg +
+                            " & p=$!; sleep " + std::to_string(1.5 + 0.3 * trial) + "; kill -TERM $p; wait $p'";
+    const int rc = std::system((cmd + " > " + (t.dir / "sw.log").string() + " 2>&1").c_str());
+    INFO("trial " << trial);
+    CHECK(WEXITSTATUS(rc) == 130);
+  }
+}

@@ -249,6 +249,25 @@ TEST_CASE("a sweep refuses a finished combination trained with another config", 
   CHECK_FALSE(fs::exists(dir / "bad/bits-4"));
 }
 
+TEST_CASE("a sweep refuses folder clashes, a wrong baseline and a config every combination fails, before training",
+          "[e2e][guard]") {
+  const fs::path dir = fresh_dir("sweep_checks");
+  const std::string cfg = testing::write_sample_config(dir, "cfg.yaml", "", 1, 1, "s");
+  std::ofstream(cfg, std::ios::app) << "sweep: {data.train: [/x/d/x, /x/d_x]}\n";
+  REQUIRE_THROWS_WITH(run_sweep({cfg, {}, {}}), Contains("{data.train=/x/d/x} and {data.train=/x/d_x} would both "
+                                                         "train in the folder data_train-_x_d_x"));
+  const std::string seeds = testing::write_sample_config(dir, "seeds.yaml", "", 1, 1, "seeds");
+  std::ofstream(seeds, std::ios::app) << "sweep: {train.seed: [1, 2]}\n";
+  fs::create_directories(dir / "notarun");
+  REQUIRE_THROWS_WITH(run_sweep({seeds, {}, {(dir / "notarun").string()}}), Contains("has no config.yaml"));
+  CHECK_FALSE(fs::exists(dir / "seeds"));
+  const std::string typo = testing::write_sample_config(
+      dir, "typo.yaml", "quant: {enabled: true, overrides: {feature.0: {weight_bits: 8}}}\n", 1, 1, "typo");
+  std::ofstream(typo, std::ios::app) << "sweep: {quant.bits: [8, 4]}\n";
+  REQUIRE_THROWS_WITH(run_sweep({typo, {}, {}}), Contains("every one of the 2 combinations") &&
+                                                     Contains("feature.0"));
+}
+
 TEST_CASE("eval of an export refuses validation folders whose classes differ from its manifest's", "[e2e][guard]") {
   const fs::path dir = fresh_dir("classes");
   const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
