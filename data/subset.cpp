@@ -90,6 +90,13 @@ void run_jobs(const std::vector<Job>& jobs, int64_t size, int threads, const Dec
   if (error) std::rethrow_exception(error);
 }
 
+// Whether `p` is `root` or below it, links resolved (p need not exist yet).
+bool inside(const fs::path& p, const fs::path& root) {
+  std::error_code ec;
+  const fs::path rel = fs::weakly_canonical(fs::absolute(p), ec).lexically_relative(fs::weakly_canonical(fs::absolute(root), ec));
+  return !rel.empty() && *rel.begin() != "..";  // "." for root itself
+}
+
 }  // namespace
 
 SubsetSummary make_subset(const std::string& src_root, const std::string& out_root, int64_t per_class,
@@ -106,6 +113,8 @@ SubsetSummary make_subset(const std::string& src_root, const std::string& out_ro
   QAT_CHECK(size <= limits.max_pixels / size, "make_subset: size ", size, " makes images of at least ", size, "x",
             size, " pixels, more than data.max_image_pixels (", limits.max_pixels, " by default)");
   std::error_code ec;
+  QAT_CHECK(!inside(out, src), "make_subset: output '", out_root, "' is inside the source '", src_root,
+            "': its images would become classes of the source; choose an output outside it");
   QAT_CHECK(!fs::exists(out, ec) || (fs::is_directory(out, ec) && fs::is_empty(out, ec)), "make_subset: output '",
             out_root, "' exists and is not an empty folder");
   // Written into a staging folder inside it, then train/ and val/ moved into

@@ -678,6 +678,12 @@ TEST_CASE("make_subset: counts, sizes, seeded choice, errors", "[data]") {
   REQUIRE(differs);
 
   REQUIRE_THROWS_WITH(make_subset(src, t.file("out"), 2, 1, 10, 9), Contains("not an empty folder"));
+  // An output inside the source would add its images to the source's classes.
+  REQUIRE_THROWS_WITH(make_subset(src, t.file("src/train/small"), 1, 1, 10, 9), Contains("is inside the source"));
+  REQUIRE_THROWS_WITH(make_subset(src, t.file("src"), 1, 1, 10, 9), Contains("is inside the source"));
+  fs::create_directory_symlink(t.dir / "src" / "val", t.dir / "into_src");
+  REQUIRE_THROWS_WITH(make_subset(src, t.file("into_src/new"), 1, 1, 10, 9), Contains("is inside the source"));
+  CHECK(ImageFolder(src + "/train").classes() == std::vector<std::string>{"c0", "c1", "c2"});
   REQUIRE_THROWS_WITH(make_subset(src, t.file("x"), 7, 1, 10, 9), Contains("fewer than the 7"));
   REQUIRE_THROWS_WITH(make_subset(t.file("nosrc"), t.file("y"), 1, 1, 10, 9), Contains("nosrc"));
   // An existing empty folder keeps its permissions; a link to one is followed.
