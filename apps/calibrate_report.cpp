@@ -37,7 +37,7 @@ std::string calibrator_chart(const CalibrateReport& r, const std::string& title)
   auto X = [&](double v) { return left + pw * v / hi; };
   std::string s = svg_begin(W, H);
   s += "<text x=\"10\" y=\"18\" font-size=\"14\">val top-1 of the integer model per calibrator</text>\n";
-  s += "<text x=\"10\" y=\"33\" fill=\"#555\">" + title + "</text>\n";
+  s += "<text x=\"10\" y=\"33\" fill=\"#555\">" + escape_html(title) + "</text>\n";
   auto row = [&](size_t i, const std::string& name, double v, const char* color) {
     const double y = top + (bar + gap) * static_cast<double>(i);
     s += fmt("<text x=\"%.1f\"", left - 8) + fmt(" y=\"%.1f\" text-anchor=\"end\">", y + bar / 2 + 4) + name +

@@ -131,14 +131,15 @@ std::string markdown_table(const std::vector<RunSummary>& runs) {
   bool speed = false;
   for (const auto& r : runs) speed = speed || r.infer_img_s > 0;
   std::string t =
-      "| run | bits W/A | method | best top-1 | best top-5 | final top-1 | final top-5 | Δ best top-1 vs " + ref->name +
+      "| run | bits W/A | method | best top-1 | best top-5 | final top-1 | final top-5 | Δ best top-1 vs " +
+      markdown_cell(ref->name) +
       " | weights | train time |" + (speed ? " inference |" : "") + "\n|---|---|---|---|---|---|---|---|---|---|" +
       (speed ? "---|" : "") + "\n";
   for (const auto& r : runs) {
     std::string bits = r.method == "fp32" ? "32/32" : std::to_string(r.weight_bits) + "/" +
                                                           std::to_string(r.activation_bits);
     bits += override_label(r);
-    t += "| " + r.name + " | " + bits + " | " + r.method + " | " + fmt("%.2f%%", 100 * r.best_top1) + " | " +
+    t += "| " + markdown_cell(r.name) + " | " + bits + " | " + r.method + " | " + fmt("%.2f%%", 100 * r.best_top1) + " | " +
          fmt("%.2f%%", 100 * r.best_top5) + " | " + fmt("%.2f%%", 100 * r.final_top1) + " | " +
          fmt("%.2f%%", 100 * r.final_top5) + " | " + fmt("%+.2f", 100 * (r.best_top1 - ref->best_top1)) + " | " +
          bytes_str(r.weight_bytes) + " | " + fmt("%.1f min", r.train_seconds / 60) + " |";
@@ -190,7 +191,8 @@ std::string svg_chart(const std::vector<RunSummary>& runs) {
       const double x0 = X(off), y0 = Y(runs[r.parent].val_top1.back());
       pts += fmt("%.1f,", x0) + fmt("%.1f ", y0);
       s += fmt("<circle cx=\"%.1f\"", x0) + fmt(" cy=\"%.1f\" r=\"5\" fill=\"white\" stroke=\"", y0) + c +
-           "\" stroke-width=\"2\"><title>" + r.name + " starts from " + runs[r.parent].name + "</title></circle>\n";
+           "\" stroke-width=\"2\"><title>" + escape_html(r.name + " starts from " + runs[r.parent].name) +
+           "</title></circle>\n";
     }
     for (size_t e = 0; e < r.val_top1.size(); ++e)
       pts += fmt("%.1f,", X(off + static_cast<double>(e) + 1)) + fmt("%.1f ", Y(r.val_top1[e]));
@@ -198,7 +200,7 @@ std::string svg_chart(const std::vector<RunSummary>& runs) {
     const double ly = top + 16 * i + 10;
     s += fmt("<line x1=\"%.1f\"", left + pw + 15) + fmt(" x2=\"%.1f\"", left + pw + 35) + fmt(" y1=\"%.1f\"", ly) +
          fmt(" y2=\"%.1f\" stroke=\"", ly) + c + "\" stroke-width=\"2\"/>\n";
-    s += fmt("<text x=\"%.1f\"", left + pw + 40) + fmt(" y=\"%.1f\">", ly + 4) + runs[i].name + "</text>\n";
+    s += fmt("<text x=\"%.1f\"", left + pw + 40) + fmt(" y=\"%.1f\">", ly + 4) + escape_html(runs[i].name) + "</text>\n";
   }
   return s + "</svg>\n";
 }
@@ -227,7 +229,7 @@ int run_compare(const CompareArgs& args) {
     const auto s = layer_sqnr(runs, args.runs, args.sqnr_images);
     QAT_CHECK(!s.empty(), "compare --sqnr-images: needs an FP32 run and a fine-tune of it (quant.init_from), both "
                           "with best.safetensors");
-    sqnr_md = sqnr_table(s, args.sqnr_images);
+    sqnr_md = sqnr_table(s);
     sqnr_svg = sqnr_chart(s);
     svgs.emplace_back("per-layer output error against FP32", sqnr_svg);
   }

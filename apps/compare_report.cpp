@@ -10,24 +10,18 @@ namespace qat::apps {
 
 namespace {
 
-std::string escape_html(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else o += c;
-  }
-  return o;
-}
-
+// A Markdown table row's cells; "\\|" inside a cell is a literal '|' (markdown_cell).
 std::vector<std::string> cells_of(const std::string& row) {
   std::vector<std::string> cells;
   size_t p = row.find('|');
   while (p != std::string::npos) {
-    const size_t q = row.find('|', p + 1);
-    if (q == std::string::npos) break;
-    std::string c = row.substr(p + 1, q - p - 1);
+    std::string c;
+    size_t q = p + 1;
+    for (; q < row.size() && row[q] != '|'; ++q) {
+      if (row[q] == '\\' && q + 1 < row.size() && row[q + 1] == '|') ++q;
+      c += row[q];
+    }
+    if (q >= row.size()) break;
     const size_t a = c.find_first_not_of(' '), b = c.find_last_not_of(' ');
     cells.push_back(a == std::string::npos ? "" : c.substr(a, b - a + 1));
     p = q;
@@ -75,7 +69,7 @@ std::string accuracy_chart(const std::vector<std::string>& names, const std::vec
   auto X = [&](double v) { return left + pw * v / xmax; };
   auto Y = [&](double v) { return top + ph * (1 - (v - lo) / (hi - lo)); };
   std::string s = svg_begin(W, H);
-  s += fmt("<text x=\"%.0f\" y=\"18\" font-size=\"14\">", left) + title + " (dashed line: the Pareto front)</text>\n";
+  s += fmt("<text x=\"%.0f\" y=\"18\" font-size=\"14\">", left) + escape_html(title) + " (dashed line: the Pareto front)</text>\n";
   for (int k = 0; k <= 4; ++k) {
     const double v = lo + (hi - lo) * k / 4, xv = xmax * k / 4;
     s += fmt("<line x1=\"%.1f\"", left) + fmt(" x2=\"%.1f\"", left + pw) + fmt(" y1=\"%.1f\"", Y(v)) +

@@ -117,18 +117,19 @@ std::vector<RunSqnr> layer_sqnr(const std::vector<RunSummary>& runs, const std::
         }
       }
     }
-    RunSqnr r{runs[i].name, {}};
+    RunSqnr r{runs[i].name, {}, set.images.size(0)};
     for (size_t k = 0; k < points.size(); ++k) r.layers.push_back({points[k].first, sqnr_db(signal[k], noise[k])});
     out.push_back(std::move(r));
   }
   return out;
 }
 
-std::string sqnr_table(const std::vector<RunSqnr>& s, int64_t images) {
+std::string sqnr_table(const std::vector<RunSqnr>& s) {
+  const int64_t images = s.empty() ? 0 : s.front().images;
   if (s.empty()) return "";
   std::string t = "Per-layer output SQNR against the FP32 run (dB, " + std::to_string(images) +
                   " validation images; higher is closer, ~6 dB a bit)\n\n| layer |";
-  for (const auto& r : s) t += " " + r.run + " |";
+  for (const auto& r : s) t += " " + markdown_cell(r.run) + " |";
   t += "\n|---|";
   for (size_t i = 0; i < s.size(); ++i) t += "---:|";
   t += "\n";
@@ -180,7 +181,7 @@ std::string sqnr_chart(const std::vector<RunSqnr>& s) {
     const double ly = top + 16.0 * static_cast<double>(ri);
     o += fmt("<rect x=\"%.1f\"", left + pw + 50) + fmt(" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"", ly) +
          colors[ri % 6] + "\"/>\n";
-    o += fmt("<text x=\"%.1f\"", left + pw + 66) + fmt(" y=\"%.1f\">", ly + 10) + s[ri].run + "</text>\n";
+    o += fmt("<text x=\"%.1f\"", left + pw + 66) + fmt(" y=\"%.1f\">", ly + 10) + escape_html(s[ri].run) + "</text>\n";
   }
   return o + "</svg>\n";
 }

@@ -29,6 +29,7 @@ struct LayerSqnr {
 struct RunSqnr {
   std::string run;
   std::vector<LayerSqnr> layers;
+  int64_t images = 0;  // the validation images measured (fewer than asked where the set is smaller)
 };
 
 // For every quantized run of `runs` (run_dirs: their folders; align_runs()
@@ -38,7 +39,7 @@ struct RunSqnr {
 // no such pair.
 std::vector<RunSqnr> layer_sqnr(const std::vector<RunSummary>& runs, const std::vector<std::string>& run_dirs,
                                 int64_t images);
-std::string sqnr_table(const std::vector<RunSqnr>& s, int64_t images);
+std::string sqnr_table(const std::vector<RunSqnr>& s);
 std::string sqnr_chart(const std::vector<RunSqnr>& s);
 
 }  // namespace qat::apps

@@ -1,7 +1,8 @@
 #include "apps/metrics_log.h"
 
-#include <filesystem>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -65,30 +66,47 @@ void write_checked(const std::string& path, const std::string& text, std::ios::o
   QAT_CHECK(f.good(), "metrics: writing ", path, " failed (disk full?)");
 }
 
-bool parse_row(const std::string& line, EpochMetrics& m) {
-  char comma;
+// One row of metrics.csv; what is wrong with it, or "" (values qat cannot
+// have written, as a top-1 of 7.5 or a negative time, are wrong too).
+std::string parse_row(const std::string& line, EpochMetrics& m) {
+  char commas[9];
   std::istringstream s(line);
   long long epoch;
-  s >> epoch >> comma >> m.train_loss >> comma >> m.train_top1 >> comma >> m.val_loss >> comma >> m.val_top1 >>
-      comma >> m.val_top5 >> comma >> m.lr >> comma >> m.epoch_seconds >> comma >> m.images_per_second >> comma >>
-      m.data_wait_share;
+  s >> epoch >> commas[0] >> m.train_loss >> commas[1] >> m.train_top1 >> commas[2] >> m.val_loss >> commas[3] >>
+      m.val_top1 >> commas[4] >> m.val_top5 >> commas[5] >> m.lr >> commas[6] >> m.epoch_seconds >> commas[7] >>
+      m.images_per_second >> commas[8] >> m.data_wait_share;
   m.epoch = epoch;
-  return !s.fail() && (s >> std::ws).eof();
+  if (s.fail() || !(s >> std::ws).eof() || std::string(commas, 9).find_first_not_of(',') != std::string::npos)
+    return "expected 10 comma-separated numbers";
+  for (const double v : {m.train_loss, m.val_loss, m.lr, m.epoch_seconds, m.images_per_second, m.data_wait_share})
+    if (!(std::isfinite(v) && v >= 0)) return "a loss, lr, time, speed or wait share that is negative or not finite";
+  for (const double v : {m.train_top1, m.val_top1, m.val_top5})
+    if (!(v >= 0 && v <= 1)) return "an accuracy outside [0, 1]";
+  return "";
 }
 
-// The rows of metrics.csv in order; `malformed` receives the first row that
-// does not parse (rows after it are not read), empty when none.
+// The rows of metrics.csv in order, epochs 1, 2, ...; `malformed` receives
+// the first row that is not one ("row N: why: text"; rows after it are not
+// read), empty when none. A file without qat's header is malformed at once.
 std::vector<EpochMetrics> read_rows(const std::string& csv, std::string& malformed) {
   std::vector<EpochMetrics> out;
   std::ifstream in(csv);
   if (!in) return out;
   std::string line;
-  std::getline(in, line);  // header
+  std::getline(in, line);
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (line != kHeader) {
+    malformed = "line 1: expected the header " + std::string(kHeader) + ", got: " + line.substr(0, 200);
+    return out;
+  }
   while (std::getline(in, line)) {
-    if (line.empty()) continue;
+    if (line.empty() || line == "\r") continue;
     EpochMetrics m;
-    if (!parse_row(line, m)) {
-      malformed = line;
+    std::string why = parse_row(line, m);
+    if (why.empty() && m.epoch != static_cast<int64_t>(out.size()) + 1)
+      why = "epoch " + std::to_string(m.epoch) + " where epoch " + std::to_string(out.size() + 1) + " comes";
+    if (!why.empty()) {
+      malformed = "row " + std::to_string(out.size() + 1) + ": " + why + ": " + line.substr(0, 200);
       break;
     }
     out.push_back(m);
@@ -133,7 +151,7 @@ int64_t truncate_metrics(const std::string& run_dir, int64_t last_epoch) {
 std::vector<EpochMetrics> read_metrics(const std::string& run_dir) {
   std::string malformed;
   std::vector<EpochMetrics> rows = read_rows(run_dir + "/metrics.csv", malformed);
-  QAT_CHECK(malformed.empty(), "metrics: malformed row in ", run_dir, "/metrics.csv: ", malformed);
+  QAT_CHECK(malformed.empty(), "metrics: ", run_dir, "/metrics.csv, ", malformed);
   return rows;
 }
 

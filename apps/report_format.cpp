@@ -16,4 +16,23 @@ std::string svg_begin(double width, double height) {
          " font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
 }
 
+std::string escape_html(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else if (c == '"') o += "&quot;";
+    else if (c == '\'') o += "&#39;";
+    else o += c;
+  }
+  return o;
+}
+
+std::string markdown_cell(const std::string& s) {
+  std::string o;
+  for (char c : s) (c == '|' ? o += "\\|" : o += c);
+  return o;
+}
+
 }  // namespace qat::apps

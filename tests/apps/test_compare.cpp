@@ -165,3 +165,43 @@ TEST_CASE("index.html renders each Markdown table apart", "[compare]") {
   CHECK_THAT(html, Contains("<th>a</th><th>b</th>") && Contains("<th>x</th><th>y</th><th>z</th>") &&
                        Contains("<td>3</td>") && Contains("<p>Caption line</p>"));
 }
+
+// Run names are folder names: any of < > & " ' | may be in them.
+TEST_CASE("run names are escaped in the charts, the page and the Markdown table", "[compare]") {
+  const std::string name = "a<b>&\"q|r'";
+  fs::path odd = make_run(name, "", {0.5, 0.6});
+  fs::path fp = make_run("fp32", "", {0.5, 0.7});
+  const std::vector<RunSummary> runs = {summarize_run(fp.string()), summarize_run(odd.string())};
+  REQUIRE(runs[1].name == name);
+  const std::string escaped = "a&lt;b&gt;&amp;&quot;q|r&#39;";
+  for (const std::string& svg : {svg_chart(runs), tradeoff_chart(runs)}) {
+    CHECK(svg.find("<b>") == std::string::npos);
+    CHECK_THAT(svg, Contains(escaped));
+  }
+  const std::string table = markdown_table(runs);
+  CHECK_THAT(table, Contains("| a<b>&\"q\\|r' | 32/32 |"));
+  const std::string html = html_report("t", table, {{"curves", svg_chart(runs)}});
+  CHECK(html.find("<b>") == std::string::npos);
+  CHECK_THAT(html, Contains("<td>" + escaped + "</td><td>32/32</td>"));
+}
+
+TEST_CASE("compare refuses metrics.csv rows qat cannot have written, naming the row and why", "[compare]") {
+  fs::path run = make_run("odd_metrics", "", {0.5, 0.6});
+  const std::string header =
+      "epoch,train_loss,train_top1,val_loss,val_top1,val_top5,lr,epoch_time_s,images_per_s,data_wait_share\n";
+  const std::string good = "1,2.6,0.1,2.3,0.5,0.95,0.01,5,19,0.002\n";
+  auto with = [&](const std::string& text) {
+    std::ofstream(run / "metrics.csv", std::ios::trunc) << text;
+    return run.string();
+  };
+  CHECK(summarize_run(with(header + good)).best_top1 == Approx(0.5));
+  REQUIRE_THROWS_WITH(summarize_run(with(header + "1;2.6;0.1;2.3;0.5;0.95;0.01;5;19;0.002\n")),
+                      Contains("row 1: expected 10 comma-separated numbers"));
+  REQUIRE_THROWS_WITH(summarize_run(with(header + "1,2.6,0.1,2.3,7.5,0.95,0.01,5,19,0.002\n")),
+                      Contains("row 1: an accuracy outside [0, 1]"));
+  REQUIRE_THROWS_WITH(summarize_run(with(header + "1,2.6,0.1,2.3,0.5,0.95,0.01,-5,19,0.002\n")),
+                      Contains("negative or not finite"));
+  REQUIRE_THROWS_WITH(summarize_run(with(header + good + good)), Contains("row 2: epoch 1 where epoch 2 comes"));
+  REQUIRE_THROWS_WITH(summarize_run(with(good + "2,2.6,0.1,2.3,0.9,0.95,0.01,5,19,0.002\n")),
+                      Contains("line 1: expected the header epoch,train_loss"));
+}

@@ -60,6 +60,11 @@ TEST_CASE("qat compare --sqnr-images: 8-bit layers closer to FP32 than 4-bit one
     CHECK(s[0].layers[k].db > s[1].layers[k].db + 6);  // W8A8 vs W4A4: several bits apart
     CHECK(s[1].layers[k].db > 0);
   }
+  // More images asked than the set has: the count measured is the one reported.
+  const auto all = layer_sqnr(runs, dirs, 1000);
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].images == 100);
+  CHECK_THAT(sqnr_table(all), Catch::Matchers::Contains("(dB, 100 validation images"));
   CompareArgs a{dirs, (dir / "report").string(), 40};
   REQUIRE(run_compare(a) == 0);
   CHECK(fs::exists(dir / "report" / "sqnr.md"));

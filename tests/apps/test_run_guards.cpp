@@ -63,7 +63,9 @@ TEST_CASE("a new run refuses a folder holding another run's files and leaves the
   fs::create_directories(dir / "run");
   write_text(dir / "run/best.safetensors", "an earlier run's best");
   write_text(dir / "run/notes.txt", "mine");
-  write_text(dir / "run/metrics.csv", "epoch\n");  // a log without rows: what a run stopped in epoch 1 leaves
+  // a log without rows: what a run stopped in epoch 1 leaves
+  write_text(dir / "run/metrics.csv", "epoch,train_loss,train_top1,val_loss,val_top1,val_top5,lr,epoch_time_s,"
+                                      "images_per_s,data_wait_share\n");
   REQUIRE_THROWS_WITH(run_train({cfg, {}, ""}), Contains(dir.string() + "/run already holds 2 file(s)") &&
                                                     Contains("(best.safetensors, notes.txt)"));
   CHECK(read_text(dir / "run/best.safetensors") == "an earlier run's best");
