@@ -147,7 +147,7 @@ int run_sweep(const SweepArgs& args) {
       rejected.push_back(combination_name(combos[i]) + ": " + e.what());
       continue;
     }
-    const int rc = run_train({args.config, ov, started ? dir : "", 0});
+    const int rc = run_train({args.config, ov, started ? dir : "", 0, {}, /*sweep_member=*/true});
     if (rc != 0) return rc;  // interrupted: the sweep resumes from here next time
     finished.push_back(dir);
   }

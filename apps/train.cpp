@@ -446,6 +446,8 @@ int run_train(const TrainArgs& args) {
   std::vector<std::string> overrides = args.overrides;
   if (!args.device.empty()) overrides.push_back("train.device=" + args.device);
   ExperimentConfig cfg = load_config(args.config, overrides);
+  QAT_CHECK(cfg.sweep.empty() || args.sweep_member, "train: ", args.config, " has a sweep: section (lists of values "
+            "for keys); run it with `qat sweep ", args.config, "`, or remove the section to train one config");
   // Note [training device]: before the run directory is touched.
   const Device device = cfg.train.device;
   check_training_device(device, training_step_of(cfg));

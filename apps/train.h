@@ -23,6 +23,7 @@ struct TrainArgs {
   std::string resume_dir;              // --resume RUN_DIR
   int64_t stop_after_steps = 0;        // >0: behave as if Ctrl-C came after this many steps (tests)
   std::string device = {};             // --device cpu|cuda: overrides train.device ("" keeps the config's)
+  bool sweep_member = false;           // run by qat sweep (the config's sweep: section is its business)
 };
 
 // Returns the process exit code (0 done, 130 interrupted by Ctrl-C).

@@ -265,7 +265,13 @@ YamlValue load_yaml_file(const std::string& file) {
   const std::string text = read_text(file);
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    // A second document (after ---) would be ignored by a single Load: its settings silently lost.
+    std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    size_t used = docs.size();
+    while (used > 1 && docs[used - 1].IsNull()) --used;  // an empty document after a trailing ---
+    QAT_CHECK(used <= 1, file, ", line ", docs[1].Mark().line + 1, ": a second YAML document begins here (after a ---); a qat "
+              "file is one document: merge the two or remove the ---");
+    if (!docs.empty()) root = docs.front();
   } catch (const YAML::ParserException& e) {
     QAT_FAIL(file, ", line ", e.mark.line + 1, ": YAML syntax error: ", e.msg);
   } catch (const YAML::Exception& e) {

@@ -268,6 +268,9 @@ TEST_CASE("a sweep refuses folder clashes, a wrong baseline and a config every c
   std::ofstream(typo, std::ios::app) << "sweep: {quant.bits: [8, 4]}\n";
   REQUIRE_THROWS_WITH(run_sweep({typo, {}, {}}), Contains("every one of the 2 combinations") &&
                                                      Contains("feature.0"));
+  // qat train of a sweep's config would train its base config alone, into the sweep's root
+  REQUIRE_THROWS_WITH(run_train({seeds, {}, ""}), Contains("has a sweep: section") && Contains("qat sweep " + seeds));
+  CHECK_FALSE(fs::exists(dir / "seeds"));
 }
 
 TEST_CASE("eval of an export refuses validation folders whose classes differ from its manifest's", "[e2e][guard]") {

@@ -151,3 +151,10 @@ TEST_CASE("yaml_value: strings must be UTF-8 so that they can be written back", 
     REQUIRE_THROWS_WITH(text(bad), Contains("f.yaml, line 4") && Contains("data.train") && Contains("UTF-8"));
   }
 }
+
+TEST_CASE("yaml_value: a second YAML document is refused, not ignored", "[yaml_value]") {
+  Doc two("top:\n  a: 1\n---\ntop:\n  a: 5\n");
+  REQUIRE_THROWS_WITH(load_yaml_file(two.path), Contains(two.path + ", line 4: a second YAML document begins here"));
+  Doc marked("---\ntop:\n  a: 1\n---\n");  // a leading and a trailing ---: one document
+  REQUIRE(marked.top().get("a").as<int64_t>() == 1);
+}
