@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -26,6 +27,7 @@
 #include "models/models.h"
 #include "quant/convert/freeze.h"
 #include "quant/observe/calibration_cache.h"
+#include "quant/qparams.h"
 #include "quant/sim/calibration.h"
 #include "quant/sim/prepare.h"
 
@@ -95,6 +97,24 @@ void print_thresholds(const std::vector<quant::CalibratedTensor>& tensors, const
               quant::calibrator_name(c));
 }
 
+// A cache scale (T / 127) no calibrator writes: a threshold T beyond the
+// observed max |x| (every calibrator caps it there; an infinite T is
+// replaced by the observed range), or a scale below the grid's floor (it
+// would be raised to the floor). Either way the cache would not be what runs.
+void check_cache_threshold(const std::string& path, const quant::CalibratedTensor& t, float scale,
+                           std::pair<float, float> observed) {
+  const float floor = quant::scale_floor(t.quantizer->config().spec);
+  // (an all-zero activation's threshold is the floor's)
+  const float amax = std::max({-observed.first, observed.second, floor * 127.0f}), threshold = scale * 127.0f;
+  constexpr float kRounding = 1e-5f;  // T / 127 stored in float, multiplied back
+  QAT_CHECK(std::isfinite(threshold) && threshold <= amax * (1 + kRounding), "calibration cache ", path, ": tensor ",
+            t.name, " has threshold ", threshold, " (scale ", scale, " x 127), beyond its observed max |x| ", amax,
+            " (calibrators cap the threshold there); the cache was edited or is not this calibration's");
+  QAT_CHECK(scale >= floor, "calibration cache ", path, ": tensor ", t.name, " has scale ", scale,
+            ", below the smallest scale the grid allows (", floor, "); the cache was edited or is not this "
+            "calibration's");
+}
+
 // Reads a cache that matches this calibration, or fails naming what differs.
 std::map<std::string, float> read_matching_cache(const std::string& path, const Setup& s, const CalibrateArgs& args,
                                                  CalibrationRecord& rec) {
@@ -120,6 +140,7 @@ std::map<std::string, float> read_matching_cache(const std::string& path, const 
   QAT_CHECK(rec.calibrator != quant::Calibrator::percentile || rec.percentile == args.percentile, "calibration cache ",
             path, " holds percentile ", rec.percentile, " scales but --percentile asks for ", args.percentile,
             "; name another --cache to calibrate afresh");
+  for (const auto& t : tensors) check_cache_threshold(path, t, scales.at(t.name), rec.ranges.at(t.name));
   QAT_CHECK(rec.calibrator == cache.calibrator, "calibration cache ", path, " says ",
             quant::calibrator_name(cache.calibrator), " but its record ", rp, " says ",
             quant::calibrator_name(rec.calibrator));

@@ -156,6 +156,21 @@ TEST_CASE("a stale or mismatched calibration cache is refused naming what change
     fs::remove(edited + ".source.yaml");
     refused(a, "has no source record");
   }
+  SECTION("a scale no calibrator writes: beyond the observed max, infinite, below the grid's floor") {
+    const std::string edited = (dir / "edited.cache").string();
+    fs::copy_file(cache + ".source.yaml", edited + ".source.yaml");
+    CalibrateArgs a = args_for(cfg, dir / "x");
+    a.cache = edited;
+    for (const auto& [hex, why] : std::vector<std::pair<std::string, std::string>>{
+             {"7f7fffff", "has threshold inf"}, {"49742400", "beyond its observed max |x|"},
+             {"00000001", "below the smallest scale the grid allows"}}) {
+      std::string bad = text;
+      bad.replace(bad.find(": ") + 2, 8, hex);
+      write_text_file_atomic(edited, bad);
+      refused(a, "tensor features.0.input_fake_quant has " + std::string(hex == "00000001" ? "scale" : "threshold"));
+      refused(a, why);
+    }
+  }
   SECTION("a record without a tensor's range") {
     const std::string edited = (dir / "edited.cache").string();
     write_text_file_atomic(edited, text);
