@@ -107,6 +107,9 @@ int run_export(const ExportArgs& args) {
   ex.classes = data::ImageFolder(f.cfg.data.val, true).classes();
   QAT_CHECK(static_cast<int64_t>(ex.classes.size()) == ex.model.num_classes(), "export: ", f.cfg.data.val, " has ",
             ex.classes.size(), " class folders, the model ", ex.model.num_classes(), " outputs");
+  // The manifest names the outputs: they must be the classes the checkpoint trained on.
+  if (const auto trained = recorded_classes(load_safetensors_metadata(args.checkpoint), args.checkpoint); !trained.empty())
+    check_same_classes(trained, ex.classes, "export", args.checkpoint, f.cfg.data.val);
   ex.image_size = f.cfg.data.image_size;
   ex.resize = f.cfg.data.resize;
   for (int c = 0; c < 3; ++c) {

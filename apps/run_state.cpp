@@ -92,6 +92,11 @@ Metadata run_state_metadata(Module& model, const RunState& s, const ExperimentCo
   for (size_t i = 0; i < gens.size(); ++i) m["generator" + std::to_string(i)] = hex_state(*gens[i]);
   for (const auto& [k, v] : quantizer_specs(model)) m[k] = v;
   m["model_sha256"] = sha256_tensors(model.state_dict());
+  if (!s.classes.empty()) {  // joined by '/', which no folder name holds
+    std::string joined;
+    for (const auto& c : s.classes) joined += (joined.empty() ? "" : "/") + c;
+    m["classes"] = joined;
+  }
   for (const auto& [k, v] : extra) m[k] = v;
   return m;
 }
@@ -216,6 +221,28 @@ Metadata load_model_checked(const std::string& path, Module& model, Optimizer* o
   return m;
 }
 
+std::vector<std::string> recorded_classes(const Metadata& m, const std::string& path) {
+  std::vector<std::string> out;
+  const auto c = m.find("classes");
+  if (c == m.end()) return out;
+  for (size_t at = 0; at <= c->second.size();) {
+    const size_t slash = std::min(c->second.find('/', at), c->second.size());
+    out.push_back(c->second.substr(at, slash - at));
+    QAT_CHECK(!out.back().empty(), "checkpoint ", path, ": metadata 'classes' holds an empty class name");
+    at = slash + 1;
+  }
+  return out;
+}
+
+void check_same_classes(const std::vector<std::string>& recorded, const std::vector<std::string>& folders,
+                        const std::string& op, const std::string& source, const std::string& folder_root) {
+  for (size_t i = 0; i < std::min(recorded.size(), folders.size()); ++i)
+    QAT_CHECK(recorded[i] == folders[i], op, ": ", source, " has class ", i, " '", recorded[i], "', but ", folder_root,
+              " has '", folders[i], "' there (class folders in sorted order)");
+  QAT_CHECK(recorded.size() == folders.size(), op, ": ", source, " has ", recorded.size(), " classes, ", folder_root,
+            " ", folders.size(), " class folders");
+}
+
 RunState load_run_state(const std::string& path, Module& model, Optimizer* optimizer, const ExperimentConfig* cfg,
                         ConfigMatch match) {
   if (cfg && match != ConfigMatch::any) check_quantizer_specs(path, model, *cfg);
@@ -232,6 +259,7 @@ RunState load_run_state(const std::string& path, Module& model, Optimizer* optim
   }
   check_zero_points(model, path);
   RunState s = parse_progress(m, path);
+  s.classes = recorded_classes(m, path);
   const auto gens = model_generators(model);
   for (size_t i = 0; i < gens.size(); ++i)
     gens[i]->set_state(parse_state(meta(m, "generator" + std::to_string(i), path), path));

@@ -5,6 +5,7 @@
 // metadata next to the model and optimizer tensors.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "apps/config.h"
 #include "layers/module.h"
@@ -18,6 +19,9 @@ struct RunState {
   double best_top1 = -1;
   double epoch_loss_sum = 0;
   int64_t epoch_correct = 0, epoch_images = 0;
+  // The training set's class folders in label order (metadata "classes");
+  // empty where a checkpoint predates the record.
+  std::vector<std::string> classes;
   void next_epoch() {
     ++epoch;
     step = 0;
@@ -25,6 +29,14 @@ struct RunState {
     epoch_correct = epoch_images = 0;
   }
 };
+
+// A checkpoint's recorded classes (metadata "classes"); empty when it has none.
+std::vector<std::string> recorded_classes(const Metadata& m, const std::string& path);
+// A model's outputs are its training set's classes in order: folders named
+// or ordered otherwise would be scored against the wrong labels. Fails
+// naming `source` (the checkpoint or export) and `folder_root`.
+void check_same_classes(const std::vector<std::string>& recorded, const std::vector<std::string>& folders,
+                        const std::string& op, const std::string& source, const std::string& folder_root);
 
 // The name of the first model or optimizer tensor (f32) holding a NaN or an
 // infinity; empty when every one is finite. A checkpoint is never written

@@ -501,10 +501,14 @@ int run_train(const TrainArgs& args) {
   RunState state;
   if (!args.resume_dir.empty()) {
     state = load_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), &cfg, ConfigMatch::whole_config);
+    if (!state.classes.empty())
+      check_same_classes(state.classes, train_set.classes(), "train --resume", run_dir + "/last.safetensors",
+                         cfg.data.train);
     std::printf("resuming %s at epoch %lld step %lld (best val top-1 %.2f%%)\n", run_dir.c_str(),
                 static_cast<long long>(state.epoch + 1), static_cast<long long>(state.step),
                 100 * state.best_top1);
   }
+  state.classes = train_set.classes();  // recorded in every checkpoint
   if (lead) {
     remove_stale_temporaries(run_dir);
     // A fresh run starts empty; a resumed one drops the epochs its checkpoint lacks.
@@ -662,16 +666,6 @@ int run_train(const TrainArgs& args) {
 }
 
 namespace {
-// An export's outputs are its manifest's classes, in its order: validation
-// folders named or ordered otherwise would be scored against the wrong labels.
-void check_same_classes(const std::vector<std::string>& exported, const std::vector<std::string>& folders,
-                        const std::string& export_dir, const std::string& val_dir) {
-  for (size_t i = 0; i < std::min(exported.size(), folders.size()); ++i)
-    QAT_CHECK(exported[i] == folders[i], "eval: export ", export_dir, " has class ", i, " '", exported[i], "', but ",
-              val_dir, " has '", folders[i], "' there (class folders in sorted order)");
-  QAT_CHECK(exported.size() == folders.size(), "eval: export ", export_dir, " has ", exported.size(), " classes, ",
-            val_dir, " ", folders.size(), " class folders");
-}
 }  // namespace
 
 EvalSummary eval_checkpoint(const EvalArgs& args) {
@@ -684,13 +678,14 @@ EvalSummary eval_checkpoint(const EvalArgs& args) {
     QAT_CHECK(ex.model.num_classes() == cfg.model.num_classes && ex.image_size == cfg.data.image_size, "eval: export ",
               args.checkpoint, " has ", ex.model.num_classes(), " classes at ", ex.image_size, " px; config ",
               cfg.source_path, " has ", cfg.model.num_classes, " at ", cfg.data.image_size, " px");
-    check_same_classes(ex.classes, val_set.classes(), args.checkpoint, cfg.data.val);
+    check_same_classes(ex.classes, val_set.classes(), "eval", "export " + args.checkpoint, cfg.data.val);
     EvalSummary s = evaluate([&](const Tensor& x) { return ex.model.forward(x); }, val_loader, cfg.model.num_classes);
     s.epoch = -1;
     return s;
   }
   ModulePtr model = build_model(cfg, false, false);
   const RunState st = load_run_state(args.checkpoint, *model, nullptr, &cfg, ConfigMatch::quant);
+  if (!st.classes.empty()) check_same_classes(st.classes, val_set.classes(), "eval", args.checkpoint, cfg.data.val);
   EvalSummary s = evaluate(*model, val_loader, cfg.model.num_classes);
   s.epoch = st.epoch;
   return s;

@@ -273,6 +273,47 @@ TEST_CASE("a sweep refuses folder clashes, a wrong baseline and a config every c
   CHECK_FALSE(fs::exists(dir / "seeds"));
 }
 
+TEST_CASE("eval and export of a checkpoint, and --resume, refuse class folders other than those it trained on",
+          "[e2e][guard]") {
+  const fs::path dir = fresh_dir("ckpt_classes");
+  const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
+  const std::string best = (dir / "run/best.safetensors").string();
+  // the same images under other names: c0 .. c9
+  for (const char* split : {"train", "val"}) {
+    std::vector<fs::path> classes;
+    for (const auto& e : fs::directory_iterator(testing::sample_data_dir() + "/" + split)) classes.push_back(e.path());
+    std::sort(classes.begin(), classes.end());
+    for (size_t i = 0; i < classes.size(); ++i) {
+      fs::create_directories(dir / "renamed" / split);
+      std::string name = "c";  // (not "c" + to_string: GCC 12 warns falsely, -Wrestrict)
+      name += std::to_string(i);
+      fs::create_directory_symlink(classes[i], dir / "renamed" / split / name);
+    }
+  }
+  const std::string val = (dir / "renamed/val").string(), train = (dir / "renamed/train").string();
+  const std::string first = load_safetensors_metadata(best).at("classes").substr(0, 9);
+  REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {"data.val=" + val}, best}),
+                      Contains("eval: " + best + " has class 0 '" + first + "', but " + val + " has 'c0' there"));
+  REQUIRE_THROWS_WITH(run_export({cfg, best, (dir / "export").string(), {"data.val=" + val}}),
+                      Contains("export: " + best + " has class 0 '" + first + "'"));
+  CHECK_FALSE(fs::exists(dir / "export"));
+  CHECK(eval_checkpoint({cfg, {}, best}).images == 100);
+  // A run whose training folder (same path, same config) now holds other class names.
+  fs::create_directory_symlink(testing::sample_data_dir() + "/train", dir / "mytrain");
+  fs::create_directory_symlink(testing::sample_data_dir() + "/val", dir / "myval");
+  const std::string mine = testing::write_sample_config(dir, "mine.yaml", "", 2, 2, "mine");
+  const std::vector<std::string> at_mine = {"data.train=" + (dir / "mytrain").string(),
+                                            "data.val=" + (dir / "myval").string()};
+  REQUIRE(run_train({mine, at_mine, "", 2}) == 130);
+  for (const char* split : {"train", "val"}) {
+    fs::remove(dir / ("my" + std::string(split)));
+    fs::create_directory_symlink(dir / "renamed" / split, dir / ("my" + std::string(split)));
+  }
+  REQUIRE_THROWS_WITH(run_train({mine, at_mine, (dir / "mine").string()}),
+                      Contains("train --resume: " + (dir / "mine/last.safetensors").string() + " has class 0 '" +
+                               first + "', but " + (dir / "mytrain").string() + " has 'c0' there"));
+}
+
 TEST_CASE("eval of an export refuses validation folders whose classes differ from its manifest's", "[e2e][guard]") {
   const fs::path dir = fresh_dir("classes");
   const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
