@@ -139,6 +139,10 @@ ModulePtr qat_model_for_bench(const BenchOptions& opt) {
     cfg.quant.enabled = true;
     cfg.source_path = std::string(QAT_SOURCE_DIR) + "/configs/bench.yaml";
   }
+  QAT_CHECK(opt.checkpoint.empty() || (cfg.model.name == opt.model && cfg.model.num_classes == opt.classes),
+            "bench: --checkpoint ", opt.checkpoint, " goes with its config's model, ", cfg.model.name, " with ",
+            cfg.model.num_classes, " classes (", opt.config, "); the bench builds ", opt.model, " with ", opt.classes,
+            ": give --model ", cfg.model.name, " --classes ", cfg.model.num_classes);
   cfg.model.name = opt.model;
   cfg.model.num_classes = opt.classes;
   ModulePtr m = build_model(cfg, false, false);
@@ -276,6 +280,8 @@ void print_machine() {
 }  // namespace
 
 int run_bench(const BenchOptions& opt, BenchFigures* figures) {
+  QAT_CHECK(opt.checkpoint.empty() || (opt.infer && !opt.config.empty()), "bench: --checkpoint goes with --infer and "
+            "--config (the integer model is frozen from it); the training benchmarks run on random weights");
   print_machine();
   set_num_threads(opt.threads);
   BenchFigures measured;

@@ -4,8 +4,12 @@
 // 300-digit number).
 #include <CLI/CLI.hpp>
 
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
+#include <sstream>
 #include <string>
 
 namespace qat::apps {
@@ -25,5 +29,32 @@ inline CLI::Validator number_above_zero(bool strict) {
 
 inline const CLI::Validator kPositive = number_above_zero(true);
 inline const CLI::Validator kNonNegative = number_above_zero(false);
+
+// A count from 0 to `max`, digits only (no sign, fraction or exponent).
+inline CLI::Validator count_up_to(uint64_t max) {
+  return CLI::Validator(
+      [max](std::string& text) -> std::string {
+        uint64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [at, ec] = std::from_chars(text.data(), end, v);
+        const bool ok = !text.empty() && ec == std::errc() && at == end && v <= max;
+        return ok ? std::string() : "expected a whole number from 0 to " + std::to_string(max) + ", got '" + text + "'";
+      },
+      "COUNT");
+}
+
+// CLI::Range lets NaN through (every comparison with it is false).
+inline CLI::Validator finite_in(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        const bool ok = !text.empty() && end && *end == '\0' && v >= lo && v <= hi;
+        std::ostringstream want;
+        want << "expected a number from " << lo << " to " << hi << ", got '" << text << "'";
+        return ok ? std::string() : want.str();
+      },
+      "NUMBER");
+}
 
 }  // namespace qat::apps

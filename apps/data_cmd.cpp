@@ -42,7 +42,9 @@ void add_data_command(CLI::App& app) {
   s->add_option("--size", args->size, "Shorter side of the written images, in pixels")
       ->required()
       ->check(kPositive);
-  s->add_option("--seed", args->seed, "Seed of the random choice")->capture_default_str();
+  s->add_option("--seed", args->seed, "Seed of the random choice")
+      ->capture_default_str()
+      ->check(count_up_to(std::numeric_limits<uint64_t>::max()));
   s->add_option("--threads", args->threads, "Decoding threads (0: all cores; the output does not depend on it)")
       ->capture_default_str()
       ->check(kNonNegative);

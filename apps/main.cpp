@@ -121,7 +121,7 @@ int run(int argc, char** argv) {
   cmp->add_option("--speed-batch", compare.speed_batch,
                   "Time inference of each run with a best.safetensors (FP32 model / frozen integer model) at this "
                   "batch: accuracy-vs-throughput chart")
-      ->check(qat::apps::kNonNegative);
+      ->check(qat::apps::count_up_to(4096));
 
   qat::apps::SweepArgs sweep;
   auto* sw = app.add_subcommand("sweep", "Train every combination of a config's sweep: lists (resumable)");
@@ -177,7 +177,7 @@ int run(int argc, char** argv) {
                  "Threshold choice: " + qat::enum_name_list<qat::quant::Calibrator>() + " (default entropy)");
   ca->add_option("--percentile", cal.percentile, "Percentile of the percentile calibrator")
       ->capture_default_str()
-      ->check(CLI::Range(1e-9, 100.0));
+      ->check(qat::apps::finite_in(1e-9, 100.0));
   ca->add_option("--images", cal.images, "Calibration images from the training set (balanced across classes)")
       ->capture_default_str()
       ->check(qat::apps::kPositive);

@@ -68,3 +68,28 @@ TEST_CASE("qat sweep stops on SIGTERM (as on Ctrl-C) within seconds, wherever th
     CHECK(WEXITSTATUS(rc) == 130);
   }
 }
+
+TEST_CASE("qat refuses counts past their range and NaN, before any work", "[cli]") {
+  qat::testing::TempDir t;
+  std::ofstream(t.dir / "c.yaml") << "x: 1\n";
+  std::ofstream(t.dir / "w.safetensors") << "x";
+  std::string out;
+  // compare: 2^32 + 1 was read as batch 1
+  REQUIRE(qat_run("compare " + t.dir.string() + " --speed-batch 4294967297", t.dir / "a.log", &out) != 0);
+  CHECK_THAT(out, Contains("--speed-batch: expected a whole number from 0 to 4096, got '4294967297'"));
+  // calibrate: CLI11's Range lets NaN through
+  REQUIRE(qat_run("calibrate " + (t.dir / "c.yaml").string() + " --checkpoint " + (t.dir / "w.safetensors").string() +
+                      " --percentile nan",
+                  t.dir / "b.log", &out) != 0);
+  CHECK_THAT(out, Contains("--percentile: expected a number from 1e-09 to 100, got 'nan'"));
+  // data subset: -1 and 2^64 were taken as 2^64 - 1
+  for (const std::string seed : {"-1", "18446744073709551616"}) {
+    REQUIRE(qat_run("data subset --src " + t.dir.string() + " --out " + (t.dir / "o").string() + " --seed " + seed,
+                    t.dir / "c.log", &out) != 0);
+    CHECK_THAT(out, Contains("--seed: expected a whole number from 0 to 18446744073709551615, got '" + seed + "'"));
+  }
+  CHECK_FALSE(fs::exists(t.dir / "o"));
+  // bench: --checkpoint without --infer and --config was ignored
+  REQUIRE(qat_run("bench --steps 1 --checkpoint " + (t.dir / "w.safetensors").string(), t.dir / "d.log", &out) != 0);
+  CHECK_THAT(out, Contains("bench: --checkpoint goes with --infer and --config"));
+}
