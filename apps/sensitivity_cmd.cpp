@@ -81,6 +81,22 @@ struct Context {
   }
 };
 
+// Before any scoring: a budget no choice meets, and per-layer overrides,
+// which the analysis would drop (it sets every layer's bits itself).
+void check_request(const Context& ctx) {
+  const SensitivityArgs& a = ctx.args;
+  if (!ctx.cfg.quant.overrides.empty()) {
+    std::string names;
+    for (const auto& [layer, bits] : ctx.cfg.quant.overrides) names += (names.empty() ? "" : ", ") + layer;
+    QAT_FAIL("sensitivity: config ", a.config, " sets quant.overrides (", names, "); sensitivity chooses every "
+             "layer's bits itself: remove them (or --set 'quant.overrides={}')");
+  }
+  if (a.size_mb <= 0) return;
+  const int64_t all_low = ctx.bytes(a.bits, {});
+  QAT_CHECK(all_low <= static_cast<int64_t>(a.size_mb * 1e6), "sensitivity: --size-mb ", a.size_mb,
+            ": even every layer at ", a.bits, " bits needs ", bytes_str(all_low), " of weights");
+}
+
 // The mixed choice: the most sensitive layers kept high, as few as the budget allows.
 void choose_mixed(const Context& ctx, SensitivityReport& rep) {
   const SensitivityArgs& a = ctx.args;
@@ -89,10 +105,7 @@ void choose_mixed(const Context& ctx, SensitivityReport& rep) {
   std::vector<std::string> keep;
   Score s{};
   if (a.size_mb > 0) {
-    const auto budget = static_cast<int64_t>(a.size_mb * 1e6);
-    const int64_t all_low = ctx.bytes(a.bits, {});
-    QAT_CHECK(all_low <= budget, "sensitivity: --size-mb ", a.size_mb, ": even every layer at ", a.bits,
-              " bits needs ", bytes_str(all_low), " of weights");
+    const auto budget = static_cast<int64_t>(a.size_mb * 1e6);  // (checked to allow every layer low: check_budget)
     for (const std::string& l : ranked) {
       std::vector<std::string> k = keep;
       k.push_back(l);
@@ -199,6 +212,7 @@ int run_sensitivity(const SensitivityArgs& a, SensitivityReport* report) {
   Context ctx{a, load_config(a.config, a.overrides), {}, {}, {}, {}};
   QAT_CHECK(ctx.cfg.quant.enabled, "sensitivity: config ", a.config,
             " has quant.enabled false; the quant: section says what to quantize (backend, method)");
+  check_request(ctx);
   set_num_threads(static_cast<int>(ctx.cfg.train.threads));
   SensitivityReport rep;
   rep.out_dir = a.out_dir.empty() ? ctx.cfg.output.dir + "-sensitivity" : a.out_dir;

@@ -118,6 +118,10 @@ TEST_CASE("qat sensitivity with a size budget keeps what fits, and refuses one n
   SensitivityReport r;
   a.size_mb = 1e-6;
   REQUIRE_THROWS_WITH(run_sensitivity(a, &r), Contains("--size-mb") && Contains("even every layer at 4 bits"));
+  // Overrides would be dropped (the analysis sets every layer's bits): refused, named.
+  a.overrides = {"quant.overrides={no.such.layer: {weight_bits: 8}}"};
+  REQUIRE_THROWS_WITH(run_sensitivity(a, &r), Contains("sets quant.overrides (no.such.layer)"));
+  a.overrides.clear();
   a.size_mb = 1e3;  // everything fits: every layer kept at 8 bits
   REQUIRE(run_sensitivity(a, &r) == 0);
   CHECK(r.keep_high.size() == 3);
