@@ -370,7 +370,9 @@ void save_export(const std::string& dir, const ExportedModel& m) {
   staged_name += std::to_string(::getpid());
   const fs::path staged = out.parent_path() / staged_name;
   fs::remove_all(staged);
-  fs::create_directory(staged);
+  fs::create_directory(staged, ec);
+  QAT_CHECK(!ec, "export: cannot write into ", out.parent_path().string(), " (for --out ", out.string(), "): ",
+            ec.message());
   try {
     TensorMap tensors;
     for (const IntLayer& l : m.model.layers) add_layer_tensors(l, tensors);

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -149,6 +150,12 @@ T YamlValue::as_number() const {
   if (b != e && *b == '+') ++b;
   T x{};
   auto r = std::from_chars(b, e, x);
+  if constexpr (std::is_floating_point_v<T>) {
+    // out of range is an overflow or an underflow (1e-50 as a float): say which
+    if (r.ec == std::errc::result_out_of_range && r.ptr == e && std::abs(std::strtold(b, nullptr)) < 1)
+      fail("expected a number a float holds, got " + describe() + ": too close to 0 (the smallest is about 1.2e-38; "
+           "write 0 for zero)");
+  }
   if (r.ec == std::errc::result_out_of_range || (r.ec == std::errc() && r.ptr == e && !std::isfinite(double(x))))
     fail(std::is_floating_point_v<T> ? "expected a finite number, got " + describe()
                                      : "integer out of range: " + describe());

@@ -171,6 +171,11 @@ TEST_CASE("a stale or mismatched calibration cache is refused naming what change
       refused(a, why);
     }
   }
+  SECTION("a new cache in a folder that does not exist: refused before anything is written") {
+    CalibrateArgs a = args_for(cfg, dir / "x");
+    a.cache = (dir / "no" / "such" / "c.cache").string();
+    refused(a, "--cache " + a.cache + ": its folder " + (dir / "no" / "such").string() + " does not exist");
+  }
   SECTION("a record without a tensor's range") {
     const std::string edited = (dir / "edited.cache").string();
     write_text_file_atomic(edited, text);

@@ -158,3 +158,11 @@ TEST_CASE("yaml_value: a second YAML document is refused, not ignored", "[yaml_v
   Doc marked("---\ntop:\n  a: 1\n---\n");  // a leading and a trailing ---: one document
   REQUIRE(marked.top().get("a").as<int64_t>() == 1);
 }
+
+TEST_CASE("yaml_value: a float too close to 0 says so, not 'not finite'", "[yaml_value]") {
+  Doc d("top:\n  tiny: 1e-50\n  huge: 1e50\n  fine: 1e-30\n");
+  REQUIRE_THROWS_WITH(d.top().get("tiny").as<float>(), Contains("too close to 0") && Contains("1e-50"));
+  REQUIRE_THROWS_WITH(d.top().get("huge").as<float>(), Contains("expected a finite number"));
+  CHECK(d.top().get("fine").as<float>() == 1e-30f);
+  CHECK(d.top().get("tiny").as<double>() == 1e-50);
+}
