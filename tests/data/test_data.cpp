@@ -416,6 +416,23 @@ TEST_CASE("transforms: random_resized_crop within bounds, seeded, torchvision fa
       REQUIRE(b.left + b.width <= w);
     }
   }
+  // Placed uniformly: the last row is reachable (top = H - h); the aspect is
+  // log-uniform: on a square image as many wide crops as tall ones (a
+  // uniform draw over [1/4, 4] gives about 3 wide to 1 tall). 2000 fixed seeds.
+  {
+    bool bottom = false;
+    int wide = 0, not_square = 0;
+    for (uint64_t seed = 0; seed < 2000; ++seed) {
+      Generator gs(seed);
+      const CropBox b = random_resized_crop_box(200, 200, {0.08, 1.0}, {0.25, 4.0}, gs);
+      bottom = bottom || (b.height < 200 && b.top == 200 - b.height);
+      wide += b.width > b.height;
+      not_square += b.width != b.height;
+    }
+    CHECK(bottom);
+    INFO(wide << " wide of " << not_square);
+    CHECK(std::abs(static_cast<double>(wide) / not_square - 0.5) < 0.05);
+  }
   // Fallback (no try fits: area > image): centre crop clamped to the ratio range.
   Generator g(0);
   CropBox f = random_resized_crop_box(10, 40, {5.0, 6.0}, ratio, g);  // in_ratio 4 > 4/3
@@ -700,7 +717,8 @@ TEST_CASE("make_subset: counts, sizes, seeded choice, errors", "[data]") {
   // Sizes qat would refuse to read back are refused before anything is written.
   REQUIRE_THROWS_WITH(make_subset(src, t.file("huge"), 2, 1, 100000, 9),
                       Contains("size 100000") && Contains("data.max_image_pixels"));
-  REQUIRE_THROWS_WITH(make_subset(src, t.file("huge"), 2, 1, 7000, 9),  // 7000 x 10500 from 20 x 30
+  // (one thread: the first image refused is a 20 x 30 training image; with two, either split's could be)
+  REQUIRE_THROWS_WITH(make_subset(src, t.file("huge"), 2, 1, 7000, 9, 1),  // 7000 x 10500 from 20 x 30
                       Contains("resized to a shorter side of 7000 has 73500000 pixels, more than "
                                "data.max_image_pixels (67108864 by default)") &&
                           Contains("data.max_image_pixels"));

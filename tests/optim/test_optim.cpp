@@ -213,6 +213,22 @@ TEST_CASE("step bumps the version of updated parameters and skips those without 
   CHECK_FALSE(a.grad().defined());
 }
 
+// Weight decay in the SGD variants the torch goldens leave out (no momentum;
+// nesterov), worked by hand in values exact in float: p = 1, g = 0, lr 0.5,
+// weight decay 0.5, so d = g + wd p = 0.5.
+TEST_CASE("SGD weight decay without momentum and with nesterov, by hand", "[optim]") {
+  Tensor plain = leaf({1.f}, {1});
+  SGD sgd({{"default", {plain}, 0.5, 0.5}});
+  plain.set_grad(Tensor::from_vector({0.f}, {1}));
+  sgd.step();
+  CHECK(plain.to_vector() == std::vector<float>{0.75f});  // 1 - 0.5 * 0.5
+  Tensor nag = leaf({1.f}, {1});
+  SGD nesterov({{"default", {nag}, 0.5, 0.5}}, SGDOptions{0.5, 0.0, true});
+  nag.set_grad(Tensor::from_vector({0.f}, {1}));
+  nesterov.step();
+  CHECK(nag.to_vector() == std::vector<float>{0.625f});  // buf = d = 0.5; step d + 0.5 buf = 0.75; 1 - 0.5 * 0.75
+}
+
 TEST_CASE("large parameters give the same update on 1 and 4 threads", "[optim]") {
   const Shape shape{300, 400};  // above kOptimParallelMin
   REQUIRE(shape_numel(shape) >= kOptimParallelMin);

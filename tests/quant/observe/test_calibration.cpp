@@ -283,3 +283,25 @@ TEST_CASE("the histogram observer clips an affine grid to the threshold on both 
   CHECK(positive_levels(u8, -2.f) == 127);
   CHECK(positive_levels(u8, 0.f) == 255);
 }
+
+// Values worked by hand: the growth factor is the ceiling of the ratio of
+// ranges (2.2 / 1 -> 3, where rounding gives 2 and 2.2 would not fit), and a
+// merged bin lands where its centre falls on the new grid.
+TEST_CASE("histogram growth and merge place counts where the hand calculation does", "[quant][calibration]") {
+  AbsHistogram grown(2048);
+  const float a[] = {1.f, 0.5f};
+  grown.add(a, 2, 1.f, "a");
+  const float b[] = {2.2f};
+  grown.add(b, 1, 2.2f, "b");
+  CHECK(grown.range() == 3.f);
+  CHECK(grown.counts()[static_cast<size_t>(2.2 / 3.0 * 2048)] == 1);
+
+  AbsHistogram x(4), y(4);
+  const float xs[] = {2.f};  // range 2, bins of 0.5: 2.0 in bin 3
+  x.add(xs, 1, 2.f, "x");
+  const float ys[] = {0.8f, 3.f};  // range 3, bins of 0.75: bin 1 (centre 1.125) and bin 3 (centre 2.625)
+  y.add(ys, 2, 3.f, "y");
+  x.merge(y);  // range 4 (2 x 2), bins of 1: x's bin 3 -> bin 1; y's centres 1.125 -> 1, 2.625 -> 2
+  REQUIRE(x.range() == 4.f);
+  CHECK(x.counts() == std::vector<uint64_t>{0, 2, 1, 0});
+}

@@ -203,6 +203,10 @@ TEST_CASE("qparams: PyTorch formulas by hand (symmetric /127.5, narrow /127, min
   CHECK(one(aff, -2.55f, -1.f) == std::pair<float, int32_t>{2.55f / 255.f, 255});
   // Scale floor: FLT_EPSILON, or min_scale when larger (zero point from the clamped scale).
   CHECK(one(aff, 0.f, 0.f) == std::pair<float, int32_t>{1.1920929e-07f, 0});
+  // Zero point ties round half to even, as torch.round: -(-1) / 2 = 0.5 -> 0, 1.5 -> 2 (std::round: 1, 2).
+  CHECK(one(aff, -1.f, 509.f) == std::pair<float, int32_t>{2.f, 0});
+  CHECK(one(aff, -3.f, 507.f) == std::pair<float, int32_t>{2.f, 2});
+  CHECK(one(aff, -5.f, 505.f) == std::pair<float, int32_t>{2.f, 2});
   aff.min_scale = 0.5f;
   CHECK(one(aff, -1.f, 1.f) == std::pair<float, int32_t>{0.5f, 2});
   CHECK_THROWS_WITH(one(sym, 1.f, -1.f), Catch::Contains("min 1 > max -1"));

@@ -11,6 +11,7 @@
 #include "core/ops.h"
 #include "layers/layers.h"
 #include "models/models.h"
+#include "quant/sim/int8_math.h"
 #include "quant/sim/int8_ops.h"
 #include "quant/sim/int8_training.h"
 #include "quant/sim/prepare.h"
@@ -619,4 +620,86 @@ TEST_CASE("INT8 gradient noise: rank 0 keeps the single-process stream, other ra
   CHECK(r1 != alone0);
   CHECK(r1x != alone1);
   CHECK(r1 != r1x);
+}
+
+namespace {
+// `steps` SGD steps (lr 0.1) of a classifier on one batch.
+void sgd_steps(Module& m, const Tensor& x, const Tensor& labels, int steps) {
+  m.train();
+  for (int step = 0; step < steps; ++step) {
+    for (auto& [n, p] : m.named_parameters()) p.zero_grad();
+    cross_entropy(m.forward(x), labels).backward();
+    NoGradGuard ng;
+    for (auto& [n, p] : m.named_parameters())
+      if (p.grad().defined()) p.add_(p.grad(), -0.1f);
+  }
+}
+}  // namespace
+
+// AlexNet's classifier: Dropout(p) between a quantizer and an INT8 linear.
+// In training the dropout scales kept values by 1/(1-p), so the linear reads
+// the grid s/(1-p); on the grid s it would find every kept value off-grid.
+TEST_CASE("INT8 training runs a linear layer behind a dropout on the dropout's grid", "[quant][int8train]") {
+  Generator g(1);
+  auto m = std::make_shared<Sequential>(std::vector<ModulePtr>{
+      std::make_shared<Conv2d>(Conv2dOptions{3, 8, 3, 1, 1, 1, 1, true}, g), std::make_shared<ReLU>(),
+      std::make_shared<AdaptiveAvgPool2d>(2, 2), std::make_shared<Flatten>(),
+      std::make_shared<Dropout>(0.5f, std::make_shared<Generator>(3)), std::make_shared<Linear>(32, 4, g)});
+  prepare(*m, testing::test_backend("default"), QConfig{});
+  Generator gx(6);
+  const Tensor x = Tensor::randn({8, 3, 8, 8}, gx);
+  const Tensor labels = Tensor::from_vector_i32({0, 1, 2, 3, 0, 1, 2, 3}, {8});
+  sgd_steps(*m, x, labels, 2);  // observers initialised
+  const auto layers = enable_int8_training(*m, Int8GradConfig{}, {}, 11);
+  REQUIRE(layers.size() == 2);
+  REQUIRE_NOTHROW(sgd_steps(*m, x, labels, 3));
+  for (const auto& l : layers) CHECK(l.state->steps() == 3);
+}
+
+// LSQ+ activations: the grid's zero is -qmin - offset / step, fractional once
+// the offset has moved; fc (behind features.4's quantizer) must read it.
+TEST_CASE("INT8 training reads an LSQ+ activation grid with a fractional zero point", "[quant][int8train]") {
+  ModulePtr m = make_model("small_cnn", 4, 1);
+  QConfig q;
+  q.method = QuantMethod::lsq_plus;
+  prepare(*m, testing::test_backend("default"), q);
+  Generator gx(6);
+  const Tensor x = Tensor::randn({16, 3, 12, 12}, gx);
+  const Tensor labels = Tensor::from_vector_i32({0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}, {16});
+  sgd_steps(*m, x, labels, 5);
+  for (auto& [n, mod] : m->named_modules())
+    if (auto* fq = dynamic_cast<FakeQuantizer*>(mod); fq && n == "features.4.activation_post_process") {
+      Tensor b = fq->learned_offset();
+      REQUIRE(b.defined());
+      NoGradGuard ng;
+      b.fill_(0.3f * fq->qparams().scale.data<float>()[0]);  // a third of a step
+    }
+  // (the padded convolutions are refused under LSQ+ on the CPU: fc alone runs in INT8)
+  const auto layers = enable_int8_training(*m, Int8GradConfig{}, {"features.0", "features.4"}, 11);
+  REQUIRE(layers.size() == 1);
+  REQUIRE_NOTHROW(sgd_steps(*m, x, labels, 3));
+  CHECK(layers[0].state->steps() == 3);
+}
+
+TEST_CASE("INT8 layers draw their stochastic rounding from streams of their own", "[quant][int8train]") {
+  ModulePtr m = make_model("small_cnn", 4, 1);
+  prepare(*m, testing::test_backend("default"), QConfig{});
+  const auto layers = enable_int8_training(*m, Int8GradConfig{}, {}, 11);
+  REQUIRE(layers.size() == 3);
+  for (int which = 0; which < 2; ++which) {
+    CHECK(layers[0].state->noise_key(which) != layers[1].state->noise_key(which));
+    CHECK(layers[1].state->noise_key(which) != layers[2].state->noise_key(which));
+    CHECK(layers[0].state->noise_key(which) != layers[2].state->noise_key(which));
+  }
+}
+
+TEST_CASE("an INT8 input one step past either end of its grid is refused, the ends are not", "[quant][int8train]") {
+  using int8_math::input_integer;
+  // scale 0.5 (inv 2), zero 0, 256 levels
+  CHECK(input_integer(0.f, 2.0, 0.0, 256) == 0);
+  CHECK(input_integer(127.5f, 2.0, 0.0, 256) == 255);
+  CHECK(input_integer(128.f, 2.0, 0.0, 256) == -1);  // 256: would wrap to 0 as a byte
+  CHECK(input_integer(-0.5f, 2.0, 0.0, 256) == -1);
+  CHECK(input_integer(15.f, 1.0, 0.0, 16) == 15);
+  CHECK(input_integer(16.f, 1.0, 0.0, 16) == -1);
 }
