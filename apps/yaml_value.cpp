@@ -9,6 +9,9 @@
 #include <sstream>
 #include <system_error>
 
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/yaml.h>
+
 #include "core/error.h"
 
 namespace qat::apps {
@@ -266,19 +269,55 @@ void check_quotes_close(const YAML::Node& n, const std::string& text, const std:
             ": YAML syntax error: the quoted value starting here is never closed (a missing ", text[at], ")");
 }
 
+// The nodes a document holds, and where the first one is (yaml-cpp's parser events).
+struct DocumentContent : YAML::EventHandler {
+  int64_t nodes = 0;
+  int first_line = -1;
+  void seen(const YAML::Mark& m) {
+    if (nodes++ == 0) first_line = m.line;
+  }
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { seen(m); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t, const std::string&) override { seen(m); }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    seen(m);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    seen(m);
+  }
+  void OnMapEnd() override {}
+};
+
+// YAML::Load reads the first document only: a second one (after ---) would
+// be ignored, its settings silently lost. The documents are walked here with
+// a cap, not with YAML::LoadAll: on some malformed text (found by
+// fuzz_config) yaml-cpp 0.7's parser stops advancing and hands out empty
+// documents forever, and Load then drops the rest of the file unread.
+void check_one_document(const std::string& text, const std::string& file) {
+  constexpr int kMaxDocuments = 64;  // empty ones included (--- lines with nothing between)
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  for (int doc = 0; doc < kMaxDocuments; ++doc) {
+    DocumentContent c;
+    if (!parser.HandleNextDocument(c)) return;
+    QAT_CHECK(doc == 0 || c.nodes == 0, file, ", line ", c.first_line + 1, ": a second YAML document begins here "
+              "(after a ---); a qat file is one document: merge the two or remove the ---");
+  }
+  QAT_FAIL(file, ": YAML syntax error: the YAML parser stops before the end of the file (past the first document) "
+           "without naming a line; check its indentation and punctuation");
+}
+
 }  // namespace
 
 YamlValue load_yaml_file(const std::string& file) {
   const std::string text = read_text(file);
   YAML::Node root;
   try {
-    // A second document (after ---) would be ignored by a single Load: its settings silently lost.
-    std::vector<YAML::Node> docs = YAML::LoadAll(text);
-    size_t used = docs.size();
-    while (used > 1 && docs[used - 1].IsNull()) --used;  // an empty document after a trailing ---
-    QAT_CHECK(used <= 1, file, ", line ", docs[1].Mark().line + 1, ": a second YAML document begins here (after a ---); a qat "
-              "file is one document: merge the two or remove the ---");
-    if (!docs.empty()) root = docs.front();
+    root = YAML::Load(text);
+    check_one_document(text, file);
   } catch (const YAML::ParserException& e) {
     QAT_FAIL(file, ", line ", e.mark.line + 1, ": YAML syntax error: ", e.msg);
   } catch (const YAML::Exception& e) {

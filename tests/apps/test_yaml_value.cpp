@@ -166,3 +166,12 @@ TEST_CASE("yaml_value: a float too close to 0 says so, not 'not finite'", "[yaml
   CHECK(d.top().get("fine").as<float>() == 1e-30f);
   CHECK(d.top().get("tiny").as<double>() == 1e-50);
 }
+
+// Found by fuzz_config (fuzz/seeds/config/yaml_cpp_parser_stall.yaml): on
+// this text yaml-cpp 0.7's parser stops advancing. YAML::LoadAll looped
+// forever on it and YAML::Load drops what follows the first document.
+TEST_CASE("yaml_value: text the YAML parser stalls on is an error, not a hang or a half-read file", "[yaml_value]") {
+  const std::string stall = std::string(QAT_SOURCE_DIR) + "/fuzz/seeds/config/yaml_cpp_parser_stall.yaml";
+  REQUIRE_THROWS_WITH(load_yaml_file(stall), Contains(stall + ": YAML syntax error: the YAML parser stops before the "
+                                                              "end of the file"));
+}
