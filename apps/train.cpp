@@ -515,7 +515,10 @@ int run_train(const TrainArgs& args) {
     if (const int64_t dropped = truncate_metrics(run_dir, state.epoch); dropped > 0 && !args.resume_dir.empty())
       std::printf("metrics: dropped %lld row(s) past the checkpoint's epoch %lld (or cut short)\n",
                   static_cast<long long>(dropped), static_cast<long long>(state.epoch));
-    write_text(run_dir + "/config.yaml", config_to_yaml(cfg));
+    // One experiment: a sweep's combination records its own values, not the lists (qat train refuses those).
+    ExperimentConfig resolved = cfg;
+    resolved.sweep.clear();
+    write_text(run_dir + "/config.yaml", config_to_yaml(resolved));
   }
   std::printf("model %s: %lld parameters; train %lld images, val %lld images, %lld classes; %d threads",
               cfg.model.name.c_str(), static_cast<long long>(model->num_parameters()),
