@@ -233,10 +233,11 @@ int run_calibrate(const CalibrateArgs& args, CalibrateReport* report) {
   const std::string cache_path = args.cache.empty() ? rep.out_dir + "/calibration.cache" : args.cache;
   check_calibrate_out(rep.out_dir);
   // Where a new cache would go must exist before any output is written (the cache comes last).
+  const bool cache_exists = fs::exists(cache_path, ec);
   const fs::path cache_folder = fs::absolute(cache_path).parent_path();
-  QAT_CHECK(fs::exists(cache_path, ec) || fs::is_directory(cache_folder, ec), "calibrate: --cache ", cache_path,
-            ": its folder ", cache_folder.string(), " does not exist");
-  const bool from_cache = !args.compare && fs::exists(cache_path);
+  QAT_CHECK(cache_exists || fs::is_directory(cache_folder, ec), "calibrate: --cache ", cache_path, ": its folder ",
+            cache_folder.string(), " does not exist");
+  const bool from_cache = !args.compare && cache_exists;
   std::printf("calibrate %s: %s, %zu calibration images from %s (balanced across classes, seed %llu)\n",
               args.checkpoint.c_str(), s.cfg.model.name.c_str(), s.indices.size(), s.cfg.data.train.c_str(),
               static_cast<unsigned long long>(s.cfg.train.seed));

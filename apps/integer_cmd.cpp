@@ -34,15 +34,16 @@ struct Frozen {
   ExperimentConfig cfg;
   ModulePtr model;
   quant::IntegerModel integer;
+  std::vector<std::string> classes;  // the checkpoint's training classes (empty: not recorded)
 };
 
 Frozen freeze_checkpoint(const std::string& config, const std::vector<std::string>& overrides,
                          const std::string& checkpoint) {
-  Frozen f{load_config(config, overrides), nullptr, {}};
+  Frozen f{load_config(config, overrides), nullptr, {}, {}};
   QAT_CHECK(f.cfg.quant.enabled, "config ", config, ": quant.enabled is false; only a QAT model can be frozen");
   set_num_threads(static_cast<int>(f.cfg.train.threads));
   f.model = build_model(f.cfg, false, false);
-  load_run_state(checkpoint, *f.model, nullptr, &f.cfg, ConfigMatch::quant);
+  f.classes = load_run_state(checkpoint, *f.model, nullptr, &f.cfg, ConfigMatch::quant).classes;
   f.integer = quant::freeze(*f.model);
   return f;
 }
@@ -108,8 +109,7 @@ int run_export(const ExportArgs& args) {
   QAT_CHECK(static_cast<int64_t>(ex.classes.size()) == ex.model.num_classes(), "export: ", f.cfg.data.val, " has ",
             ex.classes.size(), " class folders, the model ", ex.model.num_classes(), " outputs");
   // The manifest names the outputs: they must be the classes the checkpoint trained on.
-  if (const auto trained = recorded_classes(load_safetensors_metadata(args.checkpoint), args.checkpoint); !trained.empty())
-    check_same_classes(trained, ex.classes, "export", args.checkpoint, f.cfg.data.val);
+  if (!f.classes.empty()) check_same_classes(f.classes, ex.classes, "export", args.checkpoint, f.cfg.data.val);
   ex.image_size = f.cfg.data.image_size;
   ex.resize = f.cfg.data.resize;
   for (int c = 0; c < 3; ++c) {

@@ -221,6 +221,9 @@ Metadata load_model_checked(const std::string& path, Module& model, Optimizer* o
   return m;
 }
 
+namespace {
+
+// A checkpoint's recorded classes (metadata "classes"); empty when it has none.
 std::vector<std::string> recorded_classes(const Metadata& m, const std::string& path) {
   std::vector<std::string> out;
   const auto c = m.find("classes");
@@ -233,6 +236,8 @@ std::vector<std::string> recorded_classes(const Metadata& m, const std::string& 
   }
   return out;
 }
+
+}  // namespace
 
 void check_same_classes(const std::vector<std::string>& recorded, const std::vector<std::string>& folders,
                         const std::string& op, const std::string& source, const std::string& folder_root) {

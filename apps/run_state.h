@@ -30,8 +30,6 @@ struct RunState {
   }
 };
 
-// A checkpoint's recorded classes (metadata "classes"); empty when it has none.
-std::vector<std::string> recorded_classes(const Metadata& m, const std::string& path);
 // A model's outputs are its training set's classes in order: folders named
 // or ordered otherwise would be scored against the wrong labels. Fails
 // naming `source` (the checkpoint or export) and `folder_root`.

@@ -251,9 +251,9 @@ void check_fresh_run_dir(const std::string& run_dir) {
 // Validation after an epoch's training. When it fails (a corrupt image in
 // the validation set, a full disk under data.cache), `save` keeps the
 // trained epoch in last.safetensors, its step at the epoch's end, so that
-// --resume goes straight to validating it again.
-// Data-parallel, every process gets here together (evaluate agrees on a
-// failure through a collective): process 0 saves, the others wait for it.
+// --resume goes straight to validating it again. Data-parallel, every
+// process gets here together (evaluate agrees on a failure through a
+// collective): process 0 saves, the others wait for it.
 EvalSummary validate_or_save(Module& model, data::DataLoader& val_loader, const ExperimentConfig& cfg, Device device,
                              const std::function<bool()>& save) {
   try {
