@@ -30,6 +30,7 @@
 #include "quant/integer/int8_gemm.h"
 #include "quant/sim/fq_rows.h"
 #include "quant/sim/grad_quant.h"
+#include "quant/sim/weight_lookahead.h"
 #include "quant/integer/integer_model_cuda.h"
 
 namespace qat::apps {
@@ -316,7 +317,13 @@ int run_bench(const BenchOptions& opt, BenchFigures* figures) {
       std::printf("train %s: not timed: %s\n", kind, refused.c_str());
     } else {
       ModulePtr qmodel = build_model(cfg, /*load_init=*/false, /*print=*/false);
+      quant::set_weight_lookahead_enabled(opt.weight_lookahead);
+      const int64_t taken = quant::weight_lookahead_taken();
       measured.quantized = time_training(*qmodel, opt, device, kind);
+      quant::set_weight_lookahead_enabled(true);
+      std::printf("weight lookahead: %s, %.1f weights a step fake-quantized inside sgd.step\n",
+                  opt.weight_lookahead ? "on" : "off (--no-weight-lookahead)",
+                  static_cast<double>(quant::weight_lookahead_taken() - taken) / (opt.warmup + opt.steps));
       std::printf("%s/fp32 step time: %.3f\n", kind, measured.fp32 / measured.quantized);
     }
   }

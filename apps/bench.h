@@ -23,6 +23,7 @@ struct BenchOptions {
   std::string checkpoint;  // --infer with --config: freeze this checkpoint (else a calibrated random init)
   std::string int8_kernel;  // --infer: a GemmKernel name; empty: the best this CPU runs
   std::string device = "cpu";  // where the training steps run: cpu or cuda (refused as train.device is)
+  bool weight_lookahead = true;  // Note [weight lookahead]; off: every weight quantized at its forward
 };
 
 // Images per second of `forward` on one fixed batch x (opt.batch images):

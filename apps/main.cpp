@@ -78,6 +78,8 @@ int run(int argc, char** argv) {
   b->add_option("--checkpoint", bench.checkpoint, "With --infer and --config: freeze this QAT checkpoint")
       ->check(CLI::ExistingFile);
   b->add_flag("!--no-profile", bench.profile, "Skip the per-op time breakdown");
+  b->add_flag("!--no-weight-lookahead", bench.weight_lookahead,
+              "QAT: fake-quantize every weight at its forward, not ahead inside sgd.step (to time the difference)");
   b->add_option("--device", bench.device,
                 "Where the training steps (or, with --infer, both models) run: " +
                     qat::enum_name_list<qat::Device>() +

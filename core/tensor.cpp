@@ -235,12 +235,9 @@ Tensor Tensor::view(const Shape& new_sizes) const {
   }
   QAT_CHECK(shape_numel(s) == numel(), "view: shape ", sizes(), " (", numel(), " elements) cannot become ", new_sizes);
   QAT_CHECK(is_contiguous(), "view: tensor of shape ", sizes(), " is not contiguous; call contiguous() first");
-  auto impl = std::make_shared<TensorImpl>(*impl_);
+  auto impl = alias_impl();
   impl->sizes = s;
   impl->strides = contiguous_strides(s);
-  impl->grad.reset();
-  impl->grad_fn.reset();
-  impl->requires_grad = false;
   return Tensor(std::move(impl));
 }
 
@@ -250,21 +247,21 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   QAT_CHECK(d >= 0 && d < nd, "narrow: dim ", d, " out of range for shape ", sizes());
   QAT_CHECK(start >= 0 && length >= 0 && start + length <= sizes()[d], "narrow: range [", start, ", ",
             start + length, ") out of bounds for dim ", d, " of shape ", sizes());
-  auto impl = std::make_shared<TensorImpl>(*impl_);
+  auto impl = alias_impl();
   impl->offset += start * impl->strides[d];
   impl->sizes[d] = length;
-  impl->grad.reset();
-  impl->grad_fn.reset();
-  impl->requires_grad = false;
   return Tensor(std::move(impl));
 }
 
-Tensor Tensor::detach() const {
+Tensor Tensor::detach() const { return Tensor(alias_impl()); }
+
+std::shared_ptr<TensorImpl> Tensor::alias_impl() const {
   auto impl = std::make_shared<TensorImpl>(*impl_);
   impl->grad.reset();
   impl->grad_fn.reset();
   impl->requires_grad = false;
-  return Tensor(std::move(impl));
+  impl->update_hook.reset();  // the hook belongs to the parameter, not to views of its storage
+  return impl;
 }
 
 Tensor Tensor::contiguous() const {

@@ -14,6 +14,7 @@ namespace qat {
 
 class Generator;
 struct Node;
+class RowUpdateHook;
 
 // One allocation: host memory (64-byte aligned, core/allocator.h) or, for
 // Device::cuda, device memory (core/cuda_runtime.h; throws where this build or
@@ -41,6 +42,8 @@ struct TensorImpl {
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;  // leaves: accumulated gradient
   std::shared_ptr<Node> grad_fn;     // non-leaves: the node that made it
+  // Parameters: what an optimizer tells as it updates the rows (core/update_hook.h).
+  std::shared_ptr<RowUpdateHook> update_hook;
 };
 
 class Tensor {
@@ -131,7 +134,13 @@ class Tensor {
   // Runs backward from this tensor. A scalar needs no gradient argument.
   void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
 
+  // ---- optimizer update hook (core/update_hook.h); views and detach() do not carry it ----
+  RowUpdateHook* update_hook() const { return impl().update_hook.get(); }
+  void set_update_hook(std::shared_ptr<RowUpdateHook> hook) { impl().update_hook = std::move(hook); }
+
  private:
+  // A new impl on the same storage and view, with no autograd state or hook.
+  std::shared_ptr<TensorImpl> alias_impl() const;
   TensorImpl& impl() const {
     QAT_CHECK(impl_ != nullptr, "Tensor: use of an undefined tensor");
     return *impl_;

@@ -1,5 +1,6 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <optional>
@@ -91,14 +92,48 @@ void Optimizer::step() {
       if (const float scale = lr_scale_[g][i]; scale != 1.f)
         scaled = ParamGroup{group.name, {}, group.lr * scale, group.weight_decay};
       const ParamGroup& used = scaled ? *scaled : group;
+      RowUpdateHook* hook = p.device() == Device::cpu && updates_spans() ? p.update_hook() : nullptr;
+      if (hook && !(p.dim() >= 1 && p.numel() > 0 && hook->begin(p))) hook = nullptr;
       if (p.device() == Device::cuda)
         update_on_device(used, p, grad, s);
+      else if (hook)
+        update_by_rows(used, p, grad.data<float>(), s, *hook);
       else
         update(used, p.data<float>(), grad.data<float>(), p.numel(), s);
       p.bump_version();
+      if (hook) hook->end(p);
     }
   }
   ++steps_;
+}
+
+// Blocks of whole rows of about 64 kB per array, so a block the update has
+// just written is still in cache when the hook reads it.
+void Optimizer::update_by_rows(const ParamGroup& group, const Tensor& p, const float* g, ParamState& s,
+                               RowUpdateHook& hook) {
+  constexpr int64_t kBlockElements = 16384;
+  const int64_t R = p.size(0), L = p.numel() / R;
+  const int64_t per = std::max<int64_t>(1, kBlockElements / std::max<int64_t>(L, 1));
+  const int64_t blocks = (R + per - 1) / per;
+  float* data = p.data<float>();
+#pragma omp parallel for schedule(static) if (p.numel() >= kOptimParallelMin)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t r0 = b * per, r1 = std::min(R, r0 + per);
+    update_span(group, data, g, r0 * L, r1 * L, s);
+    hook.rows(r0, r1, data + r0 * L);
+  }
+}
+
+void Optimizer::update(const ParamGroup& group, float* p, const float* g, int64_t n, ParamState& s) {
+  QAT_CHECK(updates_spans(), name(), ": no update for group '", group.name, "'");
+  constexpr int64_t kChunk = int64_t{1} << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kOptimParallelMin)
+  for (int64_t c = 0; c < chunks; ++c) update_span(group, p, g, c * kChunk, std::min(n, (c + 1) * kChunk), s);
+}
+
+void Optimizer::update_span(const ParamGroup& group, float*, const float*, int64_t, int64_t, ParamState&) {
+  QAT_FAIL(name(), ": no update of a span (group '", group.name, "')");
 }
 
 void Optimizer::update_on_device(const ParamGroup& group, const Tensor& p, const Tensor&, ParamState&) {

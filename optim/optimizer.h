@@ -4,7 +4,8 @@
 // update as a flat loop over contiguous float32 data.
 //
 // Parameters are leaf tensors (f32, contiguous, on the CPU or on cuda). step()
-// writes their data in place and bumps their version counter; a
+// writes their data in place and bumps their version counter (and tells a
+// CPU parameter's update hook, Note [update hooks]); a
 // parameter whose .grad is undefined is skipped (and its state left alone), as
 // in PyTorch.
 #include <cstdint>
@@ -14,6 +15,7 @@
 
 #include "core/safetensors.h"
 #include "core/tensor.h"
+#include "core/update_hook.h"
 
 namespace qat {
 
@@ -75,13 +77,22 @@ class Optimizer {
   virtual std::vector<std::string> buffer_names() const = 0;
   // Updates one parameter: p, g have n contiguous floats; s.step already
   // counts this update (1 on the parameter's first) and s.buffers are allocated.
-  virtual void update(const ParamGroup& group, float* p, const float* g, int64_t n, ParamState& s) = 0;
+  // The base runs update_span() on chunks in parallel (updates_spans() only).
+  virtual void update(const ParamGroup& group, float* p, const float* g, int64_t n, ParamState& s);
   // The same for a parameter on cuda (p, g and s.buffers in device memory),
   // through the optimizer's CUDA twin; the base refuses.
   virtual void update_on_device(const ParamGroup& group, const Tensor& p, const Tensor& g, ParamState& s);
+  // Optimizers whose update is element by element may also update a span
+  // [begin, end) of the n elements alone (the same arithmetic per element),
+  // serially, called concurrently for disjoint spans; step() then updates a
+  // parameter with an update hook a block of rows at a time (Note [update hooks]).
+  virtual bool updates_spans() const { return false; }
+  virtual void update_span(const ParamGroup& group, float* p, const float* g, int64_t begin, int64_t end,
+                           ParamState& s);
   virtual const char* name() const = 0;
 
  private:
+  void update_by_rows(const ParamGroup& group, const Tensor& p, const float* g, ParamState& s, RowUpdateHook& hook);
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<ParamState>> state_;  // [group][param]
   std::vector<std::vector<float>> lr_scale_;    // [group][param]

@@ -37,16 +37,14 @@ std::vector<std::string> SGD::buffer_names() const {
   return {"momentum"};
 }
 
-void SGD::update(const ParamGroup& group, float* p, const float* g, int64_t n, ParamState& s) {
+void SGD::update_span(const ParamGroup& group, float* p, const float* g, int64_t begin, int64_t end, ParamState& s) {
   const optim_math::SgdCoefs c = sgd_coefs(group, opt_, s);
   if (opt_.momentum == 0.0) {
-#pragma omp parallel for schedule(static) if (n >= kOptimParallelMin)
-    for (int64_t i = 0; i < n; ++i) optim_math::sgd_plain_update(p[i], g[i], c);
+    for (int64_t i = begin; i < end; ++i) optim_math::sgd_plain_update(p[i], g[i], c);
     return;
   }
   float* buf = s.buffers[0].data<float>();
-#pragma omp parallel for schedule(static) if (n >= kOptimParallelMin)
-  for (int64_t i = 0; i < n; ++i) optim_math::sgd_momentum_update(p[i], buf[i], g[i], c);
+  for (int64_t i = begin; i < end; ++i) optim_math::sgd_momentum_update(p[i], buf[i], g[i], c);
 }
 
 #if QAT_WITH_CUDA

@@ -24,7 +24,9 @@ class SGD : public Optimizer {
 
  protected:
   std::vector<std::string> buffer_names() const override;
-  void update(const ParamGroup& group, float* p, const float* g, int64_t n, ParamState& s) override;
+  bool updates_spans() const override { return true; }
+  void update_span(const ParamGroup& group, float* p, const float* g, int64_t begin, int64_t end,
+                   ParamState& s) override;
 #if QAT_WITH_CUDA
   void update_on_device(const ParamGroup& group, const Tensor& p, const Tensor& g, ParamState& s) override;
 #endif

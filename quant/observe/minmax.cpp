@@ -149,9 +149,16 @@ void MinMaxStateObserver::end_fold() {
   max_val_.bump_version();
 }
 
-void MinMaxObserver::fold_channel(int64_t c, float cur_min, float cur_max) {
-  float& mn = min_val_.data<float>()[c];
-  float& mx = max_val_.data<float>()[c];
+void MinMaxStateObserver::fold_channel(int64_t c, float cur_min, float cur_max) {
+  fold(min_val_.data<float>()[c], max_val_.data<float>()[c], cur_min, cur_max);
+}
+
+void MinMaxStateObserver::preview_channel(int64_t c, float cur_min, float cur_max, float& lo, float& hi) const {
+  channel_range(c, lo, hi);
+  fold(lo, hi, cur_min, cur_max);
+}
+
+void MinMaxObserver::fold(float& mn, float& mx, float cur_min, float cur_max) const {
   mn = cur_min < mn ? cur_min : mn;
   mx = cur_max > mx ? cur_max : mx;
 }
@@ -164,10 +171,8 @@ MovingAverageMinMaxObserver::MovingAverageMinMaxObserver(const QuantSpec& spec, 
   QAT_CHECK(c_ > 0.f && c_ <= 1.f, "MovingAverageMinMaxObserver: averaging constant must be in (0, 1], got ", c_);
 }
 
-void MovingAverageMinMaxObserver::fold_channel(int64_t c, float lo, float hi) {
+void MovingAverageMinMaxObserver::fold(float& mn, float& mx, float lo, float hi) const {
   if (!(lo <= hi)) return;  // channel held only NaNs
-  float& mn = min_val_.data<float>()[c];
-  float& mx = max_val_.data<float>()[c];
   if (mn == kInf && mx == -kInf) {  // first observation initialises
     mn = lo;
     mx = hi;

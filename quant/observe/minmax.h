@@ -29,6 +29,9 @@ class MinMaxStateObserver : public Observer, public ChannelMinMaxFold {
   // {"min_val", ...}, {"max_val", ...}: the live state tensors.
   NamedTensors state() const override { return {{"min_val", min_val_}, {"max_val", max_val_}}; }
   ChannelMinMaxFold* channel_fold() override { return this; }
+  void fold_channel(int64_t c, float cur_min, float cur_max) final;
+  void preview_channel(int64_t c, float cur_min, float cur_max, float& lo, float& hi) const final;
+  std::pair<uint64_t, uint64_t> state_version() const final { return {min_val_.version(), max_val_.version()}; }
   void channel_range(int64_t c, float& lo, float& hi) const override;
   void end_fold() override;
   const Tensor& min_val() const { return min_val_; }
@@ -36,24 +39,30 @@ class MinMaxStateObserver : public Observer, public ChannelMinMaxFold {
 
  protected:
   // final: the fused weight path folds channel by channel and never calls
-  // update(); a subclass customises fold_channel() only.
+  // update(); a subclass customises fold() only.
   void update(const Tensor& x) final;
+  // One channel's [mn, mx] after an observation whose own range is [cur_min, cur_max].
+  virtual void fold(float& mn, float& mx, float cur_min, float cur_max) const = 0;
   Tensor min_val_, max_val_;
 };
 
 class MinMaxObserver final : public MinMaxStateObserver {
  public:
   explicit MinMaxObserver(const QuantSpec& spec, int64_t channels = 1) : MinMaxStateObserver(spec, channels) {}
-  void fold_channel(int64_t c, float cur_min, float cur_max) override;
   std::string describe() const override;
+
+ protected:
+  void fold(float& mn, float& mx, float cur_min, float cur_max) const override;
 };
 
 class MovingAverageMinMaxObserver final : public MinMaxStateObserver {
  public:
   explicit MovingAverageMinMaxObserver(const QuantSpec& spec, int64_t channels = 1, float averaging_constant = 0.01f);
-  void fold_channel(int64_t c, float cur_min, float cur_max) override;
   std::string describe() const override;
   float averaging_constant() const { return c_; }
+
+ protected:
+  void fold(float& mn, float& mx, float cur_min, float cur_max) const override;
 
  private:
   float c_;

@@ -81,6 +81,13 @@ class ChannelMinMaxFold {
   // Folds one observation's [cur_min, cur_max] of channel c (+inf / -inf when
   // the channel held only NaNs). Distinct channels may be folded concurrently.
   virtual void fold_channel(int64_t c, float cur_min, float cur_max) = 0;
+  // The range fold_channel(c, cur_min, cur_max) would leave channel c with,
+  // the state unchanged (a weight's fake quantization computed ahead of its
+  // forward: quant/sim/weight_lookahead.h).
+  virtual void preview_channel(int64_t c, float cur_min, float cur_max, float& lo, float& hi) const = 0;
+  // Changes whenever the state does (a fold, a reset, a load): a preview is
+  // valid while this is what it was.
+  virtual std::pair<uint64_t, uint64_t> state_version() const = 0;
   // The state's range of channel c after the fold.
   virtual void channel_range(int64_t c, float& lo, float& hi) const = 0;
   // Once after the last channel of an observation.

@@ -12,7 +12,7 @@
 #include "core/ops/common.h"
 #include "quant/observe/channel_layout.h"
 #include "quant/sim/fake_quant_plan.h"
-#include "quant/sim/fq_rows.h"
+#include "quant/sim/fq_channel_rows.h"
 #include "quant/sim/math.h"
 #if QAT_WITH_CUDA
 #include "quant/sim/cuda_twins.h"
@@ -23,17 +23,6 @@ namespace qat::quant {
 namespace {
 
 constexpr int64_t kBlock = int64_t{1} << 14;  // elements per parallel work item
-
-// Note [fake-quant arithmetic] (math.h) for the per-element rule.
-template <bool kMask>
-inline void fq_span(const float* __restrict x, float* __restrict y, uint8_t* __restrict m, int64_t n, float s,
-                    float inv, float z, float qmin, float qmax) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float q = math::fake_quant_grid(x[i], inv, z);
-    y[i] = math::fake_quant_dequant(q, s, z, qmin, qmax);
-    if constexpr (kMask) m[i] = static_cast<uint8_t>(math::ste_passes(q, qmin, qmax));
-  }
-}
 
 // Channels innermost: element c uses (s[c], inv[c], z[c]).
 template <bool kMask>
@@ -93,8 +82,10 @@ void check_qparams(const Tensor& x, const Tensor& scale, const Tensor& zero_poin
   }
 }
 
+}  // namespace
+
 // Whether 64 mask bytes are all 1 (every gradient passes).
-inline bool all_pass(const uint8_t* m) {
+static inline bool all_pass(const uint8_t* m) {
   uint64_t all = ~uint64_t{0};
   for (int w = 0; w < 8; ++w) {
     uint64_t v;
@@ -141,8 +132,6 @@ Tensor with_ste_backward(Tensor out, const Tensor& x, Tensor mask, SteKind ste) 
     return TensorList{dx};
   });
 }
-
-}  // namespace
 
 FakeQuantPlan plan_fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point,
                                  const QuantSpec& spec) {
@@ -204,124 +193,32 @@ Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_po
 
 namespace {
 
-// The clipped STE's mask as bits: bit j of word w of a row is element
-// 16 w + j of the row (1: the gradient passes). 1/32 of the float traffic
-// of the weight, against 1/4 for a byte mask (written every forward, read
-// every backward).
-struct RowBits {
-  int64_t rows = 0, len = 0, words = 0;  // words per row: ceil(len / 16)
-  std::vector<uint16_t> bits;
-  RowBits(int64_t r, int64_t l) : rows(r), len(l), words((l + 15) / 16), bits(static_cast<size_t>(r * words)) {}
-};
-
-// The bits of word k of a row that lie inside the row.
-inline unsigned word_tail(const RowBits& m, int64_t k) {
-  return m.len - 16 * k >= 16 ? 0xFFFFu : (1u << (m.len - 16 * k)) - 1;
-}
-
-// The words of rows [r0, r1) with a stopped element (a bit 0 within the
-// row): their indices r * words + k appended to `out`.
-void stopped_words(const RowBits& m, int64_t r0, int64_t r1, std::vector<int64_t>& out) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint16_t* w = m.bits.data() + r * m.words;
-    for (int64_t k = 0; k < m.words; ++k) {
-      if (k + 4 <= m.words - 1) {  // four full words at once: almost always all set
-        uint64_t four;
-        std::memcpy(&four, w + k, sizeof four);
-        if (four == ~uint64_t{0}) {
-          k += 3;
-          continue;
-        }
-      }
-      if ((~unsigned{w[k]} & word_tail(m, k)) != 0) out.push_back(r * m.words + k);
-    }
-  }
-}
-
-// The clipped STE on a bit mask: dx = dy with the stopped elements times 0
-// (NaN or inf times 0 is NaN, as dy * mask). A weight row has few stopped
-// elements (its extremes, more while an averaging observer lags the
-// weights), each a cache miss in a gradient far larger than the caches: the
-// words holding them are gathered a block of rows at a time and their lines
-// fetched together before they are written, not one miss after another.
-Tensor with_ste_bits(Tensor out, const Tensor& x, std::shared_ptr<const RowBits> m) {
-  return record(out, "fake_quantize", {&x}, [m](const Tensor& g, const NeedGrad&) {
-    QAT_PROFILE("fake_quantize.backward");
-    Tensor dx = exclusively_owned(g) && g.is_contiguous() ? g : g.contiguous().clone();
-    float* pd = dx.data<float>();
-    constexpr int64_t kBlock = 64;  // rows
-    const int64_t blocks = (m->rows + kBlock - 1) / kBlock;
-#pragma omp parallel if (m->rows * m->len > detail::kParallelGrain)
-    {
-      std::vector<int64_t> at;
-#pragma omp for schedule(static)
-      for (int64_t b = 0; b < blocks; ++b) {
-        at.clear();
-        stopped_words(*m, b * kBlock, std::min(m->rows, (b + 1) * kBlock), at);
-        // Word wi = r * words + k covers elements r * len + 16 k onwards.
-        auto first = [&](int64_t wi) { return pd + (wi / m->words) * m->len + 16 * (wi % m->words); };
-        for (const int64_t wi : at) __builtin_prefetch(first(wi), 1);
-        for (const int64_t wi : at) {
-          float* base = first(wi);
-          for (unsigned stop = ~unsigned{m->bits[wi]} & word_tail(*m, wi % m->words); stop != 0; stop &= stop - 1)
-            base[std::countr_zero(stop)] *= 0.f;
-        }
-      }
-    }
-    return TensorList{dx};
-  });
-}
-
 // Per-channel (axis 0) weights, observer on, an observer with a channel fold
 // (observer.h: ChannelMinMaxFold): one pass over memory. Each channel's row is
 // reduced to its min/max, folded into the observer, turned into qparams and
 // fake-quantized while it is still in cache. Same results as observe()
 // followed by fake_quantize(): channels are independent in both.
-constexpr int64_t kStreamBytes = int64_t{64} << 20;  // above any 2-core share of an L3
-Tensor fused_rows(Observer& obs, ChannelMinMaxFold& fold, const Tensor& x, SteKind ste, QParams* used) {
+Tensor fused_rows(ChannelMinMaxFold& fold, const QuantSpec& spec, const Tensor& x, SteKind ste, QParams* used) {
   QAT_PROFILE("fake_quantize.fused_rows");
-  const QuantSpec& spec = obs.spec();
   const int64_t C = x.size(0), L = x.numel() / C;
-  // The clipped STE's mask as bits (RowBits).
-  const bool need_mask = ste == SteKind::clipped && any_requires_grad({&x});
-  Tensor out = Tensor::empty(x.sizes());
-  auto bits = need_mask ? std::make_shared<RowBits>(C, L) : nullptr;
-  // Streamed stores for a weight beyond the last-level cache whose rows all
-  // start on a cache line (Tensor storage is 64-byte aligned).
-  const bool stream = x.numel() * 4 > kStreamBytes && L % 16 == 0 &&
-                      reinterpret_cast<uintptr_t>(out.data<float>()) % 64 == 0;
-  const FqRowsKernel kernel = best_fq_rows_kernel();
-  QParams q{Tensor::empty({C}), Tensor::empty({C}, DType::i32)};
+  ChannelRows rows(spec, x.sizes(), ste == SteKind::clipped && any_requires_grad({&x}));
   const float* px = x.data<float>();
-  float* py = out.data<float>();
-  const float qmin = static_cast<float>(spec.qmin()), qmax = static_cast<float>(spec.qmax());
   std::exception_ptr error;
 #pragma omp parallel for schedule(static) if (x.numel() > detail::kParallelGrain)
   for (int64_t c = 0; c < C; ++c) {
-    const float* row = px + c * L;
     float lo, hi;
-    fold.fold_row(c, row, L, lo, hi);
-    float sc;
-    int32_t zp;
+    fold.fold_row(c, px + c * L, L, lo, hi);
     try {
-      qparams_from_range(spec, lo, hi, sc, zp);
+      rows.row(c, px + c * L, lo, hi);
     } catch (...) {
 #pragma omp critical
       error = std::current_exception();
-      continue;
     }
-    q.scale.data<float>()[c] = sc;
-    q.zero_point.data<int32_t>()[c] = zp;
-    const float z = static_cast<float>(zp);
-    if (bits)
-      fq_row_bits(kernel, stream, row, py + c * L, L, {sc, 1.0f / sc, z, qmin, qmax}, bits->bits.data() + c * bits->words);
-    else fq_span<false>(row, py + c * L, nullptr, L, sc, 1.0f / sc, z, qmin, qmax);
   }
   if (error) std::rethrow_exception(error);
   fold.end_fold();
-  if (used) *used = q;
-  if (!bits) return with_ste_backward(out, x, Tensor(), ste);
-  return with_ste_bits(out, x, std::move(bits));
+  if (used) *used = rows.qparams();
+  return rows.finish(x, ste);
 }
 
 }  // namespace
@@ -331,7 +228,7 @@ Tensor observe_and_fake_quantize(Observer& obs, const Tensor& x, SteKind ste, QP
   ChannelMinMaxFold* fold = obs.enabled ? obs.channel_fold() : nullptr;
   if (fold && spec.per_channel && spec.axis == 0 && x.defined() && x.dtype() == DType::f32 &&
       x.device() == Device::cpu && x.dim() >= 2 && x.is_contiguous() && x.size(0) == obs.channels() && x.numel() > 0)
-    return fused_rows(obs, *fold, x, ste, used);
+    return fused_rows(*fold, spec, x, ste, used);
   obs.observe(x);
   QParams q = obs.qparams();
   Tensor y = fake_quantize(x, q.scale, q.zero_point, obs.spec(), ste);

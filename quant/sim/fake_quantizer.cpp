@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "core/autograd.h"
@@ -95,6 +96,36 @@ ObserverFakeQuantizer::ObserverFakeQuantizer(const QuantizerConfig& cfg, int64_t
   for (auto& [name, t] : observer_->state()) register_host_buffer(name, t);
 }
 
+ObserverFakeQuantizer::~ObserverFakeQuantizer() {
+  if (!lookahead_) return;
+  lookahead_->disarm();
+  if (const std::shared_ptr<TensorImpl> w = hooked_.lock(); w && w->update_hook == lookahead_) w->update_hook.reset();
+}
+
+void ObserverFakeQuantizer::stop_looking_ahead() {
+  if (lookahead_) lookahead_->disarm();
+}
+
+void ObserverFakeQuantizer::look_ahead_at(const Tensor& x) {
+  ChannelMinMaxFold* fold = observer_->channel_fold();
+  const QuantSpec& spec = cfg_.spec;
+  const bool fits = weight_lookahead_enabled() && is_training() && !calibrating_ && fold && spec.per_channel &&
+                    spec.axis == 0 && x.is_leaf() && x.requires_grad() && x.device() == Device::cpu &&
+                    x.dtype() == DType::f32 && x.is_contiguous() && x.dim() >= 2 &&
+                    x.size(0) == observer_->channels() && x.numel() > 0;
+  if (!fits) return stop_looking_ahead();
+  if (!lookahead_) lookahead_ = std::make_shared<WeightLookahead>(spec, *fold, observer_->channels(), cfg_.ste);
+  if (!x.update_hook()) {
+    Tensor(x).set_update_hook(lookahead_);
+    hooked_ = x.impl_shared();
+  }
+  // A parameter another quantizer looks ahead at stays that one's.
+  if (x.update_hook() == lookahead_.get())
+    lookahead_->arm(x);
+  else
+    stop_looking_ahead();
+}
+
 std::string ObserverFakeQuantizer::describe() const {
   if (!cfg_.observer) return FakeQuantizer::describe();
   return cfg_.spec.describe() + ", " + observer_->describe() + (cfg_.ste == SteKind::plain ? ", plain STE" : "");
@@ -104,6 +135,7 @@ Tensor ObserverFakeQuantizer::forward(const Tensor& x) {
   QAT_PROFILE("fake_quantizer");
   observer_->enabled = observer_enabled() && (is_training() || calibrating_);
   if (!fake_quant_enabled()) {
+    stop_looking_ahead();
     if (observer_->enabled) observer_->observe(x);
     // Calibrating: the qparams come from apply_calibration(), after the last
     // batch (a histogram observer's qparams() runs a threshold search). An
@@ -116,9 +148,14 @@ Tensor ObserverFakeQuantizer::forward(const Tensor& x) {
   }
   // Observer off (eval, frozen, calibrated): the stored qparams, those of the
   // last forward with it on (equal to the observer's then) or set_qparams().
-  if (!observer_->enabled) return fake_quantize(x, scale_, zero_point_, cfg_.spec, cfg_.ste);
+  if (!observer_->enabled) {
+    stop_looking_ahead();
+    return fake_quantize(x, scale_, zero_point_, cfg_.spec, cfg_.ste);
+  }
   QParams used;
-  Tensor y = observe_and_fake_quantize(*observer_, x, cfg_.ste, &used);
+  std::optional<Tensor> ahead = lookahead_ ? lookahead_->take(x, used) : std::nullopt;
+  Tensor y = ahead ? std::move(*ahead) : observe_and_fake_quantize(*observer_, x, cfg_.ste, &used);
+  look_ahead_at(x);
   store_qparams(used.scale, used.zero_point);
   set_initialized();
   return y;
@@ -127,6 +164,7 @@ Tensor ObserverFakeQuantizer::forward(const Tensor& x) {
 bool ObserverFakeQuantizer::forward_codes(const Tensor& w, QuantCodes& out, const std::string& what) {
   if (!fake_quant_enabled() || !codes_supported(cfg_.spec)) return false;
   QAT_PROFILE("fake_quantizer");
+  stop_looking_ahead();  // the weight's integers are made here, at the forward
   // As forward() with fake quantization on.
   observer_->enabled = observer_enabled() && (is_training() || calibrating_);
   if (!observer_->enabled) {

@@ -22,6 +22,7 @@
 #include "quant/observe/observer.h"
 #include "quant/sim/fake_quant.h"
 #include "quant/sim/weight_codes.h"
+#include "quant/sim/weight_lookahead.h"
 #include "quant/spec.h"
 
 namespace qat::quant {
@@ -93,13 +94,21 @@ std::shared_ptr<FakeQuantizer> make_fake_quantizer(const QuantizerConfig& cfg, i
 class ObserverFakeQuantizer final : public FakeQuantizer {
  public:
   ObserverFakeQuantizer(const QuantizerConfig& cfg, int64_t channels);
+  ~ObserverFakeQuantizer() override;
   Tensor forward(const Tensor& x) override;
   bool forward_codes(const Tensor& w, QuantCodes& out, const std::string& what) override;
   std::string describe() const override;
   const Observer& observer() const { return *observer_; }
 
  private:
+  // Note [weight lookahead]: after a training forward on a per-channel
+  // weight parameter, its next fake quantization is computed by the
+  // optimizer's update (the parameter's update hook); otherwise off.
+  void look_ahead_at(const Tensor& x);
+  void stop_looking_ahead();
   std::unique_ptr<Observer> observer_;
+  std::shared_ptr<WeightLookahead> lookahead_;
+  std::weak_ptr<TensorImpl> hooked_;  // the parameter lookahead_ is the update hook of
 };
 
 // A quantizer whose qparams are parameters: initialised from the first
