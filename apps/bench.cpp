@@ -9,6 +9,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -45,10 +48,10 @@ double peak_rss_mib() {
 
 // Each op's forward and backward time, as a share of the measured steps.
 // "backward (total)" spans all backward ops, so it is shown apart.
-void print_profile(double total_seconds, int steps) {
+void print_profile(const std::vector<Profiler::Row>& rows, double total_seconds, int steps) {
   std::printf("time per op (share of step time, ms per step):\n");
   double covered = 0;
-  for (const auto& r : Profiler::rows()) {
+  for (const auto& r : rows) {
     const bool is_total = r.key.find("(total)") != std::string::npos;
     if (!is_total) covered += r.seconds;
     std::printf("  %-26s %6.1f%%  %8.1f ms%s\n", r.key.c_str(), 100.0 * r.seconds / total_seconds,
@@ -60,54 +63,119 @@ void print_profile(double total_seconds, int steps) {
 
 }  // namespace
 
-// Times training steps of `model` on `device` (the model moves there);
-// returns images per second. Every step ends reading the loss back, so on
-// cuda the time includes the step's kernels.
-double time_training(Module& model, const BenchOptions& opt, Device device, const char* label) {
-  model.to(device);
-  model.train();
-  SGD sgd(make_param_groups(model.named_parameters(), 0.01, 5e-4, false), SGDOptions{0.9});
-  Generator gen(1);
-  Tensor x = Tensor::randn({opt.batch, 3, opt.res, opt.res}, gen).to(device);
-  std::vector<int32_t> labels(opt.batch);
-  for (auto& l : labels) l = static_cast<int32_t>(gen.below(opt.classes));
-  Tensor y = Tensor::from_vector_i32(labels, {opt.batch}).to(device);
-  // Kernels run asynchronously: per-op host times would not be theirs.
-  const bool profile = opt.profile && device == Device::cpu;
+namespace {
 
-  auto step = [&] {
-    sgd.zero_grad();
-    Tensor loss = cross_entropy(model.forward(x), y);
+// One model's training steps on a fixed synthetic batch (the model moves to
+// `device`), timed step by step, each with its own per-op profile on the
+// CPU. Every step ends reading the loss back, so on cuda the time includes
+// the step's kernels.
+class TrainingTimer {
+ public:
+  TrainingTimer(Module& model, const BenchOptions& opt, Device device, const char* label)
+      : model_(model), opt_(opt), device_(device), label_(label) {
+    model.to(device);
+    model.train();
+    sgd_ = std::make_unique<SGD>(make_param_groups(model.named_parameters(), 0.01, 5e-4, false), SGDOptions{0.9});
+    Generator gen(1);
+    x_ = Tensor::randn({opt.batch, 3, opt.res, opt.res}, gen).to(device);
+    std::vector<int32_t> labels(opt.batch);
+    for (auto& l : labels) l = static_cast<int32_t>(gen.below(opt.classes));
+    y_ = Tensor::from_vector_i32(labels, {opt.batch}).to(device);
+  }
+
+  void warm_up() {
+    for (int i = 0; i < opt_.warmup; ++i) {
+      const float l = step();
+      if (opt_.verbose) std::printf("%s warm-up step %d: loss %.4f\n", label_, i, l);
+    }
+  }
+
+  // One timed step; its ops' times are added to this model's profile.
+  void timed_step() {
+    Profiler::reset();
+    Profiler::set_enabled(profiled());
+    const auto t0 = std::chrono::steady_clock::now();
+    last_loss_ = step();
+    step_seconds_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    Profiler::set_enabled(false);
+    for (const auto& r : Profiler::rows()) {
+      Profiler::Row& sum = profile_.try_emplace(r.key, Profiler::Row{r.key, 0.0, 0}).first->second;
+      sum.seconds += r.seconds;
+      sum.calls += r.calls;
+    }
+    if (opt_.verbose) std::printf("%s step %zu: loss %.4f\n", label_, step_seconds_.size(), last_loss_);
+  }
+
+  double seconds() const { return std::accumulate(step_seconds_.begin(), step_seconds_.end(), 0.0); }
+  const std::vector<double>& step_seconds() const { return step_seconds_; }
+  double images_per_second() const { return step_seconds_.size() * opt_.batch / seconds(); }
+
+  // The "train <label>" line and, on the CPU, the per-op profile.
+  void report() const {
+    const double secs = seconds();
+    const int steps = static_cast<int>(step_seconds_.size());
+    std::printf("train %s%s: %.1f img/s  (%.1f ms/step, last loss %.3f)\n", label_,
+                device_ == Device::cpu ? "" : " on cuda", images_per_second(), 1000.0 * secs / steps, last_loss_);
+    if (!profiled()) return;
+    std::vector<Profiler::Row> rows;
+    for (const auto& [key, r] : profile_) rows.push_back(r);
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+    print_profile(rows, secs, steps);
+  }
+
+ private:
+  // Kernels run asynchronously on cuda: per-op host times would not be theirs.
+  bool profiled() const { return opt_.profile && device_ == Device::cpu; }
+
+  float step() {
+    sgd_->zero_grad();
+    Tensor loss = cross_entropy(model_.forward(x_), y_);
     {
       QAT_PROFILE("backward (total)");
       loss.backward();
     }
     {
       QAT_PROFILE("sgd.step");
-      sgd.step();
+      sgd_->step();
     }
     return loss.item();
-  };
-  for (int i = 0; i < opt.warmup; ++i) {
-    const float l = step();
-    if (opt.verbose) std::printf("warm-up step %d: loss %.4f\n", i, l);
   }
-  Profiler::reset();
-  Profiler::set_enabled(profile);
-  const auto t0 = std::chrono::steady_clock::now();
-  float last_loss = 0;
-  for (int i = 0; i < opt.steps; ++i) {
-    last_loss = step();
-    if (opt.verbose) std::printf("step %d: loss %.4f\n", opt.warmup + i, last_loss);
-  }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  Profiler::set_enabled(false);
-  const double ips = opt.steps * opt.batch / secs;
-  std::printf("train %s%s: %.1f img/s  (%.1f ms/step, last loss %.3f)\n", label,
-              device == Device::cpu ? "" : " on cuda", ips, 1000.0 * secs / opt.steps, last_loss);
-  if (profile) print_profile(secs, opt.steps);
-  return ips;
+
+  Module& model_;
+  const BenchOptions& opt_;
+  Device device_;
+  const char* label_;
+  std::unique_ptr<SGD> sgd_;
+  Tensor x_, y_;
+  std::vector<double> step_seconds_;
+  float last_loss_ = 0;
+  std::map<std::string, Profiler::Row> profile_;
+};
+
+// Times `timers` step by step in turn (the order alternating from one round
+// to the next), so that a machine whose speed drifts during the bench slows
+// every model alike; each reports its figures.
+void time_in_turn(const std::vector<TrainingTimer*>& timers, int steps) {
+  for (TrainingTimer* t : timers) t->warm_up();
+  for (int i = 0; i < steps; ++i)
+    for (size_t k = 0; k < timers.size(); ++k) timers[i % 2 == 0 ? k : timers.size() - 1 - k]->timed_step();
+  for (TrainingTimer* t : timers) t->report();
 }
+
+// The quantized step's time over the FP32 step's: of the totals, and the
+// median of the per-step ratios (steps taken in turn).
+void print_step_ratio(const char* kind, const TrainingTimer& fp32, const TrainingTimer& quantized) {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < fp32.step_seconds().size(); ++i)
+    ratios.push_back(quantized.step_seconds()[i] / fp32.step_seconds()[i]);
+  std::sort(ratios.begin(), ratios.end());
+  std::printf("%s/fp32 step time: %.3f  (steps taken in turn with the FP32 model's; per-step ratios: median %.3f, "
+              "middle half %.3f-%.3f)\n",
+              kind, quantized.seconds() / fp32.seconds(), ratios[ratios.size() / 2], ratios[ratios.size() / 4],
+              ratios[(3 * ratios.size()) / 4]);
+}
+
+}  // namespace
 
 // Images per second of `forward` on one fixed batch (median of the timed passes).
 double time_inference(const std::function<Tensor(const Tensor&)>& forward, const Tensor& x, const BenchOptions& opt,
@@ -302,8 +370,11 @@ int run_bench(const BenchOptions& opt, BenchFigures* figures) {
   check_training_device(device);  // Note [training device]: the FP32 step, before anything runs
   if (device == Device::cuda) std::printf("device: %s\n", cuda::describe().c_str());
   ModulePtr model = make_model(opt.model, opt.classes, 0);
-  measured.fp32 = time_training(*model, opt, device, "fp32");
-  if (!opt.config.empty()) {
+  TrainingTimer fp32(*model, opt, device, "fp32");
+  if (opt.config.empty()) {
+    time_in_turn({&fp32}, opt.steps);
+    measured.fp32 = fp32.images_per_second();
+  } else {
     ExperimentConfig cfg = load_config(opt.config, {}, DataPaths::as_recorded);  // synthetic data, as above
     QAT_CHECK(cfg.quant.enabled, "bench: ", opt.config, " has no enabled quant: section");
     cfg.model.name = opt.model;
@@ -314,20 +385,26 @@ int run_bench(const BenchOptions& opt, BenchFigures* figures) {
     const std::string refused =
         training_device_refusal(device, cuda::device_info(), cuda::built(), training_step_of(cfg));
     if (!refused.empty()) {
+      time_in_turn({&fp32}, opt.steps);
+      measured.fp32 = fp32.images_per_second();
       std::printf("train %s: not timed: %s\n", kind, refused.c_str());
     } else {
       ModulePtr qmodel = build_model(cfg, /*load_init=*/false, /*print=*/false);
+      TrainingTimer quantized(*qmodel, opt, device, kind);
       quant::set_weight_lookahead_enabled(opt.weight_lookahead);
       const int64_t taken = quant::weight_lookahead_taken();
-      measured.quantized = time_training(*qmodel, opt, device, kind);
+      time_in_turn({&fp32, &quantized}, opt.steps);
       quant::set_weight_lookahead_enabled(true);
+      measured.fp32 = fp32.images_per_second();
+      measured.quantized = quantized.images_per_second();
       std::printf("weight lookahead: %s, %.1f weights a step fake-quantized inside sgd.step\n",
                   opt.weight_lookahead ? "on" : "off (--no-weight-lookahead)",
                   static_cast<double>(quant::weight_lookahead_taken() - taken) / (opt.warmup + opt.steps));
-      std::printf("%s/fp32 step time: %.3f\n", kind, measured.fp32 / measured.quantized);
+      print_step_ratio(kind, fp32, quantized);
     }
   }
-  std::printf("peak memory: %.0f MiB (max RSS)\n", peak_rss_mib());
+  std::printf("peak memory: %.0f MiB (max RSS%s)\n", peak_rss_mib(),
+              measured.quantized > 0 ? ", the FP32 and the quantized model both resident" : "");
   if (figures) *figures = measured;
   return 0;
 }

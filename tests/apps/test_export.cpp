@@ -20,6 +20,7 @@
 #include "data/image.h"
 #include "data/transforms.h"
 #include "quant/convert/freeze.h"
+#include "quant/sim/weight_lookahead.h"
 
 using namespace qat;
 using namespace qat::apps;
@@ -439,6 +440,24 @@ TEST_CASE("qat bench --infer times FP32 and the frozen integer model", "[e2e][ex
   CHECK(f.quantized > 0);
   CHECK(f.weight_bits == 8);
   CHECK(f.gemm_kernel == quant::gemm_kernel_name(quant::best_gemm_kernel()));
+}
+
+TEST_CASE("qat bench with a QAT config times the FP32 and the QAT step in turn", "[e2e][export]") {
+  BenchOptions opt = small_infer_bench(4);
+  opt.infer = false;
+  opt.profile = true;
+  opt.config = (std::filesystem::path(QAT_SOURCE_DIR) / "configs" / "alexnet_w8a8_imagenette.yaml").string();
+  for (bool lookahead : {true, false}) {
+    opt.weight_lookahead = lookahead;
+    const int64_t taken = quant::weight_lookahead_taken();
+    BenchFigures f;
+    REQUIRE(run_bench(opt, &f) == 0);
+    CHECK(f.fp32 > 0);
+    CHECK(f.quantized > 0);
+    // small_cnn's one linear layer, from the second step on (warm-up 1, steps 2)
+    CHECK(quant::weight_lookahead_taken() - taken == (lookahead ? 2 : 0));
+  }
+  CHECK(quant::weight_lookahead_enabled());  // the bench leaves the switch as it found it
 }
 
 TEST_CASE("qat bench --infer --device cuda times both models on the GPU, or refuses naming why", "[e2e][export][cuda]") {
