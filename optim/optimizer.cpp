@@ -87,6 +87,16 @@ void Optimizer::step() {
         s.buffers.clear();
         for (size_t b = 0; b < nbuf; ++b) s.buffers.push_back(Tensor::zeros(p.sizes(), DType::f32, p.device()));
       }
+      // Checked here, not by the update loops' data access, which runs in
+      // parallel regions an exception must not leave (a model moved to
+      // another device after its buffers were made).
+      for (size_t b = 0; b < nbuf; ++b)
+        QAT_CHECK(s.buffers[b].dtype() == DType::f32 && s.buffers[b].sizes() == p.sizes() &&
+                      s.buffers[b].device() == p.device() && s.buffers[b].is_contiguous(),
+                  name(), ": the ", buffer_names()[b], " buffer of parameter ", i, " of group '", group.name,
+                  "' is ", dtype_name(s.buffers[b].dtype()), " ", s.buffers[b].sizes(), " on ",
+                  device_name(s.buffers[b].device()), ", the parameter float32 ", p.sizes(), " on ",
+                  device_name(p.device()), " (was the model moved to another device after training began?)");
       ++s.step;
       std::optional<ParamGroup> scaled;  // INT8 training's per-parameter lr scale, when set
       if (const float scale = lr_scale_[g][i]; scale != 1.f)

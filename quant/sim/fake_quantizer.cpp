@@ -116,6 +116,9 @@ void ObserverFakeQuantizer::look_ahead_at(const Tensor& x) {
   if (!fits) return stop_looking_ahead();
   if (!lookahead_) lookahead_ = std::make_shared<WeightLookahead>(spec, *fold, observer_->channels(), cfg_.ste);
   if (!x.update_hook()) {
+    // A weight this quantizer looked ahead at before keeps no hook of it.
+    if (const std::shared_ptr<TensorImpl> old = hooked_.lock(); old && old->update_hook == lookahead_)
+      old->update_hook.reset();
     Tensor(x).set_update_hook(lookahead_);
     hooked_ = x.impl_shared();
   }

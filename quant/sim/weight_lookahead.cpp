@@ -36,8 +36,11 @@ bool WeightLookahead::begin(const Tensor& p) {
   if (!weight_lookahead_enabled() || !armed_for(p) || p.dtype() != DType::f32 || !p.is_contiguous() ||
       p.dim() < 2 || p.size(0) != channels_)
     return false;
-  // The weight trains, so the next forward keeps the clipped STE's mask.
-  result_ = std::make_unique<ChannelRows>(spec_, p.sizes(), ste_ == SteKind::clipped);
+  try {  // the weight trains, so the next forward keeps the clipped STE's mask
+    result_ = std::make_unique<ChannelRows>(spec_, p.sizes(), ste_ == SteKind::clipped);
+  } catch (...) {  // out of memory: the update goes on without the lookahead
+    return false;
+  }
   len_ = p.numel() / channels_;
   cur_min_.assign(channels_, 0.f);
   cur_max_.assign(channels_, 0.f);
@@ -61,6 +64,7 @@ void WeightLookahead::rows(int64_t r0, int64_t r1, const float* data) {
 }
 
 void WeightLookahead::end(const Tensor& p) {
+  storage_ = p.impl_ptr()->storage;
   weight_version_ = p.version();
   state_version_ = fold_.state_version();
   ready_ = result_ && !failed_;
@@ -69,7 +73,8 @@ void WeightLookahead::end(const Tensor& p) {
 
 std::optional<Tensor> WeightLookahead::take(const Tensor& x, QParams& used) {
   std::unique_ptr<ChannelRows> result = std::move(result_);
-  const bool valid = ready_ && armed_for(x) && x.version() == weight_version_ &&
+  const bool valid = ready_ && armed_for(x) && x.impl_ptr()->storage == storage_.lock() &&
+                     x.version() == weight_version_ &&
                      fold_.state_version() == state_version_ &&
                      (result->has_mask() || ste_ != SteKind::clipped || !any_requires_grad({&x}));
   ready_ = false;

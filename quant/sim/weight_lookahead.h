@@ -12,12 +12,14 @@
 // have: the same output, mask, qparams and observer state, bit for bit.
 //
 // The result is taken only if nothing it depends on changed since: the same
-// tensor at the version the optimizer left it, the observer's state at the
-// version it was previewed at, the forward observing in training mode (an
-// eval forward does not take it; it waits for the next training forward).
-// Otherwise, and after an error (a non-finite weight), the forward computes
-// as before and the result is dropped. The cost: the result, one more copy
-// of the weight, is held from the optimizer step to the next forward.
+// tensor, on the same storage, at the version the optimizer left it; the
+// observer's state at the version it was previewed at; the forward observing
+// in training mode. Otherwise, and after an error (a non-finite weight), the
+// forward computes as before. A forward that does not observe (eval, the
+// observer or fake quantization off, INT8 training's integer weights) drops
+// the result and stops the lookahead until the next training forward. The
+// cost: the result, one more copy of the weight, is held from the optimizer
+// step to the next forward.
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -70,6 +72,7 @@ class WeightLookahead final : public RowUpdateHook {
   std::vector<float> cur_min_, cur_max_;
   std::atomic<bool> failed_{false};
   bool ready_ = false;
+  std::weak_ptr<Storage> storage_;  // with the version: a model moved away and back restarts the count
   uint64_t weight_version_ = 0;
   std::pair<uint64_t, uint64_t> state_version_{};
 };

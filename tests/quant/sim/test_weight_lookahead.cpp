@@ -237,3 +237,28 @@ TEST_CASE("weight lookahead: a prepared model trains to the same state with and 
     REQUIRE(testing::same_bits(t, states[1].at(name)));
   }
 }
+
+TEST_CASE("weight lookahead: a quantizer hooks the weight it last observed, and only that one",
+          "[quant][qat][lookahead]") {
+  const QuantizerConfig cfg = weight_config(QuantMethod::minmax, 8, true);
+  Generator gen(8);
+  Tensor a = Tensor::randn({4, 20}, gen), b = Tensor::randn({4, 20}, gen);
+  a.set_requires_grad(true);
+  b.set_requires_grad(true);
+  auto fq = make_fake_quantizer(cfg, 4);
+  fq->train();
+  fq->forward(a);
+  CHECK(a.update_hook() != nullptr);
+  fq->forward(b);
+  CHECK(a.update_hook() == nullptr);
+  CHECK(b.update_hook() != nullptr);
+  {
+    auto other = make_fake_quantizer(cfg, 4);  // b is the first one's: the second computes at its forward
+    other->train();
+    const RowUpdateHook* first = b.update_hook();
+    other->forward(b);
+    CHECK(b.update_hook() == first);
+  }
+  fq.reset();  // a quantizer that goes takes its hook with it
+  CHECK(b.update_hook() == nullptr);
+}
