@@ -59,10 +59,17 @@ TEST_CASE("qat sweep stops on SIGTERM (as on Ctrl-C) within seconds, wherever th
   std::string seeds;
   for (int i = 1; i <= 300; ++i) seeds += (i > 1 ? ", " : "") + std::to_string(i);
   std::ofstream(cfg, std::ios::app) << "sweep: {train.seed: [" << seeds << "]}\n";
+  const std::string root = (t.dir / "sw").string();
   for (int trial = 0; trial < 3; ++trial) {
-    // the sweep gets SIGTERM (a background job of sh ignores SIGINT) after 1.5 s (plus 0.3 s per trial, to land elsewhere); timeout's 60 s would be 124
+    fs::remove_all(root);
+    // The sweep gets SIGTERM (a background job of sh ignores SIGINT) once its
+    // first run has made its folder (the sweep's handler is in place from
+    // then on; before, it is still checking its 300 configs, which can take
+    // seconds on a loaded machine or under a sanitizer), then 0.3 s later per
+    // trial, to land elsewhere. timeout's 60 s would be 124.
     const std::string cmd = "timeout 60 sh -c '" + std::string(QAT_BINARY) + " sweep " + cfg +
-                            " & p=$!; sleep " + std::to_string(1.5 + 0.3 * trial) + "; kill -TERM $p; wait $p'";
+                            " & p=$!; while [ -z \"$(ls -A " + root + " 2>/dev/null)\" ]; do sleep 0.05; done; sleep " +
+                            std::to_string(0.3 * trial) + "; kill -TERM $p; wait $p'";
     const int rc = std::system((cmd + " > " + (t.dir / "sw.log").string() + " 2>&1").c_str());
     INFO("trial " << trial);
     CHECK(WEXITSTATUS(rc) == 130);
