@@ -123,7 +123,7 @@ void Optimizer::update_by_rows(const ParamGroup& group, const Tensor& p, const f
                                RowUpdateHook& hook) {
   constexpr int64_t kBlockElements = 16384;
   const int64_t R = p.size(0), L = p.numel() / R;
-  const int64_t per = std::max<int64_t>(1, kBlockElements / std::max<int64_t>(L, 1));
+  const int64_t per = std::max<int64_t>(1, kBlockElements / L);  // L >= 1: step() hooks non-empty parameters only
   const int64_t blocks = (R + per - 1) / per;
   float* data = p.data<float>();
 #pragma omp parallel for schedule(static) if (p.numel() >= kOptimParallelMin)

@@ -1,6 +1,5 @@
 #include "quant/sim/weight_lookahead.h"
 
-#include "core/autograd.h"
 #include "quant/observe/row_min_max.h"
 
 namespace qat::quant {
@@ -75,8 +74,7 @@ std::optional<Tensor> WeightLookahead::take(const Tensor& x, QParams& used) {
   std::unique_ptr<ChannelRows> result = std::move(result_);
   const bool valid = ready_ && armed_for(x) && x.impl_ptr()->storage == storage_.lock() &&
                      x.version() == weight_version_ &&
-                     fold_.state_version() == state_version_ &&
-                     (result->has_mask() || ste_ != SteKind::clipped || !any_requires_grad({&x}));
+                     fold_.state_version() == state_version_;
   ready_ = false;
   if (!valid) return std::nullopt;
   for (int64_t c = 0; c < channels_; ++c) fold_.fold_channel(c, cur_min_[c], cur_max_[c]);
