@@ -136,14 +136,8 @@ void gemm_s32(bool emulate, bool flip, int64_t M, const uint8_t* A, int64_t lda,
 void gemm_dequant(bool emulate, int64_t M, const int8_t* A, int64_t lda, const PackedB& B, const DequantEpilogue& e,
                   float* out, int64_t ldo) {
   QAT_CHECK(ldo >= e.n, "AMX GEMM: ldo ", ldo, " < ", e.n, " columns");
-  // The same double operations as gemm_s8s8_packed_dequant's epilogue.
   auto sink = [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const int32_t (*c)[kBlock]) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const double add = e.row_add[m0 + r];
-      float* o = out + (m0 + r) * ldo + n0;
-      const int32_t* sums = e.sums + n0;
-      for (int64_t j = 0; j < cols; ++j) o[j] = e.value(c[r][j], sums[j], add);
-    }
+    e.store(c[0], kBlock, m0, rows, n0, cols, out, ldo);
   };
   dispatch<true>(emulate, M, reinterpret_cast<const uint8_t*>(A), lda, B, e.n, sink);
 }

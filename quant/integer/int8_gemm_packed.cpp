@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/cpu_features.h"
 #include "quant/integer/int8_gemm_amx.h"
+#include "quant/integer/int8_gemm_avx2.h"
 
 namespace qat::quant {
 
@@ -212,11 +213,21 @@ void pack_transposed_avx512(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt
   for (int64_t ch = 0; ch < chunks; ++ch) pack_chunk_avx512(Bt, K, N, ldbt, flip, ch, out, sums);
 }
 
+// The ymm packing is AVX2 code (no VNNI), so that the AVX2 kernel's CPUs
+// pack too.
+#define QAT_PACK_YMM_TARGET __attribute__((target("avx2")))
+
+// The four-byte sums of chunk (s8) as int32 lanes, exact: vpmaddubsw by u8
+// ones (pair sums within +-256, never saturated), then vpmaddwd by ones.
+QAT_PACK_YMM_TARGET inline __m256i quad_sums(__m256i chunk) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), chunk), _mm256_set1_epi16(1));
+}
+
 // 32 columns (n0 .. n0 + 31) of four rows of Bt as the four 32-byte halves
 // of B's blocks n0/16 and n0/16 + 1 (each [16 n][4 k]): the bytes
 // interleaved within 128-bit lanes (lane 1 holds columns 16 on), then the
 // lanes regrouped.
-QAT_AVX_VNNI_TARGET inline void interleave4_ymm(__m256i r0, __m256i r1, __m256i r2, __m256i r3, __m256i out[4]) {
+QAT_PACK_YMM_TARGET inline void interleave4_ymm(__m256i r0, __m256i r1, __m256i r2, __m256i r3, __m256i out[4]) {
   const __m256i a = _mm256_unpacklo_epi8(r0, r1), b = _mm256_unpackhi_epi8(r0, r1);
   const __m256i c = _mm256_unpacklo_epi8(r2, r3), d = _mm256_unpackhi_epi8(r2, r3);
   const __m256i e = _mm256_unpacklo_epi16(a, c), f = _mm256_unpackhi_epi16(a, c);  // n 0-3 | 16-19, 4-7 | 20-23
@@ -229,7 +240,7 @@ QAT_AVX_VNNI_TARGET inline void interleave4_ymm(__m256i r0, __m256i r1, __m256i 
 
 // 32 bytes of a row of Bt from column n0, `live` of them real (the rest 0),
 // sign bits flipped when asked (the real bytes only).
-QAT_AVX_VNNI_TARGET inline __m256i row32(const int8_t* p, int64_t live, bool flip) {
+QAT_PACK_YMM_TARGET inline __m256i row32(const int8_t* p, int64_t live, bool flip) {
   const __m256i signs = _mm256_set1_epi8(flip ? static_cast<char>(0x80) : 0);
   if (live >= 32) return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), signs);
   alignas(32) int8_t tmp[32] = {};
@@ -239,11 +250,10 @@ QAT_AVX_VNNI_TARGET inline __m256i row32(const int8_t* p, int64_t live, bool fli
 
 // One 32-column half (n0 = 32 hh); the OpenMP loop is outside, as for
 // pack_chunk_avx512.
-QAT_AVX_VNNI_TARGET void pack_half_ymm(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, bool flip, int64_t hh,
+QAT_PACK_YMM_TARGET void pack_half_ymm(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, bool flip, int64_t hh,
                                        PackedB& out, int32_t* sums) {
   const int64_t K4 = out.K4, n0 = hh * 32, live = N - n0;  // <= 0: a padding half (N is padded to 64)
   int8_t* data = out.data.data();
-  const __m256i ones = _mm256_set1_epi8(1);
   __m256i sum[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                     _mm256_setzero_si256()};
   for (int64_t q = 0; q < K4; ++q) {
@@ -257,7 +267,7 @@ QAT_AVX_VNNI_TARGET void pack_half_ymm(const int8_t* Bt, int64_t K, int64_t N, i
     for (int j = 0; j < 4; ++j) {
       int8_t* dst = data + ((n0 / 16 + j / 2) * K4 + q) * 64 + 32 * (j % 2);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), chunk[j]);
-      dpbusd_vex(sum[j], ones, chunk[j]);  // (1, 1, 1, 1) . 4 bytes: column n's 4 k
+      sum[j] = _mm256_add_epi32(sum[j], quad_sums(chunk[j]));  // column n's 4 k
     }
   }
   if (sums)
@@ -273,7 +283,7 @@ void pack_transposed_ymm(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, b
 
 void check_vnni(GemmKernel kernel) {
   QAT_CHECK(kernel == GemmKernel::avx512_vnni || kernel == GemmKernel::avx_vnni, "packed GEMM: kernel ",
-            enum_name(kernel), " has no packed form (avx512_vnni, avx_vnni, amx, amx_emulated)");
+            enum_name(kernel), " has no packed form (avx512_vnni, avx_vnni, avx2, amx, amx_emulated)");
 }
 
 }  // namespace
@@ -281,7 +291,7 @@ void check_vnni(GemmKernel kernel) {
 bool can_use_packed(GemmKernel kernel, int64_t N) {
   if (N <= 0 || !gemm_kernel_runs_here(kernel)) return false;
   if (kernel == GemmKernel::avx512_vnni) return N % (16 * kBlocks) == 0;
-  return (kernel == GemmKernel::avx_vnni || is_amx(kernel)) && N % 16 == 0;
+  return (kernel == GemmKernel::avx_vnni || kernel == GemmKernel::avx2 || is_amx(kernel)) && N % 16 == 0;
 }
 
 PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb) {
@@ -304,6 +314,7 @@ PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb) {
 void gemm_u8s8s32_packed(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int32_t* C,
                          int64_t ldc) {
   if (is_amx(kernel)) return amx::gemm_s32(kernel == GemmKernel::amx_emulated, false, M, A, lda, B, B.N, C, ldc);
+  if (kernel == GemmKernel::avx2) return avx2::gemm_s32(false, M, A, lda, B, B.N, C, ldc);
   check_vnni(kernel);
   gemm_packed<false>(kernel, M, A, lda, B, C, ldc);
 }
@@ -312,6 +323,7 @@ void gemm_s8s8s32_packed_offset(GemmKernel kernel, int64_t M, const int8_t* A, i
                                 int32_t* C, int64_t ldc) {
   const auto* a8 = reinterpret_cast<const uint8_t*>(A);
   if (is_amx(kernel)) return amx::gemm_s32(kernel == GemmKernel::amx_emulated, true, M, a8, lda, B, B.N, C, ldc);
+  if (kernel == GemmKernel::avx2) return avx2::gemm_s32(true, M, a8, lda, B, B.N, C, ldc);
   check_vnni(kernel);
   gemm_packed<true>(kernel, M, a8, lda, B, C, ldc);
 }
@@ -319,6 +331,7 @@ void gemm_s8s8s32_packed_offset(GemmKernel kernel, int64_t M, const int8_t* A, i
 void gemm_s8s8_packed_dequant(GemmKernel kernel, int64_t M, const int8_t* A, int64_t lda, const PackedB& B,
                               const DequantEpilogue& e, float* out, int64_t ldo) {
   if (is_amx(kernel)) return amx::gemm_dequant(kernel == GemmKernel::amx_emulated, M, A, lda, B, e, out, ldo);
+  if (kernel == GemmKernel::avx2) return avx2::gemm_dequant(M, A, lda, B, e, out, ldo);
   check_vnni(kernel);
   QAT_CHECK(can_use_packed(kernel, B.N) && lda >= B.K && e.n <= B.N && ldo >= e.n, "gemm_s8s8_packed_dequant: bad sizes "
             "N=", B.N, " K=", B.K, " n=", e.n, " lda=", lda, " ldo=", ldo);
@@ -333,22 +346,17 @@ void gemm_s8s8_packed_dequant(GemmKernel kernel, int64_t M, const int8_t* A, int
       if (cols <= 0) continue;
       alignas(64) int32_t c[kRows][16 * kBlocks];
       run_tile<true>(tl, rows, a8 + m0 * lda, lda, B, g, &c[0][0], 16 * kBlocks);
-      for (int64_t r = 0; r < rows; ++r) {
-        const double add = e.row_add[m0 + r];
-        float* o = out + (m0 + r) * ldo + n0;
-        const int32_t* sums = e.sums + n0;
-        for (int64_t j = 0; j < cols; ++j) o[j] = e.value(c[r][j], sums[j], add);
-      }
+      e.store(c[0], 16 * kBlocks, m0, rows, n0, cols, out, ldo);
     }
 }
 
-bool can_pack_transposed() { return cpu_has_avx512_vnni() || cpu_has_avx_vnni(); }
+bool can_pack_transposed() { return cpu_has_avx512_vnni() || cpu_has_avx2(); }
 
 void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, PackedB& out, int32_t* sums,
                             bool flip_signs, GemmKernel kernel) {
-  const bool ymm = kernel == GemmKernel::avx_vnni || !cpu_has_avx512_vnni();
+  const bool ymm = kernel == GemmKernel::avx_vnni || kernel == GemmKernel::avx2 || !cpu_has_avx512_vnni();
   QAT_CHECK(can_pack_transposed() && K > 0 && N > 0 && ldbt >= N,
-            "pack_b_vnni_transposed: needs AVX-512 VNNI or AVX-VNNI, K > 0 (got ", K, "), N > 0 (got ", N, ")");
+            "pack_b_vnni_transposed: needs AVX-512 VNNI or AVX2, K > 0 (got ", K, "), N > 0 (got ", N, ")");
   out.N = (N + 63) / 64 * 64;
   out.K = K;
   out.K4 = (K + 3) / 4;

@@ -6,10 +6,11 @@
 // reduction is needed (the dot-product kernels reduce 16 accumulators per
 // 4 x 4 block, which costs most at small K, e.g. conv1's K = 363).
 // Tiles: 6 rows of A x 64 output channels (24 accumulators); on AVX-VNNI
-// (ymm, no AVX-512) 6 rows x 16 channels, the same layout read in halves.
+// (ymm, no AVX-512) 6 rows x 16 channels, the same layout read in halves;
+// on AVX2 without VNNI 6 rows x 8 channels in int16 (int8_gemm_avx2.h).
 // The same packed layout is the AMX kernel's B operand (int8_gemm_amx.h):
 // every function here takes the kernel that multiplies, avx512_vnni,
-// avx_vnni, amx or amx_emulated, so inference and INT8 training share one
+// avx_vnni, avx2, amx or amx_emulated, so inference and INT8 training share one
 // set of kernels.
 #include <cstdint>
 #include <vector>
@@ -25,7 +26,8 @@ struct PackedB {
 };
 
 // Whether `kernel` multiplies packed operands with N output columns: the
-// AVX-512 VNNI kernel N a multiple of 64, the AVX-VNNI and AMX kernels of 16;
+// AVX-512 VNNI kernel N a multiple of 64, the AVX-VNNI, AVX2 and AMX kernels
+// of 16;
 // the CPU able to run it.
 bool can_use_packed(GemmKernel kernel, int64_t N);
 // N is padded with zero channels to a multiple of 16 (out.N).
@@ -45,10 +47,10 @@ void gemm_u8s8s32_packed(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t
 // no shifted copy), so A B^T = C - 128 sums[n], exactly (every partial sum
 // fits int32 for K <= 2^16). C gets out.N columns (the padded ones 0).
 // flip_signs: Bt holds u8 values v, packed as v - 128 (s8; sums of v - 128).
-// kernel: the one that will multiply it (avx_vnni packs with AVX2 code,
+// kernel: the one that will multiply it (avx_vnni and avx2 pack with AVX2 code,
 // the others with AVX-512 where the CPU has it); the same bytes either way.
 // can_pack_transposed: whether this CPU packs at all (AVX-512 VNNI or
-// AVX-VNNI).
+// AVX2).
 bool can_pack_transposed();
 void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, PackedB& out, int32_t* sums,
                             bool flip_signs = false, GemmKernel kernel = GemmKernel::avx512_vnni);
@@ -69,6 +71,16 @@ struct DequantEpilogue {
   // out[m][n] from c = C[m][n], col_sum = sums[n], add = row_add[m]
   float value(int32_t c, int32_t col_sum, double add) const {
     return static_cast<float>(scale * (static_cast<double>(c - 128 * col_sum) + add));
+  }
+  // A block of C, rows m0 .. m0 + rows, columns n0 .. n0 + cols (c: its
+  // first element, row stride ldc), into out (row stride ldo).
+  void store(const int32_t* c, int64_t ldc, int64_t m0, int64_t rows, int64_t n0, int64_t cols, float* out,
+             int64_t ldo) const {
+    for (int64_t r = 0; r < rows; ++r) {
+      const double add = row_add[m0 + r];
+      float* o = out + (m0 + r) * ldo + n0;
+      for (int64_t j = 0; j < cols; ++j) o[j] = value(c[r * ldc + j], sums[n0 + j], add);
+    }
   }
 };
 void gemm_s8s8_packed_dequant(GemmKernel kernel, int64_t M, const int8_t* A, int64_t lda, const PackedB& B,

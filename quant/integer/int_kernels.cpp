@@ -166,6 +166,69 @@ __attribute__((target("avx512f,avx512bw"))) void requantize_rows_avx512(const in
   }
 }
 
+#define QAT_AVX2_TARGET __attribute__((target("avx2")))
+
+// Clamps 8 int32 lanes to [lo, hi] (within 0..255) and stores `live` <= 8 of
+// them as bytes.
+QAT_AVX2_TARGET inline void store_u8x8(__m256i v, __m256i lo, __m256i hi, uint8_t* o, int64_t live) {
+  v = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
+  const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i b = _mm_packus_epi16(w, w);  // (exact: every lane is in 0..255)
+  if (live >= 8) return _mm_storel_epi64(reinterpret_cast<__m128i*>(o), b);
+  alignas(16) uint8_t tmp[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(tmp), b);
+  std::memcpy(o, tmp, static_cast<size_t>(live));
+}
+
+// requantize_rows_shift_avx512 with 8 channels at a time.
+QAT_AVX2_TARGET void requantize_rows_shift_avx2(const int32_t* acc, int64_t rows, const RequantPlan& q,
+                                                uint8_t* out) {
+  const __m256i zero = _mm256_set1_epi32(q.params.out_zero), lo = _mm256_set1_epi32(q.params.lo),
+                hi = _mm256_set1_epi32(q.params.hi);
+  const int64_t n = q.n;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < n; c += 8) {
+      const __m256i x = _mm256_maskload_epi32(acc + r * n + c, simd::live_lanes(n - c));
+      const __m256i v = _mm256_srav_epi32(_mm256_add_epi32(x, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                                                                  q.add32.data() + c))),
+                                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.e.data() + c)));
+      store_u8x8(_mm256_add_epi32(v, zero), lo, hi, out + r * n + c, n - c);
+    }
+  }
+}
+
+// The 64-bit lanes p of requantize_rows_avx512 shifted right by t: AVX2 has
+// no arithmetic 64-bit shift, so p + 2^63 (p's sign bit flipped: in
+// [0, 2^64) for every int64 p) is shifted logically and 2^(63 - t) comes
+// off, which is floor(p / 2^t) exactly (2^t divides 2^63 for t <= 62).
+QAT_AVX2_TARGET inline __m256i floor_shift64(__m256i p, __m256i t) {
+  const __m256i sign = _mm256_set1_epi64x(static_cast<long long>(uint64_t{1} << 63));
+  return _mm256_sub_epi64(_mm256_srlv_epi64(_mm256_xor_si256(p, sign), t), _mm256_srlv_epi64(sign, t));
+}
+
+// requantize_rows_avx512 with 8 channels at a time.
+QAT_AVX2_TARGET void requantize_rows_avx2(const int32_t* acc, int64_t rows, const RequantPlan& q, uint8_t* out) {
+  const __m256i zero = _mm256_set1_epi32(q.params.out_zero), lo = _mm256_set1_epi32(q.params.lo),
+                hi = _mm256_set1_epi32(q.params.hi);
+  const int64_t n = q.n;
+  auto load = [](const auto* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); };
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* a = acc + r * n;
+    for (int64_t c = 0; c < n; c += 8) {
+      const __m256i x = _mm256_maskload_epi32(a + c, simd::live_lanes(n - c)), m0 = load(q.m0.data() + c);
+      const int64_t blk = c / 2;  // the even (odd) channels c, c + 2, .. as 4 consecutive 64-bit entries
+      const __m256i even = floor_shift64(_mm256_add_epi64(_mm256_mul_epi32(x, m0), load(q.add_even.data() + blk)),
+                                         load(q.t_even.data() + blk));
+      const __m256i odd = floor_shift64(
+          _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(m0, 32)),
+                           load(q.add_odd.data() + blk)),
+          load(q.t_odd.data() + blk));
+      const __m256i v = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+      store_u8x8(_mm256_add_epi32(v, zero), lo, hi, out + r * n + c, n - c);
+    }
+  }
+}
+
 }  // namespace
 
 RequantPlan make_requant_plan(const RequantParams& p, int64_t n) {
@@ -174,7 +237,8 @@ RequantPlan make_requant_plan(const RequantParams& p, int64_t n) {
   q.n = n;
   // The vector path covers shift in [0, 31] (multipliers below 1); any other
   // channel sends the layer to the scalar path.
-  q.vector = cpu_has_avx512bw();
+  q.vector = cpu_has_avx2();
+  q.avx512 = cpu_has_avx512bw();
   for (int64_t c = 0; q.vector && c < n; ++c) q.vector = p.shift[c] >= 0 && p.shift[c] <= 31;
   if (!q.vector) return q;
   const int64_t padded = (n + 15) / 16 * 16;
@@ -203,8 +267,12 @@ RequantPlan make_requant_plan(const RequantParams& p, int64_t n) {
 }
 
 void requantize_rows(const int32_t* acc, int64_t rows, const RequantPlan& q, uint8_t* out) {
-  if (q.vector && q.pure_shift) return requantize_rows_shift_avx512(acc, rows, q, out);
-  if (q.vector) return requantize_rows_avx512(acc, rows, q, out);
+  if (q.vector && q.avx512) {
+    if (q.pure_shift) return requantize_rows_shift_avx512(acc, rows, q, out);
+    return requantize_rows_avx512(acc, rows, q, out);
+  }
+  if (q.vector && q.pure_shift) return requantize_rows_shift_avx2(acc, rows, q, out);
+  if (q.vector) return requantize_rows_avx2(acc, rows, q, out);
   for (int64_t r = 0; r < rows; ++r) requantize_row_reference(acc + r * q.n, q.n, q.params, out + r * q.n);
 }
 

@@ -67,7 +67,8 @@ struct RequantParams {
 struct RequantPlan {
   RequantParams params{};
   int64_t n = 0;
-  bool vector = false;
+  bool vector = false;  // AVX2 (8 channels a step) or, with avx512, AVX-512BW (16)
+  bool avx512 = false;
   bool pure_shift = false;  // every M a power of two: y = (acc + add32) >> e, 32-bit
   std::vector<int32_t> add32, e;
   std::vector<int32_t> m0;

@@ -157,10 +157,12 @@ std::optional<GemmKernel>& kernel_override() {
 }
 GemmKernel int8_gemm_kernel() { return kernel_override().value_or(best_gemm_kernel()); }
 // Whether kernel k multiplies packed operands (int8_gemm_packed.h): both
-// VNNI kernels (avx_vnni's operands packed with AVX2 code), and both AMX
-// ones where the CPU has AVX-512 VNNI (their packing's code).
+// VNNI kernels and the AVX2 one (avx_vnni's and avx2's operands packed with
+// AVX2 code), and both AMX ones where the CPU has AVX-512 VNNI (their
+// packing's code).
 bool packs(GemmKernel k) {
   if (k == GemmKernel::avx_vnni) return cpu_has_avx_vnni();
+  if (k == GemmKernel::avx2) return cpu_has_avx2();
   return (k == GemmKernel::avx512_vnni || is_amx(k)) && cpu_has_avx512_vnni();
 }
 // Whether the backward GEMMs run on packed operands.

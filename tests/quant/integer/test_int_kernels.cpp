@@ -12,11 +12,27 @@
 using namespace qat;
 using namespace qat::quant;
 
+namespace {
+// The plan's requantization on every vector path this CPU has (AVX-512 and
+// AVX2 where it has both), each compared with `ref` by the caller.
+std::vector<std::vector<uint8_t>> requantize_each_path(const int32_t* acc, int64_t rows, const RequantPlan& plan) {
+  std::vector<std::vector<uint8_t>> out;
+  RequantPlan p = plan;
+  for (;;) {
+    out.emplace_back(static_cast<size_t>(rows * plan.n));
+    requantize_rows(acc, rows, p, out.back().data());
+    if (!p.avx512) return out;
+    p.avx512 = false;  // then the AVX2 path on the same plan
+  }
+}
+}  // namespace
+
 TEST_CASE("vectorised requantization equals the scalar reference", "[quant][integer]") {
+  if (!cpu_has_avx2()) WARN("no AVX2 here: the vector requantization is not tested");
   std::mt19937 rng(5);
-  std::uniform_int_distribution<int32_t> acc_d(-(1 << 28), 1 << 28), m_d(1 << 30, INT32_MAX), s_d(0, 30),
-      z_d(0, 255);
-  for (int64_t n : {1, 7, 16, 17, 64, 100}) {
+  std::uniform_int_distribution<int32_t> acc_d(-(1 << 28), 1 << 28), m_d(1 << 30, INT32_MAX), s_d(0, 31),
+      z_d(0, 255), sign_d(0, 1);
+  for (int64_t n : {1, 7, 8, 9, 16, 17, 64, 100}) {
     std::vector<int32_t> acc(n), bias(n), m0(n), shift(n), residual(n);
     for (int64_t c = 0; c < n; ++c) {
       acc[c] = acc_d(rng);
@@ -34,12 +50,18 @@ TEST_CASE("vectorised requantization equals the scalar reference", "[quant][inte
     tie(0, 3 << 19, 19);   //  1.5 -> 2
     tie(1, 3, 0);          //  1.5 -> 2
     tie(2, -(5 << 9), 9);  // -2.5 -> -2
+    // The largest products: |acc|, |bias| just under 2^30, m0 just under 2^31.
+    for (int64_t c = 3; c < n; c += 5) {
+      acc[c] = sign_d(rng) ? (1 << 30) - 1 : -(1 << 30) + 1;
+      bias[c] = sign_d(rng) ? (1 << 30) - 1 : -(1 << 30) + 1;
+      m0[c] = INT32_MAX - sign_d(rng);
+      residual[c] = sign_d(rng) ? m0[c] / 2 : -(m0[c] / 2);
+    }
     const int32_t zero = z_d(rng);
     const RequantParams p{bias.data(), m0.data(), shift.data(), residual.data(), zero, std::min(zero, 3), 255};
-    std::vector<uint8_t> fast(n), ref(n);
-    requantize_rows(acc.data(), 1, make_requant_plan(p, n), fast.data());
+    std::vector<uint8_t> ref(n);
     requantize_row_reference(acc.data(), n, p, ref.data());
-    REQUIRE(fast == ref);
+    for (const auto& fast : requantize_each_path(acc.data(), 1, make_requant_plan(p, n))) REQUIRE(fast == ref);
     // The ties' values, upwards: zero + 2 and zero - 2 (inside the clamp for these zero points).
     const RequantParams& q = p;
     auto clamped = [&](int v) { return static_cast<uint8_t>(std::clamp(v, int{q.lo}, int{q.hi})); };
@@ -63,10 +85,9 @@ TEST_CASE("power-of-two requantization plans are pure shifts equal to the refere
     const RequantParams p{bias.data(), m0.data(), shift.data(), residual.data(), 3, 0, 255};
     const RequantPlan plan = make_requant_plan(p, n);
     if (plan.vector) REQUIRE(plan.pure_shift);
-    std::vector<uint8_t> fast(n * 3), ref(n * 3);
-    requantize_rows(acc.data(), 3, plan, fast.data());
+    std::vector<uint8_t> ref(n * 3);
     for (int r = 0; r < 3; ++r) requantize_row_reference(acc.data() + r * n, n, p, ref.data() + r * n);
-    REQUIRE(fast == ref);
+    for (const auto& fast : requantize_each_path(acc.data(), 3, plan)) REQUIRE(fast == ref);
   }
 }
 
