@@ -24,6 +24,13 @@ namespace qat::quant::avx2 {
 // bytes, multiplied as A + 128 (gemm_s8s8s32_packed_offset's convention).
 void gemm_s32(bool flip, int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, int32_t* C,
               int64_t ldc);
+// The same (no flip) for operands whose pair sums fit int16
+// (pairs_fit_int16, int8_gemm.h: the caller's guarantee, unchecked): A's
+// bytes multiplied by vpmaddubsw (32 products, int16 pair sums), then
+// vpmaddwd by ones, as oneDNN does, which here is exact; A is copied rather
+// than widened.
+void gemm_s32_maddubs(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, int32_t* C,
+                      int64_t ldc);
 // gemm_s8s8_packed_dequant's product (A s8, read as A + 128) and epilogue.
 void gemm_dequant(int64_t M, const int8_t* A, int64_t lda, const PackedB& B, const DequantEpilogue& e, float* out,
                   int64_t ldo);

@@ -319,6 +319,12 @@ void gemm_u8s8s32_packed(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t
   gemm_packed<false>(kernel, M, A, lda, B, C, ldc);
 }
 
+void gemm_u8s8s32_packed_bounded(GemmKernel kernel, const GemmRanges& r, int64_t M, const uint8_t* A, int64_t lda,
+                                 const PackedB& B, int32_t* C, int64_t ldc) {
+  if (!runs_maddubs(kernel, r)) return gemm_u8s8s32_packed(kernel, M, A, lda, B, C, ldc);
+  avx2::gemm_s32_maddubs(M, A, lda, B, B.N, C, ldc);
+}
+
 void gemm_s8s8s32_packed_offset(GemmKernel kernel, int64_t M, const int8_t* A, int64_t lda, const PackedB& B,
                                 int32_t* C, int64_t ldc) {
   const auto* a8 = reinterpret_cast<const uint8_t*>(A);

@@ -36,6 +36,11 @@ PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb);
 // large and no enclosing parallel region is active.
 void gemm_u8s8s32_packed(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int32_t* C,
                          int64_t ldc);
+// The same for operands within r (gemm_u8s8s32_bounded's guarantee): where
+// runs_maddubs(kernel, r), the avx2 kernel multiplies the bytes with
+// vpmaddubsw instead of widening them.
+void gemm_u8s8s32_packed_bounded(GemmKernel kernel, const GemmRanges& r, int64_t M, const uint8_t* A, int64_t lda,
+                                 const PackedB& B, int32_t* C, int64_t ldc);
 
 // INT8 training's input gradient, dX = Gx W with Gx s8 (M x O) and the
 // weight W s8 (O x K) as stored (one row per output channel):

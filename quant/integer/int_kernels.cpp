@@ -168,6 +168,8 @@ __attribute__((target("avx512f,avx512bw"))) void requantize_rows_avx512(const in
 
 #define QAT_AVX2_TARGET __attribute__((target("avx2")))
 
+QAT_AVX2_TARGET inline __m256i load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
 // Clamps 8 int32 lanes to [lo, hi] (within 0..255) and stores `live` <= 8 of
 // them as bytes.
 QAT_AVX2_TARGET inline void store_u8x8(__m256i v, __m256i lo, __m256i hi, uint8_t* o, int64_t live) {
@@ -189,9 +191,7 @@ QAT_AVX2_TARGET void requantize_rows_shift_avx2(const int32_t* acc, int64_t rows
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < n; c += 8) {
       const __m256i x = _mm256_maskload_epi32(acc + r * n + c, simd::live_lanes(n - c));
-      const __m256i v = _mm256_srav_epi32(_mm256_add_epi32(x, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                                                                  q.add32.data() + c))),
-                                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.e.data() + c)));
+      const __m256i v = _mm256_srav_epi32(_mm256_add_epi32(x, load(q.add32.data() + c)), load(q.e.data() + c));
       store_u8x8(_mm256_add_epi32(v, zero), lo, hi, out + r * n + c, n - c);
     }
   }
@@ -211,7 +211,6 @@ QAT_AVX2_TARGET void requantize_rows_avx2(const int32_t* acc, int64_t rows, cons
   const __m256i zero = _mm256_set1_epi32(q.params.out_zero), lo = _mm256_set1_epi32(q.params.lo),
                 hi = _mm256_set1_epi32(q.params.hi);
   const int64_t n = q.n;
-  auto load = [](const auto* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); };
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t* a = acc + r * n;
     for (int64_t c = 0; c < n; c += 8) {

@@ -14,7 +14,7 @@ namespace qat::quant::ops {
 void gemm(const IntLayer& l, GemmKernel kernel, int64_t M, const uint8_t* rows, int32_t* acc) {
   const int64_t K = l.weight.numel() / l.out_channels;
   if (runs_packed(l, kernel))
-    return gemm_u8s8s32_packed(kernel, M, rows, K, l.packed_weight, acc, l.out_channels);
+    return gemm_u8s8s32_packed_bounded(kernel, gemm_ranges(l), M, rows, K, l.packed_weight, acc, l.out_channels);
   gemm_u8s8s32_bounded(kernel, gemm_ranges(l), M, l.out_channels, K, rows, K, l.weight.data<int8_t>(), K, acc,
                        l.out_channels);
 }

@@ -354,3 +354,45 @@ TEST_CASE("the bounded GEMM equals the 64-bit sum on operands within its ranges,
   if (!gemm_kernel_runs_here(GemmKernel::avx2)) WARN("no AVX2 here: the vpmaddubsw kernel is not reached");
   else REQUIRE(runs_maddubs(GemmKernel::avx2, ranges[0]));
 }
+
+// gemm_u8s8s32_packed_bounded: the same operands on the packed weights, on
+// every packed kernel (the avx2 one multiplying bytes with vpmaddubsw where
+// the ranges allow), thin strips (1, 2 rows) and uneven row blocks (49)
+// included.
+TEST_CASE("the packed bounded GEMM equals the 64-bit sum on operands within its ranges", "[quant][int8gemm]") {
+  Generator g(23);
+  const GemmRanges ranges[] = {{127, 128}, {255, 8}, {15, 8}, {255, 128}};
+  for (const GemmRanges& r : ranges)
+    for (const int64_t K : {1, 3, 4, 5, 33, 363, 1600})
+      for (const int64_t M : {1, 2, 3, 6, 8, 13, 49, 100})
+        for (const int64_t N : {16, 48, 80}) {
+          const int64_t lda = K + (M % 2 ? 3 : 0), ldc = N + 5;
+          std::vector<uint8_t> A(static_cast<size_t>(M * lda), 255);  // the row padding would change sums if read
+          std::vector<int8_t> B(static_cast<size_t>(N * K));
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t k = 0; k < K; ++k)
+              A[m * lda + k] =
+                  static_cast<uint8_t>(g.bernoulli(0.3f) ? r.a_max : g.below(static_cast<uint32_t>(r.a_max) + 1));
+          const int lo = -std::min(r.b_absmax, 128), hi = std::min(r.b_absmax, 127);
+          for (int8_t& v : B)
+            v = static_cast<int8_t>(g.bernoulli(0.2f)   ? lo
+                                    : g.bernoulli(0.2f) ? hi
+                                                        : lo + static_cast<int>(g.below(static_cast<uint32_t>(hi - lo + 1))));
+          std::vector<int32_t> expect(static_cast<size_t>(M * ldc), 7);
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n) {
+              int64_t s = 0;
+              for (int64_t k = 0; k < K; ++k) s += int64_t{A[m * lda + k]} * int64_t{B[n * K + k]};
+              expect[m * ldc + n] = static_cast<int32_t>(s);
+            }
+          const PackedB packed = pack_b_vnni(B.data(), N, K, K);
+          for (const GemmKernel kern : packed_kernels_here()) {
+            if (!can_use_packed(kern, N)) continue;
+            INFO(gemm_kernel_name(kern) << (runs_maddubs(kern, r) ? " (vpmaddubsw)" : "") << " a_max=" << r.a_max
+                                        << " b_absmax=" << r.b_absmax << " M=" << M << " N=" << N << " K=" << K);
+            std::vector<int32_t> C(static_cast<size_t>(M * ldc), 7);
+            gemm_u8s8s32_packed_bounded(kern, r, M, A.data(), lda, packed, C.data(), ldc);
+            REQUIRE(C == expect);  // the padding columns of C untouched
+          }
+        }
+}
