@@ -294,6 +294,12 @@ bool can_use_packed(GemmKernel kernel, int64_t N) {
   return (kernel == GemmKernel::avx_vnni || kernel == GemmKernel::avx2 || is_amx(kernel)) && N % 16 == 0;
 }
 
+bool any_packed_kernel_here(int64_t N) {
+  for (const GemmKernel k : gemm_kernels_here())
+    if (can_use_packed(k, N)) return true;
+  return false;
+}
+
 PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb) {
   QAT_CHECK(N > 0 && K > 0 && ldb >= K, "pack_b_vnni: N (", N, ") and K (", K, ") must be > 0, ldb (", ldb, ") >= K");
   PackedB p;

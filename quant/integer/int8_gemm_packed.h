@@ -30,6 +30,8 @@ struct PackedB {
 // of 16;
 // the CPU able to run it.
 bool can_use_packed(GemmKernel kernel, int64_t N);
+// Whether any kernel that runs here (gemm_kernels_here) takes N packed.
+bool any_packed_kernel_here(int64_t N);
 // N is padded with zero channels to a multiple of 16 (out.N).
 PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb);
 // C (M x B.N, ldc) = A (M x K, lda) B^T. Threads over tiles when the work is

@@ -81,9 +81,10 @@ struct IntLayer {
   int64_t out_h = 0, out_w = 0;  // adaptive_avg_pool
 
   // Derived at load/freeze (not stored): Σ_k w[c][k] per channel, and the
-  // weights repacked for the packed kernels (int8_gemm_packed.h) when the
-  // best kernel takes them (can_use_packed: out_channels a multiple of 64 for
-  // AVX-512 VNNI, of 16 for AVX-VNNI and AMX).
+  // weights repacked for the packed kernels (int8_gemm_packed.h) when any
+  // kernel here takes them (can_use_packed: out_channels a multiple of 16 for
+  // AVX-VNNI, AVX2 and AMX, of 64 for AVX-512 VNNI), so that a kernel other
+  // than the best one (--int8-kernel, the tests) runs packed too.
   std::vector<int32_t> weight_row_sums;
   PackedB packed_weight;
   // K = kernel_h * kernel_w * in_channels of a conv / linear layer; throws

@@ -81,9 +81,9 @@ void finalize_matmul(IntLayer& l) {
   }
   QAT_CHECK(l.conv.groups == 1, "layer '", l.name, "': grouped convolution has no integer kernel (groups ",
             l.conv.groups, ")");
-  // Packed for the best kernel (AMX or VNNI), which amx_emulated then reads
-  // too (the tests' way to run the AMX kernel on a model).
-  l.packed_weight = can_use_packed(best_gemm_kernel(), l.out_channels)
+  // Packed when any kernel here takes it (the layout is the same for all:
+  // amx_emulated, avx2 and avx_vnni read the best kernel's packing).
+  l.packed_weight = any_packed_kernel_here(l.out_channels)
                         ? pack_b_vnni(l.weight.data<int8_t>(), l.out_channels, K, K)
                         : PackedB{};
   l.weight_row_sums.assign(static_cast<size_t>(l.out_channels), 0);

@@ -396,3 +396,48 @@ TEST_CASE("the packed bounded GEMM equals the 64-bit sum on operands within its 
           }
         }
 }
+
+// The packed kernels on shapes large enough to run on a team of threads
+// (M N K >= 2^20), with 1, 2 and 3 threads: the row blocks and channel
+// chunks shared out (dynamically on avx2, each thread with its own widened
+// panel) give the same integers as the reference. u8 x s8, the bounded form
+// (vpmaddubsw on avx2) and the s8 x s8 offset form.
+TEST_CASE("the packed GEMMs equal the reference on threaded shapes", "[quant][int8gemm]") {
+  Generator g(29);
+  struct Size {
+    int64_t M, N, K;
+  };
+  for (const Size& sz : {Size{100, 192, 1600}, Size{49, 256, 1100}, Size{97, 80, 363}})
+    for (const int threads : {1, 2, 3}) {
+      testing::ThreadsGuard tg(threads);
+      const int64_t M = sz.M, N = sz.N, K = sz.K;
+      std::vector<uint8_t> A(static_cast<size_t>(M * K));
+      std::vector<int8_t> B(static_cast<size_t>(N * K));
+      for (auto& v : A) v = static_cast<uint8_t>(g.bernoulli(0.2f) ? 127 : g.below(128));  // 7 bits: bounded too
+      for (auto& v : B) v = static_cast<int8_t>(static_cast<int>(g.below(256)) - 128);
+      std::vector<int32_t> want(static_cast<size_t>(M * N));
+      gemm_u8s8s32(GemmKernel::reference, M, N, K, A.data(), K, B.data(), K, want.data(), N);
+      std::vector<int32_t> want_s8(static_cast<size_t>(M * N));
+      const auto* As8 = reinterpret_cast<const int8_t*>(A.data());
+      gemm_s8s8s32(GemmKernel::reference, M, N, K, As8, K, B.data(), K, want_s8.data(), N);
+      const PackedB packed = pack_b_vnni(B.data(), N, K, K);
+      std::vector<int32_t> col_sum(static_cast<size_t>(N), 0);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k) col_sum[n] += B[n * K + k];
+      for (const GemmKernel kern : packed_kernels_here()) {
+        if (!can_use_packed(kern, N)) continue;
+        INFO(gemm_kernel_name(kern) << " M=" << M << " N=" << N << " K=" << K << ", " << threads << " threads");
+        std::vector<int32_t> got(static_cast<size_t>(M * N), 7);
+        gemm_u8s8s32_packed(kern, M, A.data(), K, packed, got.data(), N);
+        REQUIRE(got == want);
+        std::fill(got.begin(), got.end(), 7);
+        gemm_u8s8s32_packed_bounded(kern, GemmRanges{127, 128}, M, A.data(), K, packed, got.data(), N);
+        REQUIRE(got == want);
+        std::fill(got.begin(), got.end(), 7);
+        gemm_s8s8s32_packed_offset(kern, M, As8, K, packed, got.data(), N);  // (A + 128) B^T
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) got[m * N + n] -= 128 * col_sum[n];
+        REQUIRE(got == want_s8);
+      }
+    }
+}

@@ -55,6 +55,7 @@ TEST_CASE("vectorised requantization equals the scalar reference", "[quant][inte
       acc[c] = sign_d(rng) ? (1 << 30) - 1 : -(1 << 30) + 1;
       bias[c] = sign_d(rng) ? (1 << 30) - 1 : -(1 << 30) + 1;
       m0[c] = INT32_MAX - sign_d(rng);
+      shift[c] = std::max(shift[c], 1);  // (shift 0 could reach 2^31 - 2 before the zero point: int32 overflow)
       residual[c] = sign_d(rng) ? m0[c] / 2 : -(m0[c] / 2);
     }
     const int32_t zero = z_d(rng);
