@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 // GCC 12's AVX-512 headers trip a false -Wmaybe-uninitialized (_mm512_undefined_ps).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -58,32 +59,50 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer(s
 
 // The loop is written with std::experimental::simd because a plain loop
 // calling std::sqrt is not vectorized by GCC (sqrt may set errno); as a plain
-// loop the step is about 5x slower on AlexNet's 58M parameters. Blocks have a fixed size
-// (a multiple of the SIMD width), so results do not depend on the thread count.
-void AdamW::update(const ParamGroup& group, float* p, const float* g, int64_t n, ParamState& s) {
+// loop the step is about 5x slower on AlexNet's 58M parameters.
+//
+// Which elements run as vectors is fixed by the parameter alone, not by the
+// span, so that every split into spans (the base's chunks over the threads,
+// the row blocks of an update hook) gives the same bits: the vectors sit at
+// multiples of W up to the last whole one (n / W * W), the rest run one by
+// one. A vector that a span's edge cuts runs on a copy of the span's own
+// elements (the others belong to another span, perhaps being written by
+// another thread); the lanes are independent, so each element gets what it
+// gets in a whole vector.
+void AdamW::update_span(const ParamGroup& group, float* p, const float* g, int64_t begin, int64_t end,
+                        ParamState& s) {
   const optim_math::AdamWCoefs c = adamw_coefs(group, opt_, s);
   float* m = s.buffers[0].data<float>();
   float* v = s.buffers[1].data<float>();
   constexpr int64_t W = FloatVec::size();
-  constexpr int64_t kBlock = 4096;
-  static_assert(kBlock % W == 0);
-  const int64_t nblocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n >= kOptimParallelMin)
-  for (int64_t b = 0; b < nblocks; ++b) {
-    const int64_t hi = std::min(n, (b + 1) * kBlock);
-    int64_t i = b * kBlock;
-    for (; i + W <= hi; i += W) {
-      FloatVec pv(p + i, stdx::element_aligned), mv(m + i, stdx::element_aligned);
-      FloatVec vv(v + i, stdx::element_aligned), gv(g + i, stdx::element_aligned);
-      optim_math::adamw_update(pv, mv, vv, gv, c, SqrtOf{});
-      pv.copy_to(p + i, stdx::element_aligned);
-      mv.copy_to(m + i, stdx::element_aligned);
-      vv.copy_to(v + i, stdx::element_aligned);
-    }
-    for (; i < hi; ++i) {
-      float gi = g[i];
-      optim_math::adamw_update(p[i], m[i], v[i], gi, c, SqrtOf{});
-    }
+  const int64_t vector_end = std::min(end, s.buffers[0].numel() / W * W);
+  auto vector_at = [&](float* pp, float* mp, float* vp, const float* gp) {
+    FloatVec pv(pp, stdx::element_aligned), mv(mp, stdx::element_aligned);
+    FloatVec vv(vp, stdx::element_aligned), gv(gp, stdx::element_aligned);
+    optim_math::adamw_update(pv, mv, vv, gv, c, SqrtOf{});
+    pv.copy_to(pp, stdx::element_aligned);
+    mv.copy_to(mp, stdx::element_aligned);
+    vv.copy_to(vp, stdx::element_aligned);
+  };
+  // elements [i0, i1) of one cut vector, through copies
+  auto cut_vector = [&](int64_t i0, int64_t i1) {
+    float tp[W] = {}, tm[W] = {}, tv[W] = {}, tg[W] = {};
+    const auto k = static_cast<size_t>(i1 - i0) * sizeof(float);
+    std::memcpy(tp, p + i0, k), std::memcpy(tm, m + i0, k), std::memcpy(tv, v + i0, k), std::memcpy(tg, g + i0, k);
+    vector_at(tp, tm, tv, tg);
+    std::memcpy(p + i0, tp, k), std::memcpy(m + i0, tm, k), std::memcpy(v + i0, tv, k);
+  };
+  int64_t i = begin;
+  if (i < vector_end && i % W != 0) {
+    const int64_t stop = std::min(vector_end, (i / W + 1) * W);
+    cut_vector(i, stop);
+    i = stop;
+  }
+  for (; i + W <= vector_end; i += W) vector_at(p + i, m + i, v + i, g + i);
+  if (i < vector_end) cut_vector(i, vector_end), i = vector_end;
+  for (; i < end; ++i) {
+    float gi = g[i];
+    optim_math::adamw_update(p[i], m[i], v[i], gi, c, SqrtOf{});
   }
 }
 

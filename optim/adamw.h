@@ -25,7 +25,11 @@ class AdamW : public Optimizer {
 
  protected:
   std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
-  void update(const ParamGroup& group, float* p, const float* g, int64_t n, ParamState& s) override;
+  // Element by element: the base's update runs spans of it on the threads,
+  // and an update hook gets the rows as they are done (Note [update hooks]).
+  bool updates_spans() const override { return true; }
+  void update_span(const ParamGroup& group, float* p, const float* g, int64_t begin, int64_t end,
+                   ParamState& s) override;
 #if QAT_WITH_CUDA
   void update_on_device(const ParamGroup& group, const Tensor& p, const Tensor& g, ParamState& s) override;
 #endif

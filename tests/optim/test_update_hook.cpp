@@ -48,6 +48,20 @@ class RecordingHook : public RowUpdateHook {
   std::mutex mu_;
 };
 
+// Two equal random leaf parameters, the first with a recording hook.
+struct HookedPair {
+  Tensor hooked, plain;
+  std::shared_ptr<RecordingHook> hook;
+};
+HookedPair hooked_and_plain(const Shape& shape, Generator& gen) {
+  HookedPair out{Tensor::randn(shape, gen), Tensor(), std::make_shared<RecordingHook>(true)};
+  out.plain = out.hooked.clone();
+  out.hooked.set_requires_grad(true);
+  out.plain.set_requires_grad(true);
+  out.hooked.set_update_hook(out.hook);
+  return out;
+}
+
 struct Variant {
   const char* name;
   SGDOptions opt;
@@ -69,12 +83,7 @@ TEST_CASE("SGD with an update hook updates exactly as without and hands over eve
         INFO(shape_str(shape) << " " << v.name << ", " << threads << " threads");
         set_num_threads(threads);
         Generator gen(3);
-        Tensor hooked = Tensor::randn(shape, gen);
-        Tensor plain = hooked.clone();
-        hooked.set_requires_grad(true);
-        plain.set_requires_grad(true);
-        auto hook = std::make_shared<RecordingHook>(true);
-        hooked.set_update_hook(hook);
+        auto [hooked, plain, hook] = hooked_and_plain(shape, gen);
         SGD a({{"default", {hooked}, 0.05, v.weight_decay}}, v.opt);
         SGD b({{"default", {plain}, 0.05, v.weight_decay}}, v.opt);
         for (int step = 0; step < 3; ++step) {
@@ -99,6 +108,50 @@ TEST_CASE("SGD with an update hook updates exactly as without and hands over eve
   set_num_threads(1);
 }
 
+// AdamW runs SIMD vectors at fixed positions; row blocks cut them where the
+// row length is not a multiple of the vector width (105, 70, 13 here), and
+// the parameter's length leaves a scalar tail (13 x 7 = 91).
+TEST_CASE("AdamW with an update hook updates exactly as without and hands over every row once", "[optim]") {
+  for (const Shape& shape : {Shape{37, 3, 5, 7}, Shape{1000, 70}, Shape{7, 13}, Shape{5, 20000}, Shape{1, 40000}})
+    for (int threads : {1, 2}) {
+      INFO(shape_str(shape) << ", " << threads << " threads");
+      set_num_threads(threads);
+      Generator gen(6);
+      auto [hooked, plain, hook] = hooked_and_plain(shape, gen);
+      AdamW a({{"default", {hooked}, 1e-2, 1e-2}}), b({{"default", {plain}, 1e-2, 1e-2}});
+      for (int step = 0; step < 3; ++step) {
+        const Tensor g = Tensor::randn(shape, gen);
+        hooked.set_grad(g.clone());
+        plain.set_grad(g.clone());
+        a.step();
+        b.step();
+        REQUIRE(testing::same_bits(hooked, plain));
+        CHECK(hook->rows_seen == std::vector<int>(shape[0], 1));
+        CHECK(hook->values == hooked.to_vector());
+      }
+      for (const char* buffer : {"exp_avg", "exp_avg_sq"}) {
+        const std::string key = std::string("optim.group0.param0.") + buffer;
+        REQUIRE(testing::same_bits(a.state_dict().at(key), b.state_dict().at(key)));
+      }
+    }
+  set_num_threads(1);
+}
+
+namespace {
+// An optimizer that updates each parameter as a whole (no span updates).
+class WholeSGD : public Optimizer {
+ public:
+  using Optimizer::Optimizer;
+
+ protected:
+  std::vector<std::string> buffer_names() const override { return {}; }
+  void update(const ParamGroup& group, float* p, const float* g, int64_t n, ParamState&) override {
+    for (int64_t i = 0; i < n; ++i) p[i] -= static_cast<float>(group.lr) * g[i];
+  }
+  const char* name() const override { return "WholeSGD"; }
+};
+}  // namespace
+
 TEST_CASE("a hook that declines, or an optimizer without span updates, gets no rows", "[optim]") {
   Generator gen(4);
   Tensor w = Tensor::randn({8, 9}, gen);
@@ -117,12 +170,14 @@ TEST_CASE("a hook that declines, or an optimizer without span updates, gets no r
   CHECK(declining->rows_seen == std::vector<int>(8, 0));
   CHECK(declining->ends == 0);
 
-  // AdamW updates its vectors in blocks of its own: it leaves hooks alone.
+  // An optimizer without span updates leaves hooks alone.
   auto unused = std::make_shared<RecordingHook>(true);
   w.set_update_hook(unused);
-  AdamW adamw({{"default", {w}, 1e-3, 0.0}});
-  adamw.step();
+  WholeSGD whole({{"default", {w}, 1e-3, 0.0}});
+  const Tensor before = w.detach().clone();
+  whole.step();
   CHECK(unused->begins == 0);
+  CHECK_FALSE(testing::same_bits(w, before));  // (it did update)
 }
 
 TEST_CASE("views and detached copies of a parameter do not carry its update hook", "[optim]") {

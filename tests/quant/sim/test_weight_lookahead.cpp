@@ -4,6 +4,7 @@
 // changed in between.
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "core/autograd.h"
 #include "core/threads.h"
 #include "models/models.h"
+#include "optim/adamw.h"
 #include "optim/sgd.h"
 #include "quant/observe/minmax.h"
 #include "quant/sim/fake_quantizer.h"
@@ -199,42 +201,49 @@ TEST_CASE("weight lookahead: a weight turned infinite by the step fails at the f
   CHECK(messages[0] == messages[1]);
 }
 
+// With SGD and with AdamW (both update element by element, so both hand
+// rows to the hook).
 TEST_CASE("weight lookahead: a prepared model trains to the same state with and without it",
           "[quant][qat][lookahead]") {
   Backend backend;
   backend.name = "test";
   backend.patterns = {Pattern::conv_bn_relu, Pattern::conv_relu, Pattern::linear, Pattern::linear_relu};
-  std::vector<TensorMap> states;
-  int64_t taken = 0;
-  for (bool lookahead : {true, false}) {
-    LookaheadSwitch on(lookahead);
-    ModulePtr m = make_model("small_cnn", 4, 0);
-    prepare(*m, backend, QConfig{});
-    m->train();
-    SGD sgd(make_param_groups(m->named_parameters(), 0.05, 1e-4, true), SGDOptions{0.9});
-    Generator g(5);
-    const int64_t before = weight_lookahead_taken();
-    for (int step = 0; step < 4; ++step) {
-      const Tensor x = Tensor::randn({4, 3, 16, 16}, g);
-      const Tensor target = Tensor::from_vector_i32({0, 1, 2, 3}, {4});
-      cross_entropy(m->forward(x), target).backward();
-      sgd.step();
-      sgd.zero_grad();
-      if (step == 1) {  // an evaluation in between, as after an epoch
-        m->eval();
-        NoGradGuard ng;
-        m->forward(x);
-        m->train();
+  for (const bool adamw : {false, true}) {
+    INFO((adamw ? "AdamW" : "SGD"));
+    std::vector<TensorMap> states;
+    int64_t taken = 0;
+    for (bool lookahead : {true, false}) {
+      LookaheadSwitch on(lookahead);
+      ModulePtr m = make_model("small_cnn", 4, 0);
+      prepare(*m, backend, QConfig{});
+      m->train();
+      std::unique_ptr<Optimizer> opt;
+      if (adamw) opt = std::make_unique<AdamW>(make_param_groups(m->named_parameters(), 1e-3, 1e-2, true));
+      else opt = std::make_unique<SGD>(make_param_groups(m->named_parameters(), 0.05, 1e-4, true), SGDOptions{0.9});
+      Generator g(5);
+      const int64_t before = weight_lookahead_taken();
+      for (int step = 0; step < 4; ++step) {
+        const Tensor x = Tensor::randn({4, 3, 16, 16}, g);
+        const Tensor target = Tensor::from_vector_i32({0, 1, 2, 3}, {4});
+        cross_entropy(m->forward(x), target).backward();
+        opt->step();
+        opt->zero_grad();
+        if (step == 1) {  // an evaluation in between, as after an epoch
+          m->eval();
+          NoGradGuard ng;
+          m->forward(x);
+          m->train();
+        }
       }
+      if (lookahead) taken = weight_lookahead_taken() - before;
+      states.push_back(m->state_dict());
     }
-    if (lookahead) taken = weight_lookahead_taken() - before;
-    states.push_back(m->state_dict());
-  }
-  CHECK(taken >= 2);  // the linear layer's weight, at least at steps 1 and 3
-  REQUIRE(states[0].size() == states[1].size());
-  for (const auto& [name, t] : states[0]) {
-    INFO(name);
-    REQUIRE(testing::same_bits(t, states[1].at(name)));
+    CHECK(taken >= 2);  // the linear layer's weight, at least at steps 1 and 3
+    REQUIRE(states[0].size() == states[1].size());
+    for (const auto& [name, t] : states[0]) {
+      INFO(name);
+      REQUIRE(testing::same_bits(t, states[1].at(name)));
+    }
   }
 }
 
