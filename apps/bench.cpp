@@ -19,6 +19,7 @@
 #include "core/profiler.h"
 #include "core/threads.h"
 #include "models/models.h"
+#include "optim/adamw.h"
 #include "optim/sgd.h"
 #include "apps/config.h"
 #include "apps/device_check.h"
@@ -75,7 +76,13 @@ class TrainingTimer {
       : model_(model), opt_(opt), device_(device), label_(label) {
     model.to(device);
     model.train();
-    sgd_ = std::make_unique<SGD>(make_param_groups(model.named_parameters(), 0.01, 5e-4, false), SGDOptions{0.9});
+    if (opt.optimizer == "adamw") {
+      optimizer_ = std::make_unique<AdamW>(make_param_groups(model.named_parameters(), 1e-3, 5e-4, false));
+      step_label_ = "adamw.step";
+    } else {
+      optimizer_ = std::make_unique<SGD>(make_param_groups(model.named_parameters(), 0.01, 5e-4, false),
+                                         SGDOptions{0.9});
+    }
     Generator gen(1);
     x_ = Tensor::randn({opt.batch, 3, opt.res, opt.res}, gen).to(device);
     std::vector<int32_t> labels(opt.batch);
@@ -128,15 +135,15 @@ class TrainingTimer {
   bool profiled() const { return opt_.profile && device_ == Device::cpu; }
 
   float step() {
-    sgd_->zero_grad();
+    optimizer_->zero_grad();
     Tensor loss = cross_entropy(model_.forward(x_), y_);
     {
       QAT_PROFILE("backward (total)");
       loss.backward();
     }
     {
-      QAT_PROFILE("sgd.step");
-      sgd_->step();
+      QAT_PROFILE(step_label_);
+      optimizer_->step();
     }
     return loss.item();
   }
@@ -145,7 +152,8 @@ class TrainingTimer {
   const BenchOptions& opt_;
   Device device_;
   const char* label_;
-  std::unique_ptr<SGD> sgd_;
+  std::unique_ptr<Optimizer> optimizer_;
+  const char* step_label_ = "sgd.step";
   Tensor x_, y_;
   std::vector<double> step_seconds_;
   float last_loss_ = 0;
@@ -397,9 +405,10 @@ int run_bench(const BenchOptions& opt, BenchFigures* figures) {
       quant::set_weight_lookahead_enabled(true);
       measured.fp32 = fp32.images_per_second();
       measured.quantized = quantized.images_per_second();
-      std::printf("weight lookahead: %s, %.1f weights a step fake-quantized inside sgd.step\n",
+      std::printf("weight lookahead: %s, %.1f weights a step fake-quantized inside %s.step\n",
                   opt.weight_lookahead ? "on" : "off (--no-weight-lookahead)",
-                  static_cast<double>(quant::weight_lookahead_taken() - taken) / (opt.warmup + opt.steps));
+                  static_cast<double>(quant::weight_lookahead_taken() - taken) / (opt.warmup + opt.steps),
+                  opt.optimizer.c_str());
       print_step_ratio(kind, fp32, quantized);
     }
   }

@@ -24,6 +24,7 @@ struct BenchOptions {
   std::string int8_kernel;  // --infer: a GemmKernel name; empty: the best this CPU runs
   std::string device = "cpu";  // where the training steps run: cpu or cuda (refused as train.device is)
   bool weight_lookahead = true;  // Note [weight lookahead]; off: every weight quantized at its forward
+  std::string optimizer = "sgd";  // the training steps' update: sgd (momentum 0.9) or adamw
 };
 
 // Images per second of `forward` on one fixed batch x (opt.batch images):

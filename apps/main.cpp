@@ -79,13 +79,17 @@ int run(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   b->add_flag("!--no-profile", bench.profile, "Skip the per-op time breakdown");
   b->add_flag("!--no-weight-lookahead", bench.weight_lookahead,
-              "QAT: fake-quantize every weight at its forward, not ahead inside sgd.step (to time the difference)");
+              "QAT: fake-quantize every weight at its forward, not ahead inside the optimizer step (to time the difference)");
   b->add_option("--device", bench.device,
                 "Where the training steps (or, with --infer, both models) run: " +
                     qat::enum_name_list<qat::Device>() +
                     " (cuda as train.device: refused, naming why, where the step cannot run on the GPU)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  b->add_option("--optimizer", bench.optimizer,
+                "The training steps' update: sgd (momentum 0.9, lr 0.01) or adamw (lr 1e-3); weight decay 5e-4")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sgd", "adamw"}));
   b->add_option("--int8-kernel", bench.int8_kernel,
                 "With --infer: the integer GEMM kernel (" + qat::enum_name_list<qat::quant::GemmKernel>() +
                     "; default: the best this CPU runs)");

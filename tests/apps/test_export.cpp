@@ -447,16 +447,19 @@ TEST_CASE("qat bench with a QAT config times the FP32 and the QAT step in turn",
   opt.infer = false;
   opt.profile = true;
   opt.config = (std::filesystem::path(QAT_SOURCE_DIR) / "configs" / "alexnet_w8a8_imagenette.yaml").string();
-  for (bool lookahead : {true, false}) {
-    opt.weight_lookahead = lookahead;
-    const int64_t taken = quant::weight_lookahead_taken();
-    BenchFigures f;
-    REQUIRE(run_bench(opt, &f) == 0);
-    CHECK(f.fp32 > 0);
-    CHECK(f.quantized > 0);
-    // small_cnn's one linear layer, from the second step on (warm-up 1, steps 2)
-    CHECK(quant::weight_lookahead_taken() - taken == (lookahead ? 2 : 0));
-  }
+  for (const char* optimizer : {"sgd", "adamw"})
+    for (bool lookahead : {true, false}) {
+      INFO(optimizer << ", lookahead " << lookahead);
+      opt.optimizer = optimizer;
+      opt.weight_lookahead = lookahead;
+      const int64_t taken = quant::weight_lookahead_taken();
+      BenchFigures f;
+      REQUIRE(run_bench(opt, &f) == 0);
+      CHECK(f.fp32 > 0);
+      CHECK(f.quantized > 0);
+      // small_cnn's one linear layer, from the second step on (warm-up 1, steps 2)
+      CHECK(quant::weight_lookahead_taken() - taken == (lookahead ? 2 : 0));
+    }
   CHECK(quant::weight_lookahead_enabled());  // the bench leaves the switch as it found it
 }
 
