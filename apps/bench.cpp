@@ -66,6 +66,11 @@ void print_profile(const std::vector<Profiler::Row>& rows, double total_seconds,
 
 namespace {
 
+// The profile key of the optimizer's step (--optimizer).
+const char* optimizer_step_label(const BenchOptions& opt) {
+  return opt.optimizer == "adamw" ? "adamw.step" : "sgd.step";
+}
+
 // One model's training steps on a fixed synthetic batch (the model moves to
 // `device`), timed step by step, each with its own per-op profile on the
 // CPU. Every step ends reading the loss back, so on cuda the time includes
@@ -78,7 +83,6 @@ class TrainingTimer {
     model.train();
     if (opt.optimizer == "adamw") {
       optimizer_ = std::make_unique<AdamW>(make_param_groups(model.named_parameters(), 1e-3, 5e-4, false));
-      step_label_ = "adamw.step";
     } else {
       optimizer_ = std::make_unique<SGD>(make_param_groups(model.named_parameters(), 0.01, 5e-4, false),
                                          SGDOptions{0.9});
@@ -142,7 +146,7 @@ class TrainingTimer {
       loss.backward();
     }
     {
-      QAT_PROFILE(step_label_);
+      QAT_PROFILE(optimizer_step_label(opt_));
       optimizer_->step();
     }
     return loss.item();
@@ -153,7 +157,6 @@ class TrainingTimer {
   Device device_;
   const char* label_;
   std::unique_ptr<Optimizer> optimizer_;
-  const char* step_label_ = "sgd.step";
   Tensor x_, y_;
   std::vector<double> step_seconds_;
   float last_loss_ = 0;
@@ -405,10 +408,10 @@ int run_bench(const BenchOptions& opt, BenchFigures* figures) {
       quant::set_weight_lookahead_enabled(true);
       measured.fp32 = fp32.images_per_second();
       measured.quantized = quantized.images_per_second();
-      std::printf("weight lookahead: %s, %.1f weights a step fake-quantized inside %s.step\n",
+      std::printf("weight lookahead: %s, %.1f weights a step fake-quantized inside %s\n",
                   opt.weight_lookahead ? "on" : "off (--no-weight-lookahead)",
                   static_cast<double>(quant::weight_lookahead_taken() - taken) / (opt.warmup + opt.steps),
-                  opt.optimizer.c_str());
+                  optimizer_step_label(opt));
       print_step_ratio(kind, fp32, quantized);
     }
   }
