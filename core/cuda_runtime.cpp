@@ -117,11 +117,14 @@ void* allocate(size_t nbytes) {
       release_locked(c);
       e = cudaMalloc(&p, n);
       ++c.stats.device_mallocs;
-      if (e == cudaErrorMemoryAllocation)
-        throw_error(e, detail::cat("cudaMalloc(", n, " bytes) with ", c.stats.live_bytes, " bytes live and ", cached,
-                                   " cached bytes released")
-                           .c_str(),
-                    __FILE__, __LINE__);
+      if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        throw DeviceOutOfMemory(error_message(e,
+                                              detail::cat("cudaMalloc(", n, " bytes) with ", c.stats.live_bytes,
+                                                          " bytes live and ", cached, " cached bytes released")
+                                                  .c_str(),
+                                              __FILE__, __LINE__));
+      }
     }
     if (e != cudaSuccess) throw_error(e, detail::cat("cudaMalloc(", n, " bytes)").c_str(), __FILE__, __LINE__);
   }
@@ -136,7 +139,13 @@ void deallocate(void* p, size_t nbytes) noexcept {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   c.stats.live_bytes -= n;
-  c.free_blocks.emplace(n, p);
+  try {
+    c.free_blocks.emplace(n, p);
+  } catch (...) {  // no host memory for the cache's node (noexcept: called from ~Storage)
+    (void)cudaFree(p);
+    (void)cudaGetLastError();
+    return;
+  }
   c.stats.cached_bytes += n;
 }
 

@@ -17,8 +17,16 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace qat::cuda {
+
+// What allocate throws when the device has no room even after the cache was
+// given back: a caller with a cheaper way (a convolution algorithm that
+// needs less workspace) catches it and takes that way.
+struct DeviceOutOfMemory : Error {
+  using Error::Error;
+};
 
 // True when this qat was compiled with CUDA (QAT_CUDA=AUTO with the toolkit
 // present at configure time, or QAT_CUDA=ON).
@@ -52,7 +60,7 @@ void require(const std::string& what);
 // a kernel, and a training step frees and allocates the same sizes every
 // iteration. allocate(0) returns nullptr. allocate throws (require()) without
 // a device; when the device is out of memory it returns the cache to the
-// device and tries once more before throwing with the sizes.
+// device and tries once more before throwing DeviceOutOfMemory with the sizes.
 void* allocate(size_t nbytes);
 void deallocate(void* p, size_t nbytes) noexcept;
 

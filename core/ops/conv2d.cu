@@ -4,6 +4,7 @@
 // come from cuda_plan::plan_conv2d and the algorithm order from
 // cuda_plan::order_conv_algorithms (both tested on the CPU); every
 // convolution runs in CUDNN_FMA_MATH (Note [FP32 on the GPU]).
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,28 +95,36 @@ std::string list_algorithms(const std::vector<ConvAlgoCandidate>& listed) {
 // Runs `what` with the first algorithm of the ordered list that cuDNN
 // accepts: workspace(algo, &bytes) sizes its workspace, run(algo, workspace,
 // bytes) runs it. An algorithm cuDNN answers "not supported" for (under
-// CUDNN_FMA_MATH, say) is skipped; any other failure throws.
+// CUDNN_FMA_MATH, say), or whose workspace the device has no room for (the
+// GEMM algorithms can ask for gigabytes at a large batch, where implicit GEMM
+// needs none), is skipped; any other failure throws.
 template <class Workspace, class Run>
 void run_first_accepted(const char* what, const std::vector<ConvAlgoCandidate>& listed, Workspace workspace,
                         Run run) {
   std::string skipped;  // each algorithm cuDNN declined, with its answer, for the error below
-  auto skip = [&](int algo, const char* stage, cudnnStatus_t s) {
-    skipped += detail::cat(skipped.empty() ? "" : "; ", algo, " (", stage, ": ", cudnnGetErrorString(s), ")");
+  auto skip = [&](int algo, const char* stage, const std::string& why) {
+    skipped += detail::cat(skipped.empty() ? "" : "; ", algo, " (", stage, ": ", why, ")");
   };
   for (const int algo : cuda_plan::order_conv_algorithms(listed)) {
     size_t bytes = 0;
     const cudnnStatus_t ws = workspace(algo, &bytes);
     if (not_supported(ws)) {
-      skip(algo, "workspace size", ws);
+      skip(algo, "workspace size", cudnnGetErrorString(ws));
       continue;
     }
     if (ws != CUDNN_STATUS_SUCCESS)
       cuda::throw_cudnn_error(ws, detail::cat(what, ": workspace size of algorithm ", algo).c_str(), __FILE__,
                               __LINE__);
-    cuda::DeviceBuffer buffer(bytes);
-    const cudnnStatus_t s = run(algo, buffer.get(), bytes);
+    std::optional<cuda::DeviceBuffer> buffer;
+    try {
+      buffer.emplace(bytes);
+    } catch (const cuda::DeviceOutOfMemory&) {
+      skip(algo, "workspace", detail::cat("no room on the device for ", bytes, " bytes"));
+      continue;
+    }
+    const cudnnStatus_t s = run(algo, buffer->get(), bytes);
     if (not_supported(s)) {
-      skip(algo, "run", s);
+      skip(algo, "run", cudnnGetErrorString(s));
       continue;
     }
     if (s != CUDNN_STATUS_SUCCESS)

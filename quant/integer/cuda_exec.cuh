@@ -5,6 +5,7 @@
 // phases the host tests run thread after thread. Included by .cu files only.
 #include "core/cuda_check.h"
 #include "core/cuda_launch.h"
+#include "core/error.h"
 #include "core/tensor.h"
 #include "quant/integer/int_math.h"
 
@@ -48,8 +49,13 @@ struct CudaExec {
   template <class A, class B, class Stage>
   void gemm(const A& a, const B& b, int64_t m, int64_t n, int64_t k, const Stage& stage) {
     if (m == 0 || n == 0) return;
-    const dim3 grid(static_cast<unsigned>((m + int_math::kTileM - 1) / int_math::kTileM),
-                    static_cast<unsigned>((n + int_math::kTileN - 1) / int_math::kTileN));
+    const int64_t tiles_m = (m + int_math::kTileM - 1) / int_math::kTileM;
+    const int64_t tiles_n = (n + int_math::kTileN - 1) / int_math::kTileN;
+    // CUDA's grid limits: x up to 2^31 - 1 blocks, y up to 65535.
+    QAT_CHECK(tiles_m <= INT32_MAX && tiles_n <= 65535, "int8 GEMM on cuda: ", m, " x ", n,
+              " outputs need a grid of ", tiles_m, " x ", tiles_n, " blocks of ", int_math::kTileM, " x ",
+              int_math::kTileN, "; CUDA allows at most 2147483647 x 65535");
+    const dim3 grid(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n));
     gemm_kernel<<<grid, int_math::kGemmThreads>>>(a, b, m, n, k, stage);
     QAT_CUDA_CHECK_LAUNCH(gemm_kernel);
   }

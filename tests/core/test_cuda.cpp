@@ -282,6 +282,26 @@ TEST_CASE("cuda: the device allocator reuses a freed block of the same size", "[
   CHECK(cuda::allocator_stats().live_bytes == s0.live_bytes);
 }
 
+// A request the device cannot hold throws DeviceOutOfMemory (what conv2d's
+// algorithm search catches to try one needing less workspace), leaves the
+// allocator's counts as they were, and the device usable.
+TEST_CASE("cuda: an allocation beyond the device's memory throws DeviceOutOfMemory naming the size", "[cuda]") {
+  if (!cuda_device_or_skip()) return;
+  const cuda::DeviceAllocatorStats s0 = cuda::allocator_stats();
+  const size_t too_big = size_t{1} << 50;  // 1 PiB
+  std::string msg;
+  try {
+    (void)cuda::allocate(too_big);
+  } catch (const cuda::DeviceOutOfMemory& e) {
+    msg = e.what();
+  }
+  CHECK_THAT(msg, Contains("cudaMalloc(1125899906842624 bytes)"));
+  CHECK_THAT(msg, Contains("cudaErrorMemoryAllocation"));
+  CHECK(cuda::allocator_stats().live_bytes == s0.live_bytes);
+  const Tensor a = Tensor::zeros({1}, DType::f32, Device::cuda);
+  CHECK(a.item() == 0.f);
+}
+
 TEST_CASE("cuda: relu forward and backward on the device equal the CPU op bit for bit", "[cuda]") {
   if (!cuda_device_or_skip()) return;
   for (const int64_t n : {int64_t{1}, int64_t{1000}, int64_t{1} << 21}) {  // one block, several, grid-stride
