@@ -39,6 +39,7 @@ Override parse_override(const std::string& file, const std::string& text) {
   } catch (const YAML::Exception& e) {
     at.fail("the value is not valid YAML: " + e.msg);
   }
+  check_yaml_bounded(o.value, file + " (--set " + o.path + ")");
   return o;
 }
 

@@ -13,6 +13,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/error.h"
+#include "core/text_file.h"
 
 namespace qat::apps {
 
@@ -36,18 +37,6 @@ std::string describe_node(const YAML::Node& n) {
 }
 
 std::string join_key(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
-
-std::string read_text(const std::string& file) {
-  std::error_code ec;
-  QAT_CHECK(fs::exists(file, ec), "cannot open '", file, "': no such file");
-  QAT_CHECK(!fs::is_directory(file, ec), "cannot open '", file, "': it is a directory");
-  std::ifstream in(file, std::ios::binary);
-  QAT_CHECK(in.good(), "cannot open '", file, "' for reading");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  QAT_CHECK(!in.bad(), "error while reading '", file, "'");
-  return ss.str();
-}
 
 }  // namespace
 
@@ -247,21 +236,41 @@ size_t closing_quote(const std::string& text, size_t at) {
   return std::string::npos;
 }
 
+// The walk of a loaded document (aliases expanded) stops here: an alias
+// inside its own anchor (a: &a [*a]) makes a cycle, and aliases of aliases
+// grow exponentially (nine levels of nine: 387 million nodes); qat's largest
+// files (a manifest of thousands of layers) hold a few hundred thousand.
+constexpr int kMaxYamlDepth = 64;
+constexpr int64_t kMaxYamlNodes = 2'000'000;
+
+struct WalkBudget {
+  int64_t nodes = 0;
+};
+
+void check_size(const YAML::Node& n, int depth, WalkBudget& budget, const std::string& file) {
+  if (depth <= kMaxYamlDepth && ++budget.nodes <= kMaxYamlNodes) return;
+  QAT_FAIL(file, ", line ", n.Mark().line + 1, ": the YAML ",
+           depth > kMaxYamlDepth ? detail::cat("nests deeper than ", kMaxYamlDepth, " levels")
+                                 : detail::cat("holds more than ", kMaxYamlNodes, " values"),
+           " once its aliases (*name) are expanded: an alias inside its own anchor, or aliases of aliases?");
+}
+
+// Every node of n (aliases expanded), bounded by check_size; visit(node) on each.
+template <class Visit>
+void walk_bounded(const YAML::Node& n, int depth, WalkBudget& budget, const std::string& where, const Visit& visit) {
+  check_size(n, depth, budget, where);
+  visit(n);
+  if (n.IsMap())
+    for (auto it = n.begin(); it != n.end(); ++it)
+      walk_bounded(it->first, depth + 1, budget, where, visit), walk_bounded(it->second, depth + 1, budget, where, visit);
+  else if (n.IsSequence())
+    for (auto it = n.begin(); it != n.end(); ++it) walk_bounded(*it, depth + 1, budget, where, visit);
+}
+
 // yaml-cpp takes a quoted value left open at the end of the file as running
 // to the end (a trailing newline included) instead of failing: every quoted
 // scalar must close.
-void check_quotes_close(const YAML::Node& n, const std::string& text, const std::string& file) {
-  if (n.IsMap() || n.IsSequence()) {
-    for (auto it = n.begin(); it != n.end(); ++it) {
-      if (n.IsMap()) {
-        check_quotes_close(it->first, text, file);
-        check_quotes_close(it->second, text, file);
-      } else {
-        check_quotes_close(*it, text, file);
-      }
-    }
-    return;
-  }
+void check_quote_closes(const YAML::Node& n, const std::string& text, const std::string& file) {
   if (!n.IsScalar() || n.Tag() != "!") return;  // "!": a quoted scalar
   const auto at = static_cast<size_t>(n.Mark().pos);
   if (at >= text.size() || (text[at] != '"' && text[at] != '\'')) return;
@@ -312,8 +321,13 @@ void check_one_document(const std::string& text, const std::string& file) {
 
 }  // namespace
 
+void check_yaml_bounded(const YAML::Node& node, const std::string& where) {
+  WalkBudget budget;
+  walk_bounded(node, 0, budget, where, [](const YAML::Node&) {});
+}
+
 YamlValue load_yaml_file(const std::string& file) {
-  const std::string text = read_text(file);
+  const std::string text = read_text_file(file);
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -323,7 +337,8 @@ YamlValue load_yaml_file(const std::string& file) {
   } catch (const YAML::Exception& e) {
     QAT_FAIL(file, ": YAML error: ", e.what());
   }
-  check_quotes_close(root, text, file);
+  WalkBudget budget;  // the first walk of every loaded file
+  walk_bounded(root, 0, budget, file, [&](const YAML::Node& n) { check_quote_closes(n, text, file); });
   return YamlValue(root, file, "", 0);
 }
 

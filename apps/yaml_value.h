@@ -82,7 +82,12 @@ class YamlValue {
 };
 
 // Reads and parses a YAML file; a syntax error names the file and the line.
+// A document that nests deeper than 64 levels or holds over 2 million
+// values once its aliases are expanded (a cycle, aliases of aliases) is
+// refused: no later walk of it can then recurse forever or blow up.
 YamlValue load_yaml_file(const std::string& file);
+// The same bound for a node parsed from other text (a --set value); where names it.
+void check_yaml_bounded(const YAML::Node& node, const std::string& where);
 
 template <class T>
 T YamlValue::as() const {

@@ -5,20 +5,30 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 
 namespace qat {
 
-std::string read_text_file(const std::string& path) {
+std::string read_text_file(const std::string& path, size_t max_bytes) {
+  std::error_code ec;
+  QAT_CHECK(std::filesystem::exists(path, ec), "cannot open '", path, "': no such file");
+  QAT_CHECK(!std::filesystem::is_directory(path, ec), "cannot open '", path, "': it is a directory");
   std::ifstream f(path, std::ios::binary);
   QAT_CHECK(f, "cannot open '", path, "': ", std::strerror(errno));
-  std::ostringstream s;
-  s << f.rdbuf();
+  // Read in pieces up to one byte past the cap: a pipe or a device has no size to check first.
+  std::string text;
+  char buf[1 << 16];
+  while (f && text.size() <= max_bytes) {
+    f.read(buf, sizeof buf);
+    text.append(buf, static_cast<size_t>(f.gcount()));
+  }
   QAT_CHECK(!f.bad(), "cannot read '", path, "'");
-  return s.str();
+  QAT_CHECK(text.size() <= max_bytes, "'", path, "' is longer than ", max_bytes,
+            " bytes, too long for a qat text file (a config, manifest or calibration cache): is it the file you meant?");
+  return text;
 }
 
 void write_text_file_atomic(const std::string& path, const std::string& text) {

@@ -2,11 +2,18 @@
 // Whole small text files (caches, records): read with an error naming the
 // file, written to a temporary file beside the target that is then renamed
 // over it (atomic on POSIX: a crash leaves the old file, never half a new one).
+#include <cstddef>
 #include <string>
 
 namespace qat {
 
-std::string read_text_file(const std::string& path);
+// The largest text file qat reads (configs, manifests, calibration caches
+// are kilobytes): a device or a wrong path (/dev/zero, a dataset archive)
+// is refused after this many bytes instead of filling memory.
+constexpr size_t kMaxTextFileBytes = size_t{64} << 20;
+
+// Refuses a folder, a missing file and one longer than max_bytes, naming it.
+std::string read_text_file(const std::string& path, size_t max_bytes = kMaxTextFileBytes);
 void write_text_file_atomic(const std::string& path, const std::string& text);
 
 }  // namespace qat

@@ -142,6 +142,39 @@ TEST_CASE("yaml_value: unreadable files and syntax errors name the file", "[yaml
   REQUIRE_THROWS_WITH(load_yaml_file(bad.dir.string()), Contains("it is a directory"));
 }
 
+TEST_CASE("yaml_value: aliases that cycle or multiply are refused at load, naming the file", "[yaml_value]") {
+  Doc cycle("a: &a [*a]\n");  // segfaulted: the first walk recursed through the alias forever
+  REQUIRE_THROWS_WITH(load_yaml_file(cycle.path),
+                      Contains(cycle.path + ", line 1: the YAML nests deeper than 64 levels once its aliases"));
+  // Nine levels of nine aliases: 9^9 values (took 24 s of CPU before an error, ten of ten never ended).
+  std::string laughs = "l0: &l0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 10; ++i) {
+    const std::string name = std::to_string(i);
+    laughs += "l";
+    laughs += name;
+    laughs += ": &l";
+    laughs += name;
+    laughs += " [";
+    for (int j = 0; j < 9; ++j) {
+      laughs += j ? ", *l" : "*l";
+      laughs += std::to_string(i - 1);
+    }
+    laughs += "]\n";
+  }
+  Doc bomb(laughs.c_str());
+  REQUIRE_THROWS_WITH(load_yaml_file(bomb.path), Contains(bomb.path) && Contains("holds more than 2000000 values"));
+  // Aliases as such are fine: a value used twice, nested within the bounds.
+  Doc ok("base: &b {lr: 0.1, sizes: [1, 2]}\nother: *b\n");
+  CHECK(load_yaml_file(ok.path).get("other").get("lr").as<double>() == 0.1);
+  REQUIRE_THROWS_WITH(check_yaml_bounded(YAML::Load("&a [*a]"), "c.yaml (--set x)"),
+                      Contains("c.yaml (--set x), line 1: the YAML nests deeper than 64 levels"));
+}
+
+TEST_CASE("yaml_value: a device or a huge file is refused after 64 MiB, naming it", "[yaml_value]") {
+  REQUIRE_THROWS_WITH(load_yaml_file("/dev/zero"),
+                      Contains("'/dev/zero' is longer than 67108864 bytes, too long for a qat text file"));
+}
+
 TEST_CASE("yaml_value: strings must be UTF-8 so that they can be written back", "[yaml_value]") {
   auto text = [](const std::string& s) { return YamlValue(YAML::Node(s), "f.yaml", "data.train", 3).as<std::string>(); };
   CHECK(text("images/caf\xc3\xa9") == "images/caf\xc3\xa9");  // é, two bytes
