@@ -78,7 +78,25 @@ Metadata quantizer_specs(Module& model) {
   return m;
 }
 
-Metadata run_state_metadata(Module& model, const RunState& s, const ExperimentConfig& cfg, const Metadata& extra) {
+namespace {
+constexpr const char* kMetadataDigest = "metadata_sha256";
+
+// Every entry but the digest's own, in key order.
+std::string metadata_digest(const Metadata& m) {
+  std::string text;
+  for (const auto& [k, v] : m)
+    if (k != kMetadataDigest) {
+      text += k;
+      text += '\0';
+      text += v;
+      text += '\0';
+    }
+  return sha256_text(text);
+}
+}  // namespace
+
+Metadata run_state_metadata(Module& model, const Optimizer* optimizer, const RunState& s, const ExperimentConfig& cfg,
+                            const Metadata& extra) {
   const std::string config_hash = apps::config_hash(cfg);
   Metadata m{{"format", "qat-train-1"},
              {"epoch", std::to_string(s.epoch)},
@@ -98,12 +116,14 @@ Metadata run_state_metadata(Module& model, const RunState& s, const ExperimentCo
     m["classes"] = joined;
   }
   for (const auto& [k, v] : extra) m[k] = v;
+  if (optimizer) m["optimizer_sha256"] = sha256_tensors(optimizer->state_dict());
+  m[kMetadataDigest] = metadata_digest(m);
   return m;
 }
 
 void save_run_state(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& s,
                     const ExperimentConfig& cfg, const Metadata& extra) {
-  save_checkpoint(path, model, optimizer, run_state_metadata(model, s, cfg, extra));
+  save_checkpoint(path, model, optimizer, run_state_metadata(model, optimizer, s, cfg, extra));
 }
 
 namespace {
@@ -206,11 +226,15 @@ namespace {
 // load_checkpoint, then the model's tensors against the recorded digest.
 Metadata load_verified(const std::string& path, Module& model, Optimizer* optimizer) {
   const Metadata m = load_checkpoint(path, model, optimizer);
-  const auto it = m.find("model_sha256");
-  if (it == m.end()) return m;
-  const std::string now = sha256_tensors(model.state_dict());
-  QAT_CHECK(now == it->second, "checkpoint ", path, ": the model's tensors do not match the digest saved with them (",
-            it->second.substr(0, 16), "..., read ", now.substr(0, 16), "...): the file is corrupted");
+  auto check = [&](const char* key, const char* what, const std::string& now) {
+    const std::string& saved = m.at(key);
+    QAT_CHECK(now == saved, "checkpoint ", path, ": ", what, " do not match the digest saved with them (", key, " ",
+              saved.substr(0, 16), "..., read ", now.substr(0, 16), "...): the file is corrupted");
+  };
+  if (m.count(kMetadataDigest)) check(kMetadataDigest, "the metadata (progress, settings, digests)", metadata_digest(m));
+  if (m.count("model_sha256")) check("model_sha256", "the model's tensors", sha256_tensors(model.state_dict()));
+  if (optimizer && m.count("optimizer_sha256"))
+    check("optimizer_sha256", "the optimizer's state tensors", sha256_tensors(optimizer->state_dict()));
   return m;
 }
 }  // namespace

@@ -48,18 +48,23 @@ Metadata quantizer_specs(Module& model);
 
 // What save_run_state writes beside the tensors: progress, generators, cfg's
 // config hash, the model's quantizer specs and its digest, then `extra`
-// (computed once where one state is saved twice: last and best).
-Metadata run_state_metadata(Module& model, const RunState& state, const ExperimentConfig& cfg,
-                            const Metadata& extra = {});
+// (computed once where one state is saved twice: last and best), and last
+// the digests of the optimizer's state ("optimizer_sha256", with an
+// optimizer) and of all this metadata ("metadata_sha256").
+Metadata run_state_metadata(Module& model, const Optimizer* optimizer, const RunState& state,
+                            const ExperimentConfig& cfg, const Metadata& extra = {});
 // Saves with cfg's config hash and the model's quantizer specs. extra: more metadata
 // (e.g. "calibrator" on a calibrated checkpoint).
 void save_run_state(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& state,
                     const ExperimentConfig& cfg, const Metadata& extra = {});
 
 // load_checkpoint, then the model's tensors checked against the digest
-// save_run_state records ("model_sha256"; a file saved before it was
-// recorded is not checked): a flipped bit in a weight is an error naming the
-// file, not a model that silently computes something else.
+// save_run_state records ("model_sha256"), the optimizer's state (when one is
+// loaded) against "optimizer_sha256" and the metadata against
+// "metadata_sha256" (a file saved before a digest was recorded is not
+// checked for it): a flipped bit in a weight, a momentum or the progress is
+// an error naming the file, not a run that silently goes on from something
+// else. (Digests find corruption; whoever edits a file can rewrite them.)
 Metadata load_model_checked(const std::string& path, Module& model, Optimizer* optimizer);
 
 // How much of the loading config must agree with the checkpoint's.

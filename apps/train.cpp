@@ -659,7 +659,7 @@ int run_train(const TrainArgs& args) {
     const bool best = v.top1 > state.best_top1;
     if (best) state.best_top1 = v.top1;
     if (lead) {
-      const Metadata meta = run_state_metadata(*model, state, cfg);  // one digest for both files
+      const Metadata meta = run_state_metadata(*model, optimizer.get(), state, cfg);  // one digest for both files
       save_checkpoint(run_dir + "/last.safetensors", *model, optimizer.get(), meta);
       if (best) save_checkpoint(run_dir + "/best.safetensors", *model, optimizer.get(), meta);
     }

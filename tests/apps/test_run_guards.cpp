@@ -36,11 +36,14 @@ std::string read_text(const fs::path& p) {
 
 void write_text(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
 
-// A copy of `path` with one metadata value or one model tensor element changed.
+// A copy of `path` with one metadata value or one model tensor element
+// changed. Without keep_digest the metadata's digest is dropped (a file saved
+// before it was recorded), so that the checks behind it are reached.
 std::string with_metadata(const std::string& path, const std::string& key, const std::string& value,
-                          const fs::path& out) {
+                          const fs::path& out, bool keep_digest = false) {
   SafetensorsFile f = load_safetensors(path);
   f.metadata[key] = value;
+  if (!keep_digest) f.metadata.erase("metadata_sha256");
   save_safetensors(out.string(), f.tensors, f.metadata);
   return out.string();
 }
@@ -128,6 +131,29 @@ TEST_CASE("progress metadata out of range is refused before the run's metrics ar
     REQUIRE_THROWS_WITH(run_train({cfg, {}, run}), Contains(last) && Contains("metadata '" + key + "' is '" + value));
     CHECK(read_text(run + "/metrics.csv") == log);
   }
+  // In range but changed (epoch 1 -> 2): the metadata's digest says so.
+  with_metadata(kept, "epoch", "2", last, true);
+  REQUIRE_THROWS_WITH(run_train({cfg, {}, run}),
+                      Contains(last) && Contains("the metadata (progress, settings, digests) do not match the digest "
+                                                 "saved with them (metadata_sha256 ") &&
+                          Contains("the file is corrupted"));
+  CHECK(read_text(run + "/metrics.csv") == log);
+  // A changed momentum (resume would train on from it): the optimizer's digest says so.
+  {
+    SafetensorsFile f = load_safetensors(kept);
+    std::string momentum;
+    for (auto& [name, t] : f.tensors)
+      if (name.find(".momentum") != std::string::npos && t.numel() > 0) momentum = name;
+    REQUIRE(!momentum.empty());
+    Tensor t = f.tensors.at(momentum).clone();
+    t.data<float>()[0] += 0.5f;
+    f.tensors[momentum] = t;
+    save_safetensors(last, f.tensors, f.metadata);
+  }
+  REQUIRE_THROWS_WITH(run_train({cfg, {}, run}),
+                      Contains(last) && Contains("the optimizer's state tensors do not match the digest saved with "
+                                                 "them (optimizer_sha256 "));
+  CHECK(read_text(run + "/metrics.csv") == log);
   fs::copy_file(kept, last, fs::copy_options::overwrite_existing);
   REQUIRE(run_train({cfg, {}, run}) == 0);
   CHECK(read_metrics(run).size() == 2);
@@ -154,6 +180,7 @@ TEST_CASE("eval refuses a checkpoint saved with other quantizers, naming each, b
   // the settings were recorded) names the tensor and the file.
   SafetensorsFile f = load_safetensors(best);
   f.metadata.erase("model_sha256");
+  f.metadata.erase("metadata_sha256");
   f.tensors["model.features.0.activation_post_process.zero_point"].data<int32_t>()[0] = 300;
   const std::string edited = (dir / "edited.safetensors").string();
   save_safetensors(edited, f.tensors, f.metadata);
