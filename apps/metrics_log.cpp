@@ -126,6 +126,15 @@ void append_metrics(const std::string& run_dir, const EpochMetrics& m) {
 int64_t truncate_metrics(const std::string& run_dir, int64_t last_epoch) {
   std::string malformed;
   const std::vector<EpochMetrics> rows = read_rows(run_dir + "/metrics.csv", malformed);
+  // Rows the checkpoint's epochs need that cannot be read: rewriting the log
+  // would delete them (and their metrics.jsonl rows); nothing is changed.
+  const bool no_log = !std::filesystem::exists(run_dir + "/metrics.csv") &&
+                      !std::filesystem::exists(run_dir + "/metrics.jsonl");  // removed: start afresh
+  QAT_CHECK(no_log || static_cast<int64_t>(rows.size()) >= last_epoch, "metrics: ", run_dir, "/metrics.csv holds ",
+            rows.size(), " readable row(s), but the checkpoint has ", last_epoch, " epoch(s) done",
+            malformed.empty() ? std::string() : " (" + malformed + ")",
+            ": resuming would delete the log of the epochs after them; restore the file (metrics.jsonl has a copy "
+            "of each row) or remove both metrics files to start the log afresh");
   const std::map<int64_t, std::string> old_json = json_lines(run_dir + "/metrics.jsonl");
   std::string csv = std::string(kHeader) + "\n", jsonl;
   int64_t dropped = malformed.empty() ? 0 : 1;

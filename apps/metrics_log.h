@@ -26,6 +26,9 @@ void append_metrics(const std::string& run_dir, const EpochMetrics& m);
 // an epoch whose checkpoint was never written are dropped; 0 clears them).
 // The checkpoint is the truth: a malformed row (a row cut short by a crash)
 // and every row after it are dropped too. Returns the number of rows dropped.
+// Fewer readable rows than last_epoch (a row of a saved epoch malformed, the
+// file gone) is an error naming the file and the row, with nothing changed;
+// with neither file there the log starts afresh.
 int64_t truncate_metrics(const std::string& run_dir, int64_t last_epoch);
 // Reads RUN/metrics.csv back (for reports); missing file -> empty; a
 // malformed row is an error naming the file and the row.

@@ -89,6 +89,40 @@ TEST_CASE("truncate_metrics keeps the rows of saved epochs only", "[compare]") {
   REQUIRE(read_metrics(d.string()).empty());
 }
 
+TEST_CASE("truncate_metrics refuses to lose rows of saved epochs, changing nothing", "[compare]") {
+  fs::path d = make_run("trunc_bad", "", {0.1, 0.2, 0.3});
+  auto text = [](const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  };
+  const std::string csv = (d / "metrics.csv").string();
+  const std::string jsonl = text(d / "metrics.jsonl");
+  // Row 2 garbled (the checkpoint has 3 epochs): refused, naming the row.
+  std::string rows = text(csv);
+  const size_t row2 = rows.find('\n', rows.find('\n', rows.find('\n') + 1) + 1);  // end of row 2
+  const size_t row2_start = rows.rfind('\n', row2 - 1) + 1;
+  rows.replace(row2_start, row2 - row2_start, "garbage");
+  std::ofstream(csv, std::ios::binary) << rows;
+  REQUIRE_THROWS_WITH(truncate_metrics(d.string(), 3),
+                      Contains(csv + " holds 1 readable row(s), but the checkpoint has 3 epoch(s) done (row 2: "
+                                     "expected 10 comma-separated numbers: garbage)"));
+  CHECK(text(csv) == rows);
+  CHECK(text(d / "metrics.jsonl") == jsonl);
+  // A garbled row past the checkpoint's epochs (cut short by a crash) is dropped.
+  CHECK(truncate_metrics(d.string(), 1) == 1);
+  CHECK(read_metrics(d.string()).size() == 1);
+  // Not the header at all: refused too; both files removed: the log starts afresh.
+  std::ofstream(csv, std::ios::binary) << "garbage\n";
+  REQUIRE_THROWS_WITH(truncate_metrics(d.string(), 1), Contains("holds 0 readable row(s)") && Contains("line 1:"));
+  fs::remove(csv);
+  REQUIRE_THROWS_WITH(truncate_metrics(d.string(), 1), Contains("holds 0 readable row(s)"));
+  fs::remove(d / "metrics.jsonl");
+  CHECK(truncate_metrics(d.string(), 1) == 0);
+  CHECK(read_metrics(d.string()).empty());
+}
+
 TEST_CASE("a fine-tune of a compared run continues its curve, unrelated runs keep their own x", "[compare]") {
   fs::path fp = make_run("base_fp32", "", {0.3, 0.5, 0.6});
   // init_from as training recorded it (relative to where qat ran): matched by the run folder's name.
