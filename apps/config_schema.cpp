@@ -1,6 +1,8 @@
 #include "apps/config_schema.h"
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <charconv>
 
 #include "apps/config_field_kinds.h"
@@ -26,6 +28,16 @@ Check at_least(double lo) {
 }
 Check above(double lo) {
   return [lo](double x) { return x > lo ? std::string() : "must be > " + format_double(lo); };
+}
+// Values the data pipeline holds as floats (the normalisation's mean and
+// std): 1e308 or 1e-320 pass as doubles but become inf or 0 as floats.
+Check float_magnitude(bool positive) {
+  return [positive](double x) {
+    if (positive && !(x >= FLT_MIN && x <= FLT_MAX))
+      return std::string("must be a positive number a float holds (about 1.2e-38 to 3.4e+38)");
+    if (!positive && !(std::fabs(x) <= FLT_MAX)) return std::string("must be a number a float holds (|x| up to about 3.4e+38)");
+    return std::string();
+  };
 }
 Check in_range(double lo, double hi, bool closed) {
   return [=](double x) {
@@ -219,8 +231,8 @@ std::vector<Field> model_and_data_fields() {
       real_list("data.augment.scale", QAT_CFG(data.augment.scale), 2, in_open_closed(0, 1), increasing_pair),
       real_list("data.augment.ratio", QAT_CFG(data.augment.ratio), 2, above(0), increasing_pair),
       boolean("data.augment.hflip", QAT_CFG(data.augment.hflip)),
-      real_list("data.mean", QAT_CFG(data.mean), 3, any()),
-      real_list("data.std", QAT_CFG(data.std), 3, above(0)),
+      real_list("data.mean", QAT_CFG(data.mean), 3, float_magnitude(false)),
+      real_list("data.std", QAT_CFG(data.std), 3, float_magnitude(true)),
       integer_in("data.workers", QAT_CFG(data.workers), 0, kMaxWorkers),
       integer_in("data.prefetch", QAT_CFG(data.prefetch), 1, kMaxPrefetch),
       boolean("data.cache", QAT_CFG(data.cache)),

@@ -268,7 +268,11 @@ TEST_CASE("config: out-of-range values name the key path and the line", "[config
       {5, "  val: val\n  image_size: 224", "data.image_size: must be <= data.resize (144, the default)", 6},
       {5, "  val: val\n  workers: -1", "data.workers: must be >= 0", 6},
       {5, "  val: val\n  prefetch: 0", "data.prefetch: must be >= 1", 6},
-      {5, "  val: val\n  std: [0.2, 0, 0.2]", "data.std[1]: must be > 0", 6},
+      {5, "  val: val\n  std: [0.2, 0, 0.2]", "data.std[1]: must be a positive number a float holds", 6},
+      // Doubles that a float cannot hold (they became inf or 0 in the pipeline, naming no key).
+      {5, "  val: val\n  std: [0.2, 1.0e-320, 0.2]", "data.std[1]: must be a positive number a float holds", 6},
+      {5, "  val: val\n  std: [0.2, 1.0e+39, 0.2]", "data.std[1]: must be a positive number a float holds", 6},
+      {5, "  val: val\n  mean: [1.0e+308, 0, 0]", "data.mean[0]: must be a number a float holds", 6},
       {5, "  val: val\n  augment:\n    scale: [0.5, 0.1]", "data.augment.scale: expected [low, high]", 7},
       {5, "  val: val\n  augment:\n    ratio: [0, 1]", "data.augment.ratio[0]: must be > 0", 7},
       {2, "  name: resnet50", "model.name: unknown model 'resnet50'", 2},
