@@ -1,6 +1,7 @@
 #include "apps/compare_report.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -10,7 +11,8 @@ namespace qat::apps {
 
 namespace {
 
-// A Markdown table row's cells; "\\|" inside a cell is a literal '|' (markdown_cell).
+// A Markdown table row's cells; a backslash-escaped character inside a cell
+// is that character (markdown_cell), '|' included.
 std::vector<std::string> cells_of(const std::string& row) {
   std::vector<std::string> cells;
   size_t p = row.find('|');
@@ -18,7 +20,7 @@ std::vector<std::string> cells_of(const std::string& row) {
     std::string c;
     size_t q = p + 1;
     for (; q < row.size() && row[q] != '|'; ++q) {
-      if (row[q] == '\\' && q + 1 < row.size() && row[q + 1] == '|') ++q;
+      if (row[q] == '\\' && q + 1 < row.size() && std::ispunct(static_cast<unsigned char>(row[q + 1]))) ++q;
       c += row[q];
     }
     if (q >= row.size()) break;

@@ -31,7 +31,10 @@ std::string escape_html(const std::string& s) {
 
 std::string markdown_cell(const std::string& s) {
   std::string o;
-  for (char c : s) (c == '|' ? o += "\\|" : o += c);
+  for (const char c : s) {
+    if (c == '|' || c == '<' || c == '>' || c == '&' || c == '\\') o += '\\';  // literal, not a cell edge or HTML
+    o += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? ' ' : c;  // a newline would end the row
+  }
   return o;
 }
 

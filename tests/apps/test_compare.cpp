@@ -6,6 +6,7 @@
 #include "tests/test_util.h"
 
 #include "apps/compare.h"
+#include "apps/report_format.h"
 #include "apps/compare_report.h"
 #include "apps/metrics_log.h"
 
@@ -213,7 +214,8 @@ TEST_CASE("run names are escaped in the charts, the page and the Markdown table"
     CHECK_THAT(svg, Contains(escaped));
   }
   const std::string table = markdown_table(runs);
-  CHECK_THAT(table, Contains("| a<b>&\"q\\|r' | 32/32 |"));
+  CHECK_THAT(table, Contains("| a\\<b\\>\\&\"q\\|r' | 32/32 |"));  // no HTML in the Markdown either
+  CHECK(markdown_cell("a\nb\r|c\\") == "a b \\|c\\\\");  // a newline would end the table row
   const std::string html = html_report("t", table, {{"curves", svg_chart(runs)}});
   CHECK(html.find("<b>") == std::string::npos);
   CHECK_THAT(html, Contains("<td>" + escaped + "</td><td>32/32</td>"));
