@@ -12,6 +12,7 @@
 #include "apps/calibration_record.h"
 #include "apps/config.h"
 #include "apps/file_digest.h"
+#include "apps/integer_io.h"
 #include "apps/ptq.h"
 #include "apps/report_format.h"
 #include "apps/run_state.h"
@@ -209,17 +210,35 @@ void compare_calibrators(Setup& s, const CalibrateArgs& args, CalibrateReport& r
   write_calibrator_report(rep, title, rep.out_dir);
 }
 
-// --out receives config.yaml and calibrated.safetensors, replacing those
-// of an earlier calibration (with whatever caches it kept); a folder holding
-// a training run (its checkpoints, metrics or lock), whose config.yaml would
-// be replaced, is refused before anything is written.
-void check_calibrate_out(const std::string& out_dir) {
-  for (const char* name : {"last.safetensors", "best.safetensors", "metrics.csv", "metrics.jsonl", ".lock"})
-    QAT_CHECK(!fs::exists(fs::path(out_dir) / name), "calibrate: --out ", out_dir, " holds ", name,
-              " of a training run, whose config.yaml it would replace; choose another folder");
+struct OutputKindFiles {
+  const char* name;
+  std::vector<const char*> files;  // any one of them shows the kind
+};
+
+OutputKindFiles output_kind_files(OutputKind kind) {
+  switch (kind) {
+    case OutputKind::training_run:
+      return {"a training run", {"last.safetensors", "best.safetensors", "metrics.csv", "metrics.jsonl", ".lock"}};
+    case OutputKind::export_model: return {"an export (qat export)", {kExportManifest, kExportWeights}};
+    case OutputKind::calibration:
+      return {"a calibration (qat calibrate)",
+              {"calibrated.safetensors", "calibration.cache", "calibration.cache.source.yaml"}};
+  }
+  QAT_FAIL("output_kind_files: unknown kind ", static_cast<int>(kind));
 }
 
 }  // namespace
+
+void check_out_kind(const std::string& command, const std::string& dir, std::initializer_list<OutputKind> refused) {
+  std::error_code ec;
+  for (OutputKind kind : refused) {
+    const OutputKindFiles k = output_kind_files(kind);
+    for (const char* file : k.files)
+      QAT_CHECK(!fs::exists(fs::path(dir) / file, ec), command, ": --out ", dir, " holds ", file, " of ", k.name,
+                ", not ", command, "'s outputs; writing them beside it would mix two kinds of output: choose another "
+                "folder");
+  }
+}
 
 int run_calibrate(const CalibrateArgs& args, CalibrateReport* report) {
   QAT_CHECK(!(args.compare && !args.cache.empty()),
@@ -227,11 +246,13 @@ int run_calibrate(const CalibrateArgs& args, CalibrateReport* report) {
   Setup s = set_up(args);
   CalibrateReport rep;
   rep.out_dir = args.out_dir.empty() ? s.cfg.output.dir + "-ptq" : args.out_dir;
+  // --out receives config.yaml and calibrated.safetensors, replacing those
+  // of an earlier calibration (with whatever caches it kept), never files of another kind.
+  check_out_kind("calibrate", rep.out_dir, {OutputKind::training_run, OutputKind::export_model});
   std::error_code ec;
   fs::create_directories(rep.out_dir, ec);
   QAT_CHECK(!ec && fs::is_directory(rep.out_dir), "calibrate: --out ", rep.out_dir, " cannot be made a folder");
   const std::string cache_path = args.cache.empty() ? rep.out_dir + "/calibration.cache" : args.cache;
-  check_calibrate_out(rep.out_dir);
   // Where a new cache would go must exist before any output is written (the cache comes last).
   const bool cache_exists = fs::exists(cache_path, ec);
   const fs::path cache_folder = fs::absolute(cache_path).parent_path();

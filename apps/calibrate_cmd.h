@@ -13,6 +13,7 @@
 // top-5 of the frozen integer model, delta vs FP32, calibration time) and a
 // chart in --out.
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,5 +50,14 @@ struct CalibrateReport {
 };
 
 int run_calibrate(const CalibrateArgs& args, CalibrateReport* report = nullptr);
+
+// The kinds of qat output an --out folder may already hold, each known by its
+// files: a training run (checkpoints, metrics, lock), an export (manifest,
+// weights) and a calibration (calibrated checkpoint, cache).
+enum class OutputKind { training_run, export_model, calibration };
+// Refuses `dir`, the --out of `command`, when it holds an output of one of the
+// `refused` kinds, naming the folder, the kind and the file that shows it:
+// called before anything is written there.
+void check_out_kind(const std::string& command, const std::string& dir, std::initializer_list<OutputKind> refused);
 
 }  // namespace qat::apps

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <tuple>
 
 #include "apps/file_digest.h"
 #include "apps/yaml_value.h"
@@ -47,8 +49,8 @@ void unpack_int4(const uint8_t* p, int64_t rows, int64_t k, int8_t* v, bool is_s
 
 namespace {
 
-const char* kManifest = "manifest.yaml";
-const char* kWeights = "weights.safetensors";
+const char* kManifest = kExportManifest;
+const char* kWeights = kExportWeights;
 
 bool packed(const IntLayer& l) { return l.weight_bits <= 4; }
 
@@ -147,13 +149,57 @@ Tensor read_list(const YamlValue& v, int64_t len) {
   return t;
 }
 
-ActQuant read_act(const YamlValue& v) {
+// A float as the manifest writes it (9 significant digits: float32 round trip).
+std::string float_str(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.9g", x);
+  return b;
+}
+
+// Scales and standard deviations are divided by (1 / scale of the input
+// quantization, 1 / std) or multiplied together: each must be a normal float,
+// and so must its reciprocal (below ~8.5e37), or the arithmetic built on it
+// reaches 0, infinity or NaN.
+bool normal_with_normal_inverse(float x) { return x > 0 && std::isnormal(x) && std::isnormal(1.0f / x); }
+const char* kNotNormalWithInverse = " must be a normal float whose inverse is normal too (about 1.2e-38 to 8.5e37)";
+
+ActQuant read_act(const YamlValue& v, const std::string& layer) {
   ActQuant a{v.get("scale").as<float>(), v.get("zero_point").as<int32_t>(), v.get("zero_point_frac").as<float>(),
              v.get("bits").as<int>(), v.get("signed").as<bool>()};
   if (!a.valid())
     v.fail("invalid quantization (scale " + std::to_string(a.scale) + ", zero point " + std::to_string(a.zero_point) +
            ", bits " + std::to_string(a.bits) + ")");
+  if (!normal_with_normal_inverse(a.scale))
+    v.get("scale").fail("layer '" + layer + "': scale " + float_str(a.scale) + kNotNormalWithInverse);
   return a;
+}
+
+// The dequantizing layer's logits are (acc + bias - f_w Σ(q_x - z_x)) s_x s_w[c],
+// the first factor below 2^32 in magnitude (|acc + bias| < 2^31: int32;
+// |f_w| K 255 <= 2^21): s_x s_w[c] up to FLT_MAX / 2^34 keeps every logit
+// within FLT_MAX / 4, where the softmax's and the loss's differences and sums
+// of two logits stay finite.
+constexpr float kMaxDequantFactor = std::numeric_limits<float>::max() / 17179869184.0f;  // 2^34
+
+// Each s_w[c] and s_x s_w[c] (what the int32 bias counts in; the dequantizing
+// layer's logit factor, computed as the kernels do) a normal float > 0.
+void check_weight_scales(const YamlValue& v, const IntLayer& l) {
+  const YamlValue list = v.get("weight_scale");
+  const std::vector<YamlValue> items = list.items();
+  const std::string layer = "layer '" + l.name + "': ";
+  for (int64_t c = 0; c < l.out_channels; ++c) {
+    const float sw = l.weight_scale.data<float>()[c];
+    const YamlValue& at = items[static_cast<size_t>(c)];
+    if (!normal_with_normal_inverse(sw))
+      at.fail(layer + "weight scale " + float_str(sw) + kNotNormalWithInverse);
+    const float product = static_cast<float>(static_cast<double>(l.in.scale) * sw);
+    const std::string what = layer + "input scale " + float_str(l.in.scale) + " x weight scale " + float_str(sw) +
+                             " = " + float_str(product);
+    if (!std::isnormal(product)) at.fail(what + " is outside float's normal range");
+    if (l.dequantize && !(product <= kMaxDequantFactor))
+      at.fail(what + " exceeds " + float_str(kMaxDequantFactor) +
+              ": the logits (up to 2^32 times it) would overflow in the softmax and the loss");
+  }
 }
 
 struct WeightsFile {
@@ -186,12 +232,13 @@ void read_conv_or_linear(const YamlValue& v, IntLayer& l, const WeightsFile& wei
   if (packing.as<std::string>() != (packed(l) ? "int4x2" : "int8"))
     packing.fail("'" + packing.as<std::string>() + "' does not match weight_bits " + std::to_string(l.weight_bits) +
                  " (int4x2 for <= 4 bits, int8 otherwise)");
-  l.in = read_act(v.get("input"));
-  if (!l.dequantize) l.out = read_act(v.get("output"));
+  l.in = read_act(v.get("input"), l.name);
+  if (!l.dequantize) l.out = read_act(v.get("output"), l.name);
   const int64_t C = l.out_channels;
   l.weight_scale = read_list<float>(v.get("weight_scale"), C);
   l.weight_zero_point = read_list<int32_t>(v.get("weight_zero_point"), C);
   l.weight_zero_frac = read_list<float>(v.get("weight_zero_point_frac"), C);
+  check_weight_scales(v, l);
   if (!l.dequantize) {
     l.multiplier = read_list<int32_t>(v.get("multiplier"), C);
     l.shift = read_list<int32_t>(v.get("shift"), C);
@@ -239,7 +286,7 @@ IntLayer read_layer(const YamlValue& v, const WeightsFile& weights) {
     if (l.out_h < 1 || l.out_w < 1) size.fail("must be >= 1");
   }
   if (op.has(quant::kMatmul)) read_conv_or_linear(v, l, weights);
-  else l.in = l.out = read_act(v.get("output"));  // kRoundsOntoInputGrid: the input is set by check_follows
+  else l.in = l.out = read_act(v.get("output"), l.name);  // kRoundsOntoInputGrid: the input is set by check_follows
   return l;
 }
 
@@ -251,16 +298,30 @@ int64_t read_side(const YamlValue& v) {
   return side;
 }
 
+// x = (pixel / 255 - mean) / std, as the data pipeline computes it
+// (data/transforms.cpp): finite for every pixel when finite for 0 and 255.
+void check_normalization(const YamlValue& v, int c, float mean, float sd) {
+  const YamlValue sd_at = v.get("std").items()[static_cast<size_t>(c)];
+  if (!normal_with_normal_inverse(sd))
+    sd_at.fail("std " + float_str(sd) + kNotNormalWithInverse);
+  for (const int pixel : {0, 255}) {
+    const float x = (static_cast<float>(pixel) / 255.0f - mean) / sd;
+    if (!std::isfinite(x))
+      sd_at.fail(detail::cat("pixel ", pixel, " normalizes to ", float_str(x), " with input.mean[", c, "] ",
+                             float_str(mean), " and input.std[", c, "] ", float_str(sd),
+                             "; the network's input must be finite"));
+  }
+}
+
 void read_input(const YamlValue& v, ExportedModel& m) {
   v.only_keys({"image_size", "resize", "mean", "std"});
   m.image_size = read_side(v.get("image_size"));
   m.resize = read_side(v.get("resize"));
-  const YamlValue std_value = v.get("std");
-  const Tensor mean = read_list<float>(v.get("mean"), 3), sd = read_list<float>(std_value, 3);
+  const Tensor mean = read_list<float>(v.get("mean"), 3), sd = read_list<float>(v.get("std"), 3);
   for (int c = 0; c < 3; ++c) {
     m.mean[c] = mean.data<float>()[c];
     m.std[c] = sd.data<float>()[c];
-    if (!(m.std[c] > 0)) std_value.fail("must be > 0");
+    check_normalization(v, c, m.mean[c], m.std[c]);
   }
 }
 
@@ -284,6 +345,9 @@ void read_layers(const YamlValue& v, const WeightsFile& weights, quant::ActShape
     const quant::IntOpDef& op = quant::int_op_def(l.op);
     if (model.layers.empty() && !op.has(quant::kFloatInput))
       lv.get("kind").fail("the first layer must be quantize_input");
+    if (!model.layers.empty() && op.has(quant::kFloatInput))
+      lv.get("kind").fail("layer " + std::to_string(model.layers.size()) + " '" + l.name + "' is " + op.name +
+                          ", which reads the float images: only the first layer may be");
     if (!model.layers.empty()) check_follows(lv, l, model.layers.back());
     try {
       shape = op.infer(l, shape);
@@ -308,6 +372,33 @@ data::TransformSpec eval_transform(const ExportedModel& m) {
 }
 
 bool is_export_dir(const std::string& path) { return fs::is_directory(path) && fs::exists(fs::path(path) / kManifest); }
+
+namespace {
+
+// "data.mean[1] 0 (manifest input.mean[1] 0.456)" for each channel that differs.
+void add_channel_diffs(std::string& diffs, const char* key, const std::array<float, 3>& config,
+                       const std::array<float, 3>& manifest) {
+  for (int c = 0; c < 3; ++c)
+    if (config[c] != manifest[c])
+      diffs += detail::cat(diffs.empty() ? "" : ", ", "data.", key, "[", c, "] ", float_str(config[c]),
+                           " (manifest input.", key, "[", c, "] ", float_str(manifest[c]), ")");
+}
+
+}  // namespace
+
+void check_same_preprocessing(const ExportedModel& ex, const std::string& export_dir,
+                              const data::TransformSpec& config_spec, const std::string& config) {
+  std::string diffs;
+  for (const auto& [key, want, got] : {std::tuple{"image_size", config_spec.image_size, ex.image_size},
+                                       std::tuple{"resize", config_spec.resize, ex.resize}})
+    if (want != got)
+      diffs += detail::cat(diffs.empty() ? "" : ", ", "data.", key, " ", want, " (manifest input.", key, " ", got, ")");
+  add_channel_diffs(diffs, "mean", config_spec.mean, ex.mean);
+  add_channel_diffs(diffs, "std", config_spec.std, ex.std);
+  QAT_CHECK(diffs.empty(), "eval: config ", config, " preprocesses images otherwise than export ", export_dir,
+            " was made for (", (fs::path(export_dir) / kManifest).string(), "): ", diffs,
+            "; evaluate with the manifest's values");
+}
 
 namespace {
 

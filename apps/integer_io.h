@@ -19,6 +19,9 @@
 namespace qat::apps {
 
 constexpr int kExportFormatVersion = 1;
+// The two files of an export folder (and all it may hold).
+constexpr const char* kExportManifest = "manifest.yaml";
+constexpr const char* kExportWeights = "weights.safetensors";
 
 struct ExportedModel {
   quant::IntegerModel model;
@@ -35,6 +38,17 @@ void save_export(const std::string& dir, const ExportedModel& m);
 ExportedModel load_export(const std::string& dir);
 // True when `path` is a folder holding a manifest.yaml.
 bool is_export_dir(const std::string& path);
+
+// `qat eval CONFIG --checkpoint EXPORT_DIR`: refuses a config whose
+// preprocessing differs from the export's (data.image_size, data.resize,
+// data.mean, data.std against the manifest's input.*), naming each differing
+// key with both values. `config_spec`: the config's (transform_spec),
+// whose mean and std are the config's values rounded to float32, as the data
+// pipeline normalizes with them; the manifest holds float32 values written
+// with 9 significant digits, which read back exactly. So the floats are
+// compared exactly: equal means the same normalization, bit for bit.
+void check_same_preprocessing(const ExportedModel& ex, const std::string& export_dir,
+                              const data::TransformSpec& config_spec, const std::string& config);
 
 // 4-bit packing: row of K values -> ceil(K/2) bytes, value 2j in the low
 // nibble of byte j and 2j+1 in the high nibble (signed values as two's

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "apps/calibrate_cmd.h"
 #include "apps/compare.h"
 #include "apps/config.h"
 #include "apps/ptq.h"
@@ -81,6 +82,13 @@ struct Context {
   }
 };
 
+// --size-mb in bytes; a budget beyond int64 (1e13 MB) allows any model
+// (the cast of a double that large was undefined: it gave 996 B).
+int64_t budget_bytes(double size_mb) {
+  const double bytes = size_mb * 1e6;
+  return bytes >= 9.2e18 ? INT64_MAX : static_cast<int64_t>(bytes);
+}
+
 // Before any scoring: a budget no choice meets, and per-layer overrides,
 // which the analysis would drop (it sets every layer's bits itself).
 void check_request(const Context& ctx) {
@@ -93,7 +101,7 @@ void check_request(const Context& ctx) {
   }
   if (a.size_mb <= 0) return;
   const int64_t all_low = ctx.bytes(a.bits, {});
-  QAT_CHECK(all_low <= static_cast<int64_t>(a.size_mb * 1e6), "sensitivity: --size-mb ", a.size_mb,
+  QAT_CHECK(all_low <= budget_bytes(a.size_mb), "sensitivity: --size-mb ", a.size_mb,
             ": even every layer at ", a.bits, " bits needs ", bytes_str(all_low), " of weights");
 }
 
@@ -105,7 +113,7 @@ void choose_mixed(const Context& ctx, SensitivityReport& rep) {
   std::vector<std::string> keep;
   Score s{};
   if (a.size_mb > 0) {
-    const auto budget = static_cast<int64_t>(a.size_mb * 1e6);  // (checked to allow every layer low: check_budget)
+    const auto budget = budget_bytes(a.size_mb);  // (checked to allow every layer low: check_budget)
     for (const std::string& l : ranked) {
       std::vector<std::string> k = keep;
       k.push_back(l);
@@ -153,7 +161,7 @@ std::string table(const SensitivityReport& r, const SensitivityArgs& a, int64_t 
   std::string kept;
   for (const auto& k : r.keep_high) kept += (kept.empty() ? "" : ", ") + k;
   s += "Mixed precision (" +
-       (a.size_mb > 0 ? "weights within " + bytes_str(static_cast<int64_t>(a.size_mb * 1e6)) : "at most " + fmt("%.2f", a.max_drop) +
+       (a.size_mb > 0 ? "weights within " + bytes_str(budget_bytes(a.size_mb)) : "at most " + fmt("%.2f", a.max_drop) +
                                                                              " points below W" + hi + "A" + hi) +
        "): " + (kept.empty() ? std::string("no layer") : kept) + " at " + hi + " bits, the rest at " + lo +
        ": top-1 " + fmt("%.2f%%", 100 * r.mixed_top1) + " (" + fmt("%+.2f", 100 * (r.mixed_top1 - r.base_top1)) +
@@ -216,6 +224,8 @@ int run_sensitivity(const SensitivityArgs& a, SensitivityReport* report) {
   set_num_threads(static_cast<int>(ctx.cfg.train.threads));
   SensitivityReport rep;
   rep.out_dir = a.out_dir.empty() ? ctx.cfg.output.dir + "-sensitivity" : a.out_dir;
+  check_out_kind("sensitivity", rep.out_dir,
+                 {OutputKind::training_run, OutputKind::export_model, OutputKind::calibration});
   std::error_code ec;
   fs::create_directories(rep.out_dir, ec);
   QAT_CHECK(!ec && fs::is_directory(rep.out_dir), "sensitivity: --out ", rep.out_dir, " cannot be made a folder");

@@ -678,6 +678,7 @@ EvalSummary eval_checkpoint(const EvalArgs& args) {
   data::DataLoader val_loader(val_set, transform_spec(cfg.data), loader_options(cfg, false));
   if (is_export_dir(args.checkpoint)) {  // the frozen integer model of `qat export`
     const ExportedModel ex = load_export(args.checkpoint);
+    check_same_preprocessing(ex, args.checkpoint, transform_spec(cfg.data), cfg.source_path);
     QAT_CHECK(ex.model.num_classes() == cfg.model.num_classes && ex.image_size == cfg.data.image_size, "eval: export ",
               args.checkpoint, " has ", ex.model.num_classes(), " classes at ", ex.image_size, " px; config ",
               cfg.source_path, " has ", cfg.model.num_classes, " at ", cfg.data.image_size, " px");

@@ -69,6 +69,8 @@ void check_grid_chain(const std::vector<IntLayer>& layers) {
   QAT_CHECK(!layers.empty() && int_op_def(layers.front().op).has(kFloatInput),
             "integer model: the first layer must be quantize_input");
   for (size_t i = 1; i < layers.size(); ++i) {
+    QAT_CHECK(!int_op_def(layers[i].op).has(kFloatInput), "integer model: layer ", i, " '", layers[i].name, "' is ",
+              int_op_name(layers[i].op), ", which reads the float images: only the first layer may be");
     QAT_CHECK(layers[i].in == layers[i - 1].out, "integer model: layer '", layers[i].name,
               "' reads another grid than layer '", layers[i - 1].name, "' writes (", grid_str(layers[i].in), " vs ",
               grid_str(layers[i - 1].out), ")");

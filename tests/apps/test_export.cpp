@@ -127,6 +127,9 @@ TEST_CASE("export round trip: the loaded model gives the frozen model's logits",
   const EvalSummary s = eval_checkpoint({cfg_path, {}, out});
   REQUIRE(s.images == 100);
   REQUIRE(s.epoch == -1);
+  // ... with the preprocessing it was exported with only (another mean scored silently lower).
+  REQUIRE_THROWS_WITH(eval_checkpoint({cfg_path, {"data.mean=[0,0,0]"}, out}),
+                      Contains("data.mean[0] 0 (manifest input.mean[0] 0.485000014)"));
   // qat infer: top-5 of each image from the export alone, most probable first,
   // its top-1 the argmax of the integer logits of the same preprocessed image.
   REQUIRE(run_infer({out, kSample + "/val/n01440764", 5, 1, ""}) == 0);
@@ -415,6 +418,155 @@ TEST_CASE("crafted exports are refused before anything is allocated", "[e2e][exp
     save_weights_keeping_pair(d, w.tensors);
     REQUIRE_THROWS_WITH(load_export(d), Contains("layers[1]") && Contains("outside (-2^30, 2^30)"));
   }
+}
+
+namespace {
+
+// `manifest` with every element of the list `key` of the layer named `layer`
+// (or of `input:` when layer is empty) set to `value`.
+std::string with_list(const std::string& manifest, const std::string& layer, const std::string& key,
+                      const std::string& value) {
+  const size_t at = layer.empty() ? manifest.find("input:\n") : manifest.find("- name: " + layer + "\n");
+  REQUIRE(at != std::string::npos);
+  const size_t open = manifest.find(" " + key + ": [", at) + key.size() + 4, close = manifest.find(']', open);
+  REQUIRE(close != std::string::npos);
+  std::string list = value;
+  for (auto i = std::count(manifest.begin() + open, manifest.begin() + close, ','); i > 0; --i) list += ", " + value;
+  return manifest.substr(0, open) + list + manifest.substr(close);
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  size_t n = 0;
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()), ++n)
+    s.replace(at, from.size(), to);
+  REQUIRE(n > 0);
+  return s;
+}
+
+// The text of the layer named `layer` ("  - name: ..." up to the next layer).
+std::string layer_block(const std::string& manifest, const std::string& layer) {
+  const size_t at = manifest.find("  - name: " + layer + "\n");
+  REQUIRE(at != std::string::npos);
+  return manifest.substr(at, manifest.find("  - name: ", at + 1) - at);
+}
+
+}  // namespace
+
+// Every scale, std and dequantization factor a manifest gives, and the
+// products the integer model computes from them, must be normal floats (the
+// last layer's logits within FLT_MAX / 4): a crafted one is refused at load,
+// naming the file, the key, the layer and the value, instead of NaN logits.
+TEST_CASE("manifest floats that would give NaN or infinite logits are refused", "[e2e][export]") {
+  const fs::path dir = fresh_dir("floats");
+  const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
+  const fs::path good = dir / "export";
+  REQUIRE(run_export({cfg, (dir / "run" / "best.safetensors").string(), good.string(), {}}) == 0);
+  const std::string manifest = read_text(good / "manifest.yaml");
+  auto refused = [&](const std::string& crafted) {
+    const fs::path d = dir / "crafted";
+    fs::remove_all(d);
+    fs::copy(good, d);
+    write_text(d / "manifest.yaml", crafted);
+    std::string error;
+    try {
+      load_export(d.string());
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    CHECK_THAT(error, Contains((d / "manifest.yaml").string() + ", line "));
+    return error;
+  };
+  const ExportedModel ex = load_export(good.string());
+  const std::string fc_in = [&] {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.9g", ex.model.layers.back().in.scale);
+    return std::string(b);
+  }();
+  // The audit's case: 1e38 is itself a float, its inverse is not a normal one.
+  CHECK_THAT(refused(with_list(manifest, "fc", "weight_scale", "1e38")),
+             Contains("layers[6].weight_scale[0]: layer 'fc': weight scale 9.99999968e+37 must be a normal float whose "
+                      "inverse is normal too"));
+  // 1e33 is, but s_x s_w would put the logits beyond FLT_MAX / 4.
+  CHECK_THAT(refused(with_list(manifest, "fc", "weight_scale", "1e33")),
+             Contains("layers[6].weight_scale[0]: layer 'fc': input scale " + fc_in +
+                      " x weight scale 9.99999994e+32") &&
+                 Contains("exceeds 1.98070394e+28: the logits (up to 2^32 times it) would overflow"));
+  for (const char* bad : {"0", "-1", "1e-45"}) {
+    INFO(bad);  // a non-dequantizing layer's weight scales feed nothing at run time, but mean nothing either
+    const std::string expect = std::string(bad) == "1e-45" ? "1.40129846e-45" : bad;
+    CHECK_THAT(refused(with_list(manifest, "features.0", "weight_scale", bad)),
+               Contains("layers[1].weight_scale[0]: layer 'features.0': weight scale " + expect + " must be a normal"));
+  }
+  // Both normal, their product (what the int32 bias counts in) not.
+  CHECK_THAT(refused(with_list(manifest, "features.0", "weight_scale", "1e-37")),
+             Contains("layers[1].weight_scale[0]: layer 'features.0': input scale ") &&
+                 Contains(" x weight scale 9.99999991e-38 = ") && Contains(" is outside float's normal range"));
+  CHECK_THAT(refused(with_list(manifest, "", "std", "1e-45")),
+             Contains("input.std[0]: std 1.40129846e-45 must be a normal float"));
+  CHECK_THAT(refused(with_list(with_list(manifest, "", "std", "1e-9"), "", "mean", "1e30")),
+             Contains("input.std[0]: pixel 0 normalizes to -inf with input.mean[0] 1.00000002e+30 and input.std[0] "
+                      "9.99999972e-10"));
+  // The input quantization's scale (its inverse multiplies the images), here
+  // consistently on both sides of the first grid.
+  const quant::ActQuant first = ex.model.layers.front().out;
+  char scale[32];
+  std::snprintf(scale, sizeof scale, "scale: %.9g,", first.scale);
+  CHECK_THAT(refused(replace_all(manifest, scale, "scale: 1e-40,")),
+             Contains("layers[0].output.scale: layer 'features.0.input_fake_quant': scale 9.9999461e-41 must be a "
+                      "normal float whose inverse is normal too"));
+}
+
+// quantize_input reads the float images: a second one inside the network is
+// refused when the manifest is read, and by the model when built in code.
+TEST_CASE("a quantize_input layer after the first is refused naming the manifest and the layer", "[e2e][export]") {
+  const fs::path dir = fresh_dir("second_input");
+  const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
+  const fs::path good = dir / "export", d = dir / "crafted";
+  REQUIRE(run_export({cfg, (dir / "run" / "best.safetensors").string(), good.string(), {}}) == 0);
+  const std::string manifest = read_text(good / "manifest.yaml");
+  const std::string input = layer_block(manifest, "features.0.input_fake_quant");
+  fs::copy(good, d);
+  // Twice at the start: each layer reads the grid the one before writes, so
+  // only its kind tells it apart.
+  write_text(d / "manifest.yaml", replace_once(manifest, "  - name: features.0\n", input + "  - name: features.0\n"));
+  REQUIRE_THROWS_WITH(load_export(d.string()),
+                      Contains((d / "manifest.yaml").string() + ", line ") &&
+                          Contains("layers[1].kind: layer 1 'features.0.input_fake_quant' is quantize_input, which "
+                                   "reads the float images: only the first layer may be"));
+  ExportedModel ex = load_export(good.string());
+  ex.model.layers.insert(ex.model.layers.begin() + 1, ex.model.layers.front());
+  Generator g(1);
+  REQUIRE_THROWS_WITH(ex.model.forward(Tensor::randn({1, 3, 32, 32}, g)),
+                      Contains("integer model: layer 1 'features.0.input_fake_quant' is quantize_input"));
+}
+
+// qat eval on an export runs the config's preprocessing: it must be the one
+// the manifest records. The manifest holds the float32 values the export
+// rounded the config's to (9 digits, read back exactly), so the config's
+// own values pass and any other float32 is refused, each key named.
+TEST_CASE("an export is evaluated only with the preprocessing its manifest records", "[e2e][export]") {
+  const fs::path dir = fresh_dir("preprocessing");
+  const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
+  const fs::path out = dir / "export";
+  REQUIRE(run_export({cfg, (dir / "run" / "best.safetensors").string(), out.string(), {}}) == 0);
+  const ExportedModel ex = load_export(out.string());
+  REQUIRE_NOTHROW(check_same_preprocessing(ex, out.string(), transform_spec(load_config(cfg).data), cfg));
+  REQUIRE_NOTHROW(check_same_preprocessing(ex, out.string(), eval_transform(ex), cfg));
+  // 0.2250000001 rounds to the same float32 as 0.225: the same normalization.
+  REQUIRE_NOTHROW(check_same_preprocessing(
+      ex, out.string(), transform_spec(load_config(cfg, {"data.std=[0.229,0.224,0.2250000001]"}).data), cfg));
+  const data::TransformSpec other = transform_spec(
+      load_config(cfg, {"data.mean=[0,0.456,0]", "data.resize=40", "data.std=[0.229,0.224,0.2250001]"}).data);
+  REQUIRE_THROWS_WITH(
+      check_same_preprocessing(ex, out.string(), other, cfg),
+      Contains("eval: config " + cfg + " preprocesses images otherwise than export " + out.string() +
+               " was made for (" + (out / "manifest.yaml").string() + "): data.resize 40 (manifest input.resize 36), data.mean[0] 0 "
+               "(manifest input.mean[0] 0.485000014), data.mean[2] 0 (manifest input.mean[2] 0.405999988), "
+               "data.std[2] 0.225000098 (manifest input.std[2] 0.224999994)"));
+  data::TransformSpec size = eval_transform(ex);
+  size.image_size = 64;
+  REQUIRE_THROWS_WITH(check_same_preprocessing(ex, out.string(), size, cfg),
+                      Contains("data.image_size 64 (manifest input.image_size 32)"));
 }
 
 namespace {

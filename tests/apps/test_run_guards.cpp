@@ -237,7 +237,7 @@ TEST_CASE("export --format onnx replaces only an earlier .onnx file", "[e2e][gua
   CHECK(read_text(a.out_dir) != "an older export");
 }
 
-TEST_CASE("calibrate --out refuses a folder holding a training run", "[e2e][guard]") {
+TEST_CASE("calibrate --out refuses a folder holding a training run or an export", "[e2e][guard]") {
   const fs::path dir = fresh_dir("calib_out");
   const std::string fp32 = testing::write_sample_config(dir, "fp32.yaml", "", 1, 2, "fp32");
   REQUIRE(run_train({fp32, {}, ""}) == 0);
@@ -252,6 +252,19 @@ TEST_CASE("calibrate --out refuses a folder holding a training run", "[e2e][guar
   CHECK_FALSE(fs::exists(dir / "fp32/calibrated.safetensors"));
   a.out_dir = (dir / "ptq").string();
   REQUIRE(run_calibrate(a) == 0);
+  // An export's folder (which `qat export` would then refuse to replace:
+  // it holds only its two files): nothing is added to it.
+  const fs::path exported = dir / "export";
+  const ExportArgs to_export{(dir / "ptq/config.yaml").string(), (dir / "ptq/calibrated.safetensors").string(),
+                             exported.string(), {}};
+  REQUIRE(run_export(to_export) == 0);
+  a.out_dir = exported.string();
+  REQUIRE_THROWS_WITH(run_calibrate(a), Contains("calibrate: --out " + a.out_dir +
+                                                 " holds manifest.yaml of an export (qat export), not calibrate's "
+                                                 "outputs; writing them beside it would mix two kinds of output"));
+  CHECK(std::distance(fs::directory_iterator(exported), fs::directory_iterator()) == 2);
+  REQUIRE(run_export(to_export) == 0);  // still an export
+  a.out_dir = (dir / "ptq").string();
   REQUIRE(run_calibrate(a) == 0);  // again into its own outputs (now from its cache)
   a.cache = (dir / "ptq/mine.cache").string();
   REQUIRE(run_calibrate(a) == 0);  // with a cache of its own name kept there

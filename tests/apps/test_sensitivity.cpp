@@ -7,13 +7,16 @@
 // rounds to zero, at 8 bits (20 max / 127.5) they keep about 6 levels. The
 // ranking must put the layer first, the mixed choice must keep it at 8 bits,
 // and the written overrides and config must load and prepare.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "tests/test_util.h"
 
+#include "apps/calibrate_cmd.h"
 #include "apps/config.h"
+#include "apps/integer_cmd.h"
 #include "apps/sensitivity_cmd.h"
 #include "apps/train.h"
 #include "core/autograd.h"
@@ -122,7 +125,9 @@ TEST_CASE("qat sensitivity with a size budget keeps what fits, and refuses one n
   a.overrides = {"quant.overrides={no.such.layer: {weight_bits: 8}}"};
   REQUIRE_THROWS_WITH(run_sensitivity(a, &r), Contains("sets quant.overrides (no.such.layer)"));
   a.overrides.clear();
-  a.size_mb = 1e3;  // everything fits: every layer kept at 8 bits
+  // Everything fits: every layer kept at 8 bits. (1e13 MB is past int64 in
+  // bytes: the cast gave 996 B and "even every layer at 4 bits needs ...".)
+  a.size_mb = 1e13;
   REQUIRE(run_sensitivity(a, &r) == 0);
   CHECK(r.keep_high.size() == 3);
   CHECK(r.mixed_bytes == r.base_bytes);
@@ -133,6 +138,50 @@ TEST_CASE("qat sensitivity with a size budget keeps what fits, and refuses one n
   CHECK(static_cast<double>(r.mixed_bytes) <= budget);
   CHECK(r.keep_high.size() < 3);
   CHECK(r.low_bytes <= r.mixed_bytes);
+}
+
+namespace {
+std::vector<std::string> listing(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+}  // namespace
+
+// Its mixed.yaml and sensitivity.* beside another command's output would mix
+// two kinds of output in one folder (an export `qat export` then refuses).
+TEST_CASE("qat sensitivity --out refuses the folder of another command's output and adds nothing to it",
+          "[e2e][sensitivity]") {
+  const fs::path dir = testing::fresh_temp_dir("qat_sens_", "out_kind");
+  REQUIRE(run_train({write_config(dir, "fp32.yaml", "", 1), {}, ""}) == 0);
+  const std::string quant = "quant: {enabled: true, backend: default, method: minmax}\n";
+  CalibrateArgs c;
+  c.config = write_config(dir, "q.yaml", quant, 1);
+  c.checkpoint = (dir / "run" / "best.safetensors").string();
+  c.images = 16;
+  c.out_dir = (dir / "ptq").string();
+  REQUIRE(run_calibrate(c) == 0);
+  REQUIRE(run_export({(dir / "ptq" / "config.yaml").string(), (dir / "ptq" / "calibrated.safetensors").string(),
+                      (dir / "export").string(), {}}) == 0);
+  SensitivityArgs a;
+  a.config = c.config;
+  a.checkpoint = c.checkpoint;
+  a.images = 50;
+  a.calib_images = 32;
+  const std::pair<const char*, const char*> refused[] = {
+      {"run", "last.safetensors of a training run"},
+      {"export", "manifest.yaml of an export (qat export)"},
+      {"ptq", "calibrated.safetensors of a calibration (qat calibrate)"}};
+  for (const auto& [folder, holds] : refused) {
+    INFO(folder);
+    a.out_dir = (dir / folder).string();
+    const auto before = listing(a.out_dir);
+    REQUIRE_THROWS_WITH(run_sensitivity(a), Contains("sensitivity: --out " + a.out_dir + " holds " + holds +
+                                                     ", not sensitivity's outputs") &&
+                                                Contains("choose another folder"));
+    CHECK(listing(a.out_dir) == before);
+  }
 }
 
 TEST_CASE("qat sensitivity --finetune-steps trains each variant from its calibration before scoring", "[e2e][sensitivity]") {
