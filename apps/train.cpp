@@ -376,8 +376,9 @@ data::TransformSpec transform_spec(const DataConfig& d) {
 }
 
 data::ImageFolder image_folder(const DataConfig& d, const std::string& root) {
+  const char* key = root == d.train ? "data.train" : root == d.val ? "data.val" : "";
   return data::ImageFolder(root, d.on_bad_image == BadImagePolicy::skip,
-                           data::DecodeLimits{d.max_image_pixels, d.max_aspect_ratio});
+                           data::DecodeLimits{d.max_image_pixels, d.max_aspect_ratio}, key);
 }
 
 data::LoaderOptions loader_options(const ExperimentConfig& cfg, bool train) {

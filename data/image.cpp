@@ -5,8 +5,10 @@
 
 #include <stb_image.h>
 #include <stb_image_write.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/text_file.h"
 #include "data/resample.h"
 
 namespace qat::data {
@@ -82,7 +85,47 @@ Declared declared(const std::string& path) {
 }
 }  // namespace
 
+namespace {
+namespace fs = std::filesystem;
+
+// What a path that is not a regular file is, for a message ("a folder").
+std::string kind_of(fs::file_type t) {
+  switch (t) {
+    case fs::file_type::directory: return "a folder";
+    case fs::file_type::character: return "a character device";
+    case fs::file_type::block: return "a block device";
+    case fs::file_type::fifo: return "a named pipe";
+    case fs::file_type::socket: return "a socket";
+    default: return "not a regular file";
+  }
+}
+
+// Why `path` is not a readable regular file (links followed), or "" when it
+// is one. ImageFolder lists every entry named like an image, so a dangling
+// link, a link loop, a folder or a device named x.jpg ends here: refused by
+// name instead of dropped (a pipe would also block stbi_load forever).
+std::string unreadable_reason(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status own = fs::symlink_status(path, ec);
+  if (own.type() == fs::file_type::not_found) return "does not exist";
+  const bool link = own.type() == fs::file_type::symlink;
+  const std::string target = link ? fs::read_symlink(path, ec).string() : "";
+  ec.clear();
+  const fs::file_status st = fs::status(path, ec);
+  if (link && ec.value() == ELOOP) return "is a symbolic link loop (too many levels of links from '" + target + "')";
+  if (link && st.type() == fs::file_type::not_found)
+    return "is a dangling symbolic link (its target '" + target + "' does not exist)";
+  if (ec) return "cannot be examined: " + ec.message();
+  const std::string via = link ? " (through the link to '" + target + "')" : "";
+  if (st.type() != fs::file_type::regular) return "is " + kind_of(st.type()) + via + ", not an image file";
+  if (::access(path.c_str(), R_OK) != 0) return "cannot be read" + via + ": " + std::strerror(errno);
+  return "";
+}
+}  // namespace
+
 Image decode_image(const std::string& path, const DecodeLimits& limits) {
+  const std::string unreadable = unreadable_reason(path);
+  QAT_CHECK(unreadable.empty(), "decode_image: '", path, "' ", unreadable);
   int w = 0, h = 0, channels_in_file = 0;
   // The header alone first: refuse a pixel bomb before decoding it (a PNG's
   // declared size too where stb_image refuses the header itself). The file's
@@ -112,19 +155,53 @@ Image decode_image(const std::string& path, const DecodeLimits& limits) {
   return img;
 }
 
+namespace {
+// The encoded file, filled by stb_image_write's callback. stbi_write_jpg()
+// and stbi_write_png() to a path ignore fwrite's errors (a full disk gave
+// empty JPEGs and success), so the bytes are encoded in memory and written by
+// write_text_file_atomic, which checks every step.
+struct Encoded {
+  std::string bytes;
+  bool out_of_memory = false;
+};
+
+// A C callback: nothing may throw through stb's frames.
+void append_encoded(void* context, void* data, int size) {
+  auto* e = static_cast<Encoded*>(context);
+  try {
+    e->bytes.append(static_cast<const char*>(data), static_cast<size_t>(size));
+  } catch (...) {
+    e->out_of_memory = true;
+  }
+}
+
+void write_encoded(const char* op, const std::string& path, int ok, const Encoded& e) {
+  QAT_CHECK(ok != 0 && !e.out_of_memory, op, ": cannot encode '", path, "'",
+            e.out_of_memory ? " (out of memory)" : "");
+  try {
+    write_text_file_atomic(path, e.bytes);
+  } catch (const Error& err) {
+    QAT_FAIL(op, ": ", err.what());
+  }
+}
+}  // namespace
+
 void write_jpeg(const std::string& path, const Image& img, int quality) {
   check_image(img, "write_jpeg");
   QAT_CHECK(quality >= 1 && quality <= 100, "write_jpeg: quality must be in [1, 100], got ", quality);
-  const int ok = stbi_write_jpg(path.c_str(), static_cast<int>(img.width), static_cast<int>(img.height), 3,
-                                img.rgb.data(), quality);
-  QAT_CHECK(ok != 0, "write_jpeg: cannot write '", path, "'");
+  Encoded e;
+  const int ok = stbi_write_jpg_to_func(append_encoded, &e, static_cast<int>(img.width), static_cast<int>(img.height),
+                                        3, img.rgb.data(), quality);
+  write_encoded("write_jpeg", path, ok, e);
 }
 
 void write_png(const std::string& path, const Image& img) {
   check_image(img, "write_png");
-  const int ok = stbi_write_png(path.c_str(), static_cast<int>(img.width), static_cast<int>(img.height), 3,
-                                img.rgb.data(), static_cast<int>(img.width * 3));
-  QAT_CHECK(ok != 0, "write_png: cannot write '", path, "'");
+  Encoded e;
+  const int ok = stbi_write_png_to_func(append_encoded, &e, static_cast<int>(img.width),
+                                        static_cast<int>(img.height), 3, img.rgb.data(),
+                                        static_cast<int>(img.width * 3));
+  write_encoded("write_png", path, ok, e);
 }
 
 Image resize_exact(const Image& img, int64_t height, int64_t width) {

@@ -31,10 +31,14 @@ struct DecodeLimits {
 };
 
 // Decodes a JPEG/PNG/...; greyscale and RGBA become RGB (alpha dropped, not
-// blended). Throws qat::Error naming the file when it is missing, unreadable
-// or corrupt (with stb_image's reason), or when its size breaks `limits`
-// (checked from the header, before decoding, where the format allows).
+// blended). Throws qat::Error naming the file when it is missing, not a
+// readable regular file (saying which: a dangling link, a link loop, a folder,
+// a device) or corrupt (with stb_image's reason), or when its size breaks
+// `limits` (checked from the header, before decoding, where the format allows).
 Image decode_image(const std::string& path, const DecodeLimits& limits = {});
+// Encoded in memory, then written with every write checked (a full disk is an
+// error naming the file, not an empty file) to a temporary file renamed over
+// `path` (core/text_file.h).
 void write_jpeg(const std::string& path, const Image& img, int quality = 90);
 void write_png(const std::string& path, const Image& img);  // lossless (tests)
 

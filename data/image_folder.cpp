@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
@@ -19,8 +21,10 @@ std::string lower(std::string s) {
 
 bool hidden(const fs::path& p) { return !p.filename().empty() && p.filename().string()[0] == '.'; }
 
-// Entries of `dir` (names only), sorted; `want_dirs` picks folders, else
-// regular files (symlinks followed).
+// Entries of `dir` (names only), sorted; `want_dirs` picks folders (links
+// followed), else every entry whatever its type: an image name that is a
+// dangling link, a folder or a device is kept, and decode_image() refuses it
+// by name (data.on_bad_image decides), rather than the image vanishing.
 std::vector<std::string> sorted_entries(const fs::path& dir, bool want_dirs) {
   std::vector<std::string> out;
   std::error_code ec;
@@ -29,11 +33,58 @@ std::vector<std::string> sorted_entries(const fs::path& dir, bool want_dirs) {
   for (const auto& e : it) {
     if (hidden(e.path())) continue;
     std::error_code sec;
-    const bool is_dir = e.is_directory(sec);
-    if (want_dirs ? is_dir : (!is_dir && e.is_regular_file(sec))) out.push_back(e.path().filename().string());
+    if (!want_dirs || e.is_directory(sec)) out.push_back(e.path().filename().string());
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// Class names go into checkpoints and metrics as JSON: nlohmann::json refuses
+// to write text that is not UTF-8, which failed only after an epoch had
+// trained. The same library's check, before any work.
+bool is_utf8(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
+// C0 controls, DEL, and C1 controls (U+0080..U+009F: 0xC2 0x80..0x9F in UTF-8).
+bool has_control(const std::string& s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7F) return true;
+    if (c == 0xC2 && i + 1 < s.size() && (static_cast<unsigned char>(s[i + 1]) & 0xE0) == 0x80) return true;
+  }
+  return false;
+}
+
+// Printable ASCII as is, every other byte as \xHH (bash's $'...' reads it back).
+std::string escaped(const std::string& s) {
+  std::string out;
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c >= 0x20 && c < 0x7F) {
+      out += ch;
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+void check_class_name(const std::string& name, const std::string& root, const std::string& key) {
+  const bool utf8 = is_utf8(name);
+  QAT_CHECK(utf8 && !has_control(name), key.empty() ? "" : key + ": ", "ImageFolder: class folder '", escaped(name),
+            "' under root '", root, "' ", utf8 ? "holds control characters" : "is not valid UTF-8",
+            ": class names are recorded in checkpoints (JSON text) and printed in logs, so they must be UTF-8 "
+            "without control characters; rename the folder");
 }
 
 }  // namespace
@@ -43,13 +94,15 @@ bool has_image_extension(const std::string& name) {
   return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
 
-ImageFolder::ImageFolder(const std::string& root, bool skip_bad_images, const DecodeLimits& limits)
+ImageFolder::ImageFolder(const std::string& root, bool skip_bad_images, const DecodeLimits& limits,
+                         const std::string& key)
     : root_(root), skip_bad_(skip_bad_images), limits_(limits) {
   std::error_code ec;
   QAT_CHECK(fs::exists(root, ec), "ImageFolder: root '", root, "' does not exist");
   QAT_CHECK(fs::is_directory(root, ec), "ImageFolder: root '", root, "' is not a folder");
   classes_ = sorted_entries(root, /*want_dirs=*/true);
   QAT_CHECK(!classes_.empty(), "ImageFolder: root '", root, "' has no class folders (expected root/<class>/<image>)");
+  for (const auto& name : classes_) check_class_name(name, root, key);
   for (size_t c = 0; c < classes_.size(); ++c) {
     const fs::path dir = fs::path(root) / classes_[c];
     size_t found = 0;

@@ -1,10 +1,13 @@
 #pragma once
 // ImageFolder: the torchvision layout root/<class>/<image>. Classes are the
 // sub-folders of root sorted by name (byte order), label = index in that
-// order; images are the files directly inside each class folder whose
+// order; images are the entries directly inside each class folder whose
 // extension is jpg, jpeg or png (any case), sorted by file name, so the sample
 // order never depends on the file system. Hidden entries (".name") are
-// ignored; sub-folders of a class folder are not searched.
+// ignored; sub-folders of a class folder are not searched. An entry named like
+// an image that is not a readable regular file (a dangling link, a link loop,
+// a folder, a device) is listed all the same, and load() refuses it by name
+// like a corrupt file: an image never disappears without a word.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -17,11 +20,16 @@ namespace qat::data {
 class ImageFolder {
  public:
   // Throws qat::Error naming `root` when it is missing, not a folder, has no
-  // class folders, or a class folder holds no image.
+  // class folders, a class folder holds no image, or a class folder's name is
+  // not UTF-8 or holds control characters (named with its bytes escaped,
+  // \xff; class names are written into checkpoints as JSON).
   // skip_bad_images: load() returns std::nullopt for a file that does not
   // decode instead of throwing (the DataLoader drops and counts it).
   // limits: what a file may declare before it is decoded (image.h).
-  explicit ImageFolder(const std::string& root, bool skip_bad_images = false, const DecodeLimits& limits = {});
+  // key: the config key naming `root` ("data.train"), prefixed to the errors
+  // about its class folders; empty outside a config.
+  explicit ImageFolder(const std::string& root, bool skip_bad_images = false, const DecodeLimits& limits = {},
+                       const std::string& key = "");
 
   int64_t size() const { return static_cast<int64_t>(paths_.size()); }
   const std::string& root() const { return root_; }

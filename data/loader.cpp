@@ -9,8 +9,11 @@
 // training step's thread team for its pool.
 #include "data/loader.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <system_error>
 
@@ -40,6 +43,36 @@ uint64_t loader_seed(uint64_t seed, uint64_t stream, uint64_t a, uint64_t b) {
   return h;
 }
 
+uint64_t cache_bytes_at_least(int64_t images, const TransformSpec& spec) {
+  if (spec.resize <= 0 || images <= 0) return 0;
+  const auto side = static_cast<uint64_t>(spec.resize);
+  return static_cast<uint64_t>(images) * (side * side * 3 + sizeof(Image));
+}
+
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+namespace {
+std::string gib(uint64_t bytes) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f GiB", static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << 30));
+  return s;
+}
+}  // namespace
+
+// Note [cache size]. Half the memory: the model, the batches and the other
+// split's loader need the rest.
+void check_cache_fits(int64_t images, const TransformSpec& spec, uint64_t memory_bytes, const std::string& root) {
+  const uint64_t need = cache_bytes_at_least(images, spec);
+  QAT_CHECK(memory_bytes == 0 || need <= memory_bytes / 2, "DataLoader: data.cache: true would keep the ", images,
+            " images of '", root, "' in memory at data.resize ", spec.resize, ": at least ", gib(need), " (",
+            spec.resize, "x", spec.resize, "x3 bytes each, more when not square), more than half of the ",
+            gib(memory_bytes), " of memory; set data.cache: false (images are decoded every epoch) or a smaller "
+            "data.resize");
+}
+
 DataLoader::DataLoader(const ImageFolder& data, TransformSpec spec, LoaderOptions opt)
     : data_(data), spec_(spec), opt_(opt) {
   validate(spec_);
@@ -53,6 +86,8 @@ DataLoader::DataLoader(const ImageFolder& data, TransformSpec spec, LoaderOption
             " images in '", data_.root(), "' leaves no batch");
   limit_ = std::max<int64_t>({opt_.prefetch, opt_.workers, 1});
   if (opt_.cache) {
+    check_cache_fits(data_.size(), spec_, opt_.memory_bytes ? opt_.memory_bytes : physical_memory_bytes(),
+                     data_.root());
     cache_state_.assign(static_cast<size_t>(data_.size()), kEmpty);
     cache_.resize(static_cast<size_t>(data_.size()));
   }

@@ -32,6 +32,7 @@ struct LoaderOptions {
   int64_t workers = 2;     // decoding threads; 0: decode inside next() on the calling thread
   int64_t prefetch = 4;    // batches decoded or waiting ahead of the consumer (at least `workers`)
   bool cache = false;      // keep every prepared (decoded + resized, uint8) image in memory
+  uint64_t memory_bytes = 0;  // the cache may take half of this (check_cache_fits); 0: physical memory
   bool train = true;       // augment (random crop/flip); false: resize + centre crop
   uint64_t seed = 0;
   // Data-parallel runs: this process's part of every batch, shard of shards:
@@ -57,11 +58,11 @@ struct LoaderStats {
 
 // One consumer thread calls start_epoch/next/stats; `data` must outlive the
 // loader. Memory: prefetch batches of floats, plus with `cache` one uint8
-// prepared image per sample (e.g. 144x144x3 = 62 KB each).
+// prepared image per sample (e.g. 144x144x3 = 62 KB each; Note [cache size]).
 class DataLoader {
  public:
   // Starts the worker threads (idle until start_epoch). Throws on a bad spec
-  // or options, or an empty dataset.
+  // or options, an empty dataset, or a cache too large for the memory.
   DataLoader(const ImageFolder& data, TransformSpec spec, LoaderOptions opt);
   ~DataLoader();  // stops and joins the workers, also in the middle of an epoch
   DataLoader(const DataLoader&) = delete;
@@ -139,6 +140,22 @@ class DataLoader {
   mutable std::mutex bad_mu_;
   std::set<int64_t> bad_;
 };
+
+// Note [cache size]: the cache keeps prepare_image()'s output, the shorter
+// side resized to spec.resize, so one image takes at least resize^2 * 3 bytes
+// (more when it is not square). At data.resize 8000 that is 192 MB an image:
+// the sample's 300 images grew past the machine's memory and died in
+// std::bad_alloc naming nothing. The size is checked before anything loads.
+
+// At least the bytes the cache of `images` images holds once full; 0 when
+// spec.resize <= 0 (the decoded size, unknown before decoding).
+uint64_t cache_bytes_at_least(int64_t images, const TransformSpec& spec);
+// This machine's physical memory (sysconf), 0 when it cannot tell.
+uint64_t physical_memory_bytes();
+// Throws qat::Error naming data.cache, data.resize, the image count, the
+// estimate and the limit when the cache of `images` images of `root` would
+// take more than half of `memory_bytes` (0: no check).
+void check_cache_fits(int64_t images, const TransformSpec& spec, uint64_t memory_bytes, const std::string& root);
 
 // Seeds (Note [loader determinism]): a 64-bit mix of the loader seed with a
 // stream tag and up to two integers.

@@ -21,7 +21,10 @@ struct SubsetSummary {
 // (<= 0: all cores); the output does not depend on it.
 // Errors: src/train or src/val missing or not ImageFolders, differing class
 // lists, a class with fewer images than asked, a non-empty `out_root`, a
-// corrupt source image (named).
+// corrupt or unreadable source image (named, with why: a dangling link, a
+// folder...), a write that fails (a full disk: the file named). Whatever
+// fails, `out_root` is left as it was (all is written into a staging folder
+// inside it first).
 SubsetSummary make_subset(const std::string& src_root, const std::string& out_root, int64_t per_class,
                           int64_t val_per_class, int64_t size, uint64_t seed, int threads = 0);
 

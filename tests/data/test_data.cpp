@@ -3,8 +3,11 @@
 // the subset tool and the committed sample dataset.
 #include <stb_image_write.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include "tests/test_util.h"
 
@@ -39,6 +42,12 @@ struct TempDir : qat::testing::TempDir {
 void write_raw_png(const std::string& path, int w, int h, int comp, const std::vector<uint8_t>& px) {
   fs::create_directories(fs::path(path).parent_path());
   REQUIRE(stbi_write_png(path.c_str(), w, h, comp, px.data(), w * comp) != 0);
+}
+
+// write_png into a folder made first.
+void put_png(const fs::path& path, const Image& img) {
+  fs::create_directories(path.parent_path());
+  write_png(path.string(), img);
 }
 
 void write_text(const std::string& path, const std::string& text) {
@@ -113,6 +122,46 @@ uint64_t fnv1a(const std::vector<uint8_t>& bytes) {
   return h;
 }
 
+// Runs `body` in a child process whose files may not grow past `max_bytes`
+// (RLIMIT_FSIZE, SIGXFSZ ignored: a write past it fails with EFBIG, as on a
+// full disk): the child's exit status, body's return value (255 on any other
+// exception). A child keeps the cap away from the test process.
+template <class Body>
+int with_file_size_cap(rlim_t max_bytes, Body body) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const struct rlimit r{max_bytes, max_bytes};
+    if (::setrlimit(RLIMIT_FSIZE, &r) != 0) ::_exit(254);
+    int rc = 255;
+    try {
+      rc = body();
+    } catch (...) {
+    }
+    ::_exit(rc);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  INFO("child status " << status << (WIFSIGNALED(status) ? " (killed by a signal)" : ""));
+  REQUIRE(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
+// 0 when `f` throws qat::Error whose message holds every one of `parts`; 1
+// when it throws another message, 2 when it does not throw.
+template <class F>
+int error_with(F f, const std::vector<std::string>& parts) {
+  try {
+    f();
+  } catch (const Error& e) {
+    for (const auto& p : parts)
+      if (std::string(e.what()).find(p) == std::string::npos) return 1;
+    return 0;
+  }
+  return 2;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- images
@@ -163,6 +212,62 @@ TEST_CASE("decode_image: grey and RGBA become RGB, JPEG round trip, errors name 
   write_text(t.file("empty.jpg"), "");
   REQUIRE_THROWS_WITH(decode_image(t.file("empty.jpg")), Contains(t.file("empty.jpg") + "' is empty (0 bytes)"));
   REQUIRE_THROWS_WITH(decode_image(t.file("missing.png")), Contains(t.file("missing.png")));
+}
+
+// stbi_write_jpg() to a path returned success on a full disk and left an
+// empty file: a write that fails is an error naming the file, and nothing is
+// left at the path (here: a file size cap, EFBIG, in a child process).
+TEST_CASE("write_jpeg, write_png: a failed write is an error naming the file, no file left", "[data]") {
+  TempDir t;
+  const std::string jpg = t.file("a.jpg"), png = t.file("a.png");
+  const Image img = pattern(64, 64);
+  REQUIRE(with_file_size_cap(200, [&] {
+            return error_with([&] { write_jpeg(jpg, img); }, {"write_jpeg: cannot write '" + jpg + "': File too large"});
+          }) == 0);
+  REQUIRE(with_file_size_cap(200, [&] {
+            return error_with([&] { write_png(png, img); }, {"write_png: cannot write '" + png + "': File too large"});
+          }) == 0);
+  REQUIRE(fs::is_empty(t.dir));  // no empty a.jpg, no temporary file
+  // Under the cap's size the same calls write whole files.
+  REQUIRE(with_file_size_cap(1 << 20, [&] {
+            write_jpeg(jpg, img);
+            write_png(png, img);
+            return 0;
+          }) == 0);
+  REQUIRE(decode_image(jpg).height == 64);
+  REQUIRE(decode_image(png).rgb == img.rgb);
+}
+
+// An image name that is not a readable regular file is refused by name, with why.
+TEST_CASE("decode_image: dangling links, link loops, folders, devices and pipes are refused saying which", "[data]") {
+  TempDir t;
+  fs::create_symlink(t.dir / "nowhere.jpg", t.dir / "dangling.jpg");
+  fs::create_symlink(t.dir / "loop_b.jpg", t.dir / "loop_a.jpg");
+  fs::create_symlink(t.dir / "loop_a.jpg", t.dir / "loop_b.jpg");
+  fs::create_symlink("/dev/zero", t.dir / "zero.jpg");
+  fs::create_directories(t.dir / "dir.jpg");
+  REQUIRE(::mkfifo(t.file("pipe.jpg").c_str(), 0600) == 0);  // stbi_load would block on it forever
+  const std::string nowhere = t.file("nowhere.jpg");
+  REQUIRE_THROWS_WITH(decode_image(t.file("dangling.jpg")),
+                      Contains("decode_image: '" + t.file("dangling.jpg") +
+                               "' is a dangling symbolic link (its target '" + nowhere + "' does not exist)"));
+  REQUIRE_THROWS_WITH(decode_image(t.file("loop_a.jpg")),
+                      Contains("decode_image: '" + t.file("loop_a.jpg") +
+                               "' is a symbolic link loop (too many levels of links from '" + t.file("loop_b.jpg") +
+                               "')"));
+  REQUIRE_THROWS_WITH(decode_image(t.file("zero.jpg")),
+                      Contains("decode_image: '" + t.file("zero.jpg") +
+                               "' is a character device (through the link to '/dev/zero'), not an image file"));
+  REQUIRE_THROWS_WITH(decode_image(t.file("dir.jpg")),
+                      Contains("decode_image: '" + t.file("dir.jpg") + "' is a folder, not an image file"));
+  REQUIRE_THROWS_WITH(decode_image(t.file("pipe.jpg")),
+                      Contains("decode_image: '" + t.file("pipe.jpg") + "' is a named pipe, not an image file"));
+  REQUIRE_THROWS_WITH(decode_image(t.file("missing.jpg")),
+                      Contains("decode_image: '" + t.file("missing.jpg") + "' does not exist"));
+  // A link to an image reads as the image.
+  write_png(t.file("real.png"), pattern(3, 4));
+  fs::create_symlink(t.dir / "real.png", t.dir / "link.png");
+  REQUIRE(decode_image(t.file("link.png")).rgb == pattern(3, 4).rgb);
 }
 
 // A few bytes can declare gigabytes of pixels: the limits are checked from
@@ -316,6 +421,80 @@ TEST_CASE("ImageFolder: class order, labels, extensions, grey/RGBA, corrupt file
   ImageFolder skip(root.string(), /*skip_bad_images=*/true);
   REQUIRE_FALSE(skip.load(4).has_value());
   REQUIRE(skip.load(5).has_value());
+}
+
+// Only regular files used to be listed: a dangling link, a link loop, a link
+// to /dev/zero or a folder named x.jpg vanished from the dataset without a
+// word. They are listed, and load() refuses them (or skips them) by name.
+TEST_CASE("ImageFolder: image names that are not readable files are listed and refused by name", "[data]") {
+  TempDir t;
+  const fs::path cls = t.dir / "root" / "cls";
+  put_png(cls / "a.png", pattern(4, 4));
+  fs::create_symlink(cls / "gone.jpg", cls / "b_dangling.jpg");
+  fs::create_symlink(cls / "c_loop.jpg", cls / "c_loop.jpg");
+  fs::create_symlink("/dev/zero", cls / "d_zero.jpg");
+  fs::create_directories(cls / "e_dir.jpg");
+  fs::create_directories(cls / "sub");  // no image name: not searched, not listed
+  ImageFolder f((t.dir / "root").string());
+  REQUIRE(f.size() == 5);
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"b_dangling.jpg", "' is a dangling symbolic link"},
+      {"c_loop.jpg", "' is a symbolic link loop"},
+      {"d_zero.jpg", "' is a character device (through the link to '/dev/zero')"},
+      {"e_dir.jpg", "' is a folder, not an image file"}};
+  REQUIRE(f.load(0)->rgb == pattern(4, 4).rgb);
+  for (size_t i = 0; i < refused.size(); ++i) {
+    INFO(refused[i].first);
+    REQUIRE(f.path(static_cast<int64_t>(i) + 1) == (cls / refused[i].first).string());
+    REQUIRE_THROWS_WITH(f.load(static_cast<int64_t>(i) + 1),
+                        Contains("'" + (cls / refused[i].first).string() + refused[i].second));
+  }
+  // data.on_bad_image: skip drops them like corrupt files, counted and named by the loader.
+  ImageFolder skip((t.dir / "root").string(), /*skip_bad_images=*/true);
+  TransformSpec s;
+  s.image_size = 4;
+  s.resize = 4;
+  LoaderOptions o;
+  o.batch_size = 5;
+  o.shuffle = false;
+  o.workers = 0;
+  DataLoader loader(skip, s, o);
+  const auto batches = run_epoch(loader, 0);
+  REQUIRE(batches.size() == 1);
+  REQUIRE(batches[0].images.size(0) == 1);
+  REQUIRE(loader.stats().skipped_images == 4);
+  std::vector<std::string> bad;
+  for (const auto& [name, why] : refused) bad.push_back((cls / name).string());
+  REQUIRE(loader.bad_files() == bad);
+}
+
+// A class name goes into checkpoints as JSON text: one that is not UTF-8 used
+// to fail there, after a whole epoch. Refused when the folders are listed.
+TEST_CASE("ImageFolder: class folders that are not UTF-8 or hold control characters are refused, escaped", "[data]") {
+  TempDir t;
+  const fs::path root = t.dir / "train";
+  put_png(root / "good" / "a.png", pattern(2, 2));
+  put_png(root / "caf\xc3\xa9" / "a.png", pattern(2, 2));  // UTF-8: fine
+  REQUIRE(ImageFolder(root.string()).classes() == std::vector<std::string>{"caf\xc3\xa9", "good"});
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"cls\xff\xfe", "class folder 'cls\\xff\\xfe' under root '" + root.string() + "' is not valid UTF-8"},
+      {"a\tb", "class folder 'a\\x09b' under root '" + root.string() + "' holds control characters"},
+      {"c1\xc2\x85", "class folder 'c1\\xc2\\x85' under root '" + root.string() + "' holds control characters"},
+      {"cut\xc3", "class folder 'cut\\xc3' under root '" + root.string() + "' is not valid UTF-8"}};
+  for (const auto& [name, message] : bad) {
+    INFO(message);
+    put_png(root / name / "a.png", pattern(2, 2));
+    REQUIRE_THROWS_WITH(ImageFolder(root.string(), false, {}, "data.train"),
+                        Contains("data.train: ImageFolder: " + message) && Contains("rename the folder"));
+    REQUIRE_THROWS_WITH(ImageFolder(root.string()), Contains(std::string("ImageFolder: ") + message));
+    fs::remove_all(root / name);
+  }
+  // The subset tool lists its source the same way: refused before anything is written.
+  put_png(t.dir / "src" / "train" / "cls\xff" / "a.png", pattern(20, 20));
+  put_png(t.dir / "src" / "val" / "cls\xff" / "a.png", pattern(20, 20));
+  REQUIRE_THROWS_WITH(make_subset(t.file("src"), t.file("out"), 1, 1, 10, 0),
+                      Contains("class folder 'cls\\xff' under root '" + t.file("src") + "/train' is not valid UTF-8"));
+  REQUIRE_FALSE(fs::exists(t.dir / "out"));
 }
 
 TEST_CASE("ImageFolder: missing or empty roots are errors naming the root", "[data]") {
@@ -580,6 +759,47 @@ TEST_CASE("DataLoader: corrupt image rethrown from next() naming the file, or sk
   }
 }
 
+// Note [cache size]: data.resize 8000 with data.cache grew to 14 GB and died
+// in std::bad_alloc. The estimate and the refusal, with a small memory.
+TEST_CASE("DataLoader: a cache larger than half the memory is refused before loading, naming the keys", "[data]") {
+  TransformSpec s;
+  s.image_size = 64;
+  s.resize = 8000;
+  const uint64_t per = 8000ull * 8000 * 3 + sizeof(Image);
+  REQUIRE(cache_bytes_at_least(300, s) == 300 * per);
+  REQUIRE_THROWS_WITH(check_cache_fits(300, s, uint64_t{8} << 30, "ds/train"),
+                      Contains("DataLoader: data.cache: true would keep the 300 images of 'ds/train' in memory at "
+                               "data.resize 8000: at least 53.6 GiB (8000x8000x3 bytes each, more when not square), "
+                               "more than half of the 8.0 GiB of memory; set data.cache: false (images are decoded "
+                               "every epoch) or a smaller data.resize"));
+  // The limit is half the memory, inclusive.
+  REQUIRE_NOTHROW(check_cache_fits(300, s, 2 * 300 * per, "ds/train"));
+  REQUIRE_THROWS(check_cache_fits(300, s, 2 * 300 * per - 2, "ds/train"));
+  REQUIRE_NOTHROW(check_cache_fits(300, s, 0, "ds/train"));  // 0: unknown memory, no check
+  s.resize = 0;  // the decoded size: unknown before decoding
+  REQUIRE(cache_bytes_at_least(300, s) == 0);
+  REQUIRE(physical_memory_bytes() > 0);
+
+  // The loader checks before it loads anything; without the cache it does not.
+  TempDir t;
+  make_folder(t.dir / "ds", 2, 3, 8, 8);
+  ImageFolder folder((t.dir / "ds").string());
+  TransformSpec small;
+  small.image_size = 8;
+  small.resize = 100;  // 6 images of >= 100x100x3 bytes: >= 180,000 bytes
+  LoaderOptions o;
+  o.cache = true;
+  o.workers = 0;
+  o.memory_bytes = 300000;
+  REQUIRE_THROWS_WITH(DataLoader(folder, small, o), Contains("data.cache: true would keep the 6 images of '" +
+                                                             (t.dir / "ds").string() + "' in memory at data.resize 100"));
+  o.memory_bytes = 0;  // this machine's memory
+  REQUIRE_NOTHROW(DataLoader(folder, small, o));
+  o.memory_bytes = 300000;
+  o.cache = false;
+  REQUIRE_NOTHROW(DataLoader(folder, small, o));
+}
+
 // A worker thread that cannot start is an error naming data.workers, not an
 // abort: in a child process whose address space is capped (no room for 256
 // thread stacks), constructing the loader must throw qat::Error.
@@ -735,6 +955,32 @@ TEST_CASE("make_subset: counts, sizes, seeded choice, errors", "[data]") {
   fs::create_directories(t.dir / "empty");
   REQUIRE_THROWS_WITH(make_subset(src, t.file("empty"), 2, 5, 10, 9, 2), Contains("zz_cut.jpg"));
   REQUIRE(fs::is_empty(t.dir / "empty"));
+}
+
+// A full disk used to give empty JPEGs and success: a write that fails (here
+// a file size cap, EFBIG) is an error naming the file, and the output folder
+// is left as it was.
+TEST_CASE("make_subset: a failed write is an error naming the file, no half subset left", "[data]") {
+  TempDir t;
+  make_folder(t.dir / "src" / "train", 2, 3, 40, 40);
+  make_folder(t.dir / "src" / "val", 2, 2, 40, 40);
+  const std::string src = t.file("src"), out = t.file("out");
+  fs::create_directories(t.dir / "empty");
+  for (const std::string& dest : {out, t.file("empty")}) {
+    INFO(dest);
+    REQUIRE(with_file_size_cap(300, [&] {
+              return error_with([&] { make_subset(src, dest, 2, 1, 32, 0, 2); },
+                                {"write_jpeg: cannot write '" + dest + "/.tmp-subset-", ".jpg': File too large"});
+            }) == 0);
+  }
+  REQUIRE_FALSE(fs::exists(out));
+  REQUIRE(fs::is_empty(t.dir / "empty"));
+  // A dangling link among the source images is named, not dropped.
+  fs::remove(t.dir / "src" / "val" / "c0" / "img1.png");
+  fs::create_symlink(t.dir / "gone.png", t.dir / "src" / "val" / "c0" / "img1.png");
+  REQUIRE_THROWS_WITH(make_subset(src, out, 2, 2, 32, 0, 1),
+                      Contains("'" + t.file("src/val/c0/img1.png") + "' is a dangling symbolic link"));
+  REQUIRE_FALSE(fs::exists(out));
 }
 
 TEST_CASE("the committed sample data/samples/imagenette-mini loads: 10 classes, 300 train, 100 val", "[data]") {
