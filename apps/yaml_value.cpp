@@ -86,6 +86,11 @@ const std::string& YamlValue::scalar(const std::string& expected) const {
 const std::string& YamlValue::plain_scalar(const std::string& expected) const {
   const std::string& s = scalar(expected);
   if (node_.Tag() == "!") fail("expected " + expected + ", got the quoted string " + describe());
+  // "?": an untagged plain scalar. An explicit tag (!!str 1, !foo 1) says the
+  // value is something else than the number or flag read here.
+  if (node_.Tag() != "?")
+    fail("expected " + expected + ", got " + describe() + " with the YAML tag '" + node_.Tag() +
+         "' (qat reads untagged values: remove the tag)");
   return s;
 }
 

@@ -80,6 +80,13 @@ TEST_CASE("yaml_value: a wrong type names the file, the key path, the line and t
   REQUIRE_THROWS_WITH(top.get("quoted").as<int>(),
                       Contains(at + "10: top.quoted: expected an integer, got the quoted string '7'"));
   REQUIRE_THROWS_WITH(top.get("huge").as<int>(), Contains(at + "11: top.huge: integer out of range: '3000000000'"));
+  // A tagged value is what its tag says, not the number read here (it was read as one).
+  Doc tagged("a: !!str 1\nb: !foo 2.5\nc: !!bool true\n");
+  const YamlValue t = load_yaml_file(tagged.path);
+  REQUIRE_THROWS_WITH(t.get("a").as<int>(), Contains(tagged.path + ", line 1: a: expected an integer, got '1' with the "
+                                                                   "YAML tag 'tag:yaml.org,2002:str'"));
+  REQUIRE_THROWS_WITH(t.get("b").as<double>(), Contains("line 2: b: expected a number, got '2.5' with the YAML tag '!foo'"));
+  REQUIRE_THROWS_WITH(t.get("c").as<bool>(), Contains("line 3: c: expected true or false"));
   REQUIRE_THROWS_WITH(top.get("sizes").as<std::string>(), Contains(at + "7: top.sizes: expected a string, got a list"));
   REQUIRE_THROWS_WITH(top.get("empty").as<double>(),
                       Contains(at + "13: top.empty: expected a number, got nothing (empty value)"));
