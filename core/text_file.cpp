@@ -32,6 +32,11 @@ std::string read_text_file(const std::string& path, size_t max_bytes) {
 }
 
 void write_text_file_atomic(const std::string& path, const std::string& text) {
+  // The rename below would replace whatever is there: never a device, a pipe or a folder (/dev/full, as root).
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  QAT_CHECK(!std::filesystem::exists(st) || std::filesystem::is_regular_file(st), "cannot write '", path,
+            "': it exists and is not a regular file (a folder, device or pipe)");
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   FILE* f = std::fopen(tmp.c_str(), "wb");
   QAT_CHECK(f, "cannot create '", tmp, "': ", std::strerror(errno));

@@ -14,6 +14,7 @@ constexpr size_t kMaxTextFileBytes = size_t{64} << 20;
 
 // Refuses a folder, a missing file and one longer than max_bytes, naming it.
 std::string read_text_file(const std::string& path, size_t max_bytes = kMaxTextFileBytes);
+// Refuses a path that exists and is not a regular file (a folder, /dev/full).
 void write_text_file_atomic(const std::string& path, const std::string& text);
 
 }  // namespace qat
