@@ -163,8 +163,10 @@ T ranged_meta(const Metadata& m, const std::string& key, const std::string& path
   const std::string& text = meta(m, key, path);
   size_t used = 0;
   T v = 0;
+  // As qat writes them: no spaces, no hexadecimal (stoll/stod skip leading spaces and read 0x10).
+  const bool plain = text.find_first_not_of("0123456789+-.eE") == std::string::npos;
   try {
-    v = parse(text, &used);
+    if (plain) v = parse(text, &used);
   } catch (const std::logic_error&) {
     used = 0;
   }

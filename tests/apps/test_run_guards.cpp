@@ -124,7 +124,8 @@ TEST_CASE("progress metadata out of range is refused before the run's metrics ar
   fs::copy_file(last, kept);
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"epoch", "-5"},         {"step", "2x"},          {"best_top1", "5"},        {"best_top1", "nan"},
-      {"epoch_correct", "99999"}, {"epoch_loss_sum", "-1"}, {"epoch_images", "1e3"}, {"format", "other"}};
+      {"epoch_correct", "99999"}, {"epoch_loss_sum", "-1"}, {"epoch_images", "1e3"}, {"format", "other"},
+      {"epoch", " 1"},         {"epoch_loss_sum", "0x10"}};
   for (const auto& [key, value] : bad) {
     INFO(key << " = " << value);
     with_metadata(kept, key, value, last);
