@@ -220,8 +220,11 @@ void read_conv_or_linear(const YamlValue& v, IntLayer& l, const WeightsFile& wei
         l.conv.dil_w < 1 || l.conv.pad_h < 0 || l.conv.pad_w < 0)
       v.fail("kernel, stride and dilation must be >= 1, padding >= 0");
   }
-  l.relu = v.get("relu").as<bool>();
+  const YamlValue relu = v.get("relu");
+  l.relu = relu.as<bool>();
   l.dequantize = v.get("dequantize").as<bool>();
+  // The ReLU lives in the requantization's clamp; a dequantized float output has none (freeze never writes this).
+  if (l.relu && l.dequantize) relu.fail("a dequantizing layer (float logits) has no fused ReLU: must be false");
   const YamlValue bits = v.get("weight_bits");
   l.weight_bits = bits.as<int>();
   if (l.weight_bits < 2 || l.weight_bits > 8) bits.fail("must be 2..8");

@@ -506,6 +506,11 @@ TEST_CASE("manifest floats that would give NaN or infinite logits are refused", 
   CHECK_THAT(refused(with_list(with_list(manifest, "", "std", "1e-9"), "", "mean", "1e30")),
              Contains("input.std[0]: pixel 0 normalizes to -inf with input.mean[0] 1.00000002e+30 and input.std[0] "
                       "9.99999972e-10"));
+  // A fused ReLU on the dequantizing layer (its float logits have no clamp to hold it): refused, not ignored.
+  const std::string fc = layer_block(manifest, "fc");
+  REQUIRE(fc.find("relu: false") != std::string::npos);
+  CHECK_THAT(refused(replace_all(manifest, fc, replace_all(fc, "relu: false", "relu: true"))),
+             Contains("relu: a dequantizing layer (float logits) has no fused ReLU: must be false"));
   // The input quantization's scale (its inverse multiplies the images), here
   // consistently on both sides of the first grid.
   const quant::ActQuant first = ex.model.layers.front().out;
