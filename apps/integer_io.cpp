@@ -20,6 +20,7 @@
 #include "core/safetensors.h"
 #include "core/text_file.h"
 #include "data/transforms.h"
+#include "quant/integer/requant.h"
 
 namespace qat::apps {
 
@@ -207,6 +208,23 @@ struct WeightsFile {
   std::string path;
 };
 
+// Each channel's requantization multiplier and shift are freeze's
+// quantize_multiplier(s_x s_w / s_y) of the manifest's own scales (floats
+// written with 9 digits read back exactly, so the same double): another
+// pair would requantize with a factor the scales do not give.
+void check_multipliers(const YamlValue& v, const IntLayer& l) {
+  for (int64_t c = 0; c < l.out_channels; ++c) {
+    const double sxw = static_cast<double>(l.in.scale) * l.weight_scale.data<float>()[c];
+    const quant::FixedPointMultiplier f = quant::quantize_multiplier(sxw / l.out.scale);
+    const int32_t m0 = l.multiplier.data<int32_t>()[c], shift = l.shift.data<int32_t>()[c];
+    if (m0 != f.m0 || shift != f.shift)
+      v.get(m0 != f.m0 ? "multiplier" : "shift")
+          .fail(detail::cat("layer '", l.name, "' channel ", c, ": multiplier ", m0, ", shift ", shift,
+                            " do not match its scales (input ", l.in.scale, ", weight ", l.weight_scale.data<float>()[c],
+                            ", output ", l.out.scale, ": multiplier ", f.m0, ", shift ", f.shift, ")"));
+  }
+}
+
 void read_conv_or_linear(const YamlValue& v, IntLayer& l, const WeightsFile& weights) {
   l.in_channels = v.get("in_channels").as<int64_t>();
   l.out_channels = v.get("out_channels").as<int64_t>();
@@ -246,6 +264,7 @@ void read_conv_or_linear(const YamlValue& v, IntLayer& l, const WeightsFile& wei
     l.multiplier = read_list<int32_t>(v.get("multiplier"), C);
     l.shift = read_list<int32_t>(v.get("shift"), C);
     l.bias_residual = read_list<int32_t>(v.get("bias_residual"), C);
+    check_multipliers(v, l);
   }
   int64_t K = 0;
   try {

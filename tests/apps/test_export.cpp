@@ -506,6 +506,16 @@ TEST_CASE("manifest floats that would give NaN or infinite logits are refused", 
   CHECK_THAT(refused(with_list(with_list(manifest, "", "std", "1e-9"), "", "mean", "1e30")),
              Contains("input.std[0]: pixel 0 normalizes to -inf with input.mean[0] 1.00000002e+30 and input.std[0] "
                       "9.99999972e-10"));
+  // A multiplier the scales do not give (the requantization would rescale by another factor).
+  {
+    const std::string f0 = layer_block(manifest, "features.0");
+    const size_t at = f0.find("multiplier: [") + 13, end = f0.find(',', at);
+    const std::string m0 = f0.substr(at, end - at);
+    const std::string crafted = f0.substr(0, at) + std::to_string(std::stoll(m0) + 1) + f0.substr(end);
+    CHECK_THAT(refused(replace_all(manifest, f0, crafted)),
+               Contains("multiplier: layer 'features.0' channel 0: multiplier " + std::to_string(std::stoll(m0) + 1)) &&
+                   Contains("do not match its scales") && Contains(": multiplier " + m0 + ", shift "));
+  }
   // A fused ReLU on the dequantizing layer (its float logits have no clamp to hold it): refused, not ignored.
   const std::string fc = layer_block(manifest, "fc");
   REQUIRE(fc.find("relu: false") != std::string::npos);
