@@ -229,14 +229,15 @@ OutputKindFiles output_kind_files(OutputKind kind) {
 
 }  // namespace
 
-void check_out_kind(const std::string& command, const std::string& dir, std::initializer_list<OutputKind> refused) {
+void check_out_kind(const std::string& command, const std::string& dir, std::initializer_list<OutputKind> refused,
+                    const std::string& option) {
   std::error_code ec;
   for (OutputKind kind : refused) {
     const OutputKindFiles k = output_kind_files(kind);
     for (const char* file : k.files)
-      QAT_CHECK(!fs::exists(fs::path(dir) / file, ec), command, ": --out ", dir, " holds ", file, " of ", k.name,
-                ", not ", command, "'s outputs; writing them beside it would mix two kinds of output: choose another "
-                "folder");
+      QAT_CHECK(!fs::exists(fs::path(dir) / file, ec), command, ": ", option, " ", dir, " holds ", file, " of ",
+                k.name, ", not ", command, "'s outputs; writing them beside it would mix two kinds of output: choose "
+                "another folder");
   }
 }
 
@@ -258,6 +259,11 @@ int run_calibrate(const CalibrateArgs& args, CalibrateReport* report) {
   const fs::path cache_folder = fs::absolute(cache_path).parent_path();
   QAT_CHECK(cache_exists || fs::is_directory(cache_folder, ec), "calibrate: --cache ", cache_path, ": its folder ",
             cache_folder.string(), " does not exist");
+  // A new cache (and its .source.yaml) would be lost with an export folder,
+  // which the next `qat export` replaces whole, and would mix into a run.
+  if (!cache_exists)
+    check_out_kind("calibrate", cache_folder.string(), {OutputKind::training_run, OutputKind::export_model},
+                   "--cache's folder");
   const bool from_cache = !args.compare && cache_exists;
   std::printf("calibrate %s: %s, %zu calibration images from %s (balanced across classes, seed %llu)\n",
               args.checkpoint.c_str(), s.cfg.model.name.c_str(), s.indices.size(), s.cfg.data.train.c_str(),

@@ -55,9 +55,10 @@ int run_calibrate(const CalibrateArgs& args, CalibrateReport* report = nullptr);
 // files: a training run (checkpoints, metrics, lock), an export (manifest,
 // weights) and a calibration (calibrated checkpoint, cache).
 enum class OutputKind { training_run, export_model, calibration };
-// Refuses `dir`, the --out of `command`, when it holds an output of one of the
-// `refused` kinds, naming the folder, the kind and the file that shows it:
-// called before anything is written there.
-void check_out_kind(const std::string& command, const std::string& dir, std::initializer_list<OutputKind> refused);
+// Refuses `dir`, the --out of `command` (or what `option` names), when it
+// holds an output of one of the `refused` kinds, naming the folder, the kind
+// and the file that shows it: called before anything is written there.
+void check_out_kind(const std::string& command, const std::string& dir, std::initializer_list<OutputKind> refused,
+                    const std::string& option = "--out");
 
 }  // namespace qat::apps

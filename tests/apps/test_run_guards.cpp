@@ -271,6 +271,16 @@ TEST_CASE("calibrate --out refuses a folder holding a training run or an export"
   REQUIRE(run_calibrate(a) == 0);  // with a cache of its own name kept there
   a.cache = (dir / "ptq/other.cache").string();
   REQUIRE(run_calibrate(a) == 0);  // and another
+  // A new cache is not written into an export (the next `qat export` would
+  // delete it) nor into a training run.
+  a.cache = (exported / "calibration.cache").string();
+  REQUIRE_THROWS_WITH(run_calibrate(a), Contains("calibrate: --cache's folder " + exported.string() +
+                                                 " holds manifest.yaml of an export (qat export)"));
+  CHECK(std::distance(fs::directory_iterator(exported), fs::directory_iterator()) == 2);
+  a.cache = (dir / "fp32/calibration.cache").string();
+  REQUIRE_THROWS_WITH(run_calibrate(a), Contains("calibrate: --cache's folder " + (dir / "fp32").string() +
+                                                 " holds last.safetensors of a training run"));
+  CHECK_FALSE(fs::exists(dir / "fp32/calibration.cache"));
 }
 
 TEST_CASE("a sweep refuses a finished combination trained with another config", "[e2e][guard]") {
