@@ -30,6 +30,7 @@
 #include "core/ops.h"
 #include "core/threads.h"
 #include "data/loader.h"
+#include "data/memory_limit.h"
 #include "models/checkpoint.h"
 #include "models/models.h"
 #include "optim/adamw.h"
@@ -484,6 +485,10 @@ int run_train(const TrainArgs& args) {
   QAT_CHECK(val_set.classes() == train_set.classes(), "config ", cfg.source_path, ": the class folders of ",
             cfg.data.val, " differ from those of ", cfg.data.train);
   const data::TransformSpec spec = transform_spec(cfg.data);
+  // Note [cache size]: both splits' caches are resident together.
+  if (cfg.data.cache)
+    data::check_cache_fits(train_set.size() + val_set.size(), spec, data::memory_limit_bytes(),
+                           cfg.data.train + "' and '" + cfg.data.val);
   data::LoaderOptions train_opt = loader_options(cfg, true), val_opt = loader_options(cfg, false);
   train_opt.shard = val_opt.shard = rank;
   train_opt.shards = val_opt.shards = ranks;

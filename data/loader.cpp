@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/generator.h"
+#include "data/memory_limit.h"
 
 namespace qat::data {
 
@@ -49,11 +50,6 @@ uint64_t cache_bytes_at_least(int64_t images, const TransformSpec& spec) {
   return static_cast<uint64_t>(images) * (side * side * 3 + sizeof(Image));
 }
 
-uint64_t physical_memory_bytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
-}
-
 namespace {
 std::string gib(uint64_t bytes) {
   char s[32];
@@ -62,14 +58,14 @@ std::string gib(uint64_t bytes) {
 }
 }  // namespace
 
-// Note [cache size]. Half the memory: the model, the batches and the other
-// split's loader need the rest.
+// Note [cache size]. Half the memory: the model and the batches need the
+// rest. `qat train` checks its two splits' caches together, each loader its own.
 void check_cache_fits(int64_t images, const TransformSpec& spec, uint64_t memory_bytes, const std::string& root) {
   const uint64_t need = cache_bytes_at_least(images, spec);
   QAT_CHECK(memory_bytes == 0 || need <= memory_bytes / 2, "DataLoader: data.cache: true would keep the ", images,
             " images of '", root, "' in memory at data.resize ", spec.resize, ": at least ", gib(need), " (",
             spec.resize, "x", spec.resize, "x3 bytes each, more when not square), more than half of the ",
-            gib(memory_bytes), " of memory; set data.cache: false (images are decoded every epoch) or a smaller "
+            gib(memory_bytes), " of memory this process may use; set data.cache: false (images are decoded every epoch) or a smaller "
             "data.resize");
 }
 
@@ -86,7 +82,7 @@ DataLoader::DataLoader(const ImageFolder& data, TransformSpec spec, LoaderOption
             " images in '", data_.root(), "' leaves no batch");
   limit_ = std::max<int64_t>({opt_.prefetch, opt_.workers, 1});
   if (opt_.cache) {
-    check_cache_fits(data_.size(), spec_, opt_.memory_bytes ? opt_.memory_bytes : physical_memory_bytes(),
+    check_cache_fits(data_.size(), spec_, opt_.memory_bytes ? opt_.memory_bytes : memory_limit_bytes(),
                      data_.root());
     cache_state_.assign(static_cast<size_t>(data_.size()), kEmpty);
     cache_.resize(static_cast<size_t>(data_.size()));

@@ -32,7 +32,7 @@ struct LoaderOptions {
   int64_t workers = 2;     // decoding threads; 0: decode inside next() on the calling thread
   int64_t prefetch = 4;    // batches decoded or waiting ahead of the consumer (at least `workers`)
   bool cache = false;      // keep every prepared (decoded + resized, uint8) image in memory
-  uint64_t memory_bytes = 0;  // the cache may take half of this (check_cache_fits); 0: physical memory
+  uint64_t memory_bytes = 0;  // the cache may take half of this (check_cache_fits); 0: memory_limit_bytes() (data/memory_limit.h)
   bool train = true;       // augment (random crop/flip); false: resize + centre crop
   uint64_t seed = 0;
   // Data-parallel runs: this process's part of every batch, shard of shards:
@@ -150,8 +150,6 @@ class DataLoader {
 // At least the bytes the cache of `images` images holds once full; 0 when
 // spec.resize <= 0 (the decoded size, unknown before decoding).
 uint64_t cache_bytes_at_least(int64_t images, const TransformSpec& spec);
-// This machine's physical memory (sysconf), 0 when it cannot tell.
-uint64_t physical_memory_bytes();
 // Throws qat::Error naming data.cache, data.resize, the image count, the
 // estimate and the limit when the cache of `images` images of `root` would
 // take more than half of `memory_bytes` (0: no check).

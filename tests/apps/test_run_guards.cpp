@@ -87,6 +87,20 @@ TEST_CASE("a new run refuses a folder holding another run's files and leaves the
   REQUIRE(run_train({cfg, {}, ""}) == 0);
 }
 
+// Note [cache size]: the train and val caches are resident together, so
+// `qat train` checks them together before any image is decoded.
+TEST_CASE("train refuses data.cache when the two splits' caches would not fit, naming both", "[e2e][guard]") {
+  const fs::path dir = fresh_dir("cache_fit");
+  const std::string cfg = testing::write_sample_config(dir, "cfg.yaml", "", 1, 2, "run");
+  const ExperimentConfig c = load_config(cfg);
+  // 16384 px: at least 805 MB an image, beyond half of any machine's memory for the sample's images
+  const TrainArgs a{cfg, {"data.cache=true", "data.resize=16384"}, ""};
+  REQUIRE_THROWS_WITH(run_train(a), Contains("data.cache: true would keep the ") &&
+                                        Contains(" images of '" + c.data.train + "' and '" + c.data.val +
+                                                 "' in memory at data.resize 16384"));
+  CHECK_FALSE(fs::exists(dir / "run/last.safetensors"));
+}
+
 TEST_CASE("checkpoints with a non-finite or altered weight are refused by eval, export and resume",
           "[e2e][guard]") {
   const fs::path dir = fresh_dir("nonfinite");

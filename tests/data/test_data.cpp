@@ -25,6 +25,7 @@
 #include "data/image.h"
 #include "data/image_folder.h"
 #include "data/loader.h"
+#include "data/memory_limit.h"
 #include "data/subset.h"
 #include "data/transforms.h"
 
@@ -770,7 +771,7 @@ TEST_CASE("DataLoader: a cache larger than half the memory is refused before loa
   REQUIRE_THROWS_WITH(check_cache_fits(300, s, uint64_t{8} << 30, "ds/train"),
                       Contains("DataLoader: data.cache: true would keep the 300 images of 'ds/train' in memory at "
                                "data.resize 8000: at least 53.6 GiB (8000x8000x3 bytes each, more when not square), "
-                               "more than half of the 8.0 GiB of memory; set data.cache: false (images are decoded "
+                               "more than half of the 8.0 GiB of memory this process may use; set data.cache: false (images are decoded "
                                "every epoch) or a smaller data.resize"));
   // The limit is half the memory, inclusive.
   REQUIRE_NOTHROW(check_cache_fits(300, s, 2 * 300 * per, "ds/train"));
@@ -779,6 +780,8 @@ TEST_CASE("DataLoader: a cache larger than half the memory is refused before loa
   s.resize = 0;  // the decoded size: unknown before decoding
   REQUIRE(cache_bytes_at_least(300, s) == 0);
   REQUIRE(physical_memory_bytes() > 0);
+  REQUIRE(memory_limit_bytes() > 0);
+  REQUIRE(memory_limit_bytes() <= physical_memory_bytes());
 
   // The loader checks before it loads anything; without the cache it does not.
   TempDir t;
@@ -798,6 +801,36 @@ TEST_CASE("DataLoader: a cache larger than half the memory is refused before loa
   o.memory_bytes = 300000;
   o.cache = false;
   REQUIRE_NOTHROW(DataLoader(folder, small, o));
+}
+
+// A container's memory limit kills the process there, whatever the machine
+// has: the cache estimate is held against the lower of the two.
+TEST_CASE("cgroup_memory_limit_bytes reads v1 and v2 limits at the process's cgroup or the mount", "[data]") {
+  TempDir t;
+  const auto put = [&](const fs::path& rel, const std::string& text) {
+    fs::create_directories((t.dir / rel).parent_path());
+    std::ofstream(t.dir / rel) << text;
+  };
+  const std::string root = t.dir.string();
+  const std::string v1 = "12:pids:/\n4:memory:/box/job\n1:cpu,cpuacct:/\n";
+  CHECK(cgroup_memory_limit_bytes(v1, root) == 0);  // nothing to read
+  put("memory/memory.limit_in_bytes", "9223372036854771712\n");  // v1's "no limit"
+  CHECK(cgroup_memory_limit_bytes(v1, root) == 0);
+  put("memory/box/job/memory.limit_in_bytes", "2147483648\n");
+  CHECK(cgroup_memory_limit_bytes(v1, root) == 2147483648ULL);
+  put("memory/memory.limit_in_bytes", "1073741824\n");  // the lower one holds
+  CHECK(cgroup_memory_limit_bytes(v1, root) == 1073741824ULL);
+  CHECK(cgroup_memory_limit_bytes("4:cpu:/box/job\n", root) == 0);  // no memory controller named
+  const std::string v2 = "0::/user.slice/run-1.scope\n";
+  put("user.slice/run-1.scope/memory.max", "max\n");
+  CHECK(cgroup_memory_limit_bytes(v2, root) == 0);
+  put("user.slice/run-1.scope/memory.max", "536870912\n");
+  CHECK(cgroup_memory_limit_bytes(v2, root) == 536870912ULL);
+  put("user.slice/run-1.scope/memory.max", "12x\n");  // not a number: not a limit
+  CHECK(cgroup_memory_limit_bytes(v2, root) == 0);
+  put("memory.max", "268435456\n");  // a container that sees its cgroup as the root
+  CHECK(cgroup_memory_limit_bytes(v2, root) == 268435456ULL);
+  CHECK(cgroup_memory_limit_bytes("", root) == 0);
 }
 
 // A worker thread that cannot start is an error naming data.workers, not an
