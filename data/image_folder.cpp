@@ -22,7 +22,7 @@ std::string lower(std::string s) {
 bool hidden(const fs::path& p) { return !p.filename().empty() && p.filename().string()[0] == '.'; }
 
 // Entries of `dir` (names only), sorted; `want_dirs` picks folders (links
-// followed), else every entry whatever its type: an image name that is a
+// followed; a link to nothing is refused), else every entry whatever its type: an image name that is a
 // dangling link, a folder or a device is kept, and decode_image() refuses it
 // by name (data.on_bad_image decides), rather than the image vanishing.
 std::vector<std::string> sorted_entries(const fs::path& dir, bool want_dirs) {
@@ -33,7 +33,17 @@ std::vector<std::string> sorted_entries(const fs::path& dir, bool want_dirs) {
   for (const auto& e : it) {
     if (hidden(e.path())) continue;
     std::error_code sec;
-    if (!want_dirs || e.is_directory(sec)) out.push_back(e.path().filename().string());
+    if (!want_dirs || e.is_directory(sec)) {
+      out.push_back(e.path().filename().string());
+    } else if (e.is_symlink(sec)) {
+      // A link that leads nowhere may have been a class folder: skipping it
+      // would renumber every class after it, so it is refused by name.
+      std::error_code xec;
+      const bool leads_somewhere = fs::exists(e.path(), xec);
+      QAT_CHECK(leads_somewhere, "ImageFolder: '", e.path().string(), "' under root '", dir.string(),
+                "' is a link that leads to nothing (", xec ? xec.message() : std::string("dangling"),
+                "); it may be a class folder: mend or remove it");
+    }
   }
   std::sort(out.begin(), out.end());
   return out;

@@ -424,6 +424,27 @@ TEST_CASE("ImageFolder: class order, labels, extensions, grey/RGBA, corrupt file
   REQUIRE(skip.load(5).has_value());
 }
 
+// A class folder reached through a link that leads nowhere was skipped, and
+// every class after it took the label of the one before.
+TEST_CASE("ImageFolder: a link to nothing among the class folders is refused by name", "[data]") {
+  TempDir t;
+  const fs::path root = t.dir / "root";
+  put_png(root / "a" / "x.png", pattern(4, 4));
+  put_png(root / "c" / "x.png", pattern(4, 4));
+  std::ofstream(root / "notes.txt") << "a file among the classes is not a class";
+  fs::create_symlink(root / "a", root / "a_link");  // a link to a folder is a class
+  REQUIRE(ImageFolder(root.string()).classes() == std::vector<std::string>{"a", "a_link", "c"});
+  fs::create_symlink(t.dir / "unmounted" / "b", root / "b");
+  REQUIRE_THROWS_WITH(ImageFolder(root.string()),
+                      Contains("ImageFolder: '" + (root / "b").string() + "' under root '" + root.string() +
+                               "' is a link that leads to nothing") &&
+                          Contains("it may be a class folder"));
+  fs::remove(root / "b");
+  fs::create_symlink(root / "b", root / "b");
+  REQUIRE_THROWS_WITH(ImageFolder(root.string()), Contains("'" + (root / "b").string() + "' under root") &&
+                                                      Contains("is a link that leads to nothing (Too many levels"));
+}
+
 // Only regular files used to be listed: a dangling link, a link loop, a link
 // to /dev/zero or a folder named x.jpg vanished from the dataset without a
 // word. They are listed, and load() refuses them (or skips them) by name.
