@@ -129,7 +129,11 @@ std::string sqnr_table(const std::vector<RunSqnr>& s) {
   if (s.empty()) return "";
   std::string t = "Per-layer output SQNR against the FP32 run (dB, " + std::to_string(images) +
                   " validation images; higher is closer, ~6 dB a bit)\n\n| layer |";
-  for (const auto& r : s) t += " " + markdown_cell(r.run) + " |";
+  for (const auto& r : s) {  // appended piecewise: GCC 12's -Wrestrict misfires on " " + std::string chains
+    t += ' ';
+    t += markdown_cell(r.run);
+    t += " |";
+  }
   t += "\n|---|";
   for (size_t i = 0; i < s.size(); ++i) t += "---:|";
   t += "\n";
