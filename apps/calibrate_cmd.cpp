@@ -272,9 +272,13 @@ int run_calibrate(const CalibrateArgs& args, CalibrateReport* report) {
   const Tensor x = load_image_set(train, from_cache ? std::vector<int64_t>{s.indices.front()} : s.indices,
                                   transform_spec(s.cfg.data))
                        .images;
-  quant::begin_calibration(*s.model);
-  rep.collect_seconds = forward_all(*s.model, x, s.cfg.train.batch_size, "calibrate",
-                                    [&] { quant::stop_observing_weights(*s.model); });
+  if (from_cache) {  // one image, for the weights' ranges: the activations' come from the cache
+    quant::begin_calibration(*s.model);
+    rep.collect_seconds = forward_all(*s.model, x, s.cfg.train.batch_size, "calibrate: weights",
+                                      [&] { quant::stop_observing_weights(*s.model); });
+  } else {
+    rep.collect_seconds = calibration_passes(*s.model, x, s.cfg.train.batch_size);
+  }
   quant::Calibrator c = args.calibrator.value_or(quant::Calibrator::entropy);
   std::map<std::string, float> scales;
   CalibrationRecord rec;

@@ -85,6 +85,13 @@ double forward_all(Module& m, const Tensor& x, int64_t batch, const std::string&
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+double calibration_passes(Module& m, const Tensor& x, int64_t batch) {
+  quant::begin_calibration(m);
+  const double ranging = forward_all(m, x, batch, "calibrate: ranges", [&] { quant::stop_observing_weights(m); });
+  quant::begin_histograms(m);
+  return ranging + forward_all(m, x, batch, "calibrate: histograms");
+}
+
 PtqModel prepare_for_calibration(const ExperimentConfig& cfg, const TensorMap& fp32) {
   PtqModel p{make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed), {}};
   p.model->load_state_dict(fp32);
@@ -98,8 +105,7 @@ PtqModel prepare_for_calibration(const ExperimentConfig& cfg, const TensorMap& f
 PtqModel calibrated_model(const ExperimentConfig& cfg, const TensorMap& fp32, const Tensor& calib,
                           quant::Calibrator c, const quant::CalibratorOptions& o) {
   PtqModel p = prepare_for_calibration(cfg, fp32);
-  quant::begin_calibration(*p.model);
-  forward_all(*p.model, calib, cfg.train.batch_size, "calibrate", [&] { quant::stop_observing_weights(*p.model); });
+  calibration_passes(*p.model, calib, cfg.train.batch_size);
   quant::apply_calibration(*p.model, quant::choose_scales(quant::calibrated_tensors(*p.model), c, o));
   return p;
 }

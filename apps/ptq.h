@@ -36,6 +36,12 @@ ImageSet load_image_set(const data::ImageFolder& f, const std::vector<int64_t>& 
 double forward_all(Module& m, const Tensor& x, int64_t batch, const std::string& label,
                    const std::function<void()>& after_first = {});
 
+// The calibration passes over x of a model prepared for calibration
+// (quant/sim/calibration.h): begin_calibration(), a pass that ranges (the
+// weights' observers stop after its first batch), begin_histograms(), a
+// pass that fills the histograms. Returns the seconds of both passes.
+double calibration_passes(Module& m, const Tensor& x, int64_t batch);
+
 // The config's model prepared for calibration (quant/sim/calibration.h),
 // the FP32 weights copied in from `fp32` (a float model's state).
 struct PtqModel {

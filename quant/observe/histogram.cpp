@@ -17,10 +17,14 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kPiece = int64_t{1} << 16;  // elements per parallel work item
 
-// Bin of |v| (v finite) for `bins` bins over [0, range]; the top bin is closed.
-inline int64_t bin_of(float av, float per_unit, int64_t bins) {
-  const float f = av * per_unit;  // finite: av <= R (+ rounding), per_unit <= 1e30
-  return f < static_cast<float>(bins) ? static_cast<int64_t>(f) : bins - 1;
+// Bin of |v| (v finite) for `bins` bins over [0, range]; the top bin is
+// closed. In double: in float, bins / range overflows for a range below
+// about 6e-36, and the cap (1e30) that kept it finite put every value of a
+// tensor whose range is below 2e-27 in too low a bin (all in bin 0 at
+// 1e-37); in double it is at most bins / 1.4e-45, finite.
+inline int64_t bin_of(float av, double per_unit, int64_t bins) {
+  const double f = static_cast<double>(av) * per_unit;
+  return f < static_cast<double>(bins) ? static_cast<int64_t>(f) : bins - 1;
 }
 }  // namespace
 
@@ -52,6 +56,14 @@ void AbsHistogram::grow_to(float amax) {
   range_ = static_cast<float>(static_cast<double>(range_) * static_cast<double>(k));
 }
 
+void AbsHistogram::start_at(float range) {
+  QAT_CHECK(empty() && !started_, "histogram: start_at(", range, ") after values were added");
+  QAT_CHECK(std::isfinite(range) && range >= 0, "histogram: start_at needs a finite range >= 0, got ", range);
+  if (range == 0) return;  // nothing but zeros ranged: the first non-zero tensor sets R
+  range_ = range;
+  started_ = true;
+}
+
 void AbsHistogram::add(const float* x, int64_t n, float amax, const std::string& where) {
   QAT_CHECK(std::isfinite(amax), "histogram of ", where, ": the tensor holds an infinity (max |x| = ", amax,
             "); no finite threshold covers it");
@@ -59,9 +71,7 @@ void AbsHistogram::add(const float* x, int64_t n, float amax, const std::string&
   grow_to(amax);
   amax_ = std::max(amax_, amax);
   const int64_t B = bins();
-  // (a tiny range: B / R may overflow float; such a product then saturates at the top bin)
-  const double per_unit_d = range_ > 0 ? static_cast<double>(B) / range_ : 0.0;
-  const float per_unit = static_cast<float>(std::min(per_unit_d, 1e30));
+  const double per_unit = range_ > 0 ? static_cast<double>(B) / range_ : 0.0;
   const int64_t items = (n + kPiece - 1) / kPiece;
   uint64_t counted = 0, zeros = 0;
 #pragma omp parallel reduction(+ : counted, zeros)
@@ -128,16 +138,33 @@ void HistogramObserver::update(const Tensor& x) {
   float mn = kInf, mx = -kInf;
   reduce_minmax(c, false, 0, &mn, &mx);
   if (mn > mx) return;  // only NaNs
+  QAT_CHECK(!ranging_ || (std::isfinite(mn) && std::isfinite(mx)), "histogram observer (", spec_.describe(),
+            "): the tensor holds an infinity (min ", mn, ", max ", mx, "); no finite threshold covers it");
   float* lo = min_val_.data<float>();
   float* hi = max_val_.data<float>();
   lo[0] = std::min(lo[0], mn);
   hi[0] = std::max(hi[0], mx);
   min_val_.bump_version();
   max_val_.bump_version();
+  if (ranging_) return;
   hist_.add(c.data<float>(), c.numel(), std::max(-mn, mx), "histogram observer (" + spec_.describe() + ")");
 }
 
+void HistogramObserver::set_ranging(bool on) {
+  QAT_CHECK(!on || hist_.empty(), "histogram observer: ranging asked for after the histogram was filled");
+  ranging_ = on;
+}
+
+void HistogramObserver::begin_histogram() {
+  QAT_CHECK(ranging_, "histogram observer: begin_histogram() without a ranging pass before it");
+  QAT_CHECK(hist_.empty(), "histogram observer: begin_histogram() on a histogram already filled");
+  ranging_ = false;
+  const float lo = min_val_.data<float>()[0], hi = max_val_.data<float>()[0];
+  if (lo <= hi) hist_.start_at(std::max(-lo, hi));  // else nothing finite was ranged: the first tensor sets R
+}
+
 void HistogramObserver::reset() {
+  ranging_ = false;
   hist_ = AbsHistogram(hist_.bins());
   min_val_.data<float>()[0] = kInf;
   max_val_.data<float>()[0] = -kInf;

@@ -7,10 +7,14 @@
 //
 // AbsHistogram: `bins` bins (2048 by default) over [0, R]; bin j holds the
 // values with j w <= |x| < (j + 1) w, w = R / bins, the top bin also |x| = R.
-// R is the first tensor's max |x|. A later tensor with a larger max grows R
-// by the smallest integer factor k >= 2 that covers it: every k old bins
-// merge into one new bin, exactly (an old bin lies inside one new bin), so no
-// count is lost or moved across an edge. Counts are integers: the result does
+// R is set by start_at() (the calibration set's max |x|, from a first pass:
+// the reference's 2048 bins over [0, absmax]), else by the first tensor's max
+// |x|. A later tensor with a larger max grows R by the smallest integer
+// factor k >= 2 that covers it: every k old bins merge into one new bin,
+// exactly (an old bin lies inside one new bin), so no count is lost or moved
+// across an edge; but then only bins/k..bins of the bins are in use and the
+// thresholds depend on the order the tensors came in, which is why
+// calibration makes two passes (Note [two calibration passes]). Counts are integers: the result does
 // not depend on the thread count. NaNs are not counted; an infinity is an
 // error (no finite threshold covers it).
 #include <cstdint>
@@ -29,6 +33,9 @@ class AbsHistogram {
   // Adds |x[i]| for i < n; amax: max |x[i]| over the finite values (the
   // caller has it from its min/max pass), where: named in errors.
   void add(const float* x, int64_t n, float amax, const std::string& where);
+  // Fixes R before anything is added (range >= 0 finite; 0: R is set by the
+  // first tensor with a non-zero value, as without start_at()).
+  void start_at(float range);
   // Adds another histogram's counts: this grows (as add does) to cover its
   // range, then each of its bins goes, whole, into the bin holding its
   // centre. Keeps every count; exact when both have the same range.
@@ -72,6 +79,15 @@ class HistogramObserver final : public Observer {
   float threshold(Calibrator c, const CalibratorOptions& o) const;
   float threshold() const { return threshold(calibrator_, options_); }
 
+  // Note [two calibration passes]. While ranging, observations set only the
+  // range (min_val, max_val); begin_histogram() then starts the histogram at
+  // the range's max |x| and later observations fill it. An observer never
+  // set ranging fills its histogram from the first observation (one pass,
+  // growing the range as it must).
+  void set_ranging(bool on);
+  void begin_histogram();
+  bool ranging() const { return ranging_; }
+
  protected:
   void update(const Tensor& x) override;
 
@@ -80,6 +96,7 @@ class HistogramObserver final : public Observer {
   CalibratorOptions options_;
   AbsHistogram hist_;
   Tensor min_val_, max_val_;
+  bool ranging_ = false;
 };
 
 }  // namespace qat::quant

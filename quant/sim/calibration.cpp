@@ -21,12 +21,25 @@ QConfig calibration_qconfig(const QConfig& base, int64_t bins) {
   return q;
 }
 
+namespace {
+HistogramObserver* histogram_observer(FakeQuantizer* f) {
+  auto* q = dynamic_cast<ObserverFakeQuantizer*>(f);
+  return q ? dynamic_cast<HistogramObserver*>(&q->observer()) : nullptr;
+}
+}  // namespace
+
 void begin_calibration(Module& model) {
   for (FakeQuantizer* f : fake_quantizers(model)) {
     f->set_fake_quant_enabled(false);
     f->set_observer_enabled(true);
     f->set_calibrating(true);
+    if (HistogramObserver* h = histogram_observer(f)) h->set_ranging(true);
   }
+}
+
+void begin_histograms(Module& model) {
+  for (FakeQuantizer* f : fake_quantizers(model))
+    if (HistogramObserver* h = histogram_observer(f)) h->begin_histogram();
 }
 
 void stop_observing_weights(Module& model) {
@@ -52,6 +65,8 @@ std::map<std::string, float> choose_scales(const std::vector<CalibratedTensor>& 
   std::map<std::string, float> out;
   for (const CalibratedTensor& t : tensors) {
     QAT_CHECK(t.observer, "calibration: ", t.name, " has no histogram observer (prepare with calibration_qconfig)");
+    QAT_CHECK(!t.observer->ranging(), "calibration: ", t.name,
+              " has its range but no histogram yet: begin_histograms(), then forward the calibration images again");
     QAT_CHECK(!t.observer->histogram().empty(), "calibration: ", t.name,
               " saw no finite value; forward calibration images first");
     const float thr = t.observer->threshold(c, o);

@@ -99,6 +99,7 @@ class ObserverFakeQuantizer final : public FakeQuantizer {
   bool forward_codes(const Tensor& w, QuantCodes& out, const std::string& what) override;
   std::string describe() const override;
   const Observer& observer() const { return *observer_; }
+  Observer& observer() { return *observer_; }
 
  private:
   // Note [weight lookahead]: after a training forward on a per-channel

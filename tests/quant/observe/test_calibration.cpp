@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -181,6 +182,10 @@ TEST_CASE("a histogram started on a tiny range grows without losing a count", "[
   AbsHistogram h(2048);
   const float tiny[] = {1e-37f, 5e-38f, 0.f};
   h.add(tiny, 3, 1e-37f, "tiny");
+  // bins of a tiny range where they belong (2048 / 1e-37 overflows float)
+  CHECK(h.counts()[2047] == 1);
+  CHECK(h.counts()[1024] == 1);
+  CHECK(h.counts()[0] == 1);
   const float big[] = {1.f, 0.5f};
   h.add(big, 2, 1.f, "big");  // ratio 1e37: every old bin into bin 0
   CHECK(h.range() == 1.f);
@@ -188,6 +193,66 @@ TEST_CASE("a histogram started on a tiny range grows without losing a count", "[
   CHECK(h.counts()[0] == 3);
   CHECK(h.counts()[1024] == 1);
   CHECK(h.counts()[2047] == 1);
+}
+
+// Note [two calibration passes]: a first pass ranges, the second fills a
+// histogram over [0, absmax] of all the batches, whatever their order; one
+// pass grows the range as the batches come and depends on their order.
+TEST_CASE("a ranging pass first: the histogram spans [0, absmax] whatever the order of the batches",
+          "[quant][calibration]") {
+  Generator g(4);
+  std::vector<Tensor> batches;  // 8 batches of ReLU'd standard normals
+  for (int k = 0; k < 8; ++k) {
+    Tensor x = Tensor::empty({100000});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = std::max(0.f, g.normal());
+    batches.push_back(x);
+  }
+  float amax = 0;
+  int widest = 0;
+  for (int k = 0; k < 8; ++k)
+    for (int64_t i = 0; i < batches[k].numel(); ++i)
+      if (batches[k].data<float>()[i] > amax) amax = batches[k].data<float>()[i], widest = k;
+  std::vector<int> widest_last, widest_first = {widest};
+  for (int k = 0; k < 8; ++k)
+    if (k != widest) widest_last.push_back(k), widest_first.push_back(k);
+  widest_last.push_back(widest);
+  QuantSpec spec = tensorrt_activation();
+  AbsHistogram whole(2048);  // one histogram over [0, absmax] of everything
+  whole.start_at(amax);
+  for (const Tensor& b : batches) whole.add(b.data<float>(), b.numel(), amax, "whole");
+  REQUIRE(whole.range() == amax);
+  auto calibrated = [&](const std::vector<int>& order, bool two_passes) {
+    auto obs = std::make_unique<HistogramObserver>(spec, Calibrator::entropy);
+    if (two_passes) {
+      obs->set_ranging(true);
+      for (int k : order) obs->observe(batches[static_cast<size_t>(k)]);
+      CHECK(obs->histogram().empty());
+      obs->begin_histogram();
+    }
+    for (int k : order) obs->observe(batches[static_cast<size_t>(k)]);
+    return obs;
+  };
+  const auto forward = calibrated(widest_last, true), backward = calibrated(widest_first, true);
+  CHECK(forward->histogram().range() == amax);
+  CHECK(forward->histogram().counts() == whole.counts());
+  CHECK(backward->histogram().counts() == whole.counts());
+  const float t = choose_threshold(whole, Calibrator::entropy, {}, 127);
+  CHECK(forward->threshold() == t);
+  CHECK(backward->threshold() == t);
+  // One pass: unless the batch holding the max comes first, the range grows
+  // (k = 2: about twice the max) with half the bins left unused, and the
+  // entropy threshold moves, here to no clipping at all.
+  const auto grown = calibrated(widest_last, false), max_first = calibrated(widest_first, false);
+  CHECK(grown->histogram().range() > 1.5f * amax);
+  CHECK(max_first->histogram().range() == amax);
+  CHECK(max_first->threshold() == t);
+  CHECK(grown->threshold() > 1.03f * t);
+  // Misuse is named.
+  REQUIRE_THROWS_WITH(grown->begin_histogram(), Catch::Contains("without a ranging pass"));
+  REQUIRE_THROWS_WITH(grown->set_ranging(true), Catch::Contains("after the histogram was filled"));
+  AbsHistogram started(16);
+  started.add(batches[0].data<float>(), 4, amax, "b");
+  REQUIRE_THROWS_WITH(started.start_at(1.f), Catch::Contains("after values were added"));
 }
 
 TEST_CASE("merging histograms keeps every count", "[quant][calibration]") {

@@ -49,21 +49,33 @@ Pair make_pair() {
 
 }  // namespace
 
-TEST_CASE("calibration forwards compute the float network", "[quant][calibration]") {
+TEST_CASE("calibration forwards compute the float network, ranging first, then filling histograms over the range",
+          "[quant][calibration]") {
   Pair p = make_pair();
   begin_calibration(*p.calib_model);
   NoGradGuard ng;
-  for (int k = 0; k < 3; ++k) {
-    const Tensor x = random_images(4, 7 + k);
-    // BN folded into the conv weights (eval): equal up to float rounding.
-    testing::require_close(p.calib_model->forward(x), p.float_model->forward(x), 1e-5, 1e-4, "calibrating forward");
-  }
-  const auto tensors = calibrated_tensors(*p.calib_model);
-  REQUIRE(tensors.size() == 3);  // the input, and the outputs of the two conv blocks
-  for (const auto& t : tensors) {
-    INFO(t.name);
-    REQUIRE(t.observer);
-    CHECK(t.observer->histogram().total() > 0);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int k = 0; k < 3; ++k) {
+      const Tensor x = random_images(4, 7 + k);
+      // BN folded into the conv weights (eval): equal up to float rounding.
+      testing::require_close(p.calib_model->forward(x), p.float_model->forward(x), 1e-5, 1e-4, "calibrating forward");
+    }
+    const auto tensors = calibrated_tensors(*p.calib_model);
+    REQUIRE(tensors.size() == 3);  // the input, and the outputs of the two conv blocks
+    for (const auto& t : tensors) {
+      INFO(t.name << ", pass " << pass);
+      REQUIRE(t.observer);
+      CHECK(t.observer->ranging() == (pass == 0));
+      CHECK(t.observer->histogram().empty() == (pass == 0));
+      if (pass == 1) {
+        CHECK(t.observer->histogram().range() == std::max(-t.observed_min(), t.observed_max()));
+      }
+    }
+    if (pass == 0) {
+      REQUIRE_THROWS_WITH(choose_scales(tensors, Calibrator::entropy, {}),
+                          Catch::Contains("has its range but no histogram yet"));
+      begin_histograms(*p.calib_model);
+    }
   }
 }
 
@@ -72,7 +84,10 @@ TEST_CASE("max calibration gives TensorRT's scales and the model uses them", "[q
   begin_calibration(*p.calib_model);
   {
     NoGradGuard ng;
-    for (int k = 0; k < 2; ++k) p.calib_model->forward(random_images(4, 20 + k));
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int k = 0; k < 2; ++k) p.calib_model->forward(random_images(4, 20 + k));
+      if (pass == 0) begin_histograms(*p.calib_model);
+    }
   }
   const auto tensors = calibrated_tensors(*p.calib_model);
   const auto scales = choose_scales(tensors, Calibrator::max, {});
@@ -115,6 +130,8 @@ TEST_CASE("applying calibration scales that do not match the model's tensors is 
   begin_calibration(*p.calib_model);
   {
     NoGradGuard ng;
+    p.calib_model->forward(random_images(2, 5));
+    begin_histograms(*p.calib_model);
     p.calib_model->forward(random_images(2, 5));
   }
   const auto tensors = calibrated_tensors(*p.calib_model);
