@@ -116,16 +116,31 @@ std::vector<EpochMetrics> read_rows(const std::string& csv, std::string& malform
 
 }  // namespace
 
-void append_metrics(const std::string& run_dir, const EpochMetrics& m) {
+MetricsRows metrics_rows(const EpochMetrics& m) { return {csv_row(m), json_row(m)}; }
+
+void append_metrics(const std::string& run_dir, const EpochMetrics& m) { append_metrics(run_dir, metrics_rows(m)); }
+
+void append_metrics(const std::string& run_dir, const MetricsRows& rows) {
   const std::string csv = run_dir + "/metrics.csv";
   const bool fresh = !std::filesystem::exists(csv);
-  write_checked(csv, (fresh ? std::string(kHeader) + "\n" : std::string()) + csv_row(m), std::ios::app);
-  write_checked(run_dir + "/metrics.jsonl", json_row(m), std::ios::app);
+  write_checked(csv, (fresh ? std::string(kHeader) + "\n" : std::string()) + rows.csv, std::ios::app);
+  write_checked(run_dir + "/metrics.jsonl", rows.jsonl, std::ios::app);
 }
 
-int64_t truncate_metrics(const std::string& run_dir, int64_t last_epoch) {
+int64_t truncate_metrics(const std::string& run_dir, int64_t last_epoch, const MetricsRows& last_rows,
+                         bool* restored) {
   std::string malformed;
-  const std::vector<EpochMetrics> rows = read_rows(run_dir + "/metrics.csv", malformed);
+  std::vector<EpochMetrics> rows = read_rows(run_dir + "/metrics.csv", malformed);
+  std::map<int64_t, std::string> old_json = json_lines(run_dir + "/metrics.jsonl");
+  if (restored) *restored = false;
+  // The checkpoint's own epoch saved, its rows not yet appended: they come from the checkpoint.
+  EpochMetrics last;
+  if (last_epoch > 0 && static_cast<int64_t>(rows.size()) == last_epoch - 1 && !last_rows.empty() &&
+      parse_row(last_rows.csv.substr(0, last_rows.csv.find('\n')), last).empty() && last.epoch == last_epoch) {
+    rows.push_back(last);
+    old_json[last_epoch] = last_rows.jsonl;
+    if (restored) *restored = true;
+  }
   // Rows the checkpoint's epochs need that cannot be read: rewriting the log
   // would delete them (and their metrics.jsonl rows); nothing is changed.
   const bool no_log = !std::filesystem::exists(run_dir + "/metrics.csv") &&
@@ -135,7 +150,6 @@ int64_t truncate_metrics(const std::string& run_dir, int64_t last_epoch) {
             malformed.empty() ? std::string() : " (" + malformed + ")",
             ": resuming would delete the log of the epochs after them; restore the file (metrics.jsonl has a copy "
             "of each row) or remove both metrics files to start the log afresh");
-  const std::map<int64_t, std::string> old_json = json_lines(run_dir + "/metrics.jsonl");
   std::string csv = std::string(kHeader) + "\n", jsonl;
   int64_t dropped = malformed.empty() ? 0 : 1;
   for (const auto& m : rows) {

@@ -106,6 +106,11 @@ Metadata run_state_metadata(Module& model, const Optimizer* optimizer, const Run
              {"epoch_correct", std::to_string(s.epoch_correct)},
              {"epoch_images", std::to_string(s.epoch_images)},
              {"config_hash", config_hash}};
+  if (s.best_epoch > 0) m["best_epoch"] = std::to_string(s.best_epoch);
+  if (!s.epoch_csv_row.empty()) {
+    m["metrics_csv_row"] = s.epoch_csv_row;
+    m["metrics_jsonl_row"] = s.epoch_jsonl_row;
+  }
   const auto gens = model_generators(model);
   for (size_t i = 0; i < gens.size(); ++i) m["generator" + std::to_string(i)] = hex_state(*gens[i]);
   for (const auto& [k, v] : quantizer_specs(model)) m[k] = v;
@@ -199,6 +204,11 @@ RunState parse_progress(const Metadata& m, const std::string& path) {
   s.epoch_images = int_meta(m, "epoch_images", path, 0, kMax);
   s.epoch_correct = int_meta(m, "epoch_correct", path, 0, s.epoch_images);
   s.epoch_loss_sum = real_meta(m, "epoch_loss_sum", path, 0, std::numeric_limits<double>::max());
+  if (m.count("best_epoch")) s.best_epoch = int_meta(m, "best_epoch", path, 1, s.epoch);
+  const auto csv = m.find("metrics_csv_row"), jsonl = m.find("metrics_jsonl_row");
+  QAT_CHECK((csv == m.end()) == (jsonl == m.end()), "checkpoint ", path,
+            ": metadata holds one of metrics_csv_row and metrics_jsonl_row without the other");
+  if (csv != m.end()) s.epoch_csv_row = csv->second, s.epoch_jsonl_row = jsonl->second;
   return s;
 }
 

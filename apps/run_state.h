@@ -17,6 +17,13 @@ struct RunState {
   int64_t epoch = 0;  // epochs completed
   int64_t step = 0;   // steps done in the current epoch
   double best_top1 = -1;
+  // The epoch best_top1 was reached at (metadata "best_epoch"); 0: none yet,
+  // or a checkpoint saved before the record.
+  int64_t best_epoch = 0;
+  // Epoch `epoch`'s rows of metrics.csv / metrics.jsonl (metadata
+  // "metrics_csv_row", "metrics_jsonl_row"; empty: none recorded): a resume
+  // appends them where the log lacks them (Note [epoch end order]).
+  std::string epoch_csv_row, epoch_jsonl_row;
   double epoch_loss_sum = 0;
   int64_t epoch_correct = 0, epoch_images = 0;
   // The training set's class folders in label order (metadata "classes");

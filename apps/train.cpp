@@ -382,6 +382,38 @@ data::ImageFolder image_folder(const DataConfig& d, const std::string& root) {
                            data::DecodeLimits{d.max_image_pixels, d.max_aspect_ratio}, key);
 }
 
+// Note [epoch end order]. At the end of an epoch the lead process writes
+// last.safetensors, then best.safetensors (when the epoch is the best so
+// far), then the epoch's rows of metrics.csv and metrics.jsonl, so that a
+// row in the log means both checkpoints hold its epoch (qat sweep skips a
+// combination whose log is complete). A process stopped in between leaves a
+// last.safetensors ahead of the others; it carries its epoch's rows and the
+// epoch of the best, so a resume appends the missing rows and, when that
+// epoch was the best and best.safetensors is missing or older, copies
+// last.safetensors (the same model and metadata) to it. Before this order
+// the rows came first: a sweep skipped a run whose last epoch no checkpoint
+// held, and a stop during the first save left a folder that could be neither
+// resumed nor trained afresh.
+namespace {
+void restore_best_checkpoint(const std::string& run_dir, const RunState& state) {
+  if (state.best_epoch == 0 || state.best_epoch != state.epoch || state.step != 0) return;
+  const std::string best = run_dir + "/best.safetensors";
+  std::error_code ec;
+  if (fs::exists(best, ec)) {
+    const Metadata m = load_safetensors_metadata(best);
+    const auto e = m.find("epoch");
+    if (e != m.end() && e->second == std::to_string(state.best_epoch)) return;
+  }
+  const std::string tmp = best + ".tmp." + std::to_string(::getpid());
+  fs::copy_file(run_dir + "/last.safetensors", tmp, fs::copy_options::overwrite_existing, ec);
+  QAT_CHECK(!ec, "train --resume: cannot copy ", run_dir, "/last.safetensors to ", tmp, ": ", ec.message());
+  fs::rename(tmp, best, ec);
+  QAT_CHECK(!ec, "train --resume: cannot rename ", tmp, " to ", best, ": ", ec.message());
+  std::printf("best.safetensors: copied from last.safetensors (epoch %lld, the best, top-1 %.2f%%; the run stopped "
+              "before saving it)\n", static_cast<long long>(state.epoch), 100 * state.best_top1);
+}
+}  // namespace
+
 data::LoaderOptions loader_options(const ExperimentConfig& cfg, bool train) {
   data::LoaderOptions o;
   o.batch_size = cfg.train.batch_size;
@@ -517,10 +549,18 @@ int run_train(const TrainArgs& args) {
   state.classes = train_set.classes();  // recorded in every checkpoint
   if (lead) {
     remove_stale_temporaries(run_dir);
-    // A fresh run starts empty; a resumed one drops the epochs its checkpoint lacks.
-    if (const int64_t dropped = truncate_metrics(run_dir, state.epoch); dropped > 0 && !args.resume_dir.empty())
+    // A fresh run starts empty; a resumed one drops the epochs its checkpoint
+    // lacks and regains the checkpoint's own epoch (Note [epoch end order]).
+    bool restored = false;
+    const int64_t dropped =
+        truncate_metrics(run_dir, state.epoch, {state.epoch_csv_row, state.epoch_jsonl_row}, &restored);
+    if (dropped > 0 && !args.resume_dir.empty())
       std::printf("metrics: dropped %lld row(s) past the checkpoint's epoch %lld (or cut short)\n",
                   static_cast<long long>(dropped), static_cast<long long>(state.epoch));
+    if (restored)
+      std::printf("metrics: epoch %lld's rows appended from %s/last.safetensors (the run stopped before writing "
+                  "them)\n", static_cast<long long>(state.epoch), run_dir.c_str());
+    if (!args.resume_dir.empty()) restore_best_checkpoint(run_dir, state);
     // One experiment: a sweep's combination records its own values, not the lists (qat train refuses those).
     ExperimentConfig resolved = cfg;
     resolved.sweep.clear();
@@ -642,7 +682,6 @@ int run_train(const TrainArgs& args) {
     m.images_per_second = images_this_run / train_secs;
     m.data_wait_share = (train_loader.stats().wait_seconds - wait0) / train_secs;
     m.extra_json = int8_metrics_json(int8);
-    if (lead) append_metrics(run_dir, m);
     std::printf("epoch %lld: train loss %.4f top-1 %.2f%% | val loss %.4f top-1 %.2f%% top-5 %.2f%% | lr %.5f | "
                 "%.1f img/s, data wait %.1f%%, %.0f s\n",
                 static_cast<long long>(m.epoch), m.train_loss, 100 * m.train_top1, m.val_loss, 100 * m.val_top1,
@@ -663,11 +702,14 @@ int run_train(const TrainArgs& args) {
                   1000.0 * allreduce_seconds / static_cast<double>(std::max<int64_t>(1, steps_per_epoch - first_step)), ranks);
     state.next_epoch();
     const bool best = v.top1 > state.best_top1;
-    if (best) state.best_top1 = v.top1;
-    if (lead) {
+    if (best) state.best_top1 = v.top1, state.best_epoch = state.epoch;
+    const MetricsRows rows = metrics_rows(m);
+    state.epoch_csv_row = rows.csv, state.epoch_jsonl_row = rows.jsonl;
+    if (lead) {  // Note [epoch end order]
       const Metadata meta = run_state_metadata(*model, optimizer.get(), state, cfg);  // one digest for both files
       save_checkpoint(run_dir + "/last.safetensors", *model, optimizer.get(), meta);
       if (best) save_checkpoint(run_dir + "/best.safetensors", *model, optimizer.get(), meta);
+      append_metrics(run_dir, rows);
     }
   }
   std::printf("done: best val top-1 %.2f%%; checkpoints in %s\n", 100 * state.best_top1, run_dir.c_str());

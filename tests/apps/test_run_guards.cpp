@@ -101,6 +101,38 @@ TEST_CASE("train refuses data.cache when the two splits' caches would not fit, n
   CHECK_FALSE(fs::exists(dir / "run/last.safetensors"));
 }
 
+// Note [epoch end order]: last.safetensors, then best.safetensors, then the
+// epoch's metrics rows. A stop between them leaves last ahead; it carries the
+// rows and the best epoch, and --resume completes the others from it.
+TEST_CASE("a stop between the end-of-epoch saves loses nothing: resume appends the rows and restores best",
+          "[e2e][guard]") {
+  const fs::path dir = fresh_dir("epoch_end_order");
+  const std::string cfg = testing::write_sample_config(dir, "cfg.yaml", "", 1, 2, "run");
+  const fs::path run = dir / "run";
+  REQUIRE(run_train({cfg, {}, ""}) == 0);
+  const std::string csv = read_text(run / "metrics.csv"), jsonl = read_text(run / "metrics.jsonl");
+  const std::string best = read_text(run / "best.safetensors");
+  REQUIRE(best == read_text(run / "last.safetensors"));  // epoch 1, the best: the same model and metadata
+  SECTION("stopped after last.safetensors: no rows, no best.safetensors") {
+    fs::remove(run / "metrics.csv");
+    fs::remove(run / "metrics.jsonl");
+    fs::remove(run / "best.safetensors");
+  }
+  SECTION("stopped after best.safetensors: the log's header only") {
+    write_text(run / "metrics.csv", csv.substr(0, csv.find('\n') + 1));
+    write_text(run / "metrics.jsonl", "");
+  }
+  SECTION("stopped after last.safetensors, an older best.safetensors there") {
+    fs::remove(run / "metrics.csv");
+    fs::remove(run / "metrics.jsonl");
+    save_safetensors((run / "best.safetensors").string(), {}, {{"epoch", "0"}});
+  }
+  REQUIRE(run_train({cfg, {}, run.string()}) == 0);
+  CHECK(read_text(run / "metrics.csv") == csv);
+  CHECK(read_text(run / "metrics.jsonl") == jsonl);
+  CHECK(read_text(run / "best.safetensors") == best);
+}
+
 TEST_CASE("checkpoints with a non-finite or altered weight are refused by eval, export and resume",
           "[e2e][guard]") {
   const fs::path dir = fresh_dir("nonfinite");
