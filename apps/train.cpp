@@ -724,7 +724,12 @@ EvalSummary eval_checkpoint(const EvalArgs& args) {
   set_num_threads(static_cast<int>(cfg.train.threads));
   const data::ImageFolder val_set = image_folder(cfg.data, cfg.data.val);
   data::DataLoader val_loader(val_set, transform_spec(cfg.data), loader_options(cfg, false));
+  // train.device: evaluation runs where the config trains (it was ignored: the CPU, whatever it said).
+  const Device device = cfg.train.device;
   if (is_export_dir(args.checkpoint)) {  // the frozen integer model of `qat export`
+    QAT_CHECK(device == Device::cpu, "eval: config ", cfg.source_path, " has train.device ", enum_name(device),
+              ", but an export's integer model is evaluated on the CPU; `qat infer --device ", enum_name(device),
+              "` runs it there (or --set train.device=cpu)");
     const ExportedModel ex = load_export(args.checkpoint);
     check_same_preprocessing(ex, args.checkpoint, transform_spec(cfg.data), cfg.source_path);
     QAT_CHECK(ex.model.num_classes() == cfg.model.num_classes && ex.image_size == cfg.data.image_size, "eval: export ",
@@ -735,10 +740,12 @@ EvalSummary eval_checkpoint(const EvalArgs& args) {
     s.epoch = -1;
     return s;
   }
+  check_training_device(device, training_step_of(cfg));
   ModulePtr model = build_model(cfg, false, false);
   const RunState st = load_run_state(args.checkpoint, *model, nullptr, &cfg, ConfigMatch::quant);
   if (!st.classes.empty()) check_same_classes(st.classes, val_set.classes(), "eval", args.checkpoint, cfg.data.val);
-  EvalSummary s = evaluate(*model, val_loader, cfg.model.num_classes);
+  model->to(device);
+  EvalSummary s = evaluate(*model, val_loader, cfg.model.num_classes, device);
   s.epoch = st.epoch;
   return s;
 }

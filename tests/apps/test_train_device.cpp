@@ -160,6 +160,10 @@ TEST_CASE("qat train with --device cuda or train.device cuda refuses before touc
   on_cpu.device = "cpu";
   CHECK(run_train(on_cpu) == 0);
   CHECK(fs::exists(t.dir / "run_cpu" / "last.safetensors"));
+  // eval runs where the config says too (it ran on the CPU whatever train.device said)
+  const std::string ckpt = (t.dir / "run_cpu" / "last.safetensors").string();
+  CHECK_THROWS_WITH(eval_checkpoint({cfg, {}, ckpt}), want);
+  CHECK(eval_checkpoint({cfg, {"train.device=cpu"}, ckpt}).images > 0);
   // The command line: the error on stderr and a failing exit status.
   const fs::path log = t.dir / "cli.log";
   const std::string cmd =
@@ -193,6 +197,9 @@ TEST_CASE("qat train on cuda trains the sample as on the CPU, and its checkpoint
   const EvalSummary on_host = eval_checkpoint({cfg, {}, (t.dir / "run_cuda" / "last.safetensors").string()});
   CHECK(on_host.loss == Approx(gpu[1].val_loss).epsilon(1e-5));
   CHECK(on_host.top1 == Approx(gpu[1].val_top1).margin(0.011));
+  const EvalSummary on_gpu_eval =
+      eval_checkpoint({cfg, {"train.device=cuda"}, (t.dir / "run_cuda" / "last.safetensors").string()});
+  CHECK(on_gpu_eval.loss == Approx(gpu[1].val_loss).epsilon(1e-5));  // the cuda run's own validation
   // Stopped after 6 steps (mid epoch 2) and resumed on cuda.
   TrainArgs stop{cfg, {"output.dir=" + (t.dir / "run_stop").string()}, ""};
   stop.device = "cuda";
