@@ -1,12 +1,33 @@
 #include "apps/data_parallel.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
 #include "layers/layers.h"
 
 namespace qat::apps {
+
+namespace {
+uint64_t fnv1a(const std::string& text, uint64_t h = 1469598103934665603ULL) {
+  for (const char ch : text) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ULL;
+  return h;
+}
+
+// Whether the 64-bit `h` is the same on every process (each process gets the same answer).
+bool same_everywhere(Collective& all, uint64_t h) {
+  // four 16-bit pieces as floats (exact): equal on every process iff min == max
+  float lo[4], hi[4];
+  for (int i = 0; i < 4; ++i) lo[i] = hi[i] = static_cast<float>((h >> (16 * i)) & 0xffffu);
+  all.min(lo, 4);
+  all.max(hi, 4);
+  for (int i = 0; i < 4; ++i)
+    if (lo[i] != hi[i]) return false;
+  return true;
+}
+}  // namespace
 
 GradientBuckets::GradientBuckets(const std::vector<Tensor>& params, Collective& all) : all_(all) {
   int64_t filled = kBucketFloats;  // forces a first bucket
@@ -126,14 +147,29 @@ void check_same_state(const TensorMap& state, Collective& all, const std::string
                     static_cast<size_t>(c.impl_ptr()->offset) * dtype_size(c.dtype());
     for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ b[i]) * 1099511628211ULL;
   }
-  // four 16-bit pieces as floats (exact): equal on every process iff min == max
-  float lo[4], hi[4];
-  for (int i = 0; i < 4; ++i) lo[i] = hi[i] = static_cast<float>((h >> (16 * i)) & 0xffffu);
-  all.min(lo, 4);
-  all.max(hi, 4);
-  for (int i = 0; i < 4; ++i)
-    QAT_CHECK(lo[i] == hi[i], "data-parallel: the processes hold different models ", when,
-              " (their parameters, buffers or optimizer state differ); stopping");
+  QAT_CHECK(same_everywhere(all, h), "data-parallel: the processes hold different models ", when,
+            " (their parameters, buffers or optimizer state differ); stopping");
+}
+
+
+void check_same_everywhere(Collective& all, const std::string& what, const std::string& value) {
+  if (same_everywhere(all, fnv1a(value))) return;
+  throw AgreedError(detail::cat("data-parallel: the processes disagree on ", what, "; this process (rank ",
+                                all.rank(), " of ", all.size(), ") has ", value,
+                                ". Every process must train the same config on the same images from the same "
+                                "checkpoint; each process's line says what it has"));
+}
+
+std::string dataset_fingerprint(const data::ImageFolder& folder) {
+  uint64_t h = 1469598103934665603ULL;
+  const std::filesystem::path root(folder.root());
+  for (int64_t i = 0; i < folder.size(); ++i) {
+    h = fnv1a(std::filesystem::path(folder.path(i)).lexically_relative(root).generic_string(), h);
+    h = fnv1a(detail::cat(':', folder.label(i), '\n'), h);
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return detail::cat(folder.size(), " images in ", folder.classes().size(), " classes, names ", hex);
 }
 
 }  // namespace qat::apps

@@ -9,6 +9,7 @@
 #include "layers/module.h"
 #include "quant/sim/int8_training.h"
 #include "core/tensor.h"
+#include "data/image_folder.h"
 
 namespace qat::apps {
 
@@ -79,5 +80,22 @@ void average_int8_statistics(const std::vector<quant::Int8Layer>& layers, Collec
 // bit. Compares a 64-bit digest of `state` over the processes; throws naming
 // the first differing check when they diverged.
 void check_same_state(const TensorMap& state, Collective& all, const std::string& when);
+
+// Note [same run everywhere]. Every process of a data-parallel run must
+// train the same experiment on the same images from the same state. Each
+// process reading its own config, data and checkpoint (the nodes of a
+// cluster hold copies), one given another config, another copy of the data
+// or a stale checkpoint trained out of step: the collectives then failed with
+// MPI's own words ("Data unpack would read past end of buffer") or
+// validation silently mixed two sets. So before training, and after a
+// resume's load, `value` (a description of what this process has) is
+// compared over the processes; where it differs every process throws
+// AgreedError naming `what` and its own value, so the log shows each.
+void check_same_everywhere(Collective& all, const std::string& what, const std::string& value);
+
+// "N images in C classes, names <16 hex digits>": the image count, the class
+// count and a digest of each image's path below the root and its label (the
+// same on a node whose copy of the data lives elsewhere).
+std::string dataset_fingerprint(const data::ImageFolder& folder);
 
 }  // namespace qat::apps

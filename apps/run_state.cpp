@@ -301,6 +301,7 @@ RunState load_run_state(const std::string& path, Module& model, Optimizer* optim
   check_zero_points(model, path);
   RunState s = parse_progress(m, path);
   s.classes = recorded_classes(m, path);
+  if (const auto d = m.find("model_sha256"); d != m.end()) s.loaded_model_sha256 = d->second;
   const auto gens = model_generators(model);
   for (size_t i = 0; i < gens.size(); ++i)
     gens[i]->set_state(parse_state(meta(m, "generator" + std::to_string(i), path), path));

@@ -24,6 +24,8 @@ struct RunState {
   // "metrics_csv_row", "metrics_jsonl_row"; empty: none recorded): a resume
   // appends them where the log lacks them (Note [epoch end order]).
   std::string epoch_csv_row, epoch_jsonl_row;
+  // Read back only (load_run_state): the loaded checkpoint's "model_sha256", empty if none.
+  std::string loaded_model_sha256;
   double epoch_loss_sum = 0;
   int64_t epoch_correct = 0, epoch_images = 0;
   // The training set's class folders in label order (metadata "classes");

@@ -516,6 +516,14 @@ int run_train(const TrainArgs& args) {
             train_set.classes().size(), " class folders");
   QAT_CHECK(val_set.classes() == train_set.classes(), "config ", cfg.source_path, ": the class folders of ",
             cfg.data.val, " differ from those of ", cfg.data.train);
+  if (all) {  // Note [same run everywhere]; the data folders may lie elsewhere on another node
+    ExperimentConfig same = cfg;
+    same.data.train.clear(), same.data.val.clear();
+    check_same_everywhere(*all, "the config (its hash; data folders, output.dir and train.threads may differ)",
+                          detail::cat("config hash ", config_hash(same)));
+    check_same_everywhere(*all, detail::cat("the training set (", cfg.data.train, ")"), dataset_fingerprint(train_set));
+    check_same_everywhere(*all, detail::cat("the validation set (", cfg.data.val, ")"), dataset_fingerprint(val_set));
+  }
   const data::TransformSpec spec = transform_spec(cfg.data);
   // Note [cache size]: both splits' caches are resident together.
   if (cfg.data.cache)
@@ -542,6 +550,10 @@ int run_train(const TrainArgs& args) {
     if (!state.classes.empty())
       check_same_classes(state.classes, train_set.classes(), "train --resume", run_dir + "/last.safetensors",
                          cfg.data.train);
+    if (all)  // Note [same run everywhere]: a node's stale copy of the run
+      check_same_everywhere(*all, detail::cat("the checkpoint resumed from (", run_dir, "/last.safetensors)"),
+                            detail::cat("epoch ", state.epoch, " step ", state.step, ", model SHA-256 ",
+                                        state.loaded_model_sha256.substr(0, 16), "..."));
     std::printf("resuming %s at epoch %lld step %lld (best val top-1 %.2f%%)\n", run_dir.c_str(),
                 static_cast<long long>(state.epoch + 1), static_cast<long long>(state.step),
                 100 * state.best_top1);

@@ -250,3 +250,61 @@ TEST_CASE("mpirun refuses what data-parallel training cannot do yet, naming it",
   CHECK(run(launcher(2) + " " + std::string(QAT_BINARY) + " bench --steps 1", dir / "b.log") != 0);
   CHECK(slurp(dir / "b.log").find("only `qat train` runs as several MPI processes") != std::string::npos);
 }
+
+// Note [same run everywhere]: a process given another config, another copy of
+// the training data or a stale checkpoint stops the job before it trains,
+// every process naming what it has (they trained out of step: MPI then
+// failed in its own words, or validation mixed two sets silently).
+TEST_CASE("mpirun: processes with another config, other images or a stale checkpoint are refused before training",
+          "[mpi]") {
+  if (!mpi_here()) return;
+  const auto dir = testing::fresh_temp_dir("qat_mpi_", "same_run");
+  const std::string cfg = config(dir, "", 1);
+  // rank 1 alone reads a copy of the training set without one image (its shard then has fewer steps)
+  std::filesystem::copy(testing::sample_data_dir() + "/train", dir / "train_less",
+                        std::filesystem::copy_options::recursive);
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir / "train_less"))
+    if (e.is_regular_file()) {
+      std::filesystem::remove(e.path());
+      break;
+    }
+  const auto on_rank1 = [&](const std::string& rank1, const std::string& others, const std::filesystem::path& out) {
+    return launcher(2) + " sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then s=\"" + rank1 + "\"; else s=\"" + others +
+           "\"; fi; exec " + train_cmd(cfg, out, " $s") + "'";
+  };
+  struct Case {
+    std::string name, rank1, others, what;
+  };
+  const std::vector<Case> cases = {
+      {"config", "--set train.lr=0.01", "", "disagree on the config (its hash"},
+      {"images", "--set data.train=" + (dir / "train_less").string(), "", "disagree on the training set ("}};
+  for (const Case& c : cases) {
+    INFO(c.name);
+    const auto out = dir / ("run_" + c.name);
+    const int rc = run("timeout 120 " + on_rank1(c.rank1, c.others, out), dir / (c.name + ".log"));
+    const std::string log = slurp(dir / (c.name + ".log"));
+    INFO(log);
+    CHECK(rc != 0);
+    CHECK(rc != 124);
+    CHECK(log.find("error on rank 0 of 2: data-parallel: the processes " + c.what) != std::string::npos);
+    CHECK(log.find("error on rank 1 of 2: data-parallel: the processes " + c.what) != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(out / "last.safetensors"));
+  }
+  // A stale copy of the run on rank 1's node: stopped after 2 steps, copied, then 4 steps on.
+  const auto run_dir = dir / "run", stale = dir / "run_stale";
+  REQUIRE(run(launcher(2) + " " + train_cmd(cfg, run_dir) + " --stop-after-steps 2", dir / "stop1.log") != 0);
+  std::filesystem::copy(run_dir, stale, std::filesystem::copy_options::recursive);
+  std::filesystem::remove(stale / ".lock");
+  REQUIRE(run(launcher(2) + " " + train_cmd(cfg, run_dir) + " --resume " + run_dir.string() +
+                  " --stop-after-steps 2",
+              dir / "stop2.log") != 0);
+  const int rc = run("timeout 120 " + on_rank1("--resume " + stale.string(), "--resume " + run_dir.string(), run_dir),
+                     dir / "stale.log");
+  const std::string log = slurp(dir / "stale.log");
+  INFO(log);
+  CHECK(rc != 0);
+  CHECK(rc != 124);
+  CHECK(log.find("disagree on the checkpoint resumed from") != std::string::npos);
+  CHECK(log.find("has epoch 0 step 2, model SHA-256") != std::string::npos);
+  CHECK(log.find("has epoch 0 step 4, model SHA-256") != std::string::npos);
+}
