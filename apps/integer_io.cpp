@@ -477,11 +477,11 @@ void save_export(const std::string& dir, const ExportedModel& m) {
   QAT_CHECK(!ec, "export: cannot make the folder ", out.parent_path().string(), " for ", out.string(), ": ",
             ec.message());
   // Both files are written into a sibling folder first, then swapped in whole.
-  std::string staged_name = ".";  // appended piece by piece: GCC 12 warns falsely on "." + string
-  staged_name += out.filename().string();
-  staged_name += ".tmp-";
-  staged_name += std::to_string(::getpid());
-  const fs::path staged = out.parent_path() / staged_name;
+  std::string staged_prefix = ".";  // appended piece by piece: GCC 12 warns falsely on "." + string
+  staged_prefix += out.filename().string();
+  staged_prefix += ".tmp-";
+  remove_dead_temporaries(out.parent_path().string(), staged_prefix);  // Note [dead temporaries]
+  const fs::path staged = out.parent_path() / (staged_prefix + std::to_string(::getpid()));
   fs::remove_all(staged);
   fs::create_directory(staged, ec);
   QAT_CHECK(!ec, "export: cannot write into ", out.parent_path().string(), " (for --out ", out.string(), "): ",

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/text_file.h"
 #include "core/window.h"
 #include "quant/integer/int_op.h"
 
@@ -333,25 +334,14 @@ void export_onnx(const quant::IntegerModel& model, const OnnxExportOptions& opt,
   } catch (const std::exception& e) {
     QAT_FAIL("export --format onnx: the ONNX checker refused the graph: ", e.what());
   }
-  // Written beside and renamed: an existing file is replaced whole or not at all.
-  const std::string tmp = path + ".partial";
-  std::error_code ec;
-  bool written = false;
-  int err = 0;  // why the write failed (ENOSPC, EACCES, ENOENT for a missing folder)
-  {
-    errno = 0;
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    written = out && m.SerializeToOstream(&out) && out.flush();
-    if (written) out.close();
-    written = written && !out.fail();
-    if (!written) err = errno;
-  }
-  if (written) std::filesystem::rename(tmp, path, ec);
-  if (!written || ec) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    QAT_FAIL("export --format onnx: cannot write ", path, ": ",
-             written ? ec.message() : err ? std::strerror(err) : "its folder must exist and be writable");
+  // Written beside and renamed (write_text_file_atomic, binary-safe): an existing file is replaced whole or not at
+  // all, the temporary is per process and fsynced, and those of killed exports are removed (Note [dead temporaries]).
+  std::string bytes;
+  QAT_CHECK(m.SerializeToString(&bytes), "export --format onnx: cannot serialise the model for ", path);
+  try {
+    write_text_file_atomic(path, bytes);
+  } catch (const Error& e) {
+    QAT_FAIL("export --format onnx: ", e.what());
   }
 }
 

@@ -16,6 +16,8 @@
 #include <tuple>
 #include <vector>
 
+#include "core/text_file.h"
+
 namespace qat {
 
 // Tensor bytes are copied to/from disk as they are in memory.
@@ -141,6 +143,9 @@ void save_safetensors(const std::string& path, const TensorMap& tensors, const M
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
 
   // Write a temp file beside the target, then rename it over (atomic on POSIX).
+  const std::filesystem::path target(path);
+  remove_dead_temporaries(target.parent_path().empty() ? "." : target.parent_path().string(),
+                          target.filename().string() + ".tmp.");  // Note [dead temporaries]
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   FILE* f = std::fopen(tmp.c_str(), "wb");
   QAT_CHECK(f, "save_safetensors '", path, "': cannot create '", tmp, "': ", std::strerror(errno));

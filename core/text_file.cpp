@@ -1,8 +1,10 @@
 #include "core/text_file.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -37,9 +39,12 @@ void write_text_file_atomic(const std::string& path, const std::string& text) {
   const auto st = std::filesystem::status(path, ec);
   QAT_CHECK(!std::filesystem::exists(st) || std::filesystem::is_regular_file(st), "cannot write '", path,
             "': it exists and is not a regular file (a folder, device or pipe)");
+  const std::filesystem::path target(path);
+  remove_dead_temporaries(target.parent_path().empty() ? "." : target.parent_path().string(),
+                          target.filename().string() + ".tmp.");
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   FILE* f = std::fopen(tmp.c_str(), "wb");
-  QAT_CHECK(f, "cannot create '", tmp, "': ", std::strerror(errno));
+  QAT_CHECK(f, "cannot write '", path, "': cannot create '", tmp, "': ", std::strerror(errno));
   bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
             ::fsync(::fileno(f)) == 0;
   int err = errno;
@@ -49,6 +54,26 @@ void write_text_file_atomic(const std::string& path, const std::string& text) {
     std::remove(tmp.c_str());
     QAT_FAIL("cannot write '", path, "': ", std::strerror(err));
   }
+}
+
+int remove_dead_temporaries(const std::string& folder, const std::string& prefix) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(folder, ec);
+  if (ec) return 0;  // no folder (yet): nothing left there
+  int removed = 0;
+  for (const auto& e : it) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    long pid = 0;
+    const char* first = name.data() + prefix.size();
+    const char* last = name.data() + name.size();
+    const auto [end, err] = std::from_chars(first, last, pid);
+    if (err != std::errc() || end != last || pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // running (or not ours to ask)
+    std::error_code rec;
+    if (std::filesystem::remove_all(e.path(), rec) > 0 && !rec) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace qat
