@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/output_kind.h"
 #include "quant/observe/calibrators.h"
 
 namespace qat::apps {
@@ -51,14 +52,6 @@ struct CalibrateReport {
 
 int run_calibrate(const CalibrateArgs& args, CalibrateReport* report = nullptr);
 
-// The kinds of qat output an --out folder may already hold, each known by its
-// files: a training run (checkpoints, metrics, lock), an export (manifest,
-// weights) and a calibration (calibrated checkpoint, cache).
-enum class OutputKind { training_run, export_model, calibration };
-// Refuses `dir`, the --out of `command` (or what `option` names), when it
-// holds an output of one of the `refused` kinds, naming the folder, the kind
-// and the file that shows it: called before anything is written there.
-void check_out_kind(const std::string& command, const std::string& dir, std::initializer_list<OutputKind> refused,
-                    const std::string& option = "--out");
+
 
 }  // namespace qat::apps

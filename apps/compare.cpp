@@ -11,8 +11,10 @@
 #include "apps/compare_sqnr.h"
 #include "apps/config.h"
 #include "apps/metrics_log.h"
+#include "apps/output_kind.h"
 #include "apps/report_format.h"
 #include "core/error.h"
+#include "core/text_file.h"
 #include "models/models.h"
 
 namespace qat::apps {
@@ -205,17 +207,68 @@ std::string svg_chart(const std::vector<RunSummary>& runs) {
   return s + "</svg>\n";
 }
 
+namespace {
+
+// Each run given once, all of one model output size (top-1 deltas between a
+// 2-class and a 10-class run mean nothing).
+void check_comparable(const std::vector<RunSummary>& runs, const std::vector<std::string>& dirs) {
+  std::error_code ec;
+  for (size_t i = 0; i < runs.size(); ++i)
+    for (size_t j = 0; j < i; ++j) {
+      QAT_CHECK(!fs::equivalent(dirs[i], dirs[j], ec), "compare: ", dirs[j], " and ", dirs[i],
+                " are the same run; give each run once");
+      QAT_CHECK(runs[i].num_classes == runs[j].num_classes, "compare: ", dirs[j], " has ", runs[j].num_classes,
+                " classes but ", dirs[i], " has ", runs[i].num_classes,
+                "; runs of different model.num_classes are not comparable");
+    }
+}
+
+// Runs are labelled by their folder's name; where two names are the same
+// ("a/run", "b/run") they take as many trailing path components as tell them apart.
+void label_runs(std::vector<RunSummary>& runs, const std::vector<std::string>& dirs) {
+  std::vector<std::vector<std::string>> parts(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i)
+    for (const auto& c : fs::absolute(dirs[i]).lexically_normal())
+      if (!c.empty() && c != "/") parts[i].push_back(c.string());
+  auto tail = [&](size_t i, size_t k) {
+    std::string out;
+    const size_t n = parts[i].size();
+    for (size_t c = n > k ? n - k : 0; c < n; ++c) {
+      if (!out.empty()) out += '/';
+      out += parts[i][c];
+    }
+    return out;
+  };
+  std::vector<std::string> labels;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    size_t k = 1;
+    auto clashes = [&] {
+      for (size_t j = 0; j < runs.size(); ++j)
+        if (j != i && (k == 1 ? runs[j].name == runs[i].name : tail(j, k) == tail(i, k))) return true;
+      return false;
+    };
+    while (clashes() && k < parts[i].size()) ++k;
+    labels.push_back(k == 1 ? runs[i].name : tail(i, k));
+  }
+  for (size_t i = 0; i < runs.size(); ++i) runs[i].name = labels[i];
+}
+
+}  // namespace
+
 int run_compare(const CompareArgs& args) {
   QAT_CHECK(!args.runs.empty(), "compare: give at least one run directory");
   std::error_code ec;  // the output folder first: its problem is reported before any run is read
   QAT_CHECK(!fs::exists(args.out_dir, ec) || fs::is_directory(args.out_dir, ec), "compare: --out ", args.out_dir,
             " is a file, not a folder");
+  check_out_kind("compare", args.out_dir, {OutputKind::training_run, OutputKind::export_model, OutputKind::calibration});
   fs::create_directories(args.out_dir, ec);
   QAT_CHECK(!ec && fs::is_directory(args.out_dir), "compare: --out ", args.out_dir, " cannot be made a folder",
             ec ? ": " + ec.message() : std::string());
   std::vector<RunSummary> runs;
   for (const auto& r : args.runs) runs.push_back(summarize_run(r));
-  align_runs(runs, args.runs);
+  check_comparable(runs, args.runs);
+  align_runs(runs, args.runs);  // before the labels: a fine-tune's parent is also found by folder name
+  label_runs(runs, args.runs);
   if (args.speed_batch > 0) measure_speed(runs, args.runs, static_cast<int>(args.speed_batch));
   const std::string table = markdown_table(runs);
   const std::string curves = svg_chart(runs), tradeoff = tradeoff_chart(runs);
@@ -242,10 +295,16 @@ int run_compare(const CompareArgs& args) {
                                     {"/sqnr.md", sqnr_md},
                                     {"/speed.svg", speed},
                                     {"/sqnr.svg", sqnr_svg}}) {
-    if (text.empty()) continue;
-    std::ofstream f(args.out_dir + name);
-    f << text;
-    QAT_CHECK(f.good(), "compare: cannot write ", args.out_dir, name);
+    const std::string path = args.out_dir + name;
+    if (text.empty()) {  // not made this time: an earlier compare's would be read as this one's
+      fs::remove(path, ec);
+      continue;
+    }
+    try {
+      write_text_file_atomic(path, text);
+    } catch (const Error& e) {
+      QAT_FAIL("compare: ", e.what());
+    }
   }
   std::printf("%s\n%s\nwrote %s/{compare.md, val_top1.svg, tradeoff.svg, index.html%s}\n", table.c_str(),
               sqnr_md.c_str(), args.out_dir.c_str(), sqnr_md.empty() ? "" : ", sqnr.md, sqnr.svg");

@@ -16,7 +16,7 @@ struct CompareArgs {
 };
 
 struct RunSummary {
-  std::string name;            // run folder name
+  std::string name;            // run folder name; run_compare: as many trailing path components as tell runs apart
   std::string model;
   int64_t num_classes = 0;
   int weight_bits = 32, activation_bits = 32;

@@ -82,6 +82,9 @@ std::string parse_row(const std::string& line, EpochMetrics& m) {
     if (!(std::isfinite(v) && v >= 0)) return "a loss, lr, time, speed or wait share that is negative or not finite";
   for (const double v : {m.train_top1, m.val_top1, m.val_top5})
     if (!(v >= 0 && v <= 1)) return "an accuracy outside [0, 1]";
+  // (each finite, their sum over epochs was not: two times of 1e308 made an "inf min" training time)
+  if (m.epoch_seconds > 1e9 || m.images_per_second > 1e12 || m.data_wait_share > 1)
+    return "an epoch time over 1e9 s, a speed over 1e12 images/s or a wait share over 1";
   return "";
 }
 

@@ -238,6 +238,47 @@ TEST_CASE("compare refuses metrics.csv rows qat cannot have written, naming the 
   REQUIRE_THROWS_WITH(summarize_run(with(header + "1,2.6,0.1,2.3,0.5,0.95,0.01,-5,19,0.002\n")),
                       Contains("negative or not finite"));
   REQUIRE_THROWS_WITH(summarize_run(with(header + good + good)), Contains("row 2: epoch 1 where epoch 2 comes"));
+  REQUIRE_THROWS_WITH(summarize_run(with(header + "1,2.6,0.1,2.3,0.5,0.95,0.01,1e308,19,0.002\n")),
+                      Contains("row 1: an epoch time over 1e9 s"));
   REQUIRE_THROWS_WITH(summarize_run(with(good + "2,2.6,0.1,2.3,0.9,0.95,0.01,5,19,0.002\n")),
                       Contains("line 1: expected the header epoch,train_loss"));
+}
+
+TEST_CASE("compare refuses a run given twice, runs of other num_classes and an --out holding another output",
+          "[compare]") {
+  const fs::path a = make_run("cmp_a", "", {0.5, 0.6});
+  const fs::path out = a.parent_path() / "cmp_out";
+  REQUIRE_THROWS_WITH(run_compare({{a.string(), (a / ".." / "cmp_a").string()}, out.string()}),
+                      Contains("are the same run; give each run once"));
+  const fs::path two = make_run("cmp_two", "", {0.9});
+  {
+    std::string cfg;
+    std::ifstream in(two / "config.yaml");
+    std::getline(in, cfg, '\0');
+    cfg.replace(cfg.find("num_classes: 4"), 14, "num_classes: 2");
+    std::ofstream(two / "config.yaml", std::ios::trunc) << cfg;
+  }
+  REQUIRE_THROWS_WITH(run_compare({{a.string(), two.string()}, out.string()}),
+                      Contains(a.string() + " has 4 classes but " + two.string() + " has 2") &&
+                          Contains("not comparable"));
+  // a run's own folder as --out: refused before anything is written there
+  REQUIRE_THROWS_WITH(run_compare({{a.string()}, a.string()}),
+                      Contains("compare: --out " + a.string() + " holds metrics.csv of a training run"));
+  CHECK_FALSE(fs::exists(a / "compare.md"));
+}
+
+TEST_CASE("compare labels runs whose folders share a name by the path components that differ, and drops stale "
+          "outputs", "[compare]") {
+  const fs::path x = make_run("x/r", "", {0.5, 0.6}), y = make_run("y/r", "", {0.4, 0.7});
+  const fs::path out = x.parent_path().parent_path() / "cmp_labels";
+  fs::create_directories(out);
+  std::ofstream(out / "sqnr.md") << "an earlier compare's table";
+  std::ofstream(out / "speed.svg") << "<svg/>";
+  REQUIRE(run_compare({{x.string(), y.string()}, out.string()}) == 0);
+  std::string md;
+  std::ifstream in(out / "compare.md");
+  std::getline(in, md, '\0');
+  CHECK_THAT(md, Contains("| x/r |") && Contains("| y/r |"));
+  CHECK_FALSE(fs::exists(out / "sqnr.md"));  // not made this time (no --sqnr-images)
+  CHECK_FALSE(fs::exists(out / "speed.svg"));
 }
