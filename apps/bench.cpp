@@ -378,7 +378,13 @@ int run_bench(const BenchOptions& opt, BenchFigures* figures) {
   std::printf("bench: model %s, %dx%d, batch %d, %d classes, %d threads, %d steps after %d warm-up\n",
               opt.model.c_str(), opt.res, opt.res, opt.batch, opt.classes, num_threads(), opt.steps, opt.warmup);
   const Device device = *enum_from_name<Device>(opt.device);
-  check_training_device(device);  // Note [training device]: the FP32 step, before anything runs
+  // Note [training device]: the FP32 step, before anything runs; said in bench's words (--device, not the key)
+  if (std::string why = training_device_refusal(device, cuda::device_info(), cuda::built()); !why.empty()) {
+    for (const auto& [from, to] : {std::pair<std::string, std::string>{"train.device: cuda: ", "bench --device cuda: "},
+                                   {"use train.device: cpu", "use --device cpu"}})
+      if (const size_t at = why.find(from); at != std::string::npos) why.replace(at, from.size(), to);
+    QAT_FAIL(why);
+  }
   if (device == Device::cuda) std::printf("device: %s\n", cuda::describe().c_str());
   ModulePtr model = make_model(opt.model, opt.classes, 0);
   TrainingTimer fp32(*model, opt, device, "fp32");

@@ -17,6 +17,10 @@
 
 namespace qat::apps {
 
+// The most threads train.threads and --threads take ("0": all cores).
+constexpr int64_t kMaxThreads = 1024;
+
+
 enum class OptimizerKind { sgd, adamw };
 constexpr auto enum_names(OptimizerKind) {
   return std::to_array<EnumName<OptimizerKind>>({{OptimizerKind::sgd, "sgd"}, {OptimizerKind::adamw, "adamw"}});

@@ -213,7 +213,6 @@ constexpr int64_t kMaxClasses = int64_t{1} << 20;
 constexpr int64_t kMaxWorkers = 256;
 constexpr int64_t kMaxPrefetch = 1024;
 constexpr int64_t kMaxBatch = int64_t{1} << 16;
-constexpr int64_t kMaxThreads = 1024;
 
 #define QAT_CFG(member) [](auto& c) -> auto& { return c.member; }
 

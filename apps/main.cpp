@@ -66,7 +66,7 @@ int run(int argc, char** argv) {
   b->add_option("--classes", bench.classes, "Number of classes")->capture_default_str()->check(qat::apps::kPositive);
   b->add_option("--threads", bench.threads, "Threads for OpenMP and OpenBLAS (0: all cores)")
       ->capture_default_str()
-      ->check(qat::apps::kNonNegative);
+      ->check(qat::apps::count_up_to(qat::apps::kMaxThreads));
   b->add_option("--steps", bench.steps, "Timed steps")->capture_default_str()->check(qat::apps::kPositive);
   b->add_option("--warmup", bench.warmup, "Untimed warm-up steps")->capture_default_str()->check(qat::apps::kNonNegative);
   b->add_option("--config", bench.config,
@@ -155,7 +155,9 @@ int run(int argc, char** argv) {
   in->add_option("export_dir", inf.export_dir, "Folder written by qat export")->required()->check(CLI::ExistingDirectory);
   in->add_option("input", inf.input, "An image file, or a folder searched recursively")->required()->check(CLI::ExistingPath);
   in->add_option("--top", inf.top, "Classes to print per image")->capture_default_str()->check(qat::apps::kPositive);
-  in->add_option("--threads", inf.threads, "Threads (0: all cores)")->capture_default_str()->check(qat::apps::kNonNegative);
+  in->add_option("--threads", inf.threads, "Threads (0: all cores)")
+      ->capture_default_str()
+      ->check(qat::apps::count_up_to(qat::apps::kMaxThreads));
   in->add_option("--save", inf.save,
                  "Also write PREFIX.inputs.f32, PREFIX.logits.f32, PREFIX.paths.txt (checks of other runtimes)");
   in->add_option("--device", inf.device,

@@ -554,9 +554,10 @@ int run_train(const TrainArgs& args) {
       check_same_everywhere(*all, detail::cat("the checkpoint resumed from (", run_dir, "/last.safetensors)"),
                             detail::cat("epoch ", state.epoch, " step ", state.step, ", model SHA-256 ",
                                         state.loaded_model_sha256.substr(0, 16), "..."));
-    std::printf("resuming %s at epoch %lld step %lld (best val top-1 %.2f%%)\n", run_dir.c_str(),
-                static_cast<long long>(state.epoch + 1), static_cast<long long>(state.step),
-                100 * state.best_top1);
+    char best[64] = "no validation yet";  // best_top1 -1 printed as "-100.00%"
+    if (state.best_top1 >= 0) std::snprintf(best, sizeof best, "best val top-1 %.2f%%", 100 * state.best_top1);
+    std::printf("resuming %s at epoch %lld step %lld (%s)\n", run_dir.c_str(), static_cast<long long>(state.epoch + 1),
+                static_cast<long long>(state.step), best);
   }
   state.classes = train_set.classes();  // recorded in every checkpoint
   if (lead) {

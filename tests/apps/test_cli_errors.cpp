@@ -34,7 +34,12 @@ TEST_CASE("qat refuses a non-positive count with the value, in plain words", "[c
   CHECK_THAT(out, Contains("--classes: expected a number > 0, got '0'"));
   CHECK(out.size() < 300);  // no 300-digit bound
   REQUIRE(qat_run("bench --threads -1", t.dir / "b.log", &out) != 0);
-  CHECK_THAT(out, Contains("--threads: expected a number >= 0, got '-1'"));
+  CHECK_THAT(out, Contains("--threads: expected a whole number from 0 to 1024, got '-1'"));
+  // the cap train.threads has (bench ran 64 threads for 5000; infer took 100000)
+  REQUIRE(qat_run("bench --threads 5000", t.dir / "b.log", &out) != 0);
+  CHECK_THAT(out, Contains("--threads: expected a whole number from 0 to 1024, got '5000'"));
+  REQUIRE(qat_run("infer " + t.dir.string() + " " + t.dir.string() + " --threads 100000", t.dir / "b.log", &out) != 0);
+  CHECK_THAT(out, Contains("--threads: expected a whole number from 0 to 1024, got '100000'"));
 }
 
 TEST_CASE("qat compare refuses an --out that is a file before reading any run (here a folder that is not one)", "[cli]") {
