@@ -106,9 +106,9 @@ int64_t entropy_bins(const std::vector<uint64_t>& counts, int64_t levels, int64_
   return best;
 }
 
-int64_t positive_levels(const QuantSpec& spec, float observed_min) {
+int64_t positive_levels(const QuantSpec& spec, float observed_min, float observed_max) {
   const int64_t span = static_cast<int64_t>(spec.qmax()) - spec.qmin();
-  if (!spec.symmetric && observed_min >= 0) return span;
+  if (!spec.symmetric && (observed_min >= 0 || observed_max <= 0)) return span;  // one sign: the whole grid
   return span / 2;
 }
 

@@ -18,9 +18,10 @@
 // Exact zeros (counted in bin 0) are left out of the mse and entropy searches
 // (they are exact on every grid; in the KL search the ReLU zero spike would
 // pick the first candidate); percentile counts them.
-// L, the levels above zero: 127 for int8 symmetric (also narrow and
-// unsigned-symmetric), 255 for uint8 affine over non-negative data (after a
-// ReLU), (qmax - qmin) / 2 for an affine grid over data of both signs.
+// L, the levels on the data's side of zero: 127 for int8 symmetric (also
+// narrow and unsigned-symmetric), 255 for uint8 affine over data of one sign
+// (non-negative after a ReLU, or non-positive: the grid is then [-T, 0] in
+// 255 steps), (qmax - qmin) / 2 for an affine grid over data of both signs.
 //
 // Weights are not calibrated from histograms: their grid takes the max per
 // channel (a min/max observer).
@@ -55,8 +56,8 @@ int64_t mse_bins(const std::vector<uint64_t>& counts, int64_t levels);
 // levels: the quantized levels Q of the KL search (L + 1: 128 for int8).
 int64_t entropy_bins(const std::vector<uint64_t>& counts, int64_t levels, int64_t start_bin);
 
-// L for a spec and the observed minimum (see above).
-int64_t positive_levels(const QuantSpec& spec, float observed_min);
+// L for a spec and the observed range (see above).
+int64_t positive_levels(const QuantSpec& spec, float observed_min, float observed_max);
 
 class AbsHistogram;
 // T for one calibrator on one histogram; levels: positive_levels().

@@ -174,7 +174,7 @@ void HistogramObserver::reset() {
 
 float HistogramObserver::threshold(Calibrator c, const CalibratorOptions& o) const {
   QAT_CHECK(!hist_.empty(), "histogram observer: nothing observed; no threshold to choose");
-  return choose_threshold(hist_, c, o, positive_levels(spec_, min_val_.data<float>()[0]));
+  return choose_threshold(hist_, c, o, positive_levels(spec_, min_val_.data<float>()[0], max_val_.data<float>()[0]));
 }
 
 QParams HistogramObserver::qparams() const {

@@ -345,8 +345,14 @@ TEST_CASE("the histogram observer clips an affine grid to the threshold on both 
   qparams_from_range(u8, -2.f, cache_scale(t) * 127.f, s, z);
   CHECK(q.scale.data<float>()[0] == s);
   CHECK(q.zero_point.data<int32_t>()[0] == z);
-  CHECK(positive_levels(u8, -2.f) == 127);
-  CHECK(positive_levels(u8, 0.f) == 255);
+  CHECK(positive_levels(u8, -2.f, 6.f) == 127);
+  CHECK(positive_levels(u8, 0.f, 6.f) == 255);
+  // data <= 0 on an affine grid: [-T, 0] in 255 steps, as qparams_for_cache_scale builds it (it was taken as 127)
+  CHECK(positive_levels(u8, -6.f, -1.f) == 255);
+  CHECK(positive_levels(u8, -6.f, 0.f) == 255);
+  const QParams neg = qparams_for_cache_scale(u8, cache_scale(6.f), -6.f, -1.f);
+  CHECK(neg.scale.data<float>()[0] == 6.f / 255.f);
+  CHECK(neg.zero_point.data<int32_t>()[0] == 255);
 }
 
 // Values worked by hand: the growth factor is the ceiling of the ratio of
