@@ -1,6 +1,7 @@
 #include "quant/sim/grad_quant.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -236,6 +237,18 @@ float max_abs(const float* g, int64_t n) {
   return m;
 }
 
+float usable_clip_min(int bits) {
+  const int qmax = grad_qmax(bits);
+  // The least step with a finite inverse, then the least clip giving at least that step.
+  float step = 1.0f / std::numeric_limits<float>::max();
+  while (!std::isfinite(1.0f / step)) step = std::nextafter(step, 1.0f);
+  float c = step * static_cast<float>(qmax);
+  while (!std::isfinite(1.0f / (c / static_cast<float>(qmax)))) c = std::nextafter(c, 1.0f);
+  return c;
+}
+
+float usable_clip(float c, int bits) { return c >= usable_clip_min(bits) ? c : 0.0f; }
+
 ClipSearch search_clip(const float* g, int64_t n, int bits) {
   constexpr int kPerOctave = 4;  // grid ratio 2^(1/4): ~19% apart
   constexpr int kOctaves = 12;   // down to max|g| / 4096
@@ -244,12 +257,14 @@ ClipSearch search_clip(const float* g, int64_t n, int bits) {
   const float m = max_abs(g, n);
   QAT_CHECK(std::isfinite(m), "search_clip: the gradient has a non-finite element (max|g| = ", m, ")");
   ClipSearch best;
-  if (m == 0) return best;
+  const float lowest = usable_clip_min(bits);
+  if (m < lowest) return best;  // all zeros, or too small to quantize: zeros (see the header)
 
   // Evaluates d at clip c (in double, as the search's coordinate), keeping the best.
   best.distance = std::numeric_limits<double>::infinity();
   auto eval = [&](double c) {
     const float cf = std::min(static_cast<float>(c), m);  // exp(log(m)) may round above m
+    if (cf < lowest) return std::numeric_limits<double>::infinity();  // 1 / step would overflow
     const double d = clip_cosine_distance(g, n, cf, bits);
     ++best.evaluations;
     if (d < best.distance) best.distance = d, best.clip = cf;

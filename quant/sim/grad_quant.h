@@ -154,7 +154,17 @@ float max_abs(const float* g, int64_t n);
 // then a golden-section search over log c on the bracket between the best grid
 // point's neighbours, 12 evaluations. Returns the best clip evaluated, its
 // distance and the number of evaluations of d. All-zero (or empty) g: clip 0,
-// distance 0, no evaluations. Throws qat::Error when g has a NaN or an inf.
+// distance 0, no evaluations; so too a g whose max|g| is not a usable clip
+// (below usable_clip_min: tiny, finite values whose grid step's inverse
+// overflows float), and grid points below it are not evaluated (they threw).
+// Throws qat::Error when g has a NaN or an inf.
+// The smallest clip whose grid step s = clip / qmax has a finite 1 / s (about
+// 3.7e-37 at 8 bits); a gradient of smaller magnitude quantizes to zeros
+// (clip 0), as an all-zero one does.
+float usable_clip_min(int bits);
+// c itself, or 0 (nothing to quantize) when c is below usable_clip_min(bits).
+float usable_clip(float c, int bits);
+
 struct ClipSearch {
   float clip = 0;
   double distance = 0;

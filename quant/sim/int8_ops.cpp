@@ -76,14 +76,14 @@ void Int8GradState::check_finite_max(float m) const {
 }
 
 void Int8GradState::set_clip(int which, float c, float m) {
-  cell(which == 0 ? clip_dw_ : clip_dx_) = c;
+  cell(which == 0 ? clip_dw_ : clip_dx_) = usable_clip(c, cfg_.bits);  // a tiny max|g|: zeros, not an overflow
   cell(which == 0 ? ratio_dw_ : ratio_dx_) = m > 0.f ? c / m : 0.f;
 }
 
 void Int8GradState::track_clip(int which, float max_abs_g) {
   QAT_CHECK(std::isfinite(max_abs_g), "int8 training: layer ", layer_, ": the output gradient holds ", max_abs_g,
             " (non-finite) at step ", steps());
-  cell(which == 0 ? clip_dw_ : clip_dx_) = cell(which == 0 ? ratio_dw_ : ratio_dx_) * max_abs_g;
+  cell(which == 0 ? clip_dw_ : clip_dx_) = usable_clip(cell(which == 0 ? ratio_dw_ : ratio_dx_) * max_abs_g, cfg_.bits);
 }
 
 float Int8GradState::grad_scale(int which) const { return clip(which) / static_cast<float>(grad_qmax(cfg_.bits)); }

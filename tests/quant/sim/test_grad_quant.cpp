@@ -384,6 +384,30 @@ TEST_CASE("grad quant: search_clip edge cases", "[quant][gradquant]") {
   CHECK_THROWS_AS(search_clip(g.data(), static_cast<int64_t>(g.size()), 8), Error);
   g[3] = -kInf;
   CHECK_THROWS_AS(search_clip(g.data(), static_cast<int64_t>(g.size()), 8), Error);
+
+  // Tiny but finite: the grid's small clips have steps whose inverse
+  // overflows float; they are skipped (they threw, stopping training).
+  for (const int bits : {8, 4}) {
+    INFO(bits << " bits");
+    const float lowest = usable_clip_min(bits);
+    const float qmax = static_cast<float>(grad_qmax(bits));
+    for (const float c : {lowest, std::nextafter(lowest, 1.0f), 2 * lowest, 1e-30f})
+      CHECK(std::isfinite(1.0f / (c / qmax)));
+    CHECK_FALSE(std::isfinite(1.0f / (0.5f * lowest / qmax)));  // (the least such clip, give or take rounding)
+    CHECK(usable_clip(lowest, bits) == lowest);
+    CHECK(usable_clip(std::nextafter(lowest, 0.0f), bits) == 0.0f);
+    std::vector<float> tiny;
+    for (int k = -7; k <= 7; ++k) tiny.push_back(static_cast<float>(k) * 2e-34f);  // max|g| 1.4e-33
+    s = search_clip(tiny.data(), static_cast<int64_t>(tiny.size()), bits);
+    CHECK(s.clip >= lowest);
+    CHECK(s.clip <= max_abs(tiny.data(), static_cast<int64_t>(tiny.size())));
+    CHECK(std::isfinite(s.distance));
+    // Below the least usable clip: zeros, as for an all-zero gradient.
+    for (float& v : tiny) v *= 1e-6f;  // max|g| 1.4e-39
+    s = search_clip(tiny.data(), static_cast<int64_t>(tiny.size()), bits);
+    CHECK(s.clip == 0.0f);
+    CHECK(s.evaluations == 0);
+  }
 }
 
 TEST_CASE("grad quant: lr_scale_for is exp(-alpha d) floored at beta", "[quant][gradquant]") {
