@@ -669,9 +669,11 @@ int run_train(const TrainArgs& args) {
         progress.finish();
         require_finite_state(*model, optimizer.get(), epoch + 1, run_dir);
         if (lead) save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, cfg);
+        // A sweep's combination is resumed by running the sweep again (it resumes unfinished combinations).
+        const std::string how = args.sweep_member ? "run the same qat sweep again" : "--resume " + run_dir;
         if (lead) std::fprintf(stderr, "qat: interrupted at epoch %lld step %lld; saved %s/last.safetensors (resume with "
-                     "--resume %s)\n", static_cast<long long>(epoch + 1), static_cast<long long>(step + 1),
-                     run_dir.c_str(), run_dir.c_str());
+                     "%s)\n", static_cast<long long>(epoch + 1), static_cast<long long>(step + 1),
+                     run_dir.c_str(), how.c_str());
         return 130;
       }
     }
