@@ -21,6 +21,7 @@
 #include "apps/config_schema.h"
 #include "apps/yaml_value.h"
 #include "core/error.h"
+#include "models/models.h"
 
 namespace qat::apps {
 namespace {
@@ -74,6 +75,11 @@ void check_across_keys(const ExperimentConfig& cfg, const Values& values) {
         .fail("must be <= data.resize (" + std::to_string(cfg.data.resize) + ", the default), got " +
               std::to_string(cfg.data.image_size) + why);
   }
+  // (it failed at the first forward, after the run folder was made)
+  if (const int64_t least = model_min_input_size(cfg.model.name); cfg.data.image_size < least)
+    value_of(values, file, "data.image_size")
+        .fail("must be >= " + std::to_string(least) + " for model.name " + cfg.model.name +
+              " (its convolutions and pools need that many pixels), got " + std::to_string(cfg.data.image_size));
   if (cfg.quant.int8_training.enabled && !cfg.quant.enabled)
     value_of(values, file, "quant.int8_training.enabled")
         .fail("INT8 training runs on a quantized model: it needs quant.enabled: true");

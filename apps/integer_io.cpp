@@ -481,7 +481,7 @@ void save_export(const std::string& dir, const ExportedModel& m) {
   staged_prefix += out.filename().string();
   staged_prefix += ".tmp-";
   remove_dead_temporaries(out.parent_path().string(), staged_prefix);  // Note [dead temporaries]
-  const fs::path staged = out.parent_path() / (staged_prefix + std::to_string(::getpid()));
+  const fs::path staged = out.parent_path() / (staged_prefix + temporary_tag());
   fs::remove_all(staged);
   fs::create_directory(staged, ec);
   QAT_CHECK(!ec, "export: cannot write into ", out.parent_path().string(), " (for --out ", out.string(), "): ",

@@ -138,10 +138,15 @@ int64_t truncate_metrics(const std::string& run_dir, int64_t last_epoch, const M
   if (restored) *restored = false;
   // The checkpoint's own epoch saved, its rows not yet appended: they come from the checkpoint.
   EpochMetrics last;
-  if (last_epoch > 0 && static_cast<int64_t>(rows.size()) == last_epoch - 1 && !last_rows.empty() &&
-      parse_row(last_rows.csv.substr(0, last_rows.csv.find('\n')), last).empty() && last.epoch == last_epoch) {
+  const bool have_last = last_epoch > 0 && !last_rows.empty() &&
+                         parse_row(last_rows.csv.substr(0, last_rows.csv.find('\n')), last).empty() &&
+                         last.epoch == last_epoch;
+  if (have_last && static_cast<int64_t>(rows.size()) == last_epoch - 1) {
     rows.push_back(last);
     old_json[last_epoch] = last_rows.jsonl;
+    if (restored) *restored = true;
+  } else if (have_last && static_cast<int64_t>(rows.size()) >= last_epoch && !old_json.count(last_epoch)) {
+    old_json[last_epoch] = last_rows.jsonl;  // stopped between the two appends: the exact line, extra members too
     if (restored) *restored = true;
   }
   // Rows the checkpoint's epochs need that cannot be read: rewriting the log

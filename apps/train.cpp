@@ -1,5 +1,6 @@
 #include "apps/train.h"
 
+#include <fcntl.h>
 #include <sched.h>
 
 #include <unistd.h>
@@ -28,6 +29,7 @@
 #include "core/autograd.h"
 #include "core/collective.h"
 #include "core/ops.h"
+#include "core/text_file.h"
 #include "core/threads.h"
 #include "data/loader.h"
 #include "data/memory_limit.h"
@@ -279,7 +281,7 @@ EvalSummary validate_or_save(Module& model, data::DataLoader& val_loader, const 
 }
 
 // Temporary files of checkpoint saves a killed run left behind
-// (<name>.tmp.<pid>, core/safetensors.cpp); the run lock says no save is
+// (<name>.tmp.<tag>, core/safetensors.cpp); the run lock says no save is
 // running now.
 void remove_stale_temporaries(const std::string& run_dir) {
   for (const auto& e : fs::directory_iterator(run_dir)) {
@@ -395,20 +397,34 @@ data::ImageFolder image_folder(const DataConfig& d, const std::string& root) {
 // held, and a stop during the first save left a folder that could be neither
 // resumed nor trained afresh.
 namespace {
+// The epoch a checkpoint's metadata records; -1 when it cannot be read.
+int64_t recorded_epoch(const std::string& path) {
+  try {
+    const Metadata m = load_safetensors_metadata(path);
+    const auto e = m.find("epoch");
+    return e == m.end() ? -1 : std::stoll(e->second);
+  } catch (const std::exception&) {  // unreadable (cut short, another file): stale either way
+    return -1;
+  }
+}
+
 void restore_best_checkpoint(const std::string& run_dir, const RunState& state) {
   if (state.best_epoch == 0 || state.best_epoch != state.epoch || state.step != 0) return;
   const std::string best = run_dir + "/best.safetensors";
   std::error_code ec;
-  if (fs::exists(best, ec)) {
-    const Metadata m = load_safetensors_metadata(best);
-    const auto e = m.find("epoch");
-    if (e != m.end() && e->second == std::to_string(state.best_epoch)) return;
-  }
-  const std::string tmp = best + ".tmp." + std::to_string(::getpid());
+  if (fs::exists(best, ec) && recorded_epoch(best) >= state.best_epoch) return;  // current (or newer: left alone)
+  const std::string tmp = best + ".tmp." + temporary_tag();
   fs::copy_file(run_dir + "/last.safetensors", tmp, fs::copy_options::overwrite_existing, ec);
-  QAT_CHECK(!ec, "train --resume: cannot copy ", run_dir, "/last.safetensors to ", tmp, ": ", ec.message());
-  fs::rename(tmp, best, ec);
-  QAT_CHECK(!ec, "train --resume: cannot rename ", tmp, " to ", best, ": ", ec.message());
+  const int fd = ec ? -1 : ::open(tmp.c_str(), O_RDONLY);
+  const bool synced = fd >= 0 && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  if (!ec && !synced) ec = std::error_code(errno, std::generic_category());
+  if (!ec) fs::rename(tmp, best, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    QAT_FAIL("train --resume: cannot copy ", run_dir, "/last.safetensors to ", best, ": ", ec.message());
+  }
   std::printf("best.safetensors: copied from last.safetensors (epoch %lld, the best, top-1 %.2f%%; the run stopped "
               "before saving it)\n", static_cast<long long>(state.epoch), 100 * state.best_top1);
 }

@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -42,7 +44,7 @@ void write_text_file_atomic(const std::string& path, const std::string& text) {
   const std::filesystem::path target(path);
   remove_dead_temporaries(target.parent_path().empty() ? "." : target.parent_path().string(),
                           target.filename().string() + ".tmp.");
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = path + ".tmp." + temporary_tag();
   FILE* f = std::fopen(tmp.c_str(), "wb");
   QAT_CHECK(f, "cannot write '", path, "': cannot create '", tmp, "': ", std::strerror(errno));
   bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
@@ -56,19 +58,36 @@ void write_text_file_atomic(const std::string& path, const std::string& text) {
   }
 }
 
+std::string temporary_tag() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  std::string tag = std::to_string(::getpid()) + "@";
+  for (const char* c = host; *c; ++c) {
+    const bool plain = std::isalnum(static_cast<unsigned char>(*c)) || *c == '-' || *c == '.';
+    tag += plain ? *c : '_';
+  }
+  return tag;
+}
+
 int remove_dead_temporaries(const std::string& folder, const std::string& prefix) {
   std::error_code ec;
   std::filesystem::directory_iterator it(folder, ec);
   if (ec) return 0;  // no folder (yet): nothing left there
+  const std::string own = temporary_tag();
+  const std::string here = own.substr(own.find('@'));  // "@host"
   int removed = 0;
   for (const auto& e : it) {
     const std::string name = e.path().filename().string();
     if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-    long pid = 0;
-    const char* first = name.data() + prefix.size();
-    const char* last = name.data() + name.size();
-    const auto [end, err] = std::from_chars(first, last, pid);
-    if (err != std::errc() || end != last || pid <= 0 || pid == ::getpid()) continue;
+    const std::string tag = name.substr(prefix.size());
+    const size_t at = tag.find('@');
+    if (at != std::string::npos && tag.substr(at) != here) continue;  // another host's
+    const std::string digits = tag.substr(0, at);
+    long long pid = 0;
+    const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    if (err != std::errc() || end != digits.data() + digits.size() || pid <= 0 || pid > INT32_MAX ||
+        pid == ::getpid())
+      continue;
     if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // running (or not ours to ask)
     std::error_code rec;
     if (std::filesystem::remove_all(e.path(), rec) > 0 && !rec) ++removed;

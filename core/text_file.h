@@ -17,12 +17,18 @@ std::string read_text_file(const std::string& path, size_t max_bytes = kMaxTextF
 // Refuses a path that exists and is not a regular file (a folder, /dev/full).
 void write_text_file_atomic(const std::string& path, const std::string& text);
 
-// Note [dead temporaries]. Atomic writers write `<target>.tmp.<pid>` (a file;
-// an export stages a folder `.<name>.tmp-<pid>`) and rename it over the
-// target. A process killed while writing (SIGTERM, SIGKILL, a crash) leaves
-// it: up to a whole checkpoint. Each writer first removes, in the target's
-// folder, the entries `<prefix><pid>` whose process is gone (kill(pid, 0):
-// ESRCH); a running writer's own is kept. Returns how many it removed.
+// Note [dead temporaries]. Atomic writers write `<target>.tmp.<tag>` (a file;
+// an export stages a folder `.<name>.tmp-<tag>`), tag = temporary_tag(), and
+// rename it over the target. A process killed while writing (SIGTERM,
+// SIGKILL, a crash) leaves it: up to a whole checkpoint. Each writer first
+// removes, in the target's folder, the entries `<prefix><tag>` written on this
+// host whose process is gone (kill(pid, 0): ESRCH); a running writer's own is
+// kept, and so is every other host's (on a shared file system this host
+// cannot see their processes). A tag without a host (qat before the host was
+// recorded) counts as this host's. Returns how many it removed.
 int remove_dead_temporaries(const std::string& folder, const std::string& prefix);
+// "<pid>@<host>": this process and this host's name (characters other than
+// letters, digits, '-' and '.' written '_').
+std::string temporary_tag();
 
 }  // namespace qat

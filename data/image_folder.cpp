@@ -39,10 +39,12 @@ std::vector<std::string> sorted_entries(const fs::path& dir, bool want_dirs) {
       // A link that leads nowhere may have been a class folder: skipping it
       // would renumber every class after it, so it is refused by name.
       std::error_code xec;
-      const bool leads_somewhere = fs::exists(e.path(), xec);
-      QAT_CHECK(leads_somewhere, "ImageFolder: '", e.path().string(), "' under root '", dir.string(),
-                "' is a link that leads to nothing (", xec ? xec.message() : std::string("dangling"),
-                "); it may be a class folder: mend or remove it");
+      const bool followed = fs::exists(e.path(), xec);
+      const std::string why = !xec ? "its target does not exist"
+                              : xec == std::errc::too_many_symbolic_link_levels ? "a link loop"
+                                                                               : xec.message();
+      QAT_CHECK(followed, "ImageFolder: '", e.path().string(), "' under root '", dir.string(),
+                "' is a link that cannot be followed (", why, "); it may be a class folder: mend or remove it");
     }
   }
   std::sort(out.begin(), out.end());

@@ -61,12 +61,15 @@ uint64_t cgroup_memory_limit_bytes(const std::string& proc_self_cgroup, const st
     if (b == std::string::npos) continue;
     const std::string controllers = line.substr(a + 1, b - a - 1);
     const fs::path path = fs::path(line.substr(b + 1)).relative_path();
-    if (controllers.empty() && line.compare(0, a, "0") == 0) {
-      files.push_back(root / path / "memory.max");
-      files.push_back(root / "memory.max");
-    } else if (names_memory(controllers)) {
-      files.push_back(root / "memory" / path / "memory.limit_in_bytes");
-      files.push_back(root / "memory" / "memory.limit_in_bytes");
+    const bool v2 = controllers.empty() && line.compare(0, a, "0") == 0;
+    if (!v2 && !names_memory(controllers)) continue;
+    // The process's cgroup and every one above it (a limit on a parent, as a
+    // systemd slice or a batch job's cgroup, holds for all below it), up to the mount.
+    const fs::path mount = v2 ? root : root / "memory";
+    const char* file = v2 ? "memory.max" : "memory.limit_in_bytes";
+    for (fs::path p = path;; p = p.parent_path()) {
+      files.push_back(mount / p / file);
+      if (p.empty() || p == p.parent_path()) break;
     }
   }
   return lowest_limit(files);

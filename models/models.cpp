@@ -41,9 +41,13 @@ AlexNet::AlexNet(int64_t num_classes, bool batch_norm, uint64_t seed)
   classifier->push_back(std::make_shared<Linear>(4096, num_classes, gen));
 }
 
+namespace {
+constexpr int64_t kAlexNetMinInput = 63;
+}
+
 Tensor AlexNet::forward(const Tensor& x) {
-  QAT_CHECK(x.dim() == 4 && x.size(1) == 3 && x.size(2) >= 63 && x.size(3) >= 63, type_name(),
-            ": expected input (N,3,H,W) with H,W >= 63, got ", x.sizes());
+  QAT_CHECK(x.dim() == 4 && x.size(1) == 3 && x.size(2) >= kAlexNetMinInput && x.size(3) >= kAlexNetMinInput,
+            type_name(), ": expected input (N,3,H,W) with H,W >= ", kAlexNetMinInput, ", got ", x.sizes());
   Tensor h = x;
   for (auto& [name, m] : children()) h = m->forward(h);
   return h;
@@ -67,6 +71,12 @@ Tensor SmallCNN::forward(const Tensor& x) {
 }
 
 std::vector<std::string> model_names() { return {"alexnet", "alexnet_bn", "small_cnn"}; }
+
+int64_t model_min_input_size(const std::string& name) {
+  if (name == "alexnet" || name == "alexnet_bn") return kAlexNetMinInput;
+  if (name == "small_cnn") return 1;
+  QAT_FAIL("model_min_input_size: unknown model '", name, "'");
+}
 
 ModulePtr make_model(const std::string& name, int64_t num_classes, uint64_t seed) {
   if (name == "alexnet") return std::make_shared<AlexNet>(num_classes, false, seed);

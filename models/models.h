@@ -41,5 +41,8 @@ class SmallCNN : public Module {
 // Registry: name in model_names(); weights initialised from `seed`.
 ModulePtr make_model(const std::string& name, int64_t num_classes, uint64_t seed = 0);
 std::vector<std::string> model_names();
+// The least input height and width the model takes (AlexNet's convolutions
+// and pools need 63); 1 where any size works. An unknown name is an error.
+int64_t model_min_input_size(const std::string& name);
 
 }  // namespace qat

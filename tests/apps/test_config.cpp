@@ -264,6 +264,7 @@ TEST_CASE("config: out-of-range values name the key path and the line", "[config
       {7, "  epochs: 3\n  milestones: [5, 3]", "train.milestones[1]", 8},
       {7, "  epochs: 3\n  schedule: multistep", "needs train.milestones", 8},
       {5, "  val: val\n  image_size: 16", "data.image_size: must be >= 32", 6},
+      {5, "  val: val\n  image_size: 48\n  resize: 48", "data.image_size: must be >= 63 for model.name alexnet_bn", 6},
       {5, "  val: val\n  image_size: 128\n  resize: 100", "data.resize: must be >= data.image_size (128)", 7},
       {5, "  val: val\n  image_size: 224", "data.image_size: must be <= data.resize (144, the default)", 6},
       {5, "  val: val\n  workers: -1", "data.workers: must be >= 0", 6},

@@ -39,9 +39,10 @@ TEST_CASE("text_file: an atomic write never replaces a device, a pipe or a folde
   REQUIRE_THROWS_WITH(qat::write_text_file_atomic(d.dir.string(), "x"), Contains("is not a regular file"));
 }
 
-// Note [dead temporaries]: what a killed writer left is removed by the next
-// write to the same target; a running writer's temporary is not.
-TEST_CASE("text_file: temporaries of writers that are gone are removed, those of running ones kept",
+// Note [dead temporaries]: what a killed writer on this host left is removed
+// by the next write to the same target; a running writer's temporary is not,
+// nor another host's (whose processes this host cannot see).
+TEST_CASE("text_file: temporaries of writers that are gone are removed, those of running ones and other hosts kept",
           "[text_file]") {
   qat::testing::TempDir d("qat_text_file_");
   const pid_t child = ::fork();
@@ -49,20 +50,30 @@ TEST_CASE("text_file: temporaries of writers that are gone are removed, those of
   REQUIRE(child > 0);
   int status = 0;
   REQUIRE(::waitpid(child, &status, 0) == child);  // `child` is a pid no process has now
+  const std::string own = qat::temporary_tag();
+  REQUIRE(own.rfind(std::to_string(::getpid()) + "@", 0) == 0);
+  const std::string host = own.substr(own.find('@'));
   const std::string dead = std::to_string(child), parent = std::to_string(::getppid());
-  for (const std::string& name : std::vector<std::string>{"t.txt.tmp." + dead, "t.txt.tmp.1", "t.txt.tmp." + parent, "t.txt.tmp.x1",
-                                 "u.txt.tmp." + dead, "w.safetensors.tmp." + dead})
-    std::ofstream(d.file(name)) << "half a file";
-  std::filesystem::create_directories(d.dir / (".exp.tmp-" + dead) / "inside");
+  const std::vector<std::string> removed = {"t.txt.tmp." + dead + host, "t.txt.tmp." + dead,  // (no host: an older qat)
+                                            "w.safetensors.tmp." + dead + host};
+  const std::vector<std::string> kept = {"t.txt.tmp.1" + host, "t.txt.tmp." + parent + host,  // running
+                                         "t.txt.tmp." + dead + "@elsewhere",                    // another host's
+                                         "t.txt.tmp.x1", "t.txt.tmp.99999999999" + host,        // not pids
+                                         "u.txt.tmp." + dead + host};                           // another target's
+  for (const auto& names : {removed, kept})
+    for (const std::string& name : names) std::ofstream(d.file(name)) << "half a file";
+  std::filesystem::create_directories(d.dir / (".exp.tmp-" + dead + host) / "inside");
   qat::write_text_file_atomic(d.file("t.txt"), "new");
-  CHECK_FALSE(std::filesystem::exists(d.file("t.txt.tmp." + dead)));
-  CHECK(std::filesystem::exists(d.file("t.txt.tmp.1")));        // pid 1 runs
-  CHECK(std::filesystem::exists(d.file("t.txt.tmp." + parent)));  // a running writer's
-  CHECK(std::filesystem::exists(d.file("t.txt.tmp.x1")));       // not a pid
-  CHECK(std::filesystem::exists(d.file("u.txt.tmp." + dead)));  // another target's
   qat::save_safetensors(d.file("w.safetensors"), {});
-  CHECK_FALSE(std::filesystem::exists(d.file("w.safetensors.tmp." + dead)));
+  for (const std::string& name : removed) {
+    INFO(name);
+    CHECK_FALSE(std::filesystem::exists(d.file(name)));
+  }
+  for (const std::string& name : kept) {
+    INFO(name);
+    CHECK(std::filesystem::exists(d.file(name)));
+  }
   CHECK(qat::remove_dead_temporaries(d.dir.string(), ".exp.tmp-") == 1);
-  CHECK_FALSE(std::filesystem::exists(d.dir / (".exp.tmp-" + dead)));
+  CHECK_FALSE(std::filesystem::exists(d.dir / (".exp.tmp-" + dead + host)));
   CHECK(qat::remove_dead_temporaries((d.dir / "none").string(), "x") == 0);
 }
