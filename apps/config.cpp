@@ -212,6 +212,13 @@ quant::QConfig make_qconfig(const QuantConfig& q) {
   return c;
 }
 
+std::string config_hash_data_apart(const ExperimentConfig& cfg) {
+  ExperimentConfig c = cfg;
+  c.data.train.clear();
+  c.data.val.clear();
+  return config_hash(c);
+}
+
 std::string config_hash(const ExperimentConfig& cfg) {
   ExperimentConfig c = cfg;
   c.output.dir.clear();

@@ -191,5 +191,9 @@ bool is_resolved_config(const std::string& path);
 // experiment; train.device is left out of the text, so runs recorded before
 // the key existed keep their hash).
 std::string config_hash(const ExperimentConfig& cfg);
+// config_hash() with data.train and data.val left out too: the same
+// experiment on data read from another place (a moved dataset, a node's own
+// copy). Recorded in checkpoints as "config_hash_data_apart".
+std::string config_hash_data_apart(const ExperimentConfig& cfg);
 
 }  // namespace qat::apps

@@ -105,7 +105,8 @@ Metadata run_state_metadata(Module& model, const Optimizer* optimizer, const Run
              {"epoch_loss_sum", num(s.epoch_loss_sum)},
              {"epoch_correct", std::to_string(s.epoch_correct)},
              {"epoch_images", std::to_string(s.epoch_images)},
-             {"config_hash", config_hash}};
+             {"config_hash", config_hash},
+             {"config_hash_data_apart", apps::config_hash_data_apart(cfg)}};
   if (s.best_epoch > 0) m["best_epoch"] = std::to_string(s.best_epoch);
   if (!s.epoch_csv_row.empty()) {
     m["metrics_csv_row"] = s.epoch_csv_row;
@@ -294,9 +295,13 @@ RunState load_run_state(const std::string& path, Module& model, Optimizer* optim
   const std::string& hash = meta(m, "config_hash", path);
   if (cfg && match == ConfigMatch::whole_config) {
     const std::string expected = config_hash(*cfg);
-    QAT_CHECK(hash == expected, "checkpoint ", path, " was trained with config hash ", hash,
+    // The data folders may have moved (checkpoints saved since the record; the classes are checked apart).
+    const auto apart = m.find("config_hash_data_apart");
+    const bool moved = hash != expected && apart != m.end() && apart->second == config_hash_data_apart(*cfg);
+    QAT_CHECK(hash == expected || moved, "checkpoint ", path, " was trained with config hash ", hash,
               " but the config now hashes to ", expected,
-              "; resume with the same config (output.dir and train.threads may differ)");
+              "; resume with the same config (output.dir, train.threads and, for checkpoints that record "
+              "config_hash_data_apart, the data folders may differ)");
   }
   check_zero_points(model, path);
   RunState s = parse_progress(m, path);

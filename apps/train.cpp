@@ -533,10 +533,8 @@ int run_train(const TrainArgs& args) {
   QAT_CHECK(val_set.classes() == train_set.classes(), "config ", cfg.source_path, ": the class folders of ",
             cfg.data.val, " differ from those of ", cfg.data.train);
   if (all) {  // Note [same run everywhere]; the data folders may lie elsewhere on another node
-    ExperimentConfig same = cfg;
-    same.data.train.clear(), same.data.val.clear();
     check_same_everywhere(*all, "the config (its hash; data folders, output.dir and train.threads may differ)",
-                          detail::cat("config hash ", config_hash(same)));
+                          detail::cat("config hash ", config_hash_data_apart(cfg)));
     check_same_everywhere(*all, detail::cat("the training set (", cfg.data.train, ")"), dataset_fingerprint(train_set));
     check_same_everywhere(*all, detail::cat("the validation set (", cfg.data.val, ")"), dataset_fingerprint(val_set));
   }

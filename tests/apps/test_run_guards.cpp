@@ -147,6 +147,25 @@ TEST_CASE("a stop between the end-of-epoch saves loses nothing: resume appends t
   CHECK(read_text(run / "best.safetensors") == best);
 }
 
+// The same experiment on data read from another place (a moved dataset, a
+// node's own copy) resumes; another experiment is still refused.
+TEST_CASE("resume takes the data from another folder, not another experiment", "[e2e][guard]") {
+  const fs::path dir = fresh_dir("moved_data");
+  const std::string cfg = testing::write_sample_config(dir, "cfg.yaml", "", 2, 2, "run");
+  const fs::path run = dir / "run";
+  TrainArgs stop{cfg, {}, ""};
+  stop.stop_after_steps = 1;
+  REQUIRE(run_train(stop) == 130);
+  fs::copy(testing::sample_data_dir(), dir / "moved", fs::copy_options::recursive);
+  const std::vector<std::string> moved = {"data.train=" + (dir / "moved/train").string(),
+                                          "data.val=" + (dir / "moved/val").string()};
+  std::vector<std::string> other = moved;
+  other.push_back("train.lr=0.01");
+  REQUIRE_THROWS_WITH(run_train({cfg, other, run.string()}), Contains("was trained with config hash"));
+  REQUIRE(run_train({cfg, moved, run.string()}) == 0);
+  CHECK(read_metrics(run.string()).size() == 2);
+}
+
 TEST_CASE("checkpoints with a non-finite or altered weight are refused by eval, export and resume",
           "[e2e][guard]") {
   const fs::path dir = fresh_dir("nonfinite");
