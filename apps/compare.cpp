@@ -207,8 +207,6 @@ std::string svg_chart(const std::vector<RunSummary>& runs) {
   return s + "</svg>\n";
 }
 
-namespace {
-
 // Each run given once, all of one model output size (top-1 deltas between a
 // 2-class and a 10-class run mean nothing).
 void check_comparable(const std::vector<RunSummary>& runs, const std::vector<std::string>& dirs) {
@@ -222,6 +220,8 @@ void check_comparable(const std::vector<RunSummary>& runs, const std::vector<std
                 "; runs of different model.num_classes are not comparable");
     }
 }
+
+namespace {
 
 // Runs are labelled by their folder's name; where two names are the same
 // ("a/run", "b/run") they take as many trailing path components as tell them apart.

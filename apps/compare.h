@@ -46,6 +46,10 @@ std::string bytes_str(int64_t bytes);
 
 // Weights (parameters of >= 2 dims) at their layer's bits (`weight_bits`
 // unless the layer is in `layer_weight_bits`), every other parameter float32.
+// Refuses a run given twice (the same folder) and runs of different
+// model.num_classes, naming the folders; run_compare and qat sweep's baselines.
+void check_comparable(const std::vector<RunSummary>& runs, const std::vector<std::string>& dirs);
+
 int64_t weight_storage_bytes(const std::string& model, int64_t num_classes, int weight_bits,
                              const std::map<std::string, int>& layer_weight_bits);
 

@@ -108,8 +108,22 @@ int run_sweep(const SweepArgs& args) {
   QAT_CHECK(!base.sweep.empty(), "sweep: ", args.config, " has no sweep: section (lists of values for keys)");
   const auto combos = sweep_combinations(base.sweep);
   check_distinct_folders(combos);
-  // The baselines before anything trains: a wrong folder is found at once, not after the sweep.
-  for (const auto& b : args.baselines) summarize_run(b);
+  // The baselines before anything trains: a wrong folder, one given twice,
+  // one of another num_classes or one of the sweep's own folders is found at
+  // once, not by the report after the sweep.
+  std::vector<RunSummary> baselines;
+  for (const auto& b : args.baselines) baselines.push_back(summarize_run(b));
+  check_comparable(baselines, args.baselines);
+  for (size_t i = 0; i < baselines.size(); ++i) {
+    QAT_CHECK(baselines[i].num_classes == base.model.num_classes, "sweep: --baseline ", args.baselines[i], " has ",
+              baselines[i].num_classes, " classes but ", args.config, " has ", base.model.num_classes,
+              "; runs of different model.num_classes are not comparable");
+    for (const auto& combo : combos)
+      QAT_CHECK(fs::weakly_canonical(args.baselines[i]) !=
+                    fs::weakly_canonical(base.output.dir + "/" + combination_name(combo)),
+                "sweep: --baseline ", args.baselines[i], " is the folder of the sweep's combination ",
+                combination_name(combo), "; it is in the report already");
+  }
   std::printf("sweep: %zu combinations into %s\n", combos.size(), base.output.dir.c_str());
   std::vector<std::string> finished = args.baselines, rejected;
   // Every combination's config is loaded (and so checked) before any trains:

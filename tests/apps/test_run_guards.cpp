@@ -396,6 +396,24 @@ TEST_CASE("a sweep refuses folder clashes, a wrong baseline and a config every c
   fs::create_directories(dir / "notarun");
   REQUIRE_THROWS_WITH(run_sweep({seeds, {}, {(dir / "notarun").string()}}), Contains("has no config.yaml"));
   CHECK_FALSE(fs::exists(dir / "seeds"));
+  // Baselines the report would refuse after the sweep: given twice, of other num_classes, or a combination's own run.
+  const std::string base = testing::write_sample_config(dir, "base.yaml", "", 1, 1, "base");
+  REQUIRE(run_train({base, {}, ""}) == 0);
+  const std::string b = (dir / "base").string();
+  REQUIRE_THROWS_WITH(run_sweep({seeds, {}, {b, b}}), Contains("are the same run"));
+  fs::copy(dir / "base", dir / "base2", fs::copy_options::recursive);
+  {
+    std::string text = read_text(dir / "base2/config.yaml");
+    text.replace(text.find("num_classes: 10"), 15, "num_classes: 2");
+    write_text(dir / "base2/config.yaml", text);
+  }
+  REQUIRE_THROWS_WITH(run_sweep({seeds, {}, {(dir / "base2").string()}}),
+                      Contains("has 2 classes but " + seeds + " has 10"));
+  fs::create_directories(dir / "seeds");
+  fs::copy(dir / "base", dir / "seeds/train_seed-1", fs::copy_options::recursive);
+  REQUIRE_THROWS_WITH(run_sweep({seeds, {}, {(dir / "seeds/train_seed-1").string()}}),
+                      Contains("is the folder of the sweep's combination train_seed-1"));
+  fs::remove_all(dir / "seeds");
   const std::string typo = testing::write_sample_config(
       dir, "typo.yaml", "quant: {enabled: true, overrides: {feature.0: {weight_bits: 8}}}\n", 1, 1, "typo");
   std::ofstream(typo, std::ios::app) << "sweep: {quant.bits: [8, 4]}\n";
