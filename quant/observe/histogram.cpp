@@ -16,6 +16,7 @@ namespace qat::quant {
 namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kPiece = int64_t{1} << 16;  // elements per parallel work item
+constexpr double kPresetSlack = 1e-5;          // relative: see grow_to
 
 // Bin of |v| (v finite) for `bins` bins over [0, range]; the top bin is
 // closed. In double: in float, bins / range overflows for a range below
@@ -39,6 +40,10 @@ void AbsHistogram::grow_to(float amax) {
     return;
   }
   if (amax <= range_) return;
+  // A second pass whose forward rounds a hair differently (another kernel,
+  // nondeterministic sums) must not halve the resolution the first pass
+  // fixed: such values go to the top bin, as |x| = R does.
+  if (preset_ && static_cast<double>(amax) <= static_cast<double>(range_) * (1 + kPresetSlack)) return;
   const double ratio = static_cast<double>(amax) / range_;
   if (ratio >= static_cast<double>(bins())) {  // every old bin lands in new bin 0
     uint64_t all = 0;
@@ -62,6 +67,7 @@ void AbsHistogram::start_at(float range) {
   if (range == 0) return;  // nothing but zeros ranged: the first non-zero tensor sets R
   range_ = range;
   started_ = true;
+  preset_ = true;
 }
 
 void AbsHistogram::add(const float* x, int64_t n, float amax, const std::string& where) {

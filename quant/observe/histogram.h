@@ -34,7 +34,9 @@ class AbsHistogram {
   // caller has it from its min/max pass), where: named in errors.
   void add(const float* x, int64_t n, float amax, const std::string& where);
   // Fixes R before anything is added (range >= 0 finite; 0: R is set by the
-  // first tensor with a non-zero value, as without start_at()).
+  // first tensor with a non-zero value, as without start_at()). A later max
+  // above R by a relative 1e-5 or less (a forward that rounds a hair
+  // differently) counts in the top bin; a larger one grows R as add() does.
   void start_at(float range);
   // Adds another histogram's counts: this grows (as add does) to cover its
   // range, then each of its bins goes, whole, into the bin holding its
@@ -58,6 +60,7 @@ class AbsHistogram {
   float range_ = 0, amax_ = 0;
   uint64_t total_ = 0, zeros_ = 0;
   bool started_ = false;
+  bool preset_ = false;  // R from start_at(): a max above it by 1e-5 or less goes to the top bin
 };
 
 // Per-tensor only. State (registered by the owning quantizer, so a

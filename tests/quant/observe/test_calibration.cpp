@@ -253,6 +253,17 @@ TEST_CASE("a ranging pass first: the histogram spans [0, absmax] whatever the or
   AbsHistogram started(16);
   started.add(batches[0].data<float>(), 4, amax, "b");
   REQUIRE_THROWS_WITH(started.start_at(1.f), Catch::Contains("after values were added"));
+  // A second pass a hair above the first's max keeps the range; a clearly larger max grows it.
+  AbsHistogram preset(16);
+  preset.start_at(4.f);
+  const float hair[] = {4.00003f, 1.f};
+  preset.add(hair, 2, 4.00003f, "hair");
+  CHECK(preset.range() == 4.f);
+  CHECK(preset.counts()[15] == 1);
+  CHECK(preset.counts()[4] == 1);
+  const float more[] = {4.1f};
+  preset.add(more, 1, 4.1f, "more");
+  CHECK(preset.range() == 8.f);
 }
 
 TEST_CASE("merging histograms keeps every count", "[quant][calibration]") {
