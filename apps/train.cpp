@@ -533,8 +533,20 @@ int run_train(const TrainArgs& args) {
   QAT_CHECK(val_set.classes() == train_set.classes(), "config ", cfg.source_path, ": the class folders of ",
             cfg.data.val, " differ from those of ", cfg.data.train);
   if (all) {  // Note [same run everywhere]; the data folders may lie elsewhere on another node
-    check_same_everywhere(*all, "the config (its hash; data folders, output.dir and train.threads may differ)",
-                          detail::cat("config hash ", config_hash_data_apart(cfg)));
+    // Section by section, so that the error names the one that differs (each a hash of that section alone).
+    const auto section_hash = [&](const char* name) {
+      ExperimentConfig only;
+      if (std::string(name) == "model") only.model = cfg.model;
+      if (std::string(name) == "data") only.data = cfg.data;
+      if (std::string(name) == "train") only.train = cfg.train;
+      if (std::string(name) == "quant") only.quant = cfg.quant;
+      return config_hash_data_apart(only);
+    };
+    for (const char* section : {"model", "data", "train", "quant"})
+      check_same_everywhere(*all,
+                            detail::cat("the config's ", section, ": section (data folders, output.dir, ",
+                                        "train.threads, train.device and train.overlap_allreduce may differ)"),
+                            detail::cat(section, ": hash ", section_hash(section)));
     check_same_everywhere(*all, detail::cat("the training set (", cfg.data.train, ")"), dataset_fingerprint(train_set));
     check_same_everywhere(*all, detail::cat("the validation set (", cfg.data.val, ")"), dataset_fingerprint(val_set));
   }

@@ -276,7 +276,7 @@ TEST_CASE("mpirun: processes with another config, other images or a stale checkp
     std::string name, rank1, others, what;
   };
   const std::vector<Case> cases = {
-      {"config", "--set train.lr=0.01", "", "disagree on the config (its hash"},
+      {"config", "--set train.lr=0.01", "", "disagree on the config's train: section"},
       {"images", "--set data.train=" + (dir / "train_less").string(), "", "disagree on the training set ("}};
   for (const Case& c : cases) {
     INFO(c.name);
