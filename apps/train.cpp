@@ -537,15 +537,20 @@ int run_train(const TrainArgs& args) {
     const auto section_hash = [&](const char* name) {
       ExperimentConfig only;
       if (std::string(name) == "model") only.model = cfg.model;
-      if (std::string(name) == "data") only.data = cfg.data;
+      if (std::string(name) == "data") {  // how a node reads its data is its own business, not the experiment
+        only.data = cfg.data;
+        only.data.workers = DataConfig{}.workers, only.data.prefetch = DataConfig{}.prefetch;
+        only.data.cache = DataConfig{}.cache;
+      }
       if (std::string(name) == "train") only.train = cfg.train;
       if (std::string(name) == "quant") only.quant = cfg.quant;
       return config_hash_data_apart(only);
     };
     for (const char* section : {"model", "data", "train", "quant"})
       check_same_everywhere(*all,
-                            detail::cat("the config's ", section, ": section (data folders, output.dir, ",
-                                        "train.threads, train.device and train.overlap_allreduce may differ)"),
+                            detail::cat("the config's ", section, ": section (data folders, data.workers, ",
+                                        "data.prefetch, data.cache, output.dir, train.threads, train.device and ",
+                                        "train.overlap_allreduce may differ)"),
                             detail::cat(section, ": hash ", section_hash(section)));
     check_same_everywhere(*all, detail::cat("the training set (", cfg.data.train, ")"), dataset_fingerprint(train_set));
     check_same_everywhere(*all, detail::cat("the validation set (", cfg.data.val, ")"), dataset_fingerprint(val_set));

@@ -278,6 +278,9 @@ TEST_CASE("mpirun: processes with another config, other images or a stale checkp
   const std::vector<Case> cases = {
       {"config", "--set train.lr=0.01", "", "disagree on the config's train: section"},
       {"images", "--set data.train=" + (dir / "train_less").string(), "", "disagree on the training set ("}};
+  // How a node reads its data is its own: another data.workers and data.cache on rank 1 trains.
+  REQUIRE(run("timeout 120 " + on_rank1("--set data.workers=0 --set data.cache=true", "", dir / "run_reading"),
+              dir / "reading.log") == 0);
   for (const Case& c : cases) {
     INFO(c.name);
     const auto out = dir / ("run_" + c.name);
