@@ -461,9 +461,14 @@ void check_replaceable(const fs::path& dir) {
 // RENAME_EXCHANGE), so that a reader sees the old export or the new one,
 // never a mix; the old one is then removed.
 void publish(const fs::path& staged, const fs::path& dir) {
-  if (!fs::exists(dir)) return fs::rename(staged, dir);
+  // (the staged folder's own entries were synced by the writers of its two files)
+  if (!fs::exists(dir)) {
+    fs::rename(staged, dir);
+    return sync_parent_folder(dir.string());
+  }
   QAT_CHECK(::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0, "export: cannot ",
             "replace ", dir.string(), " with ", staged.string(), ": ", std::strerror(errno));
+  sync_parent_folder(dir.string());
   fs::remove_all(staged);  // now the old export
 }
 

@@ -420,6 +420,7 @@ void restore_best_checkpoint(const std::string& run_dir, const RunState& state) 
   if (fd >= 0) ::close(fd);
   if (!ec && !synced) ec = std::error_code(errno, std::generic_category());
   if (!ec) fs::rename(tmp, best, ec);
+  if (!ec) sync_parent_folder(best);
   if (ec) {
     std::error_code ignored;
     fs::remove(tmp, ignored);

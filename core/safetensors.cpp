@@ -165,6 +165,7 @@ void save_safetensors(const std::string& path, const TensorMap& tensors, const M
     std::remove(tmp.c_str());
     QAT_FAIL("save_safetensors '", path, "': write failed: ", std::strerror(err));
   }
+  sync_parent_folder(path);
 }
 
 namespace {

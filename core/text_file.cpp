@@ -1,5 +1,6 @@
 #include "core/text_file.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -52,10 +53,19 @@ void write_text_file_atomic(const std::string& path, const std::string& text) {
   int err = errno;
   if (std::fclose(f) != 0 && ok) ok = false, err = errno;
   if (ok && std::rename(tmp.c_str(), path.c_str()) != 0) ok = false, err = errno;
+  if (ok) sync_parent_folder(path);
   if (!ok) {
     std::remove(tmp.c_str());
     QAT_FAIL("cannot write '", path, "': ", std::strerror(err));
   }
+}
+
+void sync_parent_folder(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const int fd = ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;
+  (void)::fsync(fd);
+  ::close(fd);
 }
 
 std::string temporary_tag() {

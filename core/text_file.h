@@ -27,6 +27,11 @@ void write_text_file_atomic(const std::string& path, const std::string& text);
 // cannot see their processes). A tag without a host (qat before the host was
 // recorded) counts as this host's. Returns how many it removed.
 int remove_dead_temporaries(const std::string& folder, const std::string& prefix);
+// After a rename into `path`'s folder: fsyncs the folder, so that the new
+// name survives a power loss as the file's bytes (fsynced before) do. Best
+// effort: a file system that cannot fsync a folder is not an error.
+void sync_parent_folder(const std::string& path);
+
 // "<pid>@<host>": this process and this host's name (characters other than
 // letters, digits, '-' and '.' written '_').
 std::string temporary_tag();
