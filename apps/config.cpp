@@ -219,6 +219,20 @@ std::string config_hash_data_apart(const ExperimentConfig& cfg) {
   return config_hash(c);
 }
 
+std::vector<std::pair<std::string, std::string>> config_section_hashes(const ExperimentConfig& cfg) {
+  ExperimentConfig model, data, train, quant;
+  model.model = cfg.model;
+  data.data = cfg.data;
+  data.data.workers = DataConfig{}.workers, data.data.prefetch = DataConfig{}.prefetch;
+  data.data.cache = DataConfig{}.cache;
+  train.train = cfg.train;
+  quant.quant = cfg.quant;
+  return {{"model", config_hash_data_apart(model)},
+          {"data", config_hash_data_apart(data)},
+          {"train", config_hash_data_apart(train)},
+          {"quant", config_hash_data_apart(quant)}};
+}
+
 std::string config_hash(const ExperimentConfig& cfg) {
   ExperimentConfig c = cfg;
   c.output.dir.clear();

@@ -195,5 +195,10 @@ std::string config_hash(const ExperimentConfig& cfg);
 // experiment on data read from another place (a moved dataset, a node's own
 // copy). Recorded in checkpoints as "config_hash_data_apart".
 std::string config_hash_data_apart(const ExperimentConfig& cfg);
+// {section, hash of that section alone} for model, data, train and quant,
+// leaving out what config_hash_data_apart does and how the data are read
+// (data.workers, data.prefetch, data.cache): what the processes of a
+// data-parallel run must agree on, section by section.
+std::vector<std::pair<std::string, std::string>> config_section_hashes(const ExperimentConfig& cfg);
 
 }  // namespace qat::apps

@@ -11,10 +11,15 @@
 namespace qat::apps {
 
 namespace {
-uint64_t fnv1a(const std::string& text, uint64_t h = 1469598103934665603ULL) {
-  for (const char ch : text) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ULL;
+constexpr uint64_t kFnvStart = 1469598103934665603ULL;
+
+// FNV-1a, 64 bits, continued from h over n bytes.
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = kFnvStart) {
+  const auto* b = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ULL;
   return h;
 }
+uint64_t fnv1a(const std::string& text, uint64_t h = kFnvStart) { return fnv1a(text.data(), text.size(), h); }
 
 // Whether the 64-bit `h` is the same on every process (each process gets the same answer).
 bool same_everywhere(Collective& all, uint64_t h) {
@@ -139,18 +144,17 @@ void average_int8_statistics(const std::vector<quant::Int8Layer>& layers, Collec
 }
 
 void check_same_state(const TensorMap& state, Collective& all, const std::string& when) {
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a over names and bytes, in name order
+  uint64_t h = kFnvStart;  // over names and bytes, in name order
   for (const auto& [name, t] : state) {
-    for (const char ch : name) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ULL;
+    h = fnv1a(name, h);
     const Tensor c = t.contiguous();
     const auto* b = static_cast<const unsigned char*>(c.impl_ptr()->storage->data) +
                     static_cast<size_t>(c.impl_ptr()->offset) * dtype_size(c.dtype());
-    for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ b[i]) * 1099511628211ULL;
+    h = fnv1a(b, c.nbytes(), h);
   }
   QAT_CHECK(same_everywhere(all, h), "data-parallel: the processes hold different models ", when,
             " (their parameters, buffers or optimizer state differ); stopping");
 }
-
 
 void check_same_everywhere(Collective& all, const std::string& what, const std::string& value) {
   if (same_everywhere(all, fnv1a(value))) return;
@@ -161,7 +165,7 @@ void check_same_everywhere(Collective& all, const std::string& what, const std::
 }
 
 std::string dataset_fingerprint(const data::ImageFolder& folder) {
-  uint64_t h = 1469598103934665603ULL;
+  uint64_t h = kFnvStart;
   const std::filesystem::path root(folder.root());
   for (int64_t i = 0; i < folder.size(); ++i) {
     h = fnv1a(std::filesystem::path(folder.path(i)).lexically_relative(root).generic_string(), h);

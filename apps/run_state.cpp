@@ -108,9 +108,9 @@ Metadata run_state_metadata(Module& model, const Optimizer* optimizer, const Run
              {"config_hash", config_hash},
              {"config_hash_data_apart", apps::config_hash_data_apart(cfg)}};
   if (s.best_epoch > 0) m["best_epoch"] = std::to_string(s.best_epoch);
-  if (!s.epoch_csv_row.empty()) {
-    m["metrics_csv_row"] = s.epoch_csv_row;
-    m["metrics_jsonl_row"] = s.epoch_jsonl_row;
+  if (!s.epoch_rows.empty()) {
+    m["metrics_csv_row"] = s.epoch_rows.csv;
+    m["metrics_jsonl_row"] = s.epoch_rows.jsonl;
   }
   const auto gens = model_generators(model);
   for (size_t i = 0; i < gens.size(); ++i) m["generator" + std::to_string(i)] = hex_state(*gens[i]);
@@ -209,7 +209,7 @@ RunState parse_progress(const Metadata& m, const std::string& path) {
   const auto csv = m.find("metrics_csv_row"), jsonl = m.find("metrics_jsonl_row");
   QAT_CHECK((csv == m.end()) == (jsonl == m.end()), "checkpoint ", path,
             ": metadata holds one of metrics_csv_row and metrics_jsonl_row without the other");
-  if (csv != m.end()) s.epoch_csv_row = csv->second, s.epoch_jsonl_row = jsonl->second;
+  if (csv != m.end()) s.epoch_rows = {csv->second, jsonl->second};
   return s;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "apps/config.h"
+#include "apps/metrics_log.h"
 #include "layers/module.h"
 #include "optim/optimizer.h"
 
@@ -23,7 +24,7 @@ struct RunState {
   // Epoch `epoch`'s rows of metrics.csv / metrics.jsonl (metadata
   // "metrics_csv_row", "metrics_jsonl_row"; empty: none recorded): a resume
   // appends them where the log lacks them (Note [epoch end order]).
-  std::string epoch_csv_row, epoch_jsonl_row;
+  MetricsRows epoch_rows;
   // Read back only (load_run_state): the loaded checkpoint's "model_sha256", empty if none.
   std::string loaded_model_sha256;
   double epoch_loss_sum = 0;

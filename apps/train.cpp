@@ -534,25 +534,13 @@ int run_train(const TrainArgs& args) {
   QAT_CHECK(val_set.classes() == train_set.classes(), "config ", cfg.source_path, ": the class folders of ",
             cfg.data.val, " differ from those of ", cfg.data.train);
   if (all) {  // Note [same run everywhere]; the data folders may lie elsewhere on another node
-    // Section by section, so that the error names the one that differs (each a hash of that section alone).
-    const auto section_hash = [&](const char* name) {
-      ExperimentConfig only;
-      if (std::string(name) == "model") only.model = cfg.model;
-      if (std::string(name) == "data") {  // how a node reads its data is its own business, not the experiment
-        only.data = cfg.data;
-        only.data.workers = DataConfig{}.workers, only.data.prefetch = DataConfig{}.prefetch;
-        only.data.cache = DataConfig{}.cache;
-      }
-      if (std::string(name) == "train") only.train = cfg.train;
-      if (std::string(name) == "quant") only.quant = cfg.quant;
-      return config_hash_data_apart(only);
-    };
-    for (const char* section : {"model", "data", "train", "quant"})
+    // Section by section, so that the error names the one that differs.
+    for (const auto& [section, hash] : config_section_hashes(cfg))
       check_same_everywhere(*all,
                             detail::cat("the config's ", section, ": section (data folders, data.workers, ",
                                         "data.prefetch, data.cache, output.dir, train.threads, train.device and ",
                                         "train.overlap_allreduce may differ)"),
-                            detail::cat(section, ": hash ", section_hash(section)));
+                            detail::cat(section, ": hash ", hash));
     check_same_everywhere(*all, detail::cat("the training set (", cfg.data.train, ")"), dataset_fingerprint(train_set));
     check_same_everywhere(*all, detail::cat("the validation set (", cfg.data.val, ")"), dataset_fingerprint(val_set));
   }
@@ -598,7 +586,7 @@ int run_train(const TrainArgs& args) {
     // lacks and regains the checkpoint's own epoch (Note [epoch end order]).
     bool restored = false;
     const int64_t dropped =
-        truncate_metrics(run_dir, state.epoch, {state.epoch_csv_row, state.epoch_jsonl_row}, &restored);
+        truncate_metrics(run_dir, state.epoch, state.epoch_rows, &restored);
     if (dropped > 0 && !args.resume_dir.empty())
       std::printf("metrics: dropped %lld row(s) past the checkpoint's epoch %lld (or cut short)\n",
                   static_cast<long long>(dropped), static_cast<long long>(state.epoch));
@@ -750,13 +738,12 @@ int run_train(const TrainArgs& args) {
     state.next_epoch();
     const bool best = v.top1 > state.best_top1;
     if (best) state.best_top1 = v.top1, state.best_epoch = state.epoch;
-    const MetricsRows rows = metrics_rows(m);
-    state.epoch_csv_row = rows.csv, state.epoch_jsonl_row = rows.jsonl;
+    state.epoch_rows = metrics_rows(m);
     if (lead) {  // Note [epoch end order]
       const Metadata meta = run_state_metadata(*model, optimizer.get(), state, cfg);  // one digest for both files
       save_checkpoint(run_dir + "/last.safetensors", *model, optimizer.get(), meta);
       if (best) save_checkpoint(run_dir + "/best.safetensors", *model, optimizer.get(), meta);
-      append_metrics(run_dir, rows);
+      append_metrics(run_dir, state.epoch_rows);
     }
   }
   std::printf("done: best val top-1 %.2f%%; checkpoints in %s\n", 100 * state.best_top1, run_dir.c_str());

@@ -1,6 +1,7 @@
 #include "quant/sim/grad_quant.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -237,7 +238,8 @@ float max_abs(const float* g, int64_t n) {
   return m;
 }
 
-float usable_clip_min(int bits) {
+namespace {
+float least_usable_clip(int bits) {
   const int qmax = grad_qmax(bits);
   // The least step with a finite inverse, then the least clip giving at least that step.
   float step = 1.0f / std::numeric_limits<float>::max();
@@ -245,6 +247,17 @@ float usable_clip_min(int bits) {
   float c = step * static_cast<float>(qmax);
   while (!std::isfinite(1.0f / (c / static_cast<float>(qmax)))) c = std::nextafter(c, 1.0f);
   return c;
+}
+}  // namespace
+
+float usable_clip_min(int bits) {
+  grad_qmax(bits);  // checks bits in [2, 8]
+  static const std::array<float, 9> least = [] {
+    std::array<float, 9> a{};
+    for (int b = 2; b <= 8; ++b) a[static_cast<size_t>(b)] = least_usable_clip(b);
+    return a;
+  }();
+  return least[static_cast<size_t>(bits)];
 }
 
 float usable_clip(float c, int bits) { return c >= usable_clip_min(bits) ? c : 0.0f; }
