@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/aligned_vector.h"
 #include "core/error.h"
 #include "quant/integer/amx_tiles.h"
 
@@ -86,7 +87,7 @@ void run(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, 
     t.configure(full_tiles());
     // Zeroed once; in a last, partial panel the rows past M hold zeros or an
     // earlier panel's rows: they reach only C rows that are dropped.
-    std::vector<uint8_t> panel(static_cast<size_t>(kBlock * kp), 0);
+    AlignedVector<uint8_t> panel(static_cast<size_t>(kBlock * kp), 0);  // rows of kp bytes: tile loads on cache lines
     alignas(64) int32_t c[kBlock][kBlock];
     int64_t packed_rows_of = -1;
 #pragma omp for schedule(static)

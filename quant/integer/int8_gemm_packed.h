@@ -15,13 +15,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/aligned_vector.h"
 #include "quant/integer/int8_gemm.h"
 
 namespace qat::quant {
 
 struct PackedB {
   int64_t N = 0, K = 0, K4 = 0;  // K4 = ceil(K / 4)
-  std::vector<int8_t> data;      // [N / 16][K4][16][4], zero beyond K; then 1 KiB of slack (AMX tiles)
+  // [N / 16][K4][16][4], zero beyond K; then 1 KiB of slack (AMX tiles).
+  // 64-byte aligned: every kernel loads it in 64-byte rows.
+  AlignedVector<int8_t> data;
   bool empty() const { return data.empty(); }
 };
 
