@@ -42,10 +42,11 @@ void pack_panel(const uint8_t* A, int64_t lda, int64_t rows, int64_t K, int64_t 
   }
 }
 
-// One 32 x 32 block of C (na tiles of A rows, nb of B columns) into c[32][32].
+// One 32 x 32 block of C (na tiles of A rows, nb of B columns) into c, a
+// row stride of ldc bytes apart; the A panel's rows are kp bytes apart.
 template <int NA, int NB, class Tiles>
 void block(Tiles& t, const uint8_t* panel, int64_t kp, const int8_t* b0, const int8_t* b1, int64_t kblocks,
-           int32_t (*c)[kBlock]) {
+           int32_t* c, int64_t ldc) {
   t.template zero<kC00>();
   if constexpr (NB > 1) t.template zero<kC01>();
   if constexpr (NA > 1) t.template zero<kC10>();
@@ -63,62 +64,92 @@ void block(Tiles& t, const uint8_t* panel, int64_t kp, const int8_t* b0, const i
       if constexpr (NA > 1) t.template dpbusd<kC11, kA1, kB1>();
     }
   }
-  constexpr int64_t ldc = kBlock * sizeof(int32_t);
-  t.template store<kC00>(&c[0][0], ldc);
-  if constexpr (NB > 1) t.template store<kC01>(&c[0][kTileRows], ldc);
-  if constexpr (NA > 1) t.template store<kC10>(&c[kTileRows][0], ldc);
-  if constexpr (NA > 1 && NB > 1) t.template store<kC11>(&c[kTileRows][kTileRows], ldc);
+  const int64_t lower = kTileRows * (ldc / static_cast<int64_t>(sizeof(int32_t)));  // C's row 16
+  t.template store<kC00>(c, ldc);
+  if constexpr (NB > 1) t.template store<kC01>(c + kTileRows, ldc);
+  if constexpr (NA > 1) t.template store<kC10>(c + lower, ldc);
+  if constexpr (NA > 1 && NB > 1) t.template store<kC11>(c + lower + kTileRows, ldc);
+}
+
+// Where A's rows can be read in place by the tile loads: whole 64-byte
+// groups of K (so that no tile reaches past a row of A, nor past a 16-channel
+// block of B) on cache-line-aligned rows; s8 A (kFlip) is always copied.
+template <bool kFlip>
+bool a_in_place(const uint8_t* A, int64_t lda, int64_t K) {
+  return !kFlip && K % kTileBytes == 0 && lda % kTileBytes == 0 && reinterpret_cast<uintptr_t>(A) % kTileBytes == 0;
 }
 
 // Every 32 x 32 block of C = A B^T (first n columns), handed to
-// sink(m0, rows, n0, cols, c) as it is done. Threads share the blocks
-// row-panel-major (a thread packs each panel of A once for its run of
-// blocks) when the work is large and no parallel region encloses the call.
+// sink(m0, rows, n0, cols, c) as it is done, except that full blocks go
+// straight from the tiles into C (ldc int32 apart) where C is given.
+// Threads share the blocks row-panel-major (a thread copies each panel of A
+// once for its run of blocks, where A is not read in place) when the work is
+// large and no parallel region encloses the call.
 template <class Tiles, bool kFlip, class Sink>
-void run(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, const Sink& sink) {
+void run(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, int32_t* C, int64_t ldc,
+         const Sink& sink) {
   const int64_t kblocks = round_up(B.K4, kTileRows) / kTileRows, kp = kblocks * kTileBytes;
   const int64_t nblocks16 = (n + kTileRows - 1) / kTileRows, col_blocks = (nblocks16 + 1) / 2;
   const int64_t row_blocks = (M + kBlock - 1) / kBlock, items = row_blocks * col_blocks;
   const int64_t bstride = B.K4 * kTileBytes;  // bytes between 16-channel blocks
+  const bool in_place = a_in_place<kFlip>(A, lda, B.K);
   const bool parallel = M * n * B.K >= (int64_t{1} << 20) && !omp_in_parallel() && items > 1;
 #pragma omp parallel if (parallel)
   {
     Tiles t;
     t.configure(full_tiles());
-    // Zeroed once; in a last, partial panel the rows past M hold zeros or an
-    // earlier panel's rows: they reach only C rows that are dropped.
-    AlignedVector<uint8_t> panel(static_cast<size_t>(kBlock * kp), 0);  // rows of kp bytes: tile loads on cache lines
+    // Per thread, kept between calls (a fresh one would be allocated and
+    // zeroed on every call: a convolution makes one per chunk of positions).
+    thread_local AlignedVector<uint8_t> panel_buffer;
+    if (panel_buffer.size() < static_cast<size_t>(kBlock * kp)) panel_buffer.resize(static_cast<size_t>(kBlock * kp));
     alignas(64) int32_t c[kBlock][kBlock];
     int64_t packed_rows_of = -1;
+    const uint8_t* panel = nullptr;
+    int64_t panel_stride = kp;
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t rb = item / col_blocks, cb = item % col_blocks;
       const int64_t m0 = rb * kBlock, rows = std::min(kBlock, M - m0);
-      if (rb != packed_rows_of) pack_panel<kFlip>(A + m0 * lda, lda, rows, B.K, kp, panel.data()), packed_rows_of = rb;
+      if (rb != packed_rows_of) {
+        packed_rows_of = rb;
+        if (in_place && rows == kBlock) {
+          panel = A + m0 * lda, panel_stride = lda;
+        } else {
+          // A last, partial panel: the rows past M are zero (they reach only
+          // C rows that are dropped; zero keeps the emulation's sums small).
+          pack_panel<kFlip>(A + m0 * lda, lda, rows, B.K, kp, panel_buffer.data());
+          std::memset(panel_buffer.data() + rows * kp, 0, static_cast<size_t>((kBlock - rows) * kp));
+          panel = panel_buffer.data(), panel_stride = kp;
+        }
+      }
       const int64_t j0 = 2 * cb, n0 = j0 * kTileRows, cols = std::min(kBlock, n - n0);
       const int8_t* b0 = B.data.data() + j0 * bstride;
       const bool two_a = rows > kTileRows, two_b = j0 + 1 < nblocks16;
       const int8_t* b1 = two_b ? b0 + bstride : b0;
-      if (two_a && two_b) block<2, 2>(t, panel.data(), kp, b0, b1, kblocks, c);
-      else if (two_a) block<2, 1>(t, panel.data(), kp, b0, b1, kblocks, c);
-      else if (two_b) block<1, 2>(t, panel.data(), kp, b0, b1, kblocks, c);
-      else block<1, 1>(t, panel.data(), kp, b0, b1, kblocks, c);
-      sink(m0, rows, n0, cols, c);
+      const bool direct = C != nullptr && rows == kBlock && cols == kBlock;
+      int32_t* out = direct ? C + m0 * ldc + n0 : &c[0][0];
+      const int64_t out_stride = (direct ? ldc : kBlock) * static_cast<int64_t>(sizeof(int32_t));
+      if (two_a && two_b) block<2, 2>(t, panel, panel_stride, b0, b1, kblocks, out, out_stride);
+      else if (two_a) block<2, 1>(t, panel, panel_stride, b0, b1, kblocks, out, out_stride);
+      else if (two_b) block<1, 2>(t, panel, panel_stride, b0, b1, kblocks, out, out_stride);
+      else block<1, 1>(t, panel, panel_stride, b0, b1, kblocks, out, out_stride);
+      if (!direct) sink(m0, rows, n0, cols, c);
     }
     t.release();
   }
 }
 
 template <bool kFlip, class Sink>
-void dispatch(bool emulate, int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, const Sink& sink) {
+void dispatch(bool emulate, int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, int32_t* C,
+              int64_t ldc, const Sink& sink) {
   QAT_CHECK(emulate || amx_hardware_usable(), "AMX GEMM: this CPU (or its kernel) does not allow AMX tiles");
   QAT_CHECK(B.N % kTileRows == 0 && n <= B.N && lda >= B.K &&
                 static_cast<int64_t>(B.data.size()) >= B.N * B.K4 * 4 + kTileRows * kTileBytes,
             "AMX GEMM: bad packed operand (N=", B.N, ", K=", B.K, ", n=", n, ", lda=", lda,
             "; packed by pack_b_vnni / pack_b_vnni_transposed?)");
   if (M == 0 || n == 0) return;
-  if (emulate) run<EmulatedTiles, kFlip>(M, A, lda, B, n, sink);
-  else run<HardwareTiles, kFlip>(M, A, lda, B, n, sink);
+  if (emulate) run<EmulatedTiles, kFlip>(M, A, lda, B, n, C, ldc, sink);
+  else run<HardwareTiles, kFlip>(M, A, lda, B, n, C, ldc, sink);
 }
 
 }  // namespace
@@ -130,8 +161,8 @@ void gemm_s32(bool emulate, bool flip, int64_t M, const uint8_t* A, int64_t lda,
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(C + (m0 + r) * ldc + n0, c[r], static_cast<size_t>(cols) * sizeof(int32_t));
   };
-  if (flip) dispatch<true>(emulate, M, A, lda, B, n, sink);
-  else dispatch<false>(emulate, M, A, lda, B, n, sink);
+  if (flip) dispatch<true>(emulate, M, A, lda, B, n, C, ldc, sink);
+  else dispatch<false>(emulate, M, A, lda, B, n, C, ldc, sink);
 }
 
 void gemm_dequant(bool emulate, int64_t M, const int8_t* A, int64_t lda, const PackedB& B, const DequantEpilogue& e,
@@ -140,7 +171,7 @@ void gemm_dequant(bool emulate, int64_t M, const int8_t* A, int64_t lda, const P
   auto sink = [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const int32_t (*c)[kBlock]) {
     e.store(c[0], kBlock, m0, rows, n0, cols, out, ldo);
   };
-  dispatch<true>(emulate, M, reinterpret_cast<const uint8_t*>(A), lda, B, e.n, sink);
+  dispatch<true>(emulate, M, reinterpret_cast<const uint8_t*>(A), lda, B, e.n, nullptr, 0, sink);
 }
 
 }  // namespace qat::quant::amx

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/aligned_vector.h"
 #include "quant/integer/int_op.h"
 #include "quant/integer/ops/common.h"
 #include "quant/integer/ops/matmul.h"
@@ -39,7 +40,7 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   const bool padded = !direct && im2row_padded_applies(shape);
   const size_t rows_bytes = direct ? 0 : static_cast<size_t>(chunk * K + (padded ? kIm2RowSlack : 0));
   const size_t padded_bytes = padded ? static_cast<size_t>(padded_image_bytes(shape)) : 0;
-  auto one_image = [&](int64_t n, std::vector<uint8_t>& rows, std::vector<int32_t>& acc, std::vector<uint8_t>& pimg) {
+  auto one_image = [&](int64_t n, AlignedVector<uint8_t>& rows, AlignedVector<int32_t>& acc, std::vector<uint8_t>& pimg) {
     const uint8_t* img = xd + n * H * W * C;
     if (padded) pad_image_u8(img, shape, pad, pimg.data());
     for (int64_t p0 = 0; p0 < P; p0 += chunk) {
@@ -58,15 +59,17 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   // No enclosing parallel region in the per-GEMM case: the GEMM parallelises
   // itself only outside one (a nested team would run on one thread).
   if (!per_image_threads) {
-    std::vector<uint8_t> rows(rows_bytes), pimg(padded_bytes);
-    std::vector<int32_t> acc(static_cast<size_t>(chunk * CO));
+    AlignedVector<uint8_t> rows(rows_bytes);  // aligned: the AMX kernel reads whole rows of 64 bytes in place
+    std::vector<uint8_t> pimg(padded_bytes);
+    AlignedVector<int32_t> acc(static_cast<size_t>(chunk * CO));
     for (int64_t n = 0; n < N; ++n) one_image(n, rows, acc, pimg);
     return y;
   }
 #pragma omp parallel
   {
-    std::vector<uint8_t> rows(rows_bytes), pimg(padded_bytes);
-    std::vector<int32_t> acc(static_cast<size_t>(chunk * CO));
+    AlignedVector<uint8_t> rows(rows_bytes);  // aligned: the AMX kernel reads whole rows of 64 bytes in place
+    std::vector<uint8_t> pimg(padded_bytes);
+    AlignedVector<int32_t> acc(static_cast<size_t>(chunk * CO));
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) one_image(n, rows, acc, pimg);
   }

@@ -2,6 +2,7 @@
 // the reference equals a plain 64-bit dot product computed here.
 #include "tests/test_util.h"
 
+#include "core/aligned_vector.h"
 #include "core/cpu_features.h"
 #include "quant/integer/int8_gemm.h"
 #include "quant/integer/int8_gemm_packed.h"
@@ -132,12 +133,14 @@ TEST_CASE("the packed VNNI and AMX GEMMs equal the reference", "[quant][int8gemm
   // AMX blocks: 32 x 32 of C, 64 bytes of K (16 quads) a step; VNNI: 6 x 64;
   // AVX-VNNI: 6 x 16.
   for (const GemmKernel kern : packed_kernels_here())
-  for (int64_t K : {1, 3, 4, 5, 63, 64, 65, 363, 1024, 1025, 1600}) {
+  for (int64_t K : {1, 3, 4, 5, 63, 64, 65, 128, 363, 1024, 1025, 1600}) {
     for (int64_t M : {1, 5, 6, 7, 13, 16, 17, 31, 32, 33, 100}) {
       for (int64_t N : {16, 48, 64, 80, 192}) {
         if (!can_use_packed(kern, N)) continue;
         const int64_t lda = K + (M % 2 ? 3 : 0), ldc = N + (K % 2 ? 5 : 0);
-        std::vector<uint8_t> A(M * lda);
+        // Aligned: with K and lda multiples of 64 the AMX kernel reads A's
+        // full 32-row panels in place (and copies the last, partial one).
+        qat::AlignedVector<uint8_t> A(M * lda);
         std::vector<int8_t> B(N * K);
         for (auto& v : A) v = static_cast<uint8_t>(rng());
         for (auto& v : B) v = static_cast<int8_t>(rng());
