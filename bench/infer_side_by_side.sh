@@ -6,13 +6,8 @@
 # show what the best one buys), then PyTorch. Prints to stdout.
 # Usage: bash bench/infer_side_by_side.sh [rounds]
 set -u
-cd "$(dirname "$0")/.."
 ROUNDS=${1:-2}
-Q=${BUILD:-build}/qat
-PY=/usr/bin/python3
-echo "# $(date) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $(nproc) cores, qat $(git rev-parse --short HEAD), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
-echo "# AMX-INT8 in /proc/cpuinfo: $(grep -q -w amx_int8 /proc/cpuinfo && echo yes || echo no)"
-pick() { grep -E "$1" | sed "s/^/$2 /"; }
+source "$(dirname "$0")/sitting.sh"
 for r in $(seq "$ROUNDS"); do
   for rb in "128 32" "128 1" "224 32" "224 1"; do
     set -- $rb
@@ -21,6 +16,6 @@ for r in $(seq "$ROUNDS"); do
     for k in ${KERNELS:-avx512_vnni}; do
       $Q bench --infer --res "$1" --batch "$2" --threads 2 --no-profile --int8-kernel "$k" 2>&1 | pick "^infer int8" "qat $k"
     done
-    $PY bench/pytorch_int8_infer_bench.py --res "$1" --batch "$2" --threads 2 2>&1 | pick "img/s" "pytorch"
+    $PY bench/pytorch_int8_infer_bench.py --res "$1" --batch "$2" --threads 2 2>&1 | pick "img/s" ""
   done
 done

@@ -5,17 +5,13 @@
 # qat's INT8 training step beside its FP32 one. Prints to stdout.
 # Usage: bash bench/train_side_by_side.sh [rounds]
 set -u
-cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
-Q=${BUILD:-build}/qat
-PY=/usr/bin/python3
-echo "# $(date) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $(nproc) cores, qat $(git rev-parse --short HEAD), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
-pick() { grep -E "$1" | sed "s/^/$2 /"; }
+source "$(dirname "$0")/sitting.sh"
 for r in $(seq "$ROUNDS"); do
   echo "## round $r"
   $Q bench --threads 2 --steps 10 --no-profile --config configs/alexnet_w8a8_imagenette.yaml 2>&1 | pick "^kernels|img/s|qat/fp32" "qat    "
   for b in train qat; do
-    $PY bench/pytorch_${b}_bench.py --res 128 --batch 32 --threads 2 2>&1 | pick "img/s" "pytorch"
+    $PY bench/pytorch_${b}_bench.py --res 128 --batch 32 --threads 2 2>&1 | pick "img/s" ""
   done
   $Q bench --threads 2 --steps 10 --no-profile --config configs/alexnet_int8_imagenette.yaml 2>&1 | pick "img/s|int8/fp32" "qat i8 "
 done
