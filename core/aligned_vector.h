@@ -19,7 +19,8 @@ struct CacheLineAllocator {
   template <class U>
   CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
   T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
-  void deallocate(T* p, size_t n) noexcept { ::operator delete(p, n * sizeof(T), kAlign); }
+  // Unsized: Clang enables sized deallocation only with -fsized-deallocation.
+  void deallocate(T* p, size_t) noexcept { ::operator delete(p, kAlign); }
   template <class U>
   bool operator==(const CacheLineAllocator<U>&) const noexcept {
     return true;
