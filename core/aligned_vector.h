@@ -6,21 +6,21 @@
 // Rapids core: AMX tile loads of misaligned A and B ran the int8 GEMM's
 // inner loop at 0.36x the aligned speed).
 #include <cstddef>
-#include <new>
 #include <vector>
+
+#include "core/allocator.h"
 
 namespace qat {
 
 template <class T>
 struct CacheLineAllocator {
   using value_type = T;
-  static constexpr std::align_val_t kAlign{64};
   CacheLineAllocator() = default;
   template <class U>
   CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
-  // Unsized: Clang enables sized deallocation only with -fsized-deallocation.
-  void deallocate(T* p, size_t) noexcept { ::operator delete(p, kAlign); }
+  // The tensors' allocator: 64-byte aligned blocks, large ones cached.
+  T* allocate(size_t n) { return static_cast<T*>(cpu_allocate(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) noexcept { cpu_free(p, n * sizeof(T)); }
   template <class U>
   bool operator==(const CacheLineAllocator<U>&) const noexcept {
     return true;

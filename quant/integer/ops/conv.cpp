@@ -40,7 +40,20 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   const bool padded = !direct && im2row_padded_applies(shape);
   const size_t rows_bytes = direct ? 0 : static_cast<size_t>(chunk * K + (padded ? kIm2RowSlack : 0));
   const size_t padded_bytes = padded ? static_cast<size_t>(padded_image_bytes(shape)) : 0;
-  auto one_image = [&](int64_t n, AlignedVector<uint8_t>& rows, AlignedVector<int32_t>& acc, std::vector<uint8_t>& pimg) {
+  // A thread's buffers; rows aligned: the AMX kernel reads whole rows of 64 bytes in place.
+  struct Buffers {
+    AlignedVector<uint8_t> rows;
+    AlignedVector<int32_t> acc;
+    std::vector<uint8_t> pimg;
+  };
+  auto make_buffers = [&] {
+    return Buffers{AlignedVector<uint8_t>(rows_bytes), AlignedVector<int32_t>(static_cast<size_t>(chunk * CO)),
+                   std::vector<uint8_t>(padded_bytes)};
+  };
+  auto one_image = [&](int64_t n, Buffers& b) {
+    auto& rows = b.rows;
+    auto& acc = b.acc;
+    auto& pimg = b.pimg;
     const uint8_t* img = xd + n * H * W * C;
     if (padded) pad_image_u8(img, shape, pad, pimg.data());
     for (int64_t p0 = 0; p0 < P; p0 += chunk) {
@@ -59,19 +72,15 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   // No enclosing parallel region in the per-GEMM case: the GEMM parallelises
   // itself only outside one (a nested team would run on one thread).
   if (!per_image_threads) {
-    AlignedVector<uint8_t> rows(rows_bytes);  // aligned: the AMX kernel reads whole rows of 64 bytes in place
-    std::vector<uint8_t> pimg(padded_bytes);
-    AlignedVector<int32_t> acc(static_cast<size_t>(chunk * CO));
-    for (int64_t n = 0; n < N; ++n) one_image(n, rows, acc, pimg);
+    Buffers b = make_buffers();
+    for (int64_t n = 0; n < N; ++n) one_image(n, b);
     return y;
   }
 #pragma omp parallel
   {
-    AlignedVector<uint8_t> rows(rows_bytes);  // aligned: the AMX kernel reads whole rows of 64 bytes in place
-    std::vector<uint8_t> pimg(padded_bytes);
-    AlignedVector<int32_t> acc(static_cast<size_t>(chunk * CO));
+    Buffers b = make_buffers();
 #pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; ++n) one_image(n, rows, acc, pimg);
+    for (int64_t n = 0; n < N; ++n) one_image(n, b);
   }
   return y;
 }
