@@ -80,6 +80,13 @@ void check_across_keys(const ExperimentConfig& cfg, const Values& values) {
     value_of(values, file, "data.image_size")
         .fail("must be >= " + std::to_string(least) + " for model.name " + cfg.model.name +
               " (its convolutions and pools need that many pixels), got " + std::to_string(cfg.data.image_size));
+  if (cfg.quant.integer_forward && !cfg.quant.enabled)
+    value_of(values, file, "quant.integer_forward")
+        .fail("the integer forward is that of a quantized model: it needs quant.enabled: true");
+  if (cfg.quant.integer_forward && cfg.quant.int8_training.enabled)
+    value_of(values, file, "quant.integer_forward")
+        .fail("INT8 training's forward already runs on the integer GEMMs: drop quant.integer_forward, or set "
+              "quant.int8_training.enabled: false for float gradients");
   if (cfg.quant.int8_training.enabled && !cfg.quant.enabled)
     value_of(values, file, "quant.int8_training.enabled")
         .fail("INT8 training runs on a quantized model: it needs quant.enabled: true");
@@ -137,7 +144,7 @@ namespace {
 constexpr const char* kYamlHeader = "# qat experiment config (resolved: every key, defaults included)\n";
 
 // Every field but those in `skip` as YAML, sections nested.
-std::string fields_to_yaml(const ExperimentConfig& cfg, std::initializer_list<std::string_view> skip) {
+std::string fields_to_yaml(const ExperimentConfig& cfg, const std::vector<std::string_view>& skip) {
   YAML::Emitter e;
   e << YAML::BeginMap;
   std::vector<std::string> open;  // the sections currently open
@@ -241,9 +248,11 @@ std::string config_hash(const ExperimentConfig& cfg) {
   c.sweep.clear();
   // train.device and train.overlap_allreduce (how it runs, too) are left out
   // rather than reset: the text of runs recorded before the keys existed,
-  // and so their hash, stays the same.
-  const std::string text =
-      kYamlHeader + fields_to_yaml(c, {"train.device", "train.overlap_allreduce"}) + "\n";
+  // and so their hash, stays the same. quant.integer_forward changes the
+  // forward's rounding, so it counts, but only when on (the same reason).
+  std::vector<std::string_view> left_out{"train.device", "train.overlap_allreduce"};
+  if (!c.quant.integer_forward) left_out.push_back("quant.integer_forward");
+  const std::string text = kYamlHeader + fields_to_yaml(c, left_out) + "\n";
   // FNV-1a, 64 bits.
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char ch : text) {

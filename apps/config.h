@@ -149,6 +149,10 @@ struct QuantConfig {
   std::map<std::string, quant::LayerBits> overrides;  // per module name, e.g. features.0: {weight_bits: 8}
   std::string init_from;             // float checkpoint to start from (relative to the current directory)
   Int8TrainingConfig int8_training;
+  // quant.integer_forward: QAT layers compute their forward on the integer
+  // GEMMs, gradients staying QAT's (quant/sim/int8_ops.h, Note [integer
+  // forward of QAT layers]); INT8 training's forward already is.
+  bool integer_forward = false;
 };
 
 struct OutputConfig {

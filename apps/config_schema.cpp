@@ -289,6 +289,7 @@ std::vector<Field> quant_and_output_fields() {
       integer("quant.observer_off_epoch", QAT_CFG(quant.observer_off_epoch), 0),
       quant_overrides(),
       init_from(),
+      boolean("quant.integer_forward", QAT_CFG(quant.integer_forward)),
       boolean("quant.int8_training.enabled", QAT_CFG(quant.int8_training.enabled)),
       integer_in("quant.int8_training.gradient_bits", QAT_CFG(quant.int8_training.gradient_bits), 2, 8),
       enumeration("quant.int8_training.rounding", QAT_CFG(quant.int8_training.rounding)),

@@ -10,6 +10,7 @@ TrainingStep training_step_of(const ExperimentConfig& cfg) {
   step.learned_scales = cfg.quant.enabled && (cfg.quant.method == quant::QuantMethod::lsq ||
                                               cfg.quant.method == quant::QuantMethod::lsq_plus);
   step.int8 = cfg.quant.enabled && cfg.quant.int8_training.enabled;
+  step.integer_forward = cfg.quant.enabled && cfg.quant.integer_forward;
   return step;
 }
 
@@ -31,6 +32,7 @@ std::vector<DeviceOpSupport> training_ops(bool cuda_built) {
       {"Conv+BN folding (scale_channels)", cuda_built, UsedBy::quantized},  // core/ops/scale_channels.cu
       {"LSQ / LSQ+", cuda_built, UsedBy::learned_scales},                   // quant/sim/lsq.cu
       {"INT8 training's GEMMs and gradient quantizers", cuda_built, UsedBy::int8},  // quant/sim/int8_ops.cu
+      {"the integer forward of QAT layers", cuda_built, UsedBy::integer_forward},   // quant/sim/int8_ops.cu
   };
 }
 
@@ -40,6 +42,7 @@ bool step_uses(const TrainingStep& step, UsedBy used_by) {
     case UsedBy::quantized: return step.quantized;
     case UsedBy::learned_scales: return step.learned_scales;
     case UsedBy::int8: return step.int8;
+    case UsedBy::integer_forward: return step.integer_forward;
   }
   return true;
 }

@@ -21,13 +21,14 @@ struct TrainingStep {
   bool quantized = false;       // fake quantization with observers (quant.enabled)
   bool learned_scales = false;  // LSQ / LSQ+
   bool int8 = false;            // INT8 training's integer GEMMs (quant.int8_training)
+  bool integer_forward = false; // QAT layers' forward on the integer GEMMs (quant.integer_forward)
 };
 TrainingStep training_step_of(const ExperimentConfig& cfg);
 
 // The ops of a training step (forward, backward, update), which steps use
 // each, and whether each has a CUDA twin in this build (core/ops/cuda_twins.h,
 // optim/cuda_twins.h, quant/sim/cuda_twins.h).
-enum class UsedBy { every_step, quantized, learned_scales, int8 };
+enum class UsedBy { every_step, quantized, learned_scales, int8, integer_forward };
 struct DeviceOpSupport {
   const char* op;
   bool on_device;

@@ -490,6 +490,17 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
       std::printf("\n");
     }
   }
+  if (cfg.quant.integer_forward) {
+    const auto layers = quant::enable_integer_forward(*model);
+    if (print) {
+      std::printf("integer forward on:");
+      for (const auto& l : layers)
+        if (l.float_because.empty()) std::printf(" %s", l.name.c_str());
+      for (const auto& l : layers)
+        if (!l.float_because.empty()) std::printf("; %s float (%s)", l.name.c_str(), l.float_because.c_str());
+      std::printf("\n");
+    }
+  }
   return model;
 }
 

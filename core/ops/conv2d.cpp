@@ -435,4 +435,17 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                 });
 }
 
+TensorList conv2d_backward(const Tensor& gy, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
+                           const NeedGrad& need) {
+  QAT_PROFILE("conv2d.backward");
+  const Geometry g = check_and_measure(x, weight, Tensor(), p);
+  detail::check_gradient_device(gy, x.device(), "conv2d backward");
+  QAT_CHECK(gy.sizes() == Shape({g.n, g.o, g.oh, g.ow}), "conv2d backward: expected a gradient ",
+            Shape({g.n, g.o, g.oh, g.ow}), ", got ", gy.sizes());
+#if QAT_WITH_CUDA
+  if (x.device() == Device::cuda) return cuda_twin::conv2d_backward(gy, x, weight, p, need);  // core/ops/conv2d.cu
+#endif
+  return backward_impl(gy, x.contiguous(), weight.contiguous(), g, p, need);
+}
+
 }  // namespace qat

@@ -241,4 +241,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                 });
 }
 
+TensorList conv2d_backward(const Tensor& gy, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
+                           const NeedGrad& need) {
+  return backward(gy, x.contiguous(), weight.contiguous(), cuda_plan::plan_conv2d(x.sizes(), weight.sizes(), p), need);
+}
+
 }  // namespace qat::cuda_twin

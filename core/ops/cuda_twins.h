@@ -4,6 +4,7 @@
 // is on cuda; the twin shares the per-element rules of core/ops/math.h. CUDA
 // builds only (QAT_WITH_CUDA). What a twin saves for backward and how its
 // gradient is written (overwrite or accumulate) is what the op's header says.
+#include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops/math.h"
 #include "core/tensor.h"
@@ -17,6 +18,10 @@ Tensor relu(const Tensor& x);  // core/ops/relu.cu
 Tensor matmul(const Tensor& a, const Tensor& b);                                      // core/ops/linear.cu
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);             // core/ops/linear.cu
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);  // core/ops/conv2d.cu
+// Their backwards on their own (core/ops/linear.h, core/ops/conv2d.h).
+TensorList linear_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const NeedGrad& need);
+TensorList conv2d_backward(const Tensor& gy, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
+                           const NeedGrad& need);
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, bool training, float momentum, float eps);  // core/ops/batch_norm.cu
 

@@ -73,32 +73,40 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return record(out, "linear", {&x, &weight, &bias},
                 [sx = Saved(need_w ? xc : Tensor()), sw = Saved(need_x ? wc : Tensor())](const Tensor& g,
                                                                                       const NeedGrad& need) {
-                  QAT_PROFILE("linear.backward");
-                  Tensor gc = g.contiguous();
-                  const int64_t n = gc.size(0), out_f = gc.size(1);
-                  const float* pg = gc.data<float>();
-                  TensorList r(3);
-                  if (need[0]) {
-                    const Tensor& w = sw.get("linear");
-                    const int64_t in = w.size(1);
-                    r[0] = Tensor::empty({n, in});
-                    sgemm(false, false, n, in, out_f, 1.f, pg, out_f, w.data<float>(), in, 0.f, r[0].data<float>(), in);
-                  }
-                  if (need[1]) {
-                    const Tensor& xv = sx.get("linear");
-                    const int64_t in = xv.size(1);
-                    r[1] = Tensor::empty({out_f, in});
-                    sgemm(true, false, out_f, in, n, 1.f, pg, out_f, xv.data<float>(), in, 0.f, r[1].data<float>(),
-                          in);
-                  }
-                  if (need[2]) {
-                    r[2] = Tensor::zeros({out_f});
-                    float* pb = r[2].data<float>();
-                    for (int64_t i = 0; i < n; ++i)
-                      for (int64_t j = 0; j < out_f; ++j) pb[j] += pg[i * out_f + j];
-                  }
-                  return r;
+                  return linear_backward(g, need[1] ? sx.get("linear") : Tensor(),
+                                         need[0] ? sw.get("linear") : Tensor(), need);
                 });
+}
+
+TensorList linear_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const NeedGrad& need) {
+  QAT_PROFILE("linear.backward");
+#if QAT_WITH_CUDA
+  if (g.device() == Device::cuda) return cuda_twin::linear_backward(g, x, weight, need);  // core/ops/linear.cu
+#endif
+  detail::check_same_device("linear backward", {{"gradient", &g}, {"input", &x}, {"weight", &weight}});
+  Tensor gc = g.contiguous();
+  const int64_t n = gc.size(0), out_f = gc.size(1);
+  const float* pg = gc.data<float>();
+  TensorList r(3);
+  if (need[0]) {
+    const Tensor wc = weight.contiguous();
+    const int64_t in = wc.size(1);
+    r[0] = Tensor::empty({n, in});
+    sgemm(false, false, n, in, out_f, 1.f, pg, out_f, wc.data<float>(), in, 0.f, r[0].data<float>(), in);
+  }
+  if (need[1]) {
+    const Tensor xv = x.contiguous();
+    const int64_t in = xv.size(1);
+    r[1] = Tensor::empty({out_f, in});
+    sgemm(true, false, out_f, in, n, 1.f, pg, out_f, xv.data<float>(), in, 0.f, r[1].data<float>(), in);
+  }
+  if (need[2]) {
+    r[2] = Tensor::zeros({out_f});
+    float* pb = r[2].data<float>();
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < out_f; ++j) pb[j] += pg[i * out_f + j];
+  }
+  return r;
 }
 
 }  // namespace qat

@@ -97,36 +97,43 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
            {xc.device_data<float>(), wc.device_data<float>(), nullptr}, out.device_data<float>(), n);
   const bool need_x = any_requires_grad({&x}), need_w = any_requires_grad({&weight});
   return record(out, "linear", {&x, &weight, &bias},
-                [sx = Saved(need_w ? xc : Tensor()), sw = Saved(need_x ? wc : Tensor()), rows, in, out_f](
+                [sx = Saved(need_w ? xc : Tensor()), sw = Saved(need_x ? wc : Tensor()), rows, out_f](
                     const Tensor& g, const NeedGrad& need) {
                   QAT_CHECK(g.sizes() == Shape({rows, out_f}), "linear backward: expected a gradient (", rows, ",",
                             out_f, "), got ", g.sizes());
                   QAT_CHECK(g.device() == Device::cuda, "linear backward: expected all tensors on one device, but "
                             "output is on cuda and gradient is on ", device_name(g.device()));
-                  const Tensor gc = g.contiguous();
-                  GemmOperands operands;
-                  operands.grad = gc.device_data<float>();
-                  TensorList r(3);
-                  if (need[0]) {
-                    const Tensor& w = sw.get("linear");
-                    operands.rhs = w.device_data<float>();
-                    r[0] = Tensor::empty({rows, in}, DType::f32, Device::cuda);
-                    run_gemm(cuda_plan::linear_grad_input_plan(rows, in, out_f), operands, r[0].device_data<float>(),
-                             rows * in);
-                  }
-                  if (need[1]) {
-                    const Tensor& xv = sx.get("linear");
-                    operands.lhs = xv.device_data<float>();
-                    r[1] = Tensor::empty({out_f, in}, DType::f32, Device::cuda);
-                    run_gemm(cuda_plan::linear_grad_weight_plan(rows, in, out_f), operands, r[1].device_data<float>(),
-                             out_f * in);
-                  }
-                  if (need[2]) {
-                    r[2] = Tensor::empty({out_f}, DType::f32, Device::cuda);
-                    cuda::channel_sums<1>(GradientTerm{operands.grad}, rows, out_f, 1, r[2].device_data<float>());
-                  }
-                  return r;
+                  return linear_backward(g, need[1] ? sx.get("linear") : Tensor(),
+                                         need[0] ? sw.get("linear") : Tensor(), need);
                 });
+}
+
+TensorList linear_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const NeedGrad& need) {
+  detail::check_same_device("linear backward", {{"gradient", &g}, {"input", &x}, {"weight", &weight}});
+  const Tensor gc = g.contiguous();
+  const int64_t rows = gc.size(0), out_f = gc.size(1);
+  GemmOperands operands;
+  operands.grad = gc.device_data<float>();
+  TensorList r(3);
+  if (need[0]) {
+    const Tensor w = weight.contiguous();
+    const int64_t in = w.size(1);
+    operands.rhs = w.device_data<float>();
+    r[0] = Tensor::empty({rows, in}, DType::f32, Device::cuda);
+    run_gemm(cuda_plan::linear_grad_input_plan(rows, in, out_f), operands, r[0].device_data<float>(), rows * in);
+  }
+  if (need[1]) {
+    const Tensor xv = x.contiguous();
+    const int64_t in = xv.size(1);
+    operands.lhs = xv.device_data<float>();
+    r[1] = Tensor::empty({out_f, in}, DType::f32, Device::cuda);
+    run_gemm(cuda_plan::linear_grad_weight_plan(rows, in, out_f), operands, r[1].device_data<float>(), out_f * in);
+  }
+  if (need[2]) {
+    r[2] = Tensor::empty({out_f}, DType::f32, Device::cuda);
+    cuda::channel_sums<1>(GradientTerm{operands.grad}, rows, out_f, 1, r[2].device_data<float>());
+  }
+  return r;
 }
 
 }  // namespace qat::cuda_twin

@@ -4,6 +4,7 @@
 // rules are quant/sim/math.h's, the argument checks the op's own. CUDA builds
 // only (QAT_WITH_CUDA). Backward and what is saved: as the op's header says.
 #include <functional>
+#include <string>
 
 #include "core/tensor.h"
 #include "quant/sim/int8_math.h"
@@ -29,5 +30,10 @@ Tensor lsq_quantize(const char* op, const Tensor& v, const Tensor& step, const T
 Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
                   const int8_math::Geometry& g, const std::function<uint8_t()>& pad_of,
                   const std::shared_ptr<Int8GradState>& state);
+// ... and the values of its forward alone (QAT layers' integer forward, no
+// autograd history); who: the layer as the errors name it.
+Tensor int_forward_values(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
+                          const Tensor& bias, const int8_math::Geometry& g, const std::function<uint8_t()>& pad_of,
+                          const std::string& who);
 
 }  // namespace qat::quant::cuda_twin

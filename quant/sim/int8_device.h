@@ -416,18 +416,17 @@ Tensor input_gradient(Exec& ex, const Saved& sv, const Tensor& dy, Int8GradState
   return dx;
 }
 
-// The layer: x (N, C, H, W) or (N, K) on `grid`, wq (O, ...) the fake-quantized
-// weight with w_scale (O) or (1) (either device), bias (O) or undefined; all
-// but w_scale on Exec's device. Returns Y (N, O, OH, OW) (a linear layer's
-// OH = OW = 1). Errors as the CPU op's, naming the layer.
+// The forward of an integer layer: x (N, C, H, W) or (N, K) on `grid`, wq
+// (O, ...) the fake-quantized weight with w_scale (O) or (1) (either
+// device), bias (O) or undefined; all but w_scale on Exec's device. Returns
+// Y (N, O, OH, OW) (a linear layer's OH = OW = 1) and fills what the integer
+// backward keeps. Errors as the CPU op's, naming the layer (`who`).
 template <class Exec>
-Tensor int8_layer(Exec& ex, const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
-                  const Tensor& bias, const Geometry& g, const std::function<uint8_t()>& pad_of,
-                  const std::shared_ptr<Int8GradState>& state) {
-  const std::string& layer = state->layer();
+Tensor integer_forward(Exec& ex, Saved& sv, const Tensor& x, const ActGrid& grid, const Tensor& wq,
+                       const Tensor& w_scale, const Tensor& bias, const Geometry& g,
+                       const std::function<uint8_t()>& pad_of, const std::string& who) {
   const int64_t O = g.o, K = g.K(), M = g.M();
-  check_weight_scales(layer, w_scale.numel(), O);
-  Saved sv;
+  check_weight_scales(who, w_scale.numel(), O);
   sv.grid = grid, sv.g = g;
   sv.scales = channel_scales<Exec>(w_scale, O);
   // The weight's integers (first, as the CPU op).
@@ -441,7 +440,7 @@ Tensor int8_layer(Exec& ex, const Tensor& x, const ActGrid& grid, const Tensor& 
   for (int64_t o = 0; o < O; ++o)
     if (!ok.data<int32_t>()[o]) {
       const std::vector<float> row = wc.view({O, K}).narrow(0, o, 1).to(Device::cpu).contiguous().to_vector();
-      fail_weight_row_off_grid(layer, row.data(), K, o, sv.scales.to(Device::cpu).data<float>()[o]);
+      fail_weight_row_off_grid(who, row.data(), K, o, sv.scales.to(Device::cpu).data<float>()[o]);
     }
   // The input's integers.
   const Tensor xc = x.contiguous();
@@ -454,7 +453,7 @@ Tensor int8_layer(Exec& ex, const Tensor& x, const ActGrid& grid, const Tensor& 
   int64_t bad = -1;
   for (const int64_t b : host64<int64_t>(first_bad, slots))
     if (b >= 0 && (bad < 0 || b < bad)) bad = b;
-  if (bad >= 0) fail_input_off_grid(layer, xc.view({-1}).narrow(0, bad, 1).to(Device::cpu).data<float>()[0], bad, grid);
+  if (bad >= 0) fail_input_off_grid(who, xc.view({-1}).narrow(0, bad, 1).to(Device::cpu).data<float>()[0], bad, grid);
   const uint8_t pad = sv.pad = pad_of();
   // The forward GEMM.
   Tensor s = words64<Exec>(O), corr = words64<Exec>(O);
@@ -468,6 +467,27 @@ Tensor int8_layer(Exec& ex, const Tensor& x, const ActGrid& grid, const Tensor& 
           int8_math::ForwardStage{as64<int64_t, Exec>(rowsum), as64<double, Exec>(s), as64<double, Exec>(corr),
                                   bc.defined() ? Exec::template ptr<float>(bc) : nullptr, Exec::template ptr<float>(y),
                                   O, g.P()});
+  return y;
+}
+
+// The integer forward's values alone (no autograd history): the forward of
+// QAT layers under quant.integer_forward (int8_ops.h), whose backward is the
+// float op's.
+template <class Exec>
+Tensor integer_forward_values(Exec& ex, const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
+                              const Tensor& bias, const Geometry& g, const std::function<uint8_t()>& pad_of,
+                              const std::string& who) {
+  Saved sv;
+  return integer_forward(ex, sv, x, grid, wq, w_scale, bias, g, pad_of, who);
+}
+
+// INT8 training's layer: the integer forward, and the integer backward.
+template <class Exec>
+Tensor int8_layer(Exec& ex, const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
+                  const Tensor& bias, const Geometry& g, const std::function<uint8_t()>& pad_of,
+                  const std::shared_ptr<Int8GradState>& state) {
+  Saved sv;
+  Tensor y = integer_forward(ex, sv, x, grid, wq, w_scale, bias, g, pad_of, "int8 training: layer " + state->layer());
   return record(y, "int8_layer", {&x, &wq, &bias},
                 [ex, sv, state, xs = x.sizes(), ws = wq.sizes()](const Tensor& gy, const NeedGrad& need) mutable {
                   detail::check_gradient_device(gy, Exec::device, "int8_layer backward");

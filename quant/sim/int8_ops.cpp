@@ -199,7 +199,7 @@ bool is_1x1(const Geom& g) {
 // x on `grid` as integers u (N, C, H, W); a value more than 1e-3 steps off
 // the grid or outside [0, levels) is an error: the layer's input must be what
 // a quantizer produced.
-std::vector<uint8_t> input_integers(const Tensor& x, const ActGrid& grid, const std::string& layer) {
+std::vector<uint8_t> input_integers(const Tensor& x, const ActGrid& grid, const std::string& who) {
   QAT_PROFILE("int8_train.input_integers");
   const int64_t n = x.numel();
   std::vector<uint8_t> u(static_cast<size_t>(n));
@@ -216,7 +216,7 @@ std::vector<uint8_t> input_integers(const Tensor& x, const ActGrid& grid, const 
     }
     u[i] = static_cast<uint8_t>(r);
   }
-  if (bad >= 0) fail_input_off_grid(layer, px[bad], bad, grid);
+  if (bad >= 0) fail_input_off_grid(who, px[bad], bad, grid);
   return u;
 }
 
@@ -224,9 +224,9 @@ std::vector<uint8_t> input_integers(const Tensor& x, const ActGrid& grid, const 
 // that arrives fake-quantized (LSQ; the observed kinds give them directly,
 // FakeQuantizer::forward_codes).
 std::shared_ptr<QuantCodes> weight_integers(const Tensor& wq, const Tensor& w_scale, int64_t O, int64_t K,
-                                            const std::string& layer) {
+                                            const std::string& who) {
   QAT_PROFILE("int8_train.weight_integers");
-  check_weight_scales(layer, w_scale.numel(), O);
+  check_weight_scales(who, w_scale.numel(), O);
   auto r = std::make_shared<QuantCodes>();
   r->resize(O, K);
   const float* pw = wq.data<float>();
@@ -252,7 +252,7 @@ std::shared_ptr<QuantCodes> weight_integers(const Tensor& wq, const Tensor& w_sc
       if (bad < 0 || o < bad) bad = o;
     }
   }
-  if (bad >= 0) fail_weight_row_off_grid(layer, pw + bad * K, K, bad, r->scale[bad]);
+  if (bad >= 0) fail_weight_row_off_grid(who, pw + bad * K, K, bad, r->scale[bad]);
   return r;
 }
 
@@ -357,12 +357,12 @@ void im2col(const uint8_t* u, const Geom& g, uint8_t pad, int8_t* col) {
 
 // The real zero as the padding integer: convolutions pad with 0.0, which is
 // on the grid only when the zero point is an integer.
-uint8_t pad_integer(const ActGrid& grid, const Geom& g, const std::string& layer) {
+uint8_t pad_integer(const ActGrid& grid, const Geom& g, const std::string& who) {
   const double z = std::nearbyint(grid.zero);
   const bool padded = g.p.pad_h > 0 || g.p.pad_w > 0;
-  QAT_CHECK(!padded || (z == grid.zero && z >= 0 && z < grid.levels), "int8 training: layer ", layer,
+  QAT_CHECK(!padded || (z == grid.zero && z >= 0 && z < grid.levels), who,
             " pads its input, whose grid has the fractional zero point ", grid.zero,
-            " (LSQ+): 0.0 is not on it; use quant.method lsq or an observer, or keep_float: [", layer, "]");
+            " (LSQ+): 0.0 is not on it; use quant.method lsq or an observer, or keep the layer float (quant.int8_training.keep_float)");
   return static_cast<uint8_t>(std::clamp(z, 0.0, 255.0));
 }
 
@@ -789,30 +789,48 @@ TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const uint8
   return r;
 }
 
+// How an integer layer's errors name it.
+std::string int8_who(const std::string& layer) { return "int8 training: layer " + layer; }
+std::string int_forward_who(const std::string& layer) { return "quant.integer_forward: layer " + layer; }
+
+// The forward of an integer layer on the CPU: the input's integers (u, kept
+// where the backward wants them), the im2row rows where the packed weight
+// gradient wants them, and Y.
+struct IntForward {
+  std::shared_ptr<std::vector<uint8_t>> u;
+  Tensor rows;  // im2row rows, or undefined (a 1x1 layer's rows are u)
+  uint8_t pad = 0;
+  Tensor y;
+};
+IntForward integer_forward(const Tensor& x, const ActGrid& grid, const QuantCodes& wi, const Tensor& bias,
+                           const Geom& g, const std::string& who) {
+  QAT_CHECK(wi.rows == g.o && wi.cols == g.K(), who, ": weight codes of ", wi.rows, " x ", wi.cols,
+            " for a weight of ", g.o, " x ", g.K());
+  IntForward f;
+  f.u = std::make_shared<std::vector<uint8_t>>(input_integers(x.contiguous(), grid, who));
+  f.pad = pad_integer(grid, g, who);
+  // The im2row rows (a linear layer's are its input), kept for the packed
+  // weight gradient (a tensor: the caching allocator reuses its memory).
+  const uint8_t* rows = f.u->data();
+  if (!is_1x1(g)) {
+    f.rows = Tensor::empty({g.M() * g.K()}, DType::u8);
+    im2row(f.u->data(), g, f.pad, f.rows.data<uint8_t>());
+    rows = f.rows.data<uint8_t>();
+  }
+  f.y = forward_int(rows, grid, wi, bias.defined() ? bias.contiguous() : Tensor(), g);
+  return f;
+}
+
 // The layer on integer weights `wi`. w: the autograd input the weight
 // gradient goes to: wq itself (wi recovered from it), or the unquantized
 // weight (wi from forward_codes: the clipped STE applied here).
 Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& w, std::shared_ptr<const QuantCodes> wi,
                   bool apply_ste, const Tensor& bias, const Geom& g, const std::shared_ptr<Int8GradState>& state) {
-  const std::string& layer = state->layer();
-  QAT_CHECK(wi->rows == g.o && wi->cols == g.K(), "int8 training: layer ", layer, ": weight codes of ", wi->rows,
-            " x ", wi->cols, " for a weight of ", g.o, " x ", g.K());
-  auto u = std::make_shared<std::vector<uint8_t>>(input_integers(x.contiguous(), grid, layer));
-  const uint8_t pad = pad_integer(grid, g, layer);
-  // The im2row rows (a linear layer's are its input), kept for the packed
-  // weight gradient (a tensor: the caching allocator reuses its memory).
-  Tensor rows_t;
-  const uint8_t* rows = u->data();
-  if (!is_1x1(g)) {
-    rows_t = Tensor::empty({g.M() * g.K()}, DType::u8);
-    im2row(u->data(), g, pad, rows_t.data<uint8_t>());
-    rows = rows_t.data<uint8_t>();
-  }
-  Tensor y = forward_int(rows, grid, *wi, bias.defined() ? bias.contiguous() : Tensor(), g);
-  if (!(packed_weight_grad(g) && w.requires_grad())) rows_t = Tensor();  // not needed after the forward
-  return record(y, "int8_layer", {&x, &w, &bias},
-                [u, rows_t, wi, apply_ste, grid, g, pad, state, xs = x.sizes(), ws = w.sizes()](
-                    const Tensor& gy, const NeedGrad& need) {
+  IntForward f = integer_forward(x, grid, *wi, bias, g, int8_who(state->layer()));
+  if (!(packed_weight_grad(g) && w.requires_grad())) f.rows = Tensor();  // not needed after the forward
+  return record(f.y, "int8_layer", {&x, &w, &bias},
+                [u = f.u, rows_t = f.rows, wi, apply_ste, grid, g, pad = f.pad, state, xs = x.sizes(),
+                 ws = w.sizes()](const Tensor& gy, const NeedGrad& need) {
                   // (the kernel may have been changed since the forward: tests)
                   const uint8_t* kept = !packed_weight_grad(g) ? nullptr
                                         : rows_t.defined()     ? rows_t.data<uint8_t>()
@@ -828,29 +846,39 @@ Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& w, std::sh
                 });
 }
 
-void check_k(const Geom& g, const std::string& layer) {
-  QAT_CHECK(g.K() <= (int64_t{1} << 16) && g.o <= (int64_t{1} << 16), "int8 training: layer ", layer,
-            ": K = ", g.K(), " and ", g.o, " outputs must be <= 65536 (int32 accumulators)");
+void check_k(const Geom& g, const std::string& who) {
+  QAT_CHECK(g.K() <= (int64_t{1} << 16) && g.o <= (int64_t{1} << 16), who, ": K = ", g.K(), " and ", g.o,
+            " outputs must be <= 65536 (int32 accumulators)");
 }
 
-Geom conv_geom(const Tensor& x, const Tensor& w, const Conv2dParams& p, const std::string& layer) {
-  QAT_CHECK(x.dim() == 4 && w.dim() == 4 && p.groups == 1 && x.size(1) == w.size(1), "int8 training: layer ", layer,
+Geom conv_geom(const Tensor& x, const Tensor& w, const Conv2dParams& p, const std::string& who) {
+  QAT_CHECK(x.dim() == 4 && w.dim() == 4 && p.groups == 1 && x.size(1) == w.size(1), who,
             ": expected input (N,C,H,W) and weight (O,C,KH,KW) with groups 1, got ", x.sizes(), " and ", w.sizes(),
             " groups ", p.groups);
   Geom g{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), 0, 0, p};
   g.oh = conv_out_size(g.h, g.kh, p.stride_h, p.pad_h, p.dil_h, "int8_conv2d");
   g.ow = conv_out_size(g.w, g.kw, p.stride_w, p.pad_w, p.dil_w, "int8_conv2d");
-  check_k(g, layer);
+  check_k(g, who);
   return g;
 }
 
 // A linear layer is a 1x1 convolution of an (N, K, 1, 1) image.
-Geom linear_geom(const Tensor& x, const Tensor& w, const std::string& layer) {
-  QAT_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "int8 training: layer ", layer,
+Geom linear_geom(const Tensor& x, const Tensor& w, const std::string& who) {
+  QAT_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), who,
             ": expected input (N,K) and weight (O,K), got ", x.sizes(), " and ", w.sizes());
   Geom g{x.size(0), x.size(1), 1, 1, w.size(0), 1, 1, 1, 1, Conv2dParams{}};
-  check_k(g, layer);
+  check_k(g, who);
   return g;
+}
+
+// The device layers' operands: all on x's device.
+void check_one_device(const Tensor& x, const Tensor& wq, const Tensor& bias, const std::string& who) {
+  QAT_CHECK(wq.device() == x.device() && (!bias.defined() || bias.device() == x.device()), who,
+            ": the input is on ", device_name(x.device()), ", the weight on ", device_name(wq.device()),
+            bias.defined() ? std::string(" and the bias on ") + device_name(bias.device()) : std::string());
+#if !QAT_WITH_CUDA
+  QAT_FAIL(who, ": the input is on ", device_name(x.device()), " but this qat was built without CUDA");
+#endif
 }
 
 #if QAT_WITH_CUDA
@@ -864,54 +892,64 @@ int8_math::Geometry device_geometry(const Geom& g) {
 // the CPU op's checks.
 Tensor on_device(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
                  const Geom& g, const std::shared_ptr<Int8GradState>& state) {
-  const std::string& layer = state->layer();
-  QAT_CHECK(wq.device() == x.device() && (!bias.defined() || bias.device() == x.device()), "int8 training: layer ",
-            layer, ": the input is on ", device_name(x.device()), ", the weight on ", device_name(wq.device()),
-            bias.defined() ? std::string(" and the bias on ") + device_name(bias.device()) : std::string());
+  const std::string who = int8_who(state->layer());
+  check_one_device(x, wq, bias, who);
 #if QAT_WITH_CUDA
   // The padding's integer is checked after the weight and the input, as the CPU op does.
   return cuda_twin::int8_layer(x, grid, wq, w_scale, bias, device_geometry(g),
-                               [&] { return pad_integer(grid, g, layer); }, state);
+                               [&] { return pad_integer(grid, g, who); }, state);
 #else
-  QAT_FAIL("int8 training: layer ", layer, ": the input is on ", device_name(x.device()),
-           " but this qat was built without CUDA");
+  return Tensor();  // (check_one_device refused it)
 #endif
 }
 
 // The codes form on the device: the layers pass the fake-quantized weight
 // there (qat_modules.cpp: weight_codes), so this is a caller's mistake.
 void refuse_codes_on_device(const Tensor& x, const std::string& layer) {
-  QAT_CHECK(x.device() == Device::cpu, "int8 training: layer ", layer,
+  QAT_CHECK(x.device() == Device::cpu, int8_who(layer),
             ": weight codes are a CPU form; on cuda pass the fake-quantized weight and its scales");
 }
 
 std::shared_ptr<const QuantCodes> integers_of(const Tensor& wq, const Tensor& w_scale, const Geom& g,
-                                              const std::string& layer) {
-  return weight_integers(wq.contiguous(), w_scale.contiguous(), g.o, g.K(), layer);
+                                              const std::string& who) {
+  return weight_integers(wq.contiguous(), w_scale.contiguous(), g.o, g.K(), who);
+}
+
+// Y of the integer forward (Note [integer forward of QAT layers]) on x's device.
+Tensor integer_forward_values(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
+                              const Tensor& bias, const Geom& g, const std::string& who) {
+  if (x.device() == Device::cpu) return integer_forward(x, grid, *integers_of(wq, w_scale, g, who), bias, g, who).y;
+  check_one_device(x, wq, bias, who);
+#if QAT_WITH_CUDA
+  return cuda_twin::int_forward_values(x, grid, wq, w_scale, bias, device_geometry(g),
+                                       [&] { return pad_integer(grid, g, who); }, who);
+#else
+  return Tensor();  // (check_one_device refused it)
+#endif
 }
 
 }  // namespace
 
-void check_weight_scales(const std::string& layer, int64_t scales, int64_t out_channels) {
-  QAT_CHECK(scales == out_channels || scales == 1, "int8 training: layer ", layer, ": ", scales, " weight scales for ",
-            out_channels, " output channels");
+void check_weight_scales(const std::string& who, int64_t scales, int64_t out_channels) {
+  QAT_CHECK(scales == out_channels || scales == 1, who, ": ", scales, " weight scales for ", out_channels,
+            " output channels");
 }
 
-void fail_input_off_grid(const std::string& layer, float value, int64_t index, const ActGrid& grid) {
-  QAT_FAIL("int8 training: layer ", layer, ": input value ", value, " at index ", index,
-           " is not on its quantizer's grid (scale ", grid.scale, ", zero point ", grid.zero, ", ", grid.levels,
+void fail_input_off_grid(const std::string& who, float value, int64_t index, const ActGrid& grid) {
+  QAT_FAIL(who, ": input value ", value, " at index ", index, " is not on its quantizer's grid (scale ", grid.scale,
+           ", zero point ", grid.zero, ", ", grid.levels,
            " levels); only quantizers, max pooling, dropout, flatten and ReLU may sit between a quantizer and an "
-           "INT8 layer");
+           "integer layer");
 }
 
-void fail_weight_row_off_grid(const std::string& layer, const float* row, int64_t k, int64_t o, double s) {
+void fail_weight_row_off_grid(const std::string& who, const float* row, int64_t k, int64_t o, double s) {
   for (int64_t i = 0; i < k; ++i) {
     const double t = static_cast<double>(row[i]) / s, q = std::nearbyint(t);
-    QAT_CHECK(std::abs(t - q) <= 1e-3 && q >= -128 && q <= 127, "int8 training: layer ", layer, ": weight ", row[i],
-              " (row ", o, ") is not on its int8 grid of scale ", s);
+    QAT_CHECK(std::abs(t - q) <= 1e-3 && q >= -128 && q <= 127, who, ": weight ", row[i], " (row ", o,
+              ") is not on its int8 grid of scale ", s);
   }
   // (off in float only: at the 1e-3 edge, or 1 / s not finite)
-  QAT_FAIL("int8 training: layer ", layer, ": row ", o, " of the weight is not on its int8 grid of scale ", s);
+  QAT_FAIL(who, ": row ", o, " of the weight is not on its int8 grid of scale ", s);
 }
 
 void set_int8_training_kernel(std::optional<GemmKernel> kernel) {
@@ -923,26 +961,28 @@ void set_int8_training_kernel(std::optional<GemmKernel> kernel) {
 Tensor int8_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
                    const Conv2dParams& p, const std::shared_ptr<Int8GradState>& state) {
   QAT_PROFILE("int8_conv2d");
-  const Geom g = conv_geom(x, wq, p, state->layer());
+  const std::string who = int8_who(state->layer());
+  const Geom g = conv_geom(x, wq, p, who);
   if (x.device() != Device::cpu) return on_device(x, grid, wq, w_scale, bias, g, state);
-  return int8_layer(x, grid, wq, integers_of(wq, w_scale, g, state->layer()), false, bias, g, state);
+  return int8_layer(x, grid, wq, integers_of(wq, w_scale, g, who), false, bias, g, state);
 }
 
 Tensor int8_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& w, std::shared_ptr<const QuantCodes> codes,
                    const Tensor& bias, const Conv2dParams& p, const std::shared_ptr<Int8GradState>& state) {
   QAT_PROFILE("int8_conv2d");
   refuse_codes_on_device(x, state->layer());
-  const Geom g = conv_geom(x, w, p, state->layer());
+  const Geom g = conv_geom(x, w, p, int8_who(state->layer()));
   return int8_layer(x, grid, w, std::move(codes), true, bias, g, state);
 }
 
 Tensor int8_linear(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
                    const std::shared_ptr<Int8GradState>& state) {
   QAT_PROFILE("int8_linear");
-  const Geom g = linear_geom(x, wq, state->layer());
-  Tensor y = x.device() != Device::cpu ? on_device(x, grid, wq, w_scale, bias, g, state)
-                                       : int8_layer(x, grid, wq, integers_of(wq, w_scale, g, state->layer()), false,
-                                                    bias, g, state);
+  const std::string who = int8_who(state->layer());
+  const Geom g = linear_geom(x, wq, who);
+  Tensor y = x.device() != Device::cpu
+                 ? on_device(x, grid, wq, w_scale, bias, g, state)
+                 : int8_layer(x, grid, wq, integers_of(wq, w_scale, g, who), false, bias, g, state);
   return reshape(y, {g.n, g.o});
 }
 
@@ -950,9 +990,36 @@ Tensor int8_linear(const Tensor& x, const ActGrid& grid, const Tensor& w, std::s
                    const Tensor& bias, const std::shared_ptr<Int8GradState>& state) {
   QAT_PROFILE("int8_linear");
   refuse_codes_on_device(x, state->layer());
-  const Geom g = linear_geom(x, w, state->layer());
+  const Geom g = linear_geom(x, w, int8_who(state->layer()));
   Tensor y = int8_layer(x, grid, w, std::move(codes), true, bias, g, state);
   return reshape(y, {g.n, g.o});
+}
+
+Tensor int_forward_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
+                          const Tensor& bias, const Conv2dParams& p, const std::string& layer) {
+  QAT_PROFILE("int_forward_conv2d");
+  const std::string who = int_forward_who(layer);
+  const Geom g = conv_geom(x, wq, p, who);
+  Tensor y = integer_forward_values(x, grid, wq, w_scale, bias, g, who);
+  return record(y, "int_forward_conv2d", {&x, &wq, &bias},
+                [sx = Saved(x.contiguous()), sw = Saved(wq.contiguous()), p](const Tensor& gy, const NeedGrad& need) {
+                  return conv2d_backward(gy, sx.get("int_forward_conv2d"), sw.get("int_forward_conv2d"), p, need);
+                });
+}
+
+Tensor int_forward_linear(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
+                          const Tensor& bias, const std::string& layer) {
+  QAT_PROFILE("int_forward_linear");
+  const std::string who = int_forward_who(layer);
+  const Geom g = linear_geom(x, wq, who);
+  Tensor y = reshape(integer_forward_values(x, grid, wq, w_scale, bias, g, who), {g.n, g.o}).detach();
+  const bool need_x = any_requires_grad({&x}), need_w = any_requires_grad({&wq});
+  return record(y, "int_forward_linear", {&x, &wq, &bias},
+                [sx = Saved(need_w ? x.contiguous() : Tensor()), sw = Saved(need_x ? wq.contiguous() : Tensor())](
+                    const Tensor& gy, const NeedGrad& need) {
+                  return linear_backward(gy, need[1] ? sx.get("int_forward_linear") : Tensor(),
+                                         need[0] ? sw.get("int_forward_linear") : Tensor(), need);
+                });
 }
 
 }  // namespace qat::quant

@@ -1,5 +1,5 @@
-// The CUDA twin of INT8 training's integer layer (int8_ops.cpp): the layer
-// of int8_device.h on the CUDA executor.
+// The CUDA twin of INT8 training's integer layer (int8_ops.cpp), and of the
+// QAT layers' integer forward: int8_device.h on the CUDA executor.
 #include "quant/integer/cuda_exec.cuh"
 #include "quant/sim/cuda_twins.h"
 #include "quant/sim/int8_device.h"
@@ -11,6 +11,13 @@ Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& wq, const 
                   const std::shared_ptr<Int8GradState>& state) {
   cuda_exec::CudaExec ex;
   return int8_device::int8_layer(ex, x, grid, wq, w_scale, bias, g, pad_of, state);
+}
+
+Tensor int_forward_values(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
+                          const Tensor& bias, const int8_math::Geometry& g, const std::function<uint8_t()>& pad_of,
+                          const std::string& who) {
+  cuda_exec::CudaExec ex;
+  return int8_device::integer_forward_values(ex, x, grid, wq, w_scale, bias, g, pad_of, who);
 }
 
 }  // namespace qat::quant::cuda_twin

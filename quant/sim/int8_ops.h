@@ -153,13 +153,31 @@ Tensor int8_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& w, std::s
 Tensor int8_linear(const Tensor& x, const ActGrid& grid, const Tensor& w, std::shared_ptr<const QuantCodes> codes,
                    const Tensor& bias, const std::shared_ptr<Int8GradState>& state);
 
-// The errors of an INT8 layer's operands, shared by the CPU op and its device
-// twin (int8_device.h) so that both name the same layer, value and place.
-void check_weight_scales(const std::string& layer, int64_t scales, int64_t out_channels);
-[[noreturn]] void fail_input_off_grid(const std::string& layer, float value, int64_t index, const ActGrid& grid);
+// Note [integer forward of QAT layers]
+// quant.integer_forward: a QAT layer's forward conv2d(x, wq, bias) (or
+// linear) computed as INT8 training's forward is (above): x's integers u on
+// its grid, the int8 GEMM (VNNI / AMX on the CPU, DP4A on cuda), each output
+// dequantized once, s_x s_w[o] (sum_k u W - zx sum_k W) + bias; no float
+// patch matrix, no float GEMM. It is the exact sum rounded once, so it
+// differs from the float op on the same operands only by the float op's own
+// rounding (tests bound it by the float-sum error). The backward is the
+// float op's own (conv2d_backward / linear_backward on x and wq): QAT's
+// gradients, bit for bit. Same operand rules as INT8 training (symmetric
+// weights of at most 8 bits, groups 1, x on one per-tensor grid of at most
+// 256 levels); a value off the grid is an error naming `layer`.
+Tensor int_forward_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
+                          const Tensor& bias, const Conv2dParams& p, const std::string& layer);
+Tensor int_forward_linear(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
+                          const Tensor& bias, const std::string& layer);
+
+// The errors of an integer layer's operands, shared by the CPU ops and their
+// device twins (int8_device.h) so that both name the same layer, value and
+// place. who: "int8 training: layer L" or "quant.integer_forward: layer L".
+void check_weight_scales(const std::string& who, int64_t scales, int64_t out_channels);
+[[noreturn]] void fail_input_off_grid(const std::string& who, float value, int64_t index, const ActGrid& grid);
 // Row o of the weight (k values of scale s) failed the on-grid check: names
 // its first value off the grid in double, else the row (off in float only).
-[[noreturn]] void fail_weight_row_off_grid(const std::string& layer, const float* row, int64_t k, int64_t o,
+[[noreturn]] void fail_weight_row_off_grid(const std::string& who, const float* row, int64_t k, int64_t o,
                                            double s);
 
 // The GEMM kernels the ops above run: the best this CPU has (nullopt), or

@@ -1,5 +1,6 @@
 #include "quant/sim/int8_training.h"
 
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -59,12 +60,12 @@ uint64_t layer_seed(uint64_t seed, size_t index) {
   return (seed + 1) * 0xBF58476D1CE4E5B9ull + static_cast<uint64_t>(index) * 0x94D049BB133111EBull;
 }
 
-}  // namespace
-
-std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig& cfg,
-                                            const std::vector<std::string>& keep_float, uint64_t seed) {
-  std::set<std::string> keep(keep_float.begin(), keep_float.end()), seen;
-  std::vector<Int8Layer> out;
+// Walks the quantized layers in order (Note [INT8 layer inputs]): f(name,
+// layer, source, dropouts, index) with the quantizer whose grid the layer
+// reads (null: none) and the dropouts in between (none when the layer has an
+// input quantizer of its own).
+template <class F>
+void walk_quantized_layers(Module& model, F&& f) {
   std::shared_ptr<FakeQuantizer> last;  // the quantizer whose grid the next layer reads
   std::vector<const Dropout*> dropouts;
   std::string inside;  // a QAT layer's name while its children are walked
@@ -82,24 +83,75 @@ std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig&
     }
     with_qat_layer(m, [&](auto& l) {
       inside = name;
-      seen.insert(name);
-      std::shared_ptr<FakeQuantizer> source = l.input_fake_quant ? l.input_fake_quant : last;
-      if (!keep.count(name)) {
-        check_int8_layer(l, name, source);
-        auto state = std::make_shared<Int8GradState>(cfg, layer_seed(seed, index), name);
-        l.set_int8(state, [source, ds = l.input_fake_quant ? std::vector<const Dropout*>{} : dropouts] {
-          return grid_of(*source, ds);
-        });
-        out.push_back({name, m, state});
-      }
+      const bool own = l.input_fake_quant != nullptr;
+      f(name, l, own ? l.input_fake_quant : last, own ? std::vector<const Dropout*>{} : dropouts, index);
       ++index;
       last = l.activation_post_process;
       dropouts.clear();
     });
   }
+}
+
+}  // namespace
+
+std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig& cfg,
+                                            const std::vector<std::string>& keep_float, uint64_t seed) {
+  std::set<std::string> keep(keep_float.begin(), keep_float.end()), seen;
+  std::vector<Int8Layer> out;
+  walk_quantized_layers(model, [&](const std::string& name, auto& l, const std::shared_ptr<FakeQuantizer>& source,
+                                   const std::vector<const Dropout*>& dropouts, size_t index) {
+    seen.insert(name);
+    if (keep.count(name)) return;
+    check_int8_layer(l, name, source);
+    auto state = std::make_shared<Int8GradState>(cfg, layer_seed(seed, index), name);
+    l.set_int8(state, [source, dropouts] { return grid_of(*source, dropouts); });
+    out.push_back({name, &l, state});
+  });
   for (const std::string& k : keep_float)
     QAT_CHECK(seen.count(k), "quant.int8_training.keep_float: '", k, "' is not a quantized layer of the model");
   QAT_CHECK(!out.empty(), "quant.int8_training: no layer left to train in INT8 (keep_float lists them all)");
+  return out;
+}
+
+namespace {
+
+// Why a layer's forward cannot run on integers (empty: it can).
+template <class L>
+std::string integer_forward_refusal(const L& l, const std::shared_ptr<FakeQuantizer>& source) {
+  const QuantSpec& w = l.weight_fake_quant->config().spec;
+  if (!w.symmetric || w.bits > 8) return detail::cat(w.bits, "-bit ", w.symmetric ? "symmetric" : "affine", " weights");
+  if (!source) return "no quantized input";
+  const QuantSpec& a = source->config().spec;
+  if (a.per_channel || a.bits > 8) return detail::cat(a.bits, "-bit ", a.per_channel ? "per-channel" : "per-tensor", " input");
+  const int64_t k = l.weight.numel() / l.weight.size(0);
+  if (k > (int64_t{1} << 16) || l.weight.size(0) > (int64_t{1} << 16)) return detail::cat("K = ", k, " > 65536");
+  if constexpr (std::is_same_v<L, QatConv2d>) {
+    if (l.params.groups != 1) return detail::cat("groups ", l.params.groups);
+    if ((l.params.pad_h > 0 || l.params.pad_w > 0) && source->learned_offset().defined())
+      return "padding on an LSQ+ input (a fractional zero point)";
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<IntegerForwardLayer> enable_integer_forward(Module& model) {
+  std::vector<IntegerForwardLayer> out;
+  walk_quantized_layers(model, [&](const std::string& name, auto& l, const std::shared_ptr<FakeQuantizer>& source,
+                                   const std::vector<const Dropout*>& dropouts, size_t) {
+    IntegerForwardLayer r{name, integer_forward_refusal(l, source)};
+    if (r.float_because.empty()) {
+      // The source's grid while it fake-quantizes; else (observing only,
+      // calibrating, disabled) the float op.
+      l.set_integer_forward(
+          [source, dropouts]() -> std::optional<ActGrid> {
+            if (!source->fake_quant_enabled()) return std::nullopt;
+            return grid_of(*source, dropouts);
+          },
+          name);
+    }
+    out.push_back(std::move(r));
+  });
   return out;
 }
 

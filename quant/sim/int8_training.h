@@ -35,6 +35,18 @@ struct Int8Layer {
 // a quantized layer. seed: the run's seed (the gradient noise derives from it).
 std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig& cfg,
                                             const std::vector<std::string>& keep_float, uint64_t seed);
+// quant.integer_forward (Note [integer forward of QAT layers], int8_ops.h):
+// each quantized conv / linear layer whose operands allow it computes its
+// forward on the integer GEMMs whenever its input quantizer fake-quantizes
+// (the float op otherwise: observing only, calibrating); its gradients stay
+// QAT's. Returns every quantized layer in order, with why it stays float
+// (empty: it runs on integers).
+struct IntegerForwardLayer {
+  std::string name;
+  std::string float_because;
+};
+std::vector<IntegerForwardLayer> enable_integer_forward(Module& model);
+
 // The INT8 layers of a model (after enable_int8_training), in order.
 std::vector<Int8Layer> int8_layers(Module& model);
 // The parameters an INT8 layer's lr_scale applies to: its weight and bias.

@@ -106,9 +106,30 @@ void QatConv2d::set_int8(std::shared_ptr<Int8GradState> state, std::function<Act
   int8_grid_ = std::move(grid);
 }
 
-// The float convolution, or its INT8-training twin on the integer GEMMs.
+void QatConv2d::set_integer_forward(std::function<std::optional<ActGrid>()> grid, std::string name) {
+  int_forward_grid_ = std::move(grid);
+  int_forward_name_ = std::move(name);
+}
+
+namespace {
+// The input's grid when this layer's forward runs on integers now: the
+// weight fake-quantized and the input on a quantizer's grid.
+std::optional<ActGrid> integer_forward_grid(const std::function<std::optional<ActGrid>()>& grid,
+                                            const FakeQuantizer& weight_fq) {
+  if (!grid || !weight_fq.fake_quant_enabled()) return std::nullopt;
+  return grid();
+}
+}  // namespace
+
+// The float convolution, or its twins on the integer GEMMs: INT8 training,
+// or the integer forward (Note [integer forward of QAT layers]).
 Tensor QatConv2d::conv(const Tensor& x, const Tensor& w, const Tensor& b) {
-  if (!int8_state_) return conv2d(x, weight_fake_quant->forward(w), b, params);
+  if (!int8_state_) {
+    Tensor wq = weight_fake_quant->forward(w);
+    if (const std::optional<ActGrid> grid = integer_forward_grid(int_forward_grid_, *weight_fake_quant))
+      return int_forward_conv2d(x, *grid, wq, weight_fake_quant->qparams().scale, b, params, int_forward_name_);
+    return conv2d(x, wq, b, params);
+  }
   if (auto codes = weight_codes(*weight_fake_quant, w, codes_, int8_state_->layer()))
     return int8_conv2d(x, int8_grid_(), w, std::move(codes), b, params, int8_state_);
   Tensor wq = weight_fake_quant->forward(w);
@@ -145,6 +166,11 @@ void QatLinear::set_int8(std::shared_ptr<Int8GradState> state, std::function<Act
   int8_grid_ = std::move(grid);
 }
 
+void QatLinear::set_integer_forward(std::function<std::optional<ActGrid>()> grid, std::string name) {
+  int_forward_grid_ = std::move(grid);
+  int_forward_name_ = std::move(name);
+}
+
 std::string QatLinear::describe() const { return detail::cat(weight.size(1), "->", weight.size(0)); }
 
 void QatLinear::set_input_quantizer(std::shared_ptr<FakeQuantizer> q) {
@@ -160,7 +186,10 @@ Tensor QatLinear::forward(const Tensor& x_in) {
   Tensor x = input_fake_quant ? input_fake_quant->forward(x_in) : x_in;
   Tensor y;
   if (!int8_state_) {
-    y = linear(x, weight_fake_quant->forward(weight), bias);
+    Tensor wq = weight_fake_quant->forward(weight);
+    const std::optional<ActGrid> grid = integer_forward_grid(int_forward_grid_, *weight_fake_quant);
+    y = grid ? int_forward_linear(x, *grid, wq, weight_fake_quant->qparams().scale, bias, int_forward_name_)
+             : linear(x, wq, bias);
   } else if (auto codes = weight_codes(*weight_fake_quant, weight, codes_, int8_state_->layer())) {
     y = int8_linear(x, int8_grid_(), weight, std::move(codes), bias, int8_state_);
   } else {

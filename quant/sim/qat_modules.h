@@ -18,6 +18,8 @@
 //   +-1e-6 for the folding only (its gradient passes unchanged).
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "layers/layers.h"
 #include "quant/sim/fake_quantizer.h"
@@ -47,6 +49,12 @@ class QatConv2d : public Module {
   // integer GEMMs, reading its input on the grid int8_grid() returns.
   void set_int8(std::shared_ptr<Int8GradState> state, std::function<ActGrid()> grid);
   const std::shared_ptr<Int8GradState>& int8_state() const { return int8_state_; }
+  // quant.integer_forward (quant/sim/int8_training.h): the forward on the
+  // integer GEMMs whenever grid() gives the input's grid (the float conv
+  // when it gives none); gradients as the float conv's. `name` names the
+  // layer in errors. INT8 training, where set, comes first.
+  void set_integer_forward(std::function<std::optional<ActGrid>()> grid, std::string name);
+  bool integer_forward() const { return static_cast<bool>(int_forward_grid_); }
 
   Tensor weight, bias;
   std::shared_ptr<BatchNorm2d> bn;
@@ -56,11 +64,14 @@ class QatConv2d : public Module {
 
  private:
   Tensor fold_scale(bool differentiable) const;
-  // x conv FQ(w) (+ b): float, or on the integer GEMMs under INT8 training.
+  // x conv FQ(w) (+ b): float, or on the integer GEMMs under INT8 training
+  // or quant.integer_forward.
   Tensor conv(const Tensor& x, const Tensor& w, const Tensor& b);
   bool bn_frozen_ = false;
   std::shared_ptr<Int8GradState> int8_state_;
   std::function<ActGrid()> int8_grid_;
+  std::function<std::optional<ActGrid>()> int_forward_grid_;
+  std::string int_forward_name_;
   std::shared_ptr<QuantCodes> codes_;  // INT8 training: the weight's integers, reused across steps
 };
 
@@ -75,6 +86,9 @@ class QatLinear : public Module {
 
   void set_int8(std::shared_ptr<Int8GradState> state, std::function<ActGrid()> grid);
   const std::shared_ptr<Int8GradState>& int8_state() const { return int8_state_; }
+  // As QatConv2d's.
+  void set_integer_forward(std::function<std::optional<ActGrid>()> grid, std::string name);
+  bool integer_forward() const { return static_cast<bool>(int_forward_grid_); }
 
   Tensor weight, bias;
   std::shared_ptr<FakeQuantizer> weight_fake_quant, input_fake_quant, activation_post_process;
@@ -83,6 +97,8 @@ class QatLinear : public Module {
  private:
   std::shared_ptr<Int8GradState> int8_state_;
   std::function<ActGrid()> int8_grid_;
+  std::function<std::optional<ActGrid>()> int_forward_grid_;
+  std::string int_forward_name_;
   std::shared_ptr<QuantCodes> codes_;
 };
 

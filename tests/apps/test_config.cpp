@@ -454,6 +454,24 @@ TEST_CASE("config: the hash is stable, ignores output.dir and threads, follows t
   CHECK(config_hash(load_config(p, {"data.augment.hflip=false"})) != h);
 }
 
+TEST_CASE("config: quant.integer_forward needs a quantized model, excludes INT8 training, counts in the hash",
+          "[config]") {
+  TempDir t;
+  auto p = t.write("min.yaml", kMinimal);
+  REQUIRE_THROWS_WITH(load_config(p, {"quant.integer_forward=true"}),
+                      Contains("quant.integer_forward") && Contains("needs quant.enabled: true"));
+  REQUIRE_THROWS_WITH(
+      load_config(p, {"quant.enabled=true", "quant.integer_forward=true", "quant.int8_training.enabled=true"}),
+      Contains("quant.integer_forward") && Contains("INT8 training's forward already runs on the integer GEMMs"));
+  const ExperimentConfig on = load_config(p, {"quant.enabled=true", "quant.integer_forward=true"});
+  REQUIRE(on.quant.integer_forward);
+  const std::string h = config_hash(load_config(p, {"quant.enabled=true"}));
+  CHECK(config_hash(on) != h);
+  CHECK(config_hash(load_config(p, {"quant.enabled=true", "quant.integer_forward=false"})) == h);
+  // The resolved config carries it either way.
+  CHECK(load_config(t.write("resolved.yaml", config_to_yaml(on))).quant.integer_forward);
+}
+
 TEST_CASE("config: the shipped configs are valid", "[config]") {
   // Their data roots are replaced by temporary folders so that this test does
   // not depend on the datasets being present; the real paths are checked

@@ -289,6 +289,29 @@ TEST_CASE("a non-finite loss stops the run and keeps the last good checkpoint", 
   REQUIRE(read_metrics((dir / "run").string()).size() == 1);
 }
 
+// quant.integer_forward end to end: the QAT layers' forward on the integer
+// GEMMs trains the sample as float QAT does (the forwards differ by float
+// rounding only, which can move a value across a quantizer's rounding
+// boundary), and its checkpoint evaluates to the figures the run logged.
+TEST_CASE("QAT with the integer forward trains as float QAT does and evaluates to its logged figures",
+          "[e2e][intforward]") {
+  const fs::path a = fresh_dir("intfwd"), b = fresh_dir("intfwd_float");
+  REQUIRE(run_train({write_config(a, "quant: {enabled: true, integer_forward: true}\n"), {}, ""}) == 0);
+  REQUIRE(run_train({write_config(b, "quant: {enabled: true}\n"), {}, ""}) == 0);
+  const auto ints = read_metrics((a / "run").string()), floats = read_metrics((b / "run").string());
+  REQUIRE(ints.size() == 2);
+  REQUIRE(floats.size() == 2);
+  for (size_t e = 0; e < 2; ++e) {
+    INFO("epoch " << e + 1 << ": train loss " << ints[e].train_loss << " vs " << floats[e].train_loss);
+    CHECK(ints[e].train_loss == Approx(floats[e].train_loss).epsilon(2e-3));
+    CHECK(ints[e].val_loss == Approx(floats[e].val_loss).epsilon(2e-3));
+  }
+  const std::string run = (a / "run").string();
+  const EvalSummary e = eval_checkpoint({(a / "cfg.yaml").string(), {}, run + "/last.safetensors"});
+  REQUIRE(e.top1 == Approx(ints[1].val_top1).margin(1e-6));
+  REQUIRE(e.loss == Approx(ints[1].val_loss).epsilon(1e-5));
+}
+
 // INT8 training end to end: the gradient quantizers' state (clips, distances,
 // LR scales, the noise clock) is in the checkpoint, so a run interrupted
 // mid-epoch resumes to the same weights; metrics.jsonl carries each layer's
