@@ -240,14 +240,21 @@ std::shared_ptr<QuantCodes> weight_integers(const Tensor& wq, const Tensor& w_sc
     // wq * (1/s) lands within a few ulps of W.
     const float inv = 1.f / s;
     int64_t sum = 0;
-    bool ok = true;
+    int32_t off_grid = 0;
+    const float* row = pw + o * K;
+    int8_t* qrow = pq + o * K;
+    // int8_math::weight_code's rule, written so that the compiler vectorises
+    // it (a weight the size of AlexNet's classifier is 54 M values a step).
+#pragma omp simd reduction(+ : sum) reduction(| : off_grid)
     for (int64_t k = 0; k < K; ++k) {
-      const int8_t w = int8_math::weight_code(pw[o * K + k], inv, &ok);  // 0 off the grid (NaN included)
-      pq[o * K + k] = w;
+      bool ok = true;
+      const int8_t w = int8_math::weight_code(row[k], inv, &ok);  // 0 off the grid (NaN included)
+      qrow[k] = w;
       sum += w;
+      off_grid |= ok ? 0 : 1;
     }
     r->rowsum[o] = sum;
-    if (!ok) {
+    if (off_grid) {
 #pragma omp critical(int8_weight_bad)
       if (bad < 0 || o < bad) bad = o;
     }
