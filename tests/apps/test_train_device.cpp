@@ -132,6 +132,9 @@ TEST_CASE("a config's training step: FP32, quantized, learned scales, INT8", "[c
   CHECK((q.quantized && !q.learned_scales && !q.int8));
   CHECK(training_step_of(load_config(cfg, {"quant.enabled=true", "quant.method=lsq_plus"})).learned_scales);
   CHECK(training_step_of(load_config(cfg, {"quant.enabled=true", "quant.int8_training.enabled=true"})).int8);
+  const TrainingStep intfwd = training_step_of(load_config(cfg, {"quant.enabled=true", "quant.integer_forward=true"}));
+  CHECK((intfwd.quantized && intfwd.integer_forward && !intfwd.int8));
+  CHECK_FALSE(q.integer_forward);
 }
 
 TEST_CASE("qat train with --device cuda or train.device cuda refuses before touching the run directory",
@@ -262,4 +265,12 @@ TEST_CASE("QAT on cuda trains the sample as on the CPU", "[cuda][e2e]") {
       "quant:\n  enabled: true\n  bits: 4\n  method: lsq_plus\n",
   };
   for (const std::string& quant : sections) require_cuda_run_follows_cpu(quant);
+}
+
+// On a GPU: QAT with the integer forward (the DP4A twin; its forward equals
+// the CPU's bit for bit, tests/quant/sim/test_integer_forward_qat.cpp)
+// trains the sample on cuda as on the CPU, to the QAT tolerance.
+TEST_CASE("QAT with the integer forward on cuda trains the sample as on the CPU", "[cuda][e2e][intforward]") {
+  if (!qat::testing::cuda_device_or_skip()) return;
+  require_cuda_run_follows_cpu("quant:\n  enabled: true\n  bits: 8\n  integer_forward: true\n");
 }
