@@ -5,7 +5,8 @@
 # ([math]), with QAT_REQUIRE_GPU=1 so that a test that would be skipped for
 # want of a GPU fails instead. Prints the GPU, each test's time and a summary.
 # Then the benchmark lines: training-step img/s on the GPU (`qat bench
-# --device cuda`: FP32, QAT and INT8 training) beside the same on
+# --device cuda`: FP32, QAT, QAT with the integer forward and INT8
+# training) beside the same on
 # the CPU, and inference img/s (`qat bench --infer --device cuda`: FP32 and
 # the integer model, its logits checked against the CPU's) beside the CPU.
 # For a machine with an NVIDIA GPU; fails loudly when none is visible.
@@ -87,6 +88,11 @@ timeout 120 "$bin/qat" bench --device cuda --config "$bench_cfg" --steps 20 --wa
   tee "$log_dir/bench_cuda.log" | grep -E "^(device|train|qat/|int8/)" | sed 's/^/  /' || echo "  bench --device cuda failed (see $log_dir/bench_cuda.log)"
 timeout 120 "$bin/qat" bench --config "$bench_cfg" --threads "$(nproc)" --steps 5 --warmup 1 --no-profile 2>&1 |
   tee "$log_dir/bench_cpu.log" | grep -E "^(cpu|train|qat/|int8/)" | sed 's/^/  /' || echo "  bench on the CPU failed (see $log_dir/bench_cpu.log)"
+# QAT with the integer forward (the DP4A kernel against cuDNN's FP32
+# convolution of the line before): whether it pays on this GPU.
+timeout 120 "$bin/qat" bench --device cuda --config configs/alexnet_w8a8_intfwd_imagenette.yaml --steps 20 --warmup 3 2>&1 |
+  tee "$log_dir/bench_intfwd_cuda.log" | grep -E "^(train qat|qat/)" | sed 's/^/  integer forward: /' ||
+  echo "  bench --device cuda (integer forward) failed (see $log_dir/bench_intfwd_cuda.log)"
 # INT8 training (integer GEMMs forward and backward) on the GPU, beside the CPU.
 int8_cfg=configs/alexnet_int8_imagenette.yaml
 timeout 120 "$bin/qat" bench --device cuda --config "$int8_cfg" --steps 20 --warmup 3 2>&1 |
