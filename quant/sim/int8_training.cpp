@@ -124,7 +124,8 @@ std::string integer_forward_refusal(const L& l, const std::shared_ptr<FakeQuanti
   const QuantSpec& a = source->config().spec;
   if (a.per_channel || a.bits > 8) return detail::cat(a.bits, "-bit ", a.per_channel ? "per-channel" : "per-tensor", " input");
   const int64_t k = l.weight.numel() / l.weight.size(0);
-  if (k > (int64_t{1} << 16) || l.weight.size(0) > (int64_t{1} << 16)) return detail::cat("K = ", k, " > 65536");
+  if (k > (int64_t{1} << 16) || l.weight.size(0) > (int64_t{1} << 16))
+    return detail::cat("K = ", k, " and ", l.weight.size(0), " outputs: more than 65536 (int32 accumulators)");
   if constexpr (std::is_same_v<L, QatConv2d>) {
     if (l.params.groups != 1) return detail::cat("groups ", l.params.groups);
     if ((l.params.pad_h > 0 || l.params.pad_w > 0) && source->learned_offset().defined())
@@ -152,7 +153,15 @@ std::vector<IntegerForwardLayer> enable_integer_forward(Module& model) {
     }
     out.push_back(std::move(r));
   });
-  return out;
+  // Not one layer on integers would train as float QAT under another config
+  // hash: refused, with each layer's reason.
+  std::string why;
+  for (const IntegerForwardLayer& l : out) {
+    if (l.float_because.empty()) return out;
+    why += (why.empty() ? "" : "; ") + l.name + ": " + l.float_because;
+  }
+  QAT_FAIL("quant.integer_forward: no quantized layer can run its forward on integers (",
+           why.empty() ? std::string("the model has no quantized layer") : why, ")");
 }
 
 std::vector<Int8Layer> int8_layers(Module& model) {

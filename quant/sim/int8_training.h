@@ -40,7 +40,8 @@ std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig&
 // forward on the integer GEMMs whenever its input quantizer fake-quantizes
 // (the float op otherwise: observing only, calibrating); its gradients stay
 // QAT's. Returns every quantized layer in order, with why it stays float
-// (empty: it runs on integers).
+// (empty: it runs on integers). Throws, naming each layer's reason, when
+// none can.
 struct IntegerForwardLayer {
   std::string name;
   std::string float_because;

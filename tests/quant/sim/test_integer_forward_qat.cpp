@@ -251,9 +251,9 @@ struct StepResult {
   std::vector<Tensor> grads;
 };
 // fake_quant: every quantizer fake-quantizes (else all observe only);
-// float_weights: the weight quantizers observe only.
+// float_weights / float_activations: those quantizers observe only.
 StepResult small_cnn_step(bool integer_forward, bool fake_quant, std::vector<IntegerForwardLayer>* layers = nullptr,
-                          bool float_weights = false) {
+                          bool float_weights = false, bool float_activations = false) {
   ModulePtr m = make_model("small_cnn", 4, 1);
   prepare(*m, testing::test_backend("default"), QConfig{});
   if (integer_forward) {
@@ -262,7 +262,8 @@ StepResult small_cnn_step(bool integer_forward, bool fake_quant, std::vector<Int
   }
   for (auto& [name, mod] : m->named_modules())
     if (auto* fq = dynamic_cast<FakeQuantizer*>(mod))
-      fq->set_fake_quant_enabled(fake_quant && !(float_weights && fq->config().is_weight));
+      fq->set_fake_quant_enabled(fake_quant && !(float_weights && fq->config().is_weight) &&
+                                 !(float_activations && !fq->config().is_weight));
   Generator g(6);
   Tensor x = Tensor::randn({8, 3, 12, 12}, g);
   Tensor labels = Tensor::from_vector_i32({0, 1, 2, 3, 0, 1, 2, 3}, {8});
@@ -297,19 +298,40 @@ TEST_CASE("a prepared model runs its quantized layers' forward on integers, and 
   // are not, so the float ops again.
   const StepResult ints_fw = small_cnn_step(true, true, nullptr, true), floats_fw = small_cnn_step(false, true, nullptr, true);
   REQUIRE(testing::same_bits(ints_fw.logits, floats_fw.logits));
+  // Only the activations unquantized: the weights are on their grids, the
+  // inputs are not, so the float ops again, gradients included.
+  const StepResult ints_fa = small_cnn_step(true, true, nullptr, false, true);
+  const StepResult floats_fa = small_cnn_step(false, true, nullptr, false, true);
+  REQUIRE(testing::same_bits(ints_fa.logits, floats_fa.logits));
+  for (size_t i = 0; i < ints_fa.grads.size(); ++i)
+    if (ints_fa.grads[i].defined()) CHECK(testing::same_bits(ints_fa.grads[i], floats_fa.grads[i]));
 }
 
 TEST_CASE("the integer forward keeps float the layers whose operands it cannot take, saying why",
           "[quant][intforward]") {
-  ModulePtr m = make_model("small_cnn", 4, 1);
-  QConfig q;
-  q.weight_symmetric = false;
-  prepare(*m, testing::test_backend("default"), q);
-  const auto layers = enable_integer_forward(*m);
-  REQUIRE(layers.size() == 3);
-  for (const auto& l : layers) CHECK_THAT(l.float_because, Contains("affine weights"));
-  for (auto& [name, mod] : m->named_modules()) {
-    if (auto* c = dynamic_cast<QatConv2d*>(mod)) CHECK_FALSE(c->integer_forward());
-    if (auto* l = dynamic_cast<QatLinear*>(mod)) CHECK_FALSE(l->integer_forward());
+  SECTION("affine weights everywhere: refused, each layer named with its reason") {
+    ModulePtr m = make_model("small_cnn", 4, 1);
+    QConfig q;
+    q.weight_symmetric = false;
+    prepare(*m, testing::test_backend("default"), q);
+    REQUIRE_THROWS_WITH(enable_integer_forward(*m),
+                        Contains("quant.integer_forward: no quantized layer can run its forward on integers") &&
+                            Contains("features.0: 8-bit affine weights") && Contains("fc: 8-bit affine weights"));
+    for (auto& [name, mod] : m->named_modules()) {
+      if (auto* c = dynamic_cast<QatConv2d*>(mod)) CHECK_FALSE(c->integer_forward());
+      if (auto* l = dynamic_cast<QatLinear*>(mod)) CHECK_FALSE(l->integer_forward());
+    }
+  }
+  SECTION("LSQ+ inputs: the padded convolutions stay float, the classifier runs on integers") {
+    ModulePtr m = make_model("small_cnn", 4, 1);
+    QConfig q;
+    q.method = QuantMethod::lsq_plus;
+    prepare(*m, testing::test_backend("default"), q);
+    const auto layers = enable_integer_forward(*m);
+    REQUIRE(layers.size() == 3);
+    CHECK_THAT(layers[0].float_because, Contains("padding on an LSQ+ input"));
+    CHECK_THAT(layers[1].float_because, Contains("padding on an LSQ+ input"));
+    CHECK(layers[2].name == "fc");
+    CHECK(layers[2].float_because.empty());
   }
 }
