@@ -487,7 +487,7 @@ Tensor int8_layer(Exec& ex, const Tensor& x, const ActGrid& grid, const Tensor& 
                   const Tensor& bias, const Geometry& g, const std::function<uint8_t()>& pad_of,
                   const std::shared_ptr<Int8GradState>& state) {
   Saved sv;
-  Tensor y = integer_forward(ex, sv, x, grid, wq, w_scale, bias, g, pad_of, "int8 training: layer " + state->layer());
+  Tensor y = integer_forward(ex, sv, x, grid, wq, w_scale, bias, g, pad_of, int8_training_who(state->layer()));
   return record(y, "int8_layer", {&x, &wq, &bias},
                 [ex, sv, state, xs = x.sizes(), ws = wq.sizes()](const Tensor& gy, const NeedGrad& need) mutable {
                   detail::check_gradient_device(gy, Exec::device, "int8_layer backward");

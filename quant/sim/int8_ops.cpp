@@ -796,8 +796,7 @@ TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const uint8
   return r;
 }
 
-// How an integer layer's errors name it.
-std::string int8_who(const std::string& layer) { return "int8 training: layer " + layer; }
+// How the integer forward's errors name a layer (INT8 training's: int8_training_who).
 std::string int_forward_who(const std::string& layer) { return "quant.integer_forward: layer " + layer; }
 
 // The forward of an integer layer on the CPU: the input's integers (u, kept
@@ -833,7 +832,7 @@ IntForward integer_forward(const Tensor& x, const ActGrid& grid, const QuantCode
 // weight (wi from forward_codes: the clipped STE applied here).
 Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& w, std::shared_ptr<const QuantCodes> wi,
                   bool apply_ste, const Tensor& bias, const Geom& g, const std::shared_ptr<Int8GradState>& state) {
-  IntForward f = integer_forward(x, grid, *wi, bias, g, int8_who(state->layer()));
+  IntForward f = integer_forward(x, grid, *wi, bias, g, int8_training_who(state->layer()));
   if (!(packed_weight_grad(g) && w.requires_grad())) f.rows = Tensor();  // not needed after the forward
   return record(f.y, "int8_layer", {&x, &w, &bias},
                 [u = f.u, rows_t = f.rows, wi, apply_ste, grid, g, pad = f.pad, state, xs = x.sizes(),
@@ -899,7 +898,7 @@ int8_math::Geometry device_geometry(const Geom& g) {
 // the CPU op's checks.
 Tensor on_device(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
                  const Geom& g, const std::shared_ptr<Int8GradState>& state) {
-  const std::string who = int8_who(state->layer());
+  const std::string who = int8_training_who(state->layer());
   check_one_device(x, wq, bias, who);
 #if QAT_WITH_CUDA
   // The padding's integer is checked after the weight and the input, as the CPU op does.
@@ -913,7 +912,7 @@ Tensor on_device(const Tensor& x, const ActGrid& grid, const Tensor& wq, const T
 // The codes form on the device: the layers pass the fake-quantized weight
 // there (qat_modules.cpp: weight_codes), so this is a caller's mistake.
 void refuse_codes_on_device(const Tensor& x, const std::string& layer) {
-  QAT_CHECK(x.device() == Device::cpu, int8_who(layer),
+  QAT_CHECK(x.device() == Device::cpu, int8_training_who(layer),
             ": weight codes are a CPU form; on cuda pass the fake-quantized weight and its scales");
 }
 
@@ -936,6 +935,8 @@ Tensor integer_forward_values(const Tensor& x, const ActGrid& grid, const Tensor
 }
 
 }  // namespace
+
+std::string int8_training_who(const std::string& layer) { return "int8 training: layer " + layer; }
 
 void check_weight_scales(const std::string& who, int64_t scales, int64_t out_channels) {
   QAT_CHECK(scales == out_channels || scales == 1, who, ": ", scales, " weight scales for ", out_channels,
@@ -968,7 +969,7 @@ void set_int8_training_kernel(std::optional<GemmKernel> kernel) {
 Tensor int8_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
                    const Conv2dParams& p, const std::shared_ptr<Int8GradState>& state) {
   QAT_PROFILE("int8_conv2d");
-  const std::string who = int8_who(state->layer());
+  const std::string who = int8_training_who(state->layer());
   const Geom g = conv_geom(x, wq, p, who);
   if (x.device() != Device::cpu) return on_device(x, grid, wq, w_scale, bias, g, state);
   return int8_layer(x, grid, wq, integers_of(wq, w_scale, g, who), false, bias, g, state);
@@ -978,14 +979,14 @@ Tensor int8_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& w, std::s
                    const Tensor& bias, const Conv2dParams& p, const std::shared_ptr<Int8GradState>& state) {
   QAT_PROFILE("int8_conv2d");
   refuse_codes_on_device(x, state->layer());
-  const Geom g = conv_geom(x, w, p, int8_who(state->layer()));
+  const Geom g = conv_geom(x, w, p, int8_training_who(state->layer()));
   return int8_layer(x, grid, w, std::move(codes), true, bias, g, state);
 }
 
 Tensor int8_linear(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
                    const std::shared_ptr<Int8GradState>& state) {
   QAT_PROFILE("int8_linear");
-  const std::string who = int8_who(state->layer());
+  const std::string who = int8_training_who(state->layer());
   const Geom g = linear_geom(x, wq, who);
   Tensor y = x.device() != Device::cpu
                  ? on_device(x, grid, wq, w_scale, bias, g, state)
@@ -997,7 +998,7 @@ Tensor int8_linear(const Tensor& x, const ActGrid& grid, const Tensor& w, std::s
                    const Tensor& bias, const std::shared_ptr<Int8GradState>& state) {
   QAT_PROFILE("int8_linear");
   refuse_codes_on_device(x, state->layer());
-  const Geom g = linear_geom(x, w, int8_who(state->layer()));
+  const Geom g = linear_geom(x, w, int8_training_who(state->layer()));
   Tensor y = int8_layer(x, grid, w, std::move(codes), true, bias, g, state);
   return reshape(y, {g.n, g.o});
 }

@@ -173,6 +173,7 @@ Tensor int_forward_linear(const Tensor& x, const ActGrid& grid, const Tensor& wq
 // The errors of an integer layer's operands, shared by the CPU ops and their
 // device twins (int8_device.h) so that both name the same layer, value and
 // place. who: "int8 training: layer L" or "quant.integer_forward: layer L".
+std::string int8_training_who(const std::string& layer);  // "int8 training: layer L"
 void check_weight_scales(const std::string& who, int64_t scales, int64_t out_channels);
 [[noreturn]] void fail_input_off_grid(const std::string& who, float value, int64_t index, const ActGrid& grid);
 // Row o of the weight (k values of scale s) failed the on-grid check: names

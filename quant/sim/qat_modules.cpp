@@ -22,7 +22,7 @@ std::shared_ptr<const QuantCodes> weight_codes(FakeQuantizer& fq, const Tensor& 
                                                const std::string& layer) {
   if (w.device() != Device::cpu) return nullptr;  // codes are a CPU form: the fake-quantized weight on the device
   if (!buf || buf.use_count() > 1) buf = std::make_shared<QuantCodes>();
-  if (!fq.forward_codes(w.contiguous(), *buf, "int8 training: layer " + layer)) return nullptr;
+  if (!fq.forward_codes(w.contiguous(), *buf, int8_training_who(layer))) return nullptr;
   return buf;
 }
 }  // namespace
