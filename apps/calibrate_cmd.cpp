@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 
@@ -13,6 +14,7 @@
 #include "apps/config.h"
 #include "apps/file_digest.h"
 #include "apps/integer_io.h"
+#include "apps/output_folder.h"
 #include "apps/ptq.h"
 #include "apps/report_format.h"
 #include "apps/run_state.h"
@@ -40,6 +42,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// --out's files (Note [output folder]): these four, and caches with their records.
+constexpr const char* kConfigFile = "config.yaml";
+constexpr const char* kCheckpointFile = "calibrated.safetensors";
+constexpr const char* kReportTable = "calibrators.md";
+constexpr const char* kReportChart = "calibrators.svg";
+constexpr const char* kCacheSuffix = ".cache";
+const OutputFolderSpec kOutSpec{"calibrate", "--out", {kConfigFile, kCheckpointFile, kReportTable, kReportChart,
+                                                       "*.cache", "*.cache.source.yaml"}};
 
 constexpr quant::Calibrator kAllCalibrators[] = {quant::Calibrator::max, quant::Calibrator::percentile,
                                                  quant::Calibrator::mse, quant::Calibrator::entropy};
@@ -148,24 +159,31 @@ std::map<std::string, float> read_matching_cache(const std::string& path, const 
   QAT_CHECK(!args.calibrator || *args.calibrator == cache.calibrator, "calibration cache ", path, " holds ",
             quant::calibrator_name(cache.calibrator), " scales but --calibrator asks for ",
             quant::calibrator_name(*args.calibrator), "; name another --cache to calibrate afresh");
+  check_record_matches_cache(rec, path);  // last: the checks above say more precisely what is wrong
   return scales;
 }
 
-void save_outputs(const Setup& s, const std::string& out_dir, const std::string& cache_path,
-                  const CalibrationRecord& rec, const std::map<std::string, float>& scales, bool write_cache) {
-  ExperimentConfig out = s.cfg;  // what qat eval / export / compare-layers prepare the checkpoint with
-  out.quant.method = quant::QuantMethod::minmax;
-  out.quant.init_from.clear();
-  out.quant.int8_training.enabled = false;
-  out.output.dir = out_dir;
-  write_text_file_atomic(out_dir + "/config.yaml", config_to_yaml(out));
-  save_run_state(out_dir + "/calibrated.safetensors", *s.model, nullptr, RunState{}, out,
+// The calibrated checkpoint and its config, staged in --out's new folder.
+void save_outputs(const Setup& s, const OutputFolder& out, const CalibrationRecord& rec) {
+  ExperimentConfig cfg = s.cfg;  // what qat eval / export / compare-layers prepare the checkpoint with
+  cfg.quant.method = quant::QuantMethod::minmax;
+  cfg.quant.init_from.clear();
+  cfg.quant.int8_training.enabled = false;
+  cfg.output.dir = out.dir();
+  write_text_file_atomic(out.staged(kConfigFile), config_to_yaml(cfg));
+  save_run_state(out.staged(kCheckpointFile), *s.model, nullptr, RunState{}, cfg,
                  {{"calibrator", quant::calibrator_name(rec.calibrator)}, {"prepared", s.report.to_string()}});
-  if (!write_cache) return;
+}
+
+// The cache, then its record (which holds the cache's digest): a stop in
+// between leaves a cache without a record, which is refused when read.
+void save_cache(const Setup& s, const std::string& cache_path, CalibrationRecord rec,
+                const std::map<std::string, float>& scales) {
   quant::CalibrationCache cache;
   cache.calibrator = rec.calibrator;
   for (const auto& t : quant::calibrated_tensors(*s.model)) cache.scales.emplace_back(t.name, scales.at(t.name));
   quant::write_cache(cache_path, cache);
+  rec.cache_sha256 = sha256_file(cache_path);
   write_record(record_path(cache_path), rec);
 }
 
@@ -180,7 +198,7 @@ CalibrationRecord record_of(const Setup& s, const CalibrateArgs& args, quant::Ca
 }
 
 // Val top-1/top-5 of the frozen integer model of every calibrator.
-void compare_calibrators(Setup& s, const CalibrateArgs& args, CalibrateReport& rep) {
+void compare_calibrators(Setup& s, const CalibrateArgs& args, const OutputFolder& out, CalibrateReport& rep) {
   const ExperimentConfig& cfg = s.cfg;
   const data::ImageFolder val = image_folder(cfg.data, cfg.data.val);
   data::DataLoader loader(val, transform_spec(cfg.data), loader_options(cfg, false));
@@ -207,7 +225,70 @@ void compare_calibrators(Setup& s, const CalibrateArgs& args, CalibrateReport& r
                       std::to_string(q.activation.bits > 0 ? q.activation.bits : q.bits);
   if (!q.overrides.empty()) title += " (" + std::to_string(q.overrides.size()) + " layers overridden)";
   title += ", " + std::to_string(s.indices.size()) + " calibration images";
-  write_calibrator_report(rep, title, rep.out_dir);
+  write_calibrator_report(rep, title, out.staged(kReportTable), out.staged(kReportChart));
+  std::printf("wrote %s/%s and %s/%s\n", rep.out_dir.c_str(), kReportTable, rep.out_dir.c_str(), kReportChart);
+}
+
+
+// Where the cache is read from or written to: inside --out (then staged with
+// the folder's other files) or a file of its own elsewhere.
+struct CachePlace {
+  std::string path;
+  bool exists = false;
+  bool in_out = false;  // a file of --out's folder: its name, kept or staged there
+  std::string name;
+};
+
+// Inputs inside --out would be replaced with the folder; the cache is the
+// one input that may live there (a *.cache file, kept in the new folder).
+void check_inputs_outside(const CalibrateArgs& args, const std::string& out_dir) {
+  for (const auto& [option, path] : {std::pair<const char*, std::string>{"config", args.config},
+                                     {"--checkpoint", args.checkpoint}})
+    QAT_CHECK(!path_inside(path, out_dir), "calibrate: ", option, " ", path, " lies in --out ", out_dir,
+              ", whose files calibrate replaces; copy it elsewhere or choose another --out");
+}
+
+CachePlace place_cache(const CalibrateArgs& args, const OutputFolder& out) {
+  CachePlace c;
+  c.path = args.cache.empty() ? out.dir() + "/calibration" + kCacheSuffix : args.cache;
+  std::error_code ec;
+  c.in_out = out.contains(c.path);
+  c.name = fs::path(c.path).filename().string();
+  if (c.in_out) {
+    QAT_CHECK(fs::weakly_canonical(fs::absolute(c.path), ec).parent_path() == fs::weakly_canonical(out.dir(), ec) &&
+                  c.name.size() > std::strlen(kCacheSuffix) && c.name.ends_with(kCacheSuffix),
+              "calibrate: --cache ", c.path, " lies in --out ", out.dir(), ", where calibrate writes ", kConfigFile,
+              " and ", kCheckpointFile, " (and ", kReportTable, ", ", kReportChart, "): a cache there must be a *",
+              kCacheSuffix, " file directly in it; name it so, or put it elsewhere");
+    c.exists = out.holds(c.name);
+    QAT_CHECK(c.exists || !out.holds(c.name + ".source.yaml"), "calibrate: --out ", out.dir(), " holds ",
+              record_path(c.name), " without its cache ", c.name, "; remove the record to calibrate afresh");
+    return c;
+  }
+  c.exists = fs::exists(c.path, ec);
+  // Where a new cache would go must exist before any output is written (the cache comes last).
+  const fs::path folder = fs::absolute(c.path).parent_path();
+  QAT_CHECK(c.exists || fs::is_directory(folder, ec), "calibrate: --cache ", c.path, ": its folder ", folder.string(),
+            " does not exist");
+  QAT_CHECK(c.exists || !fs::exists(record_path(c.path), ec), "calibrate: --cache ", c.path, " does not exist but ",
+            "its record ", record_path(c.path), " does; remove the record to calibrate afresh");
+  // A new cache (and its .source.yaml) would be lost with an export folder,
+  // which the next `qat export` replaces whole, and would mix into a run.
+  if (!c.exists)
+    check_out_kind("calibrate", folder.string(),
+                   {OutputKind::training_run, OutputKind::export_model, OutputKind::calibration}, "--cache's folder");
+  return c;
+}
+
+// The old folder's caches that this run does not write go into the new one
+// unchanged (each is checked against its own record when it is read).
+void keep_old_caches(OutputFolder& out, const CachePlace& cache, bool writes_cache) {
+  for (const auto& e : fs::directory_iterator(out.dir())) {
+    const std::string name = e.path().filename().string();
+    const bool is_cache = name.ends_with(kCacheSuffix) || name.ends_with(std::string(kCacheSuffix) + ".source.yaml");
+    const bool rewritten = writes_cache && cache.in_out && (name == cache.name || name == record_path(cache.name));
+    if (is_cache && !rewritten) out.keep(name);
+  }
 }
 
 }  // namespace
@@ -218,24 +299,12 @@ int run_calibrate(const CalibrateArgs& args, CalibrateReport* report) {
   Setup s = set_up(args);
   CalibrateReport rep;
   rep.out_dir = args.out_dir.empty() ? s.cfg.output.dir + "-ptq" : args.out_dir;
-  // --out receives config.yaml and calibrated.safetensors, replacing those
-  // of an earlier calibration (with whatever caches it kept), never files of another kind.
+  // --out holds only calibrate's files: they are replaced whole (Note [output folder]).
   check_out_kind("calibrate", rep.out_dir, {OutputKind::training_run, OutputKind::export_model});
-  std::error_code ec;
-  fs::create_directories(rep.out_dir, ec);
-  QAT_CHECK(!ec && fs::is_directory(rep.out_dir), "calibrate: --out ", rep.out_dir, " cannot be made a folder");
-  const std::string cache_path = args.cache.empty() ? rep.out_dir + "/calibration.cache" : args.cache;
-  // Where a new cache would go must exist before any output is written (the cache comes last).
-  const bool cache_exists = fs::exists(cache_path, ec);
-  const fs::path cache_folder = fs::absolute(cache_path).parent_path();
-  QAT_CHECK(cache_exists || fs::is_directory(cache_folder, ec), "calibrate: --cache ", cache_path, ": its folder ",
-            cache_folder.string(), " does not exist");
-  // A new cache (and its .source.yaml) would be lost with an export folder,
-  // which the next `qat export` replaces whole, and would mix into a run.
-  if (!cache_exists)
-    check_out_kind("calibrate", cache_folder.string(), {OutputKind::training_run, OutputKind::export_model},
-                   "--cache's folder");
-  const bool from_cache = !args.compare && cache_exists;
+  check_inputs_outside(args, rep.out_dir);
+  OutputFolder out(kOutSpec, rep.out_dir);
+  const CachePlace cache = place_cache(args, out);
+  const bool from_cache = !args.compare && cache.exists;
   std::printf("calibrate %s: %s, %zu calibration images from %s (balanced across classes, seed %llu)\n",
               args.checkpoint.c_str(), s.cfg.model.name.c_str(), s.indices.size(), s.cfg.data.train.c_str(),
               static_cast<unsigned long long>(s.cfg.train.seed));
@@ -254,9 +323,9 @@ int run_calibrate(const CalibrateArgs& args, CalibrateReport* report) {
   std::map<std::string, float> scales;
   CalibrationRecord rec;
   if (from_cache) {
-    scales = read_matching_cache(cache_path, s, args, rec);
+    scales = read_matching_cache(cache.path, s, args, rec);
     c = rec.calibrator;
-    std::printf("read calibration cache %s (%s): calibration skipped\n", cache_path.c_str(),
+    std::printf("read calibration cache %s (%s): calibration skipped\n", cache.path.c_str(),
                 quant::calibrator_name(c));
     quant::apply_calibration(*s.model, scales, rec.ranges);
   } else {
@@ -264,17 +333,21 @@ int run_calibrate(const CalibrateArgs& args, CalibrateReport* report) {
     std::printf("calibration passes %.2f s, FP32 inference of the same %lld images %.2f s (x%.2f)\n",
                 rep.collect_seconds, static_cast<long long>(x.size(0)), rep.float_seconds,
                 rep.collect_seconds / std::max(1e-9, rep.float_seconds));
-    if (args.compare) compare_calibrators(s, args, rep);
+    if (args.compare) compare_calibrators(s, args, out, rep);
     scales = quant::choose_scales(quant::calibrated_tensors(*s.model), c, {args.percentile, 128});
     rec = record_of(s, args, c);
     quant::apply_calibration(*s.model, scales);
   }
   print_thresholds(quant::calibrated_tensors(*s.model), scales, rec.ranges, c);
-  save_outputs(s, rep.out_dir, cache_path, rec, scales, !from_cache);
-  std::printf("wrote %s/calibrated.safetensors and %s/config.yaml%s\n", rep.out_dir.c_str(), rep.out_dir.c_str(),
-              from_cache ? "" : (", cache " + cache_path + " (+ .source.yaml)").c_str());
-  std::printf("next: qat eval %s/config.yaml --checkpoint %s/calibrated.safetensors\n", rep.out_dir.c_str(),
-              rep.out_dir.c_str());
+  save_outputs(s, out, rec);
+  keep_old_caches(out, cache, !from_cache);
+  if (!from_cache && cache.in_out) save_cache(s, out.staged(cache.name), rec, scales);
+  out.publish();
+  if (!from_cache && !cache.in_out) save_cache(s, cache.path, rec, scales);
+  std::printf("wrote %s/%s and %s/%s%s\n", rep.out_dir.c_str(), kCheckpointFile, rep.out_dir.c_str(), kConfigFile,
+              from_cache ? "" : (", cache " + cache.path + " (+ .source.yaml)").c_str());
+  std::printf("next: qat eval %s/%s --checkpoint %s/%s\n", rep.out_dir.c_str(), kConfigFile, rep.out_dir.c_str(),
+              kCheckpointFile);
   if (report) *report = rep;
   return 0;
 }

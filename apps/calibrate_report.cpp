@@ -60,12 +60,12 @@ std::string calibrator_chart(const CalibrateReport& r, const std::string& title)
   return s + "</svg>\n";
 }
 
-void write_calibrator_report(const CalibrateReport& r, const std::string& title, const std::string& out_dir) {
+void write_calibrator_report(const CalibrateReport& r, const std::string& title, const std::string& table_path,
+                             const std::string& chart_path) {
   const std::string table = calibrator_table(r, title);
-  write_text_file_atomic(out_dir + "/calibrators.md", table);
-  write_text_file_atomic(out_dir + "/calibrators.svg", calibrator_chart(r, title));
-  std::printf("\n%s\nwrote %s/calibrators.md and %s/calibrators.svg\n", table.c_str(), out_dir.c_str(),
-              out_dir.c_str());
+  write_text_file_atomic(table_path, table);
+  write_text_file_atomic(chart_path, calibrator_chart(r, title));
+  std::printf("\n%s\n", table.c_str());
 }
 
 }  // namespace qat::apps

@@ -1,7 +1,9 @@
 #include "apps/calibration_record.h"
 
 #include <cstdio>
+#include <cstring>
 
+#include "apps/file_digest.h"
 #include "apps/yaml_value.h"
 #include "core/error.h"
 #include "core/text_file.h"
@@ -29,6 +31,26 @@ constexpr SourceField kSources[] = {
     {"images", "the calibration images (data.train, --images, train.seed)", &CalibrationSources::images},
 };
 
+constexpr const char* kRecordDigestKey = "record_sha256:";
+
+// The last line is `record_sha256: <digest of every line above>`.
+void check_record_digest(const std::string& path) {
+  const std::string text = read_text_file(path);
+  const size_t at = text.rfind(std::string("\n") + kRecordDigestKey);
+  QAT_CHECK(at != std::string::npos, "calibration record ", path, " has no ", kRecordDigestKey,
+            " line (written by a qat before records carried their digest, or cut short); delete it and its cache "
+            "to calibrate again");
+  const std::string body = text.substr(0, at + 1);
+  std::string line = text.substr(at + 1 + std::strlen(kRecordDigestKey));
+  line = line.substr(0, line.find('\n'));
+  const size_t b = line.find_first_not_of(' '), e = line.find_first_of(" #", b);
+  const std::string want = b == std::string::npos ? "" : line.substr(b, e == std::string::npos ? e : e - b);
+  const std::string got = sha256_text(body);
+  QAT_CHECK(want == got, "calibration record ", path, " was edited: its ", kRecordDigestKey, " ",
+            want.substr(0, 12), "... does not match its text (", got.substr(0, 12),
+            "...); delete it and its cache to calibrate again");
+}
+
 }  // namespace
 
 std::string record_path(const std::string& cache_path) { return cache_path + ".source.yaml"; }
@@ -45,12 +67,15 @@ void write_record(const std::string& path, const CalibrationRecord& r) {
   for (const SourceField& f : kSources) s += "  " + std::string(f.key) + ": " + r.sources.*f.field + "\n";
   s += "ranges:  # observed [min, max] per tensor\n";
   for (const auto& [name, mm] : r.ranges) s += "  " + name + ": [" + exact(mm.first) + ", " + exact(mm.second) + "]\n";
+  s += "cache_sha256: " + r.cache_sha256 + "\n";
+  s += std::string(kRecordDigestKey) + " " + sha256_text(s) + "  # of every line above\n";
   write_text_file_atomic(path, s);
 }
 
 CalibrationRecord read_record(const std::string& path) {
+  check_record_digest(path);
   const YamlValue root = load_yaml_file(path);
-  root.only_keys({"calibrator", "percentile", "images", "sources", "ranges"});
+  root.only_keys({"calibrator", "percentile", "images", "sources", "ranges", "cache_sha256", "record_sha256"});
   CalibrationRecord r;
   r.calibrator = root.get("calibrator").as<quant::Calibrator>();
   r.percentile = root.get("percentile").as<double>();
@@ -64,7 +89,15 @@ CalibrationRecord read_record(const std::string& path) {
     if (!(lo <= hi)) v.fail("min > max");
     r.ranges[name] = {lo, hi};
   }
+  r.cache_sha256 = root.get("cache_sha256").as<std::string>();
   return r;
+}
+
+void check_record_matches_cache(const CalibrationRecord& r, const std::string& cache_path) {
+  const std::string now = sha256_file(cache_path);
+  QAT_CHECK(now == r.cache_sha256, "calibration cache ", cache_path, " is not the file its record ",
+            record_path(cache_path), " was written with (cache_sha256 ", r.cache_sha256.substr(0, 12), "..., the file's ",
+            now.substr(0, 12), "...): the cache was edited or replaced; delete both to calibrate again");
 }
 
 void check_sources(const CalibrationRecord& r, const CalibrationSources& now, const std::string& cache_path) {

@@ -11,6 +11,7 @@
 #include "apps/compare_sqnr.h"
 #include "apps/config.h"
 #include "apps/metrics_log.h"
+#include "apps/output_folder.h"
 #include "apps/output_kind.h"
 #include "apps/report_format.h"
 #include "core/error.h"
@@ -255,15 +256,17 @@ void label_runs(std::vector<RunSummary>& runs, const std::vector<std::string>& d
 
 }  // namespace
 
+// --out's files.
+const OutputFolderSpec kOutSpec{"compare", "--out", {"compare.md", "val_top1.svg", "tradeoff.svg", "index.html",
+                                                     "sqnr.md", "speed.svg", "sqnr.svg"}};
+
 int run_compare(const CompareArgs& args) {
   QAT_CHECK(!args.runs.empty(), "compare: give at least one run directory");
   std::error_code ec;  // the output folder first: its problem is reported before any run is read
   QAT_CHECK(!fs::exists(args.out_dir, ec) || fs::is_directory(args.out_dir, ec), "compare: --out ", args.out_dir,
             " is a file, not a folder");
   check_out_kind("compare", args.out_dir, {OutputKind::training_run, OutputKind::export_model, OutputKind::calibration});
-  fs::create_directories(args.out_dir, ec);
-  QAT_CHECK(!ec && fs::is_directory(args.out_dir), "compare: --out ", args.out_dir, " cannot be made a folder",
-            ec ? ": " + ec.message() : std::string());
+  OutputFolder out(kOutSpec, args.out_dir);  // Note [output folder]
   std::vector<RunSummary> runs;
   for (const auto& r : args.runs) runs.push_back(summarize_run(r));
   check_comparable(runs, args.runs);
@@ -288,24 +291,21 @@ int run_compare(const CompareArgs& args) {
   }
   const std::string page =
       html_report("qat compare: " + std::to_string(runs.size()) + " runs", table + "\n" + sqnr_md, svgs);
-  for (const auto& [name, text] : {std::pair<std::string, std::string>{"/compare.md", table},
-                                    {"/val_top1.svg", curves},
-                                    {"/tradeoff.svg", tradeoff},
-                                    {"/index.html", page},
-                                    {"/sqnr.md", sqnr_md},
-                                    {"/speed.svg", speed},
-                                    {"/sqnr.svg", sqnr_svg}}) {
-    const std::string path = args.out_dir + name;
-    if (text.empty()) {  // not made this time: an earlier compare's would be read as this one's
-      fs::remove(path, ec);
-      continue;
-    }
+  for (const auto& [name, text] : {std::pair<std::string, std::string>{"compare.md", table},
+                                    {"val_top1.svg", curves},
+                                    {"tradeoff.svg", tradeoff},
+                                    {"index.html", page},
+                                    {"sqnr.md", sqnr_md},
+                                    {"speed.svg", speed},
+                                    {"sqnr.svg", sqnr_svg}}) {
+    if (text.empty()) continue;  // not made this time: the new folder has none (an old one would be read as this one's)
     try {
-      write_text_file_atomic(path, text);
+      write_text_file_atomic(out.staged(name), text);
     } catch (const Error& e) {
       QAT_FAIL("compare: ", e.what());
     }
   }
+  out.publish();
   std::printf("%s\n%s\nwrote %s/{compare.md, val_top1.svg, tradeoff.svg, index.html%s}\n", table.c_str(),
               sqnr_md.c_str(), args.out_dir.c_str(), sqnr_md.empty() ? "" : ", sqnr.md, sqnr.svg");
   return 0;

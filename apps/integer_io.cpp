@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "apps/file_digest.h"
+#include "apps/output_folder.h"
 #include "apps/yaml_value.h"
 #include "core/error.h"
 #include "core/safetensors.h"
@@ -445,64 +446,18 @@ std::string manifest_text(const ExportedModel& m, const std::string& weights_sha
   return std::string("# qat integer model export; format: docs/export_format.md\n") + e.c_str() + "\n";
 }
 
-// An existing --out folder is replaced only when it holds an export and
-// nothing else: a folder of other files is never swept away.
-void check_replaceable(const fs::path& dir) {
-  if (!fs::exists(dir)) return;
-  QAT_CHECK(fs::is_directory(dir), "export: ", dir.string(), " exists and is not a folder");
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    QAT_CHECK(name == kManifest || name == kWeights, "export: ", dir.string(), " holds ", name,
-              ", which is not part of an export; choose another --out");
-  }
-}
-
-// dir <- staged: an atomic exchange when dir exists (renameat2
-// RENAME_EXCHANGE), so that a reader sees the old export or the new one,
-// never a mix; the old one is then removed.
-void publish(const fs::path& staged, const fs::path& dir) {
-  // (the staged folder's own entries were synced by the writers of its two files)
-  if (!fs::exists(dir)) {
-    fs::rename(staged, dir);
-    return sync_parent_folder(dir.string());
-  }
-  QAT_CHECK(::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0, "export: cannot ",
-            "replace ", dir.string(), " with ", staged.string(), ": ", std::strerror(errno));
-  sync_parent_folder(dir.string());
-  fs::remove_all(staged);  // now the old export
-}
-
 }  // namespace
 
+// Note [output folder]: the two files are staged and swapped in whole; a
+// folder holding anything else is refused.
 void save_export(const std::string& dir, const ExportedModel& m) {
-  const fs::path out = fs::absolute(dir).lexically_normal();
-  check_replaceable(out);
-  std::error_code ec;
-  fs::create_directories(out.parent_path(), ec);
-  QAT_CHECK(!ec, "export: cannot make the folder ", out.parent_path().string(), " for ", out.string(), ": ",
-            ec.message());
-  // Both files are written into a sibling folder first, then swapped in whole.
-  std::string staged_prefix = ".";  // appended piece by piece: GCC 12 warns falsely on "." + string
-  staged_prefix += out.filename().string();
-  staged_prefix += ".tmp-";
-  remove_dead_temporaries(out.parent_path().string(), staged_prefix);  // Note [dead temporaries]
-  const fs::path staged = out.parent_path() / (staged_prefix + temporary_tag());
-  fs::remove_all(staged);
-  fs::create_directory(staged, ec);
-  QAT_CHECK(!ec, "export: cannot write into ", out.parent_path().string(), " (for --out ", out.string(), "): ",
-            ec.message());
-  try {
-    TensorMap tensors;
-    for (const IntLayer& l : m.model.layers) add_layer_tensors(l, tensors);
-    save_safetensors((staged / kWeights).string(), tensors, {{"format", "qat-integer-model"}});
-    const std::string manifest = manifest_text(m, sha256_file((staged / kWeights).string()));
-    write_text_file_atomic((staged / kManifest).string(), manifest);  // its error names the file and errno
-    publish(staged, out);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(staged, ec);  // nothing half-written is left; the old export stays
-    throw;
-  }
+  OutputFolder out({"export", "--out", {kManifest, kWeights}}, dir);
+  TensorMap tensors;
+  for (const IntLayer& l : m.model.layers) add_layer_tensors(l, tensors);
+  save_safetensors(out.staged(kWeights), tensors, {{"format", "qat-integer-model"}});
+  const std::string manifest = manifest_text(m, sha256_file(out.staged(kWeights)));
+  write_text_file_atomic(out.staged(kManifest), manifest);  // its error names the file and errno
+  out.publish();
 }
 
 ExportedModel load_export(const std::string& dir) {

@@ -8,6 +8,7 @@
 #include "apps/calibrate_cmd.h"
 #include "apps/compare.h"
 #include "apps/config.h"
+#include "apps/output_folder.h"
 #include "apps/ptq.h"
 #include "apps/report_format.h"
 #include "apps/run_state.h"
@@ -37,13 +38,46 @@ ExperimentConfig with_bits(const ExperimentConfig& cfg, int64_t bits, const std:
   return c;
 }
 
+// --out's files (Note [output folder]).
+const OutputFolderSpec kOutSpec{"sensitivity", "--out", {"sensitivity.md", "sensitivity.svg", "overrides.yaml",
+                                                         "mixed.yaml"}};
+
+// --finetune-steps K as E epochs of M steps (M divides K, M at most one epoch
+// of the training set), so that exactly K steps are trained. K beyond the
+// config's whole training (train.epochs epochs) is refused, and so is a K
+// that only splits into many short epochs (each fine-tune epoch also
+// evaluates the validation set).
+FinetunePlan plan_finetune(int64_t steps, const ExperimentConfig& cfg, int64_t train_images) {
+  FinetunePlan p;
+  if (steps <= 0) return p;
+  int64_t epoch = train_images / cfg.train.batch_size;  // the training loader drops the last, short batch
+  if (cfg.train.max_steps_per_epoch > 0) epoch = std::min(epoch, cfg.train.max_steps_per_epoch);
+  QAT_CHECK(epoch > 0, "sensitivity --finetune-steps: ", cfg.data.train, " has ", train_images,
+            " images, fewer than one batch of ", cfg.train.batch_size);
+  const int64_t most = epoch * cfg.train.epochs;
+  QAT_CHECK(steps <= most, "sensitivity: --finetune-steps ", steps, " is more than the config's whole training (",
+            cfg.train.epochs, " epochs of ", epoch, " steps: ", most, " steps, train.epochs x one epoch of ",
+            cfg.data.train, " at batch ", cfg.train.batch_size, "); ask for at most ", most);
+  if (steps <= epoch) return {1, steps};
+  int64_t m = epoch;
+  while (steps % m != 0) --m;
+  const int64_t fewest = (steps + epoch - 1) / epoch;
+  QAT_CHECK(steps / m <= 2 * fewest, "sensitivity: --finetune-steps ", steps, " does not split into whole epochs of "
+            "at most ", epoch, " steps (one epoch of ", cfg.data.train, " at batch ", cfg.train.batch_size,
+            ") without ", steps / m, " short ones; ask for a multiple of ", epoch, " (", (steps / epoch) * epoch,
+            " or ", fewest * epoch, ") or at most ", epoch);
+  return {steps / m, m};
+}
+
 struct Context {
   const SensitivityArgs& args;
   ExperimentConfig cfg;
   TensorMap fp32;
   Tensor calib;
   ImageSet scored;
-  std::string out_dir;
+  std::string scratch;  // the fine-tunes' folder, in --out's staging folder (not published)
+  FinetunePlan plan;
+  SensitivityReport* rep = nullptr;
 
   Score ptq_score(const ExperimentConfig& c) const {
     PtqModel p = calibrated_model(c, fp32, calib, args.calibrator);
@@ -56,14 +90,15 @@ struct Context {
 
   // QAT for finetune_steps steps from the calibration (qat train on a
   // config whose quant.init_from is the calibrated checkpoint), then scored.
+  // Each fine-tune replaces the last one in the scratch folder, which qat made.
   Score finetuned_score(const ExperimentConfig& c, PtqModel& calibrated) const {
-    const std::string dir = out_dir + "/finetune";
+    const std::string dir = scratch + "/finetune";
     fs::remove_all(dir);
     fs::create_directories(dir);
     ExperimentConfig t = c;
     t.quant.init_from = dir + "/calibrated.safetensors";
-    t.train.epochs = 1;
-    t.train.max_steps_per_epoch = args.finetune_steps;
+    t.train.epochs = plan.epochs;
+    t.train.max_steps_per_epoch = plan.epoch_steps;
     t.output.dir = dir + "/run";
     save_run_state(t.quant.init_from, *calibrated.model, nullptr, RunState{}, t,
                    {{"calibrator", quant::calibrator_name(args.calibrator)}, {"prepared", calibrated.report.to_string()}});
@@ -71,7 +106,12 @@ struct Context {
     QAT_CHECK(run_train({dir + "/config.yaml", {}, ""}) == 0, "sensitivity: the fine-tune in ", dir, " stopped");
     const ExperimentConfig trained = load_config(t.output.dir + "/config.yaml");
     ModulePtr m = build_model(trained, false, false);
-    load_run_state(t.output.dir + "/last.safetensors", *m, nullptr, &t, ConfigMatch::quant);
+    const RunState done = load_run_state(t.output.dir + "/last.safetensors", *m, nullptr, &t, ConfigMatch::quant);
+    const int64_t steps = done.epoch * plan.epoch_steps + done.step;
+    QAT_CHECK(steps == args.finetune_steps, "sensitivity: the fine-tune in ", dir, " trained ", steps, " steps, not ",
+              args.finetune_steps);
+    rep->finetune_steps_done.push_back(steps);
+    rep->finetune_config = t;
     m->eval();
     return integer_score(*m, scored, c.train.batch_size);
   }
@@ -140,10 +180,16 @@ void choose_mixed(const Context& ctx, SensitivityReport& rep) {
   rep.mixed_bytes = ctx.bytes(a.bits, keep);
 }
 
+std::string finetune_words(const FinetunePlan& p) {
+  const int64_t steps = p.epochs * p.epoch_steps;
+  return std::to_string(steps) + " QAT steps" +
+         (p.epochs > 1 ? " (" + std::to_string(p.epochs) + " epochs of " + std::to_string(p.epoch_steps) + ")" : "");
+}
+
 std::string table(const SensitivityReport& r, const SensitivityArgs& a, int64_t scored) {
   const std::string lo = std::to_string(a.bits), hi = std::to_string(a.high_bits);
   std::string s = "Per-layer sensitivity to " + lo + " bits (" +
-                  (a.finetune_steps > 0 ? std::to_string(a.finetune_steps) + " QAT steps after " : std::string("post-training, ")) +
+                  (a.finetune_steps > 0 ? finetune_words(r.plan) + " after " : std::string("post-training, ")) +
                   quant::calibrator_name(a.calibrator) + " calibration, " + std::to_string(scored) + " validation images; every other layer at " + hi +
                   " bits)\n\n";
   s += "| rank | layer | weights | top-1, this layer at " + lo + " bits | Δ top-1 | loss | Δ loss |\n";
@@ -195,20 +241,20 @@ std::string chart(const SensitivityReport& r, const SensitivityArgs& a) {
   return s + "</svg>\n";
 }
 
-void write_outputs(const Context& ctx, const SensitivityReport& r) {
+void write_outputs(const Context& ctx, const SensitivityReport& r, const OutputFolder& out) {
   const SensitivityArgs& a = ctx.args;
-  write_text_file_atomic(r.out_dir + "/sensitivity.md", table(r, a, ctx.scored.images.size(0)));
-  write_text_file_atomic(r.out_dir + "/sensitivity.svg", chart(r, a));
+  write_text_file_atomic(out.staged("sensitivity.md"), table(r, a, ctx.scored.images.size(0)));
+  write_text_file_atomic(out.staged("sensitivity.svg"), chart(r, a));
   std::string snippet = "# qat sensitivity: the most sensitive layers kept at " + std::to_string(a.high_bits) +
                         " bits, the rest at " + std::to_string(a.bits) + "\nquant:\n  bits: " + std::to_string(a.bits) +
                         "\n  overrides:" + (r.keep_high.empty() ? " {}\n" : "\n");
   for (const std::string& l : r.keep_high)
     snippet += "    " + l + ": {weight_bits: " + std::to_string(a.high_bits) +
                ", activation_bits: " + std::to_string(a.high_bits) + "}\n";
-  write_text_file_atomic(r.out_dir + "/overrides.yaml", snippet);
+  write_text_file_atomic(out.staged("overrides.yaml"), snippet);
   ExperimentConfig mixed = with_bits(ctx.cfg, a.bits, r.keep_high, a.high_bits);
   mixed.output.dir = ctx.cfg.output.dir + "_mixed";
-  write_text_file_atomic(r.out_dir + "/mixed.yaml", config_to_yaml(mixed));
+  write_text_file_atomic(out.staged("mixed.yaml"), config_to_yaml(mixed));
 }
 
 }  // namespace
@@ -217,26 +263,29 @@ int run_sensitivity(const SensitivityArgs& a, SensitivityReport* report) {
   QAT_CHECK(a.bits >= 2 && a.bits < a.high_bits && a.high_bits <= 8, "sensitivity: need 2 <= --bits < --high-bits <= 8, got ",
             a.bits, " and ", a.high_bits);
   QAT_CHECK(a.images > 0 && a.calib_images > 0, "sensitivity: --images and --calib-images must be > 0");
-  Context ctx{a, load_config(a.config, a.overrides), {}, {}, {}, {}};
+  SensitivityReport rep;
+  Context ctx{a, load_config(a.config, a.overrides), {}, {}, {}, {}, {}, &rep};
   QAT_CHECK(ctx.cfg.quant.enabled, "sensitivity: config ", a.config,
             " has quant.enabled false; the quant: section says what to quantize (backend, method)");
   check_request(ctx);
   set_num_threads(static_cast<int>(ctx.cfg.train.threads));
-  SensitivityReport rep;
+  const data::ImageFolder train = image_folder(ctx.cfg.data, ctx.cfg.data.train);
+  ctx.plan = rep.plan = plan_finetune(a.finetune_steps, ctx.cfg, train.size());
   rep.out_dir = a.out_dir.empty() ? ctx.cfg.output.dir + "-sensitivity" : a.out_dir;
   check_out_kind("sensitivity", rep.out_dir,
                  {OutputKind::training_run, OutputKind::export_model, OutputKind::calibration});
-  std::error_code ec;
-  fs::create_directories(rep.out_dir, ec);
-  QAT_CHECK(!ec && fs::is_directory(rep.out_dir), "sensitivity: --out ", rep.out_dir, " cannot be made a folder");
-  ctx.out_dir = rep.out_dir;
+  for (const auto& [option, path] : {std::pair<const char*, std::string>{"config", a.config},
+                                     {"--checkpoint", a.checkpoint}})
+    QAT_CHECK(!path_inside(path, rep.out_dir), "sensitivity: ", option, " ", path, " lies in --out ", rep.out_dir,
+              ", whose files sensitivity replaces; copy it elsewhere or choose another --out");
+  OutputFolder out(kOutSpec, rep.out_dir);
+  if (a.finetune_steps > 0) ctx.scratch = out.scratch("finetune");
 
   ModulePtr fp32 = make_model(ctx.cfg.model.name, ctx.cfg.model.num_classes, ctx.cfg.train.seed);
   load_model_checked(a.checkpoint, *fp32, nullptr);
   fp32->eval();
   ctx.fp32 = fp32->state_dict();
   const data::TransformSpec spec = transform_spec(ctx.cfg.data);
-  const data::ImageFolder train = image_folder(ctx.cfg.data, ctx.cfg.data.train);
   ctx.calib = load_image_set(train, balanced_indices(train, a.calib_images, ctx.cfg.train.seed), spec).images;
   const data::ImageFolder val = image_folder(ctx.cfg.data, ctx.cfg.data.val);
   ctx.scored = load_image_set(val, balanced_indices(val, a.images, ctx.cfg.train.seed), spec);
@@ -269,7 +318,8 @@ int run_sensitivity(const SensitivityArgs& a, SensitivityReport* report) {
     return x.loss_increase > y.loss_increase;
   });
   choose_mixed(ctx, rep);
-  write_outputs(ctx, rep);
+  write_outputs(ctx, rep, out);
+  out.publish();
   std::printf("\n%s\nwrote %s/{sensitivity.md, sensitivity.svg, overrides.yaml, mixed.yaml}\nnext: qat train %s/mixed.yaml\n",
               table(rep, a, ctx.scored.images.size(0)).c_str(), rep.out_dir.c_str(), rep.out_dir.c_str());
   if (report) *report = rep;

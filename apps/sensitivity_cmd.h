@@ -12,13 +12,16 @@
 // (top-1 points below the baseline) allows, or as many as fit --size-mb of
 // weights. --finetune-steps K: every variant also trains K steps (QAT from
 // its calibration) before scoring: slower, closer to what training will
-// give. Writes to --out: sensitivity.md, sensitivity.svg, overrides.yaml
+// give (exactly K steps, over several epochs where K is more than one; the
+// fine-tunes run in a scratch folder that is not kept). Writes to --out
+// (Note [output folder]): sensitivity.md, sensitivity.svg, overrides.yaml
 // (the quant.overrides snippet) and mixed.yaml (the config with it, ready
 // for qat train).
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "apps/config.h"
 #include "quant/observe/calibrators.h"
 
 namespace qat::apps {
@@ -47,6 +50,11 @@ struct LayerSensitivity {
   double drop = 0, loss_increase = 0;  // vs the high-bit baseline
 };
 
+// How --finetune-steps is trained: `epochs` epochs of `epoch_steps` steps.
+struct FinetunePlan {
+  int64_t epochs = 0, epoch_steps = 0;
+};
+
 struct SensitivityReport {
   double fp32_top1 = 0, fp32_loss = 0;
   double base_top1 = 0, base_loss = 0;  // every layer at the high bits
@@ -55,6 +63,10 @@ struct SensitivityReport {
   double mixed_top1 = 0, mixed_loss = 0;
   int64_t base_bytes = 0, low_bytes = 0, mixed_bytes = 0;  // weight storage
   std::string out_dir;
+  FinetunePlan plan;                          // --finetune-steps > 0
+  std::vector<int64_t> finetune_steps_done;   // per fine-tune, read back from its checkpoint
+  ExperimentConfig finetune_config;           // the last fine-tune's
+
 };
 
 int run_sensitivity(const SensitivityArgs& args, SensitivityReport* report = nullptr);

@@ -11,6 +11,7 @@
 #include "tests/test_util.h"
 
 #include "apps/calibrate_cmd.h"
+#include "apps/file_digest.h"
 #include "apps/integer_cmd.h"
 #include "apps/train.h"
 #include "core/safetensors.h"
@@ -176,15 +177,55 @@ TEST_CASE("a stale or mismatched calibration cache is refused naming what change
     a.cache = (dir / "no" / "such" / "c.cache").string();
     refused(a, "--cache " + a.cache + ": its folder " + (dir / "no" / "such").string() + " does not exist");
   }
-  SECTION("a record without a tensor's range") {
-    const std::string edited = (dir / "edited.cache").string();
-    write_text_file_atomic(edited, text);
-    std::string rec = read_text_file(cache + ".source.yaml");
-    rec.erase(rec.find("  features.4.activation_post_process:"));
-    write_text_file_atomic(edited + ".source.yaml", rec);
+  // Issue 39's case 6: the record's ranges and the cache's scale edited
+  // together passed every check above, and the model evaluated at chance.
+  SECTION("an edited record (ranges, a digest, a range dropped), an edited cache, a record without its digest") {
+    const std::string edited = (dir / "edited.cache").string(), rec = read_text_file(cache + ".source.yaml");
     CalibrateArgs a = args_for(cfg, dir / "x");
     a.cache = edited;
-    refused(a, "has no observed range for tensor features.4.activation_post_process");
+    const size_t at = rec.find("  features.4.activation_post_process: [");
+    REQUIRE(at != std::string::npos);
+    const size_t lo = rec.find('[', at) + 1, comma = rec.find(',', lo), hi_end = rec.find(']', comma);
+    // The range of features.4's input widened 1000x, and its cache scale with it.
+    std::string wide = rec;
+    wide.replace(comma + 2, hi_end - comma - 2, "1000");
+    const size_t line = text.find("features.4.activation_post_process: ");
+    REQUIRE(line != std::string::npos);
+    std::string big = text;
+    big.replace(line + std::strlen("features.4.activation_post_process: "), 8, "40000000");  // 2.0: threshold 254
+    write_text_file_atomic(edited, big);
+    write_text_file_atomic(edited + ".source.yaml", wide);
+    refused(a, "calibration record " + edited + ".source.yaml was edited: its record_sha256");
+    // A record whose digest line was rewritten to match the edit still
+    // names the cache it was written with.
+    const size_t d = wide.rfind("record_sha256:");
+    std::string redigested = wide.substr(0, d);
+    redigested += "record_sha256: " + sha256_text(redigested) + "\n";
+    write_text_file_atomic(edited + ".source.yaml", redigested);
+    refused(a, "calibration cache " + edited + " is not the file its record " + edited + ".source.yaml was written "
+               "with");
+    // The cache alone edited to a scale every other check accepts (within the observed range).
+    std::string smaller = text;
+    const size_t s0 = smaller.find(": ") + 2;
+    const uint32_t bits = static_cast<uint32_t>(std::stoul(smaller.substr(s0, 8), nullptr, 16)) - 1;
+    char hex[9];
+    std::snprintf(hex, sizeof hex, "%08x", bits);
+    smaller.replace(s0, 8, hex);
+    write_text_file_atomic(edited, smaller);
+    write_text_file_atomic(edited + ".source.yaml", rec);
+    refused(a, "is not the file its record");
+    // A range dropped from the record.
+    write_text_file_atomic(edited, text);
+    std::string dropped = rec;
+    dropped.erase(at, rec.find('\n', at) + 1 - at);
+    write_text_file_atomic(edited + ".source.yaml", dropped);
+    refused(a, "was edited");
+    // A record of a qat before the digest (or cut short).
+    write_text_file_atomic(edited + ".source.yaml", rec.substr(0, rec.rfind("record_sha256:")));
+    refused(a, "has no record_sha256: line");
+    // Untouched, the pair is accepted.
+    write_text_file_atomic(edited + ".source.yaml", rec);
+    CHECK(run_calibrate(a) == 0);
   }
 }
 

@@ -184,26 +184,79 @@ TEST_CASE("qat sensitivity --out refuses the folder of another command's output 
   }
 }
 
-TEST_CASE("qat sensitivity --finetune-steps trains each variant from its calibration before scoring", "[e2e][sensitivity]") {
+TEST_CASE("qat sensitivity --finetune-steps trains each variant exactly the steps asked for, over epochs if needed",
+          "[e2e][sensitivity]") {
   const fs::path dir = testing::fresh_temp_dir("qat_sens_", "finetune");
   REQUIRE(run_train({write_config(dir, "fp32.yaml", "", 1), {}, ""}) == 0);
   SensitivityArgs a;
-  a.config = write_config(dir, "q.yaml", "quant: {enabled: true, backend: default, method: lsq}\n", 1);
+  a.config = write_config(dir, "q.yaml", "quant: {enabled: true, backend: default, method: lsq}\n", 2);
+  a.overrides = {"train.max_steps_per_epoch=3"};  // one epoch: 3 steps; the config's training: 2 epochs
   a.checkpoint = (dir / "run" / "best.safetensors").string();
   a.images = 40;
   a.calib_images = 32;
-  a.finetune_steps = 2;
+  a.finetune_steps = 4;  // more than one epoch: 2 epochs of 2
   a.out_dir = (dir / "sens").string();
   SensitivityReport r;
   REQUIRE(run_sensitivity(a, &r) == 0);
   REQUIRE(r.layers.size() == 3);
   for (const auto& l : r.layers) CHECK(std::isfinite(l.loss));
-  // The last variant's fine-tune ran its 2 steps from the calibration.
-  const ExperimentConfig t = load_config((dir / "sens" / "finetune" / "config.yaml").string());
-  CHECK(t.train.max_steps_per_epoch == 2);
-  CHECK(t.quant.init_from == (dir / "sens" / "finetune" / "calibrated.safetensors").string());
-  CHECK(fs::exists(dir / "sens" / "finetune" / "run" / "last.safetensors"));
+  CHECK(r.plan.epochs == 2);
+  CHECK(r.plan.epoch_steps == 2);
+  // Every fine-tune (the baseline, each layer, the mixed candidates) trained 4 steps, read back from its checkpoint.
+  REQUIRE(r.finetune_steps_done.size() >= 4);
+  for (int64_t done : r.finetune_steps_done) CHECK(done == 4);
+  // ... from its calibration.
+  CHECK(fs::path(r.finetune_config.quant.init_from).filename() == "calibrated.safetensors");
+  CHECK(fs::path(r.finetune_config.quant.init_from).parent_path().filename() == "finetune");
   std::ifstream in(dir / "sens" / "sensitivity.md");
   const std::string md((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  CHECK_THAT(md, Contains("2 QAT steps after"));
+  CHECK_THAT(md, Contains("4 QAT steps (2 epochs of 2) after"));
+  // The fine-tunes were scratch: --out holds the report and nothing else, and nothing is left beside it.
+  CHECK(listing((dir / "sens").string()) ==
+        std::vector<std::string>{"mixed.yaml", "overrides.yaml", "sensitivity.md", "sensitivity.svg"});
+  for (const auto& e : fs::directory_iterator(dir)) CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+
+  // Issue 39's case 5: 99999999999 steps trained one epoch and the report said 99999999999.
+  SECTION("more steps than the config's whole training, or steps that only split into many short epochs") {
+    a.finetune_steps = 99999999999;
+    REQUIRE_THROWS_WITH(run_sensitivity(a), Contains("--finetune-steps 99999999999 is more than the config's whole "
+                                                     "training (2 epochs of 3 steps: 6 steps") &&
+                                                Contains("ask for at most 6"));
+    a.finetune_steps = 5;  // 5 epochs of 1
+    REQUIRE_THROWS_WITH(run_sensitivity(a), Contains("--finetune-steps 5 does not split into whole epochs of at most 3 "
+                                                     "steps") &&
+                                                Contains("ask for a multiple of 3 (3 or 6) or at most 3"));
+  }
+}
+
+// Issue 39's case 1: --finetune-steps removed U/finetune recursively,
+// whatever it held.
+TEST_CASE("qat sensitivity refuses an --out holding the user's files or folders, and leaves it as it was",
+          "[e2e][sensitivity]") {
+  const fs::path dir = testing::fresh_temp_dir("qat_sens_", "user_out");
+  REQUIRE(run_train({write_config(dir, "fp32.yaml", "", 1), {}, ""}) == 0);
+  SensitivityArgs a;
+  a.config = write_config(dir, "q.yaml", "quant: {enabled: true, backend: default, method: minmax}\n", 1);
+  a.checkpoint = (dir / "run" / "best.safetensors").string();
+  a.images = 40;
+  a.calib_images = 32;
+  a.finetune_steps = 1;
+  a.out_dir = (dir / "U").string();
+  fs::create_directories(dir / "U" / "finetune");
+  std::ofstream(dir / "U" / "finetune" / "thesis.tex") << "years of work\n";
+  const auto before = listing(a.out_dir);
+  REQUIRE_THROWS_WITH(run_sensitivity(a), Contains("--out " + a.out_dir + " holds finetune (not a file), which "
+                                                   "sensitivity does not write"));
+  CHECK(listing(a.out_dir) == before);
+  CHECK(fs::exists(dir / "U" / "finetune" / "thesis.tex"));
+  fs::remove_all(dir / "U" / "finetune");
+  std::ofstream(dir / "U" / "notes.txt") << "mine\n";
+  REQUIRE_THROWS_WITH(run_sensitivity(a), Contains("holds notes.txt, which sensitivity does not write"));
+  CHECK(fs::exists(dir / "U" / "notes.txt"));
+  // The config or checkpoint inside --out would be replaced with it.
+  fs::remove(dir / "U" / "notes.txt");
+  fs::copy_file(a.checkpoint, dir / "U" / "fp32.safetensors");
+  a.checkpoint = (dir / "U" / "fp32.safetensors").string();
+  REQUIRE_THROWS_WITH(run_sensitivity(a), Contains("--checkpoint " + a.checkpoint + " lies in --out " + a.out_dir));
+  CHECK(fs::exists(a.checkpoint));
 }

@@ -1,0 +1,159 @@
+// Note [output folder]: the one way calibrate, sensitivity, compare and
+// export write a folder. Each property on its own: a reader sees the old
+// folder or the new one; nothing the command does not own is removed or
+// replaced; a second writer is refused; a refusal leaves nothing behind.
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "tests/test_util.h"
+
+#include "apps/output_folder.h"
+#include "core/text_file.h"
+
+using namespace qat;
+using namespace qat::apps;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+const OutputFolderSpec kSpec{"tool", "--out", {"a.txt", "b.txt", "*.cache"}};
+
+// Every entry under `dir` (names relative to it) with its contents.
+std::set<std::pair<std::string, std::string>> tree(const fs::path& dir) {
+  std::set<std::pair<std::string, std::string>> out;
+  if (!fs::exists(dir)) return out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    const std::string rel = fs::relative(e.path(), dir).string();
+    out.emplace(rel, e.is_regular_file() ? read_text_file(e.path().string()) : std::string("<dir>"));
+  }
+  return out;
+}
+
+void write(const fs::path& p, const std::string& text) { write_text_file_atomic(p.string(), text); }
+
+}  // namespace
+
+TEST_CASE("an output folder is replaced whole: the old one until publish, then exactly the new one", "[output]") {
+  testing::TempDir t;
+  const fs::path out = t.dir / "out";
+  fs::create_directory(out);
+  write(out / "a.txt", "old a");
+  write(out / "b.txt", "old b");
+  write(out / "x.cache", "old cache");
+  {
+    OutputFolder f(kSpec, out.string());
+    write(f.staged("a.txt"), "new a");
+    f.keep("x.cache");
+    // Until publish the folder is the old one, whole.
+    CHECK(tree(out) == decltype(tree(out)){{"a.txt", "old a"}, {"b.txt", "old b"}, {"x.cache", "old cache"}});
+    f.publish();
+  }
+  // b.txt was not written this time: the new folder has none (it was the old run's).
+  CHECK(tree(out) == decltype(tree(out)){{"a.txt", "new a"}, {"x.cache", "old cache"}});
+  // No staging folder is left beside it.
+  CHECK(tree(t.dir).size() == 3);
+}
+
+TEST_CASE("an output folder not published (an error, a stop) keeps the old one and leaves nothing else", "[output]") {
+  testing::TempDir t;
+  const fs::path out = t.dir / "out";
+  fs::create_directory(out);
+  write(out / "a.txt", "old a");
+  const auto before = tree(t.dir);
+  {
+    OutputFolder f(kSpec, out.string());
+    write(f.staged("a.txt"), "half");
+    write(f.staged("b.txt"), "new b");
+  }
+  CHECK(tree(t.dir) == before);
+}
+
+TEST_CASE("a staging folder of a killed command is removed by the next one", "[output]") {
+  testing::TempDir t;
+  const fs::path out = t.dir / "out";
+  // A pid that cannot be running (above pid_max's largest value, 2^22).
+  const fs::path dead = t.dir / (".out.tmp-9999999@" + temporary_tag().substr(temporary_tag().find('@') + 1));
+  fs::create_directory(dead);
+  write(dead / "a.txt", "half written");
+  {
+    OutputFolder f(kSpec, out.string());
+    write(f.staged("a.txt"), "a");
+    f.publish();
+  }
+  CHECK_FALSE(fs::exists(dead));
+  CHECK(tree(out) == decltype(tree(out)){{"a.txt", "a"}});
+}
+
+TEST_CASE("an output folder holding anything the command does not write is refused, untouched", "[output]") {
+  testing::TempDir t;
+  const fs::path out = t.dir / "out";
+  fs::create_directory(out);
+  write(out / "a.txt", "mine");
+  SECTION("a user's file") {
+    write(out / "notes.md", "the user's");
+    const auto before = tree(t.dir);
+    REQUIRE_THROWS_WITH(OutputFolder(kSpec, out.string()),
+                        Contains("tool: --out " + out.string() + " holds notes.md, which tool does not write") &&
+                            Contains("it writes a.txt, b.txt, *.cache"));
+    CHECK(tree(t.dir) == before);
+  }
+  SECTION("a folder, even one named like an output") {
+    fs::create_directory(out / "b.txt");
+    write(out / "b.txt" / "inside", "the user's");
+    const auto before = tree(t.dir);
+    REQUIRE_THROWS_WITH(OutputFolder(kSpec, out.string()), Contains("holds b.txt (not a file)"));
+    CHECK(tree(t.dir) == before);
+  }
+  SECTION("a file that appears while the command runs: publish refuses, the folder stays as it was") {
+    OutputFolder f(kSpec, out.string());
+    write(f.staged("a.txt"), "new");
+    write(out / "late.txt", "the user's");
+    REQUIRE_THROWS_WITH(f.publish(), Contains("holds late.txt"));
+    CHECK(tree(out) == decltype(tree(out)){{"a.txt", "mine"}, {"late.txt", "the user's"}});
+  }
+  SECTION("a file, not a folder") {
+    write(t.dir / "file", "x");
+    REQUIRE_THROWS_WITH(OutputFolder(kSpec, (t.dir / "file").string()), Contains("exists and is not a folder"));
+  }
+}
+
+TEST_CASE("a second writer of the same output folder is refused while the first holds it", "[output]") {
+  testing::TempDir t;
+  const fs::path out = t.dir / "out";
+  OutputFolder first(kSpec, out.string());
+  REQUIRE_THROWS_WITH(OutputFolder(kSpec, out.string()),
+                      Contains("tool: --out " + out.string() + " is being written by another qat command"));
+  write(first.staged("a.txt"), "first");
+  first.publish();
+  CHECK(read_text_file((out / "a.txt").string()) == "first");
+  // Once published (the lock is on the folder the first one replaced), a
+  // second one locks the new folder and may replace it in turn.
+  OutputFolder second(kSpec, out.string());
+  write(second.staged("a.txt"), "second");
+  second.publish();
+  CHECK(read_text_file((out / "a.txt").string()) == "second");
+}
+
+TEST_CASE("a refused command leaves no folder it made", "[output]") {
+  testing::TempDir t;
+  const fs::path out = t.dir / "new" / "deeper" / "out";
+  {
+    OutputFolder f(kSpec, out.string());
+    CHECK(fs::is_directory(out));
+  }
+  CHECK_FALSE(fs::exists(t.dir / "new"));
+  CHECK(tree(t.dir).empty());
+}
+
+TEST_CASE("path_inside resolves .. and links; a folder is not inside itself", "[output]") {
+  testing::TempDir t;
+  fs::create_directories(t.dir / "out");
+  fs::create_directory_symlink(t.dir / "out", t.dir / "link");
+  CHECK(path_inside((t.dir / "out" / "x").string(), (t.dir / "out").string()));
+  CHECK(path_inside((t.dir / "link" / "x").string(), (t.dir / "out").string()));
+  CHECK(path_inside((t.dir / "other" / ".." / "out" / "x").string(), (t.dir / "out").string()));
+  CHECK_FALSE(path_inside((t.dir / "out").string(), (t.dir / "out").string()));
+  CHECK_FALSE(path_inside((t.dir / "outer" / "x").string(), (t.dir / "out").string()));
+}
