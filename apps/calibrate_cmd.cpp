@@ -64,9 +64,25 @@ struct Setup {
   CalibrationSources sources;
 };
 
+std::string out_dir_of(const CalibrateArgs& args, const ExperimentConfig& cfg) {
+  return args.out_dir.empty() ? cfg.output.dir + "-ptq" : args.out_dir;
+}
+
+// Inputs inside --out would be replaced with the folder; the cache is the
+// one input that may live there (a *.cache file, kept in the new folder).
+void check_inputs_outside(const CalibrateArgs& args, const std::string& out_dir) {
+  for (const auto& [option, path] : {std::pair<const char*, std::string>{"config", args.config},
+                                     {"--checkpoint", args.checkpoint}})
+    QAT_CHECK(!path_inside(path, out_dir), "calibrate: ", option, " ", path, " lies in --out ", out_dir,
+              ", whose files calibrate replaces; copy it elsewhere or choose another --out");
+}
+
 Setup set_up(const CalibrateArgs& args) {
   Setup s{load_config(args.config, args.overrides), nullptr, nullptr, {}, {}, {}};
   const ExperimentConfig& cfg = s.cfg;
+  // --out holds only calibrate's files: they are replaced whole (Note [output folder]).
+  check_out_kind("calibrate", out_dir_of(args, cfg), {OutputKind::training_run, OutputKind::export_model});
+  check_inputs_outside(args, out_dir_of(args, cfg));
   QAT_CHECK(cfg.quant.enabled, "calibrate: config ", args.config,
             " has quant.enabled false; the quant: section says what to quantize (backend, bits)");
   QAT_CHECK(args.images > 0, "calibrate: --images must be > 0, got ", args.images);
@@ -239,15 +255,6 @@ struct CachePlace {
   std::string name;
 };
 
-// Inputs inside --out would be replaced with the folder; the cache is the
-// one input that may live there (a *.cache file, kept in the new folder).
-void check_inputs_outside(const CalibrateArgs& args, const std::string& out_dir) {
-  for (const auto& [option, path] : {std::pair<const char*, std::string>{"config", args.config},
-                                     {"--checkpoint", args.checkpoint}})
-    QAT_CHECK(!path_inside(path, out_dir), "calibrate: ", option, " ", path, " lies in --out ", out_dir,
-              ", whose files calibrate replaces; copy it elsewhere or choose another --out");
-}
-
 CachePlace place_cache(const CalibrateArgs& args, const OutputFolder& out) {
   CachePlace c;
   c.path = args.cache.empty() ? out.dir() + "/calibration" + kCacheSuffix : args.cache;
@@ -298,10 +305,7 @@ int run_calibrate(const CalibrateArgs& args, CalibrateReport* report) {
             "calibrate: --compare calibrates afresh with every calibrator; it takes no --cache");
   Setup s = set_up(args);
   CalibrateReport rep;
-  rep.out_dir = args.out_dir.empty() ? s.cfg.output.dir + "-ptq" : args.out_dir;
-  // --out holds only calibrate's files: they are replaced whole (Note [output folder]).
-  check_out_kind("calibrate", rep.out_dir, {OutputKind::training_run, OutputKind::export_model});
-  check_inputs_outside(args, rep.out_dir);
+  rep.out_dir = out_dir_of(args, s.cfg);
   OutputFolder out(kOutSpec, rep.out_dir);
   const CachePlace cache = place_cache(args, out);
   const bool from_cache = !args.compare && cache.exists;
