@@ -21,6 +21,7 @@
 #include "apps/train.h"
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/file_kind.h"
 #include "core/generator.h"
 #include "core/text_file.h"
 #include "core/threads.h"
@@ -88,6 +89,8 @@ Setup set_up(const CalibrateArgs& args) {
   QAT_CHECK(args.images > 0, "calibrate: --images must be > 0, got ", args.images);
   set_num_threads(static_cast<int>(cfg.train.threads));
   s.fp32 = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
+  check_checkpoint_identity(args.checkpoint, cfg, {CheckpointKind::float_model}, "calibrate --checkpoint",
+                            "it starts from a float model: an FP32 training run's best.safetensors");
   load_model_checked(args.checkpoint, *s.fp32, nullptr);
   s.fp32->eval();
   PtqModel p = prepare_for_calibration(cfg, s.fp32->state_dict());
@@ -155,7 +158,7 @@ std::map<std::string, float> read_matching_cache(const std::string& path, const 
   for (const auto& [name, v] : cache.scales) {
     bool known = false;
     for (const auto& t : tensors) known = known || t.name == name;
-    QAT_CHECK(known, "calibration cache ", path, " does not match the model: it names tensor ", name,
+    QAT_CHECK(known, "calibration cache ", path, " does not match the model: it names tensor ", printable(name),
               ", which the model does not have");
   }
   const std::string rp = record_path(path);

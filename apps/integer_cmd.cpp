@@ -60,7 +60,8 @@ std::vector<std::string> image_files(const std::string& input) {
   if (!fs::is_directory(input)) return {input};
   std::vector<std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(input))
-    if (e.is_regular_file() && data::has_image_extension(e.path().string())) out.push_back(e.path().string());
+    // (an entry named like an image that is not a file, a dangling link say, is decoded and refused by name)
+    if (!e.is_directory() && data::has_image_extension(e.path().string())) out.push_back(e.path().string());
   std::sort(out.begin(), out.end());
   QAT_CHECK(!out.empty(), "infer: no images (.jpg/.jpeg/.png) under ", input);
   return out;

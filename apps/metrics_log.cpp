@@ -69,19 +69,33 @@ void write_checked(const std::string& path, const std::string& text, std::ios::o
 // One row of metrics.csv; what is wrong with it, or "" (values qat cannot
 // have written, as a top-1 of 7.5 or a negative time, are wrong too).
 std::string parse_row(const std::string& line, EpochMetrics& m) {
-  char commas[9];
-  std::istringstream s(line);
-  long long epoch;
-  s >> epoch >> commas[0] >> m.train_loss >> commas[1] >> m.train_top1 >> commas[2] >> m.val_loss >> commas[3] >>
-      m.val_top1 >> commas[4] >> m.val_top5 >> commas[5] >> m.lr >> commas[6] >> m.epoch_seconds >> commas[7] >>
-      m.images_per_second >> commas[8] >> m.data_wait_share;
-  m.epoch = epoch;
-  if (s.fail() || !(s >> std::ws).eof() || std::string(commas, 9).find_first_not_of(',') != std::string::npos)
-    return "expected 10 comma-separated numbers";
-  for (const double v : {m.train_loss, m.val_loss, m.lr, m.epoch_seconds, m.images_per_second, m.data_wait_share})
-    if (!(std::isfinite(v) && v >= 0)) return "a loss, lr, time, speed or wait share that is negative or not finite";
-  for (const double v : {m.train_top1, m.val_top1, m.val_top5})
-    if (!(v >= 0 && v <= 1)) return "an accuracy outside [0, 1]";
+  std::vector<std::string> cells, names;
+  for (std::stringstream row(line + ","), head(std::string(kHeader) + ","); ;) {
+    std::string c, n;
+    const bool more_cells = static_cast<bool>(std::getline(row, c, ',')), more_names = static_cast<bool>(std::getline(head, n, ','));
+    if (more_cells) cells.push_back(c);
+    if (more_names) names.push_back(n);
+    if (!more_cells && !more_names) break;
+  }
+  if (!cells.empty() && !cells.back().empty() && cells.back().back() == '\r') cells.back().pop_back();
+  if (cells.size() != names.size())
+    return "expected " + std::to_string(names.size()) + " comma-separated numbers, got " + std::to_string(cells.size());
+  double v[10];
+  for (size_t i = 0; i < cells.size(); ++i) {
+    char* end = nullptr;
+    v[i] = std::strtod(cells[i].c_str(), &end);
+    if (cells[i].empty() || end != cells[i].c_str() + cells[i].size())
+      return "column " + names[i] + " is '" + cells[i].substr(0, 40) + "', not a number";
+    if (!std::isfinite(v[i])) return "column " + names[i] + " is " + cells[i] + ", not a finite number";
+  }
+  if (v[0] != std::floor(v[0]) || v[0] < 1 || v[0] > 1e15) return "column epoch is " + cells[0] + ", not an epoch number";
+  m.epoch = static_cast<int64_t>(v[0]);
+  m.train_loss = v[1], m.train_top1 = v[2], m.val_loss = v[3], m.val_top1 = v[4], m.val_top5 = v[5], m.lr = v[6];
+  m.epoch_seconds = v[7], m.images_per_second = v[8], m.data_wait_share = v[9];
+  for (const double x : {m.train_loss, m.val_loss, m.lr, m.epoch_seconds, m.images_per_second, m.data_wait_share})
+    if (!(x >= 0)) return "a loss, lr, time, speed or wait share that is negative";
+  for (const double x : {m.train_top1, m.val_top1, m.val_top5})
+    if (!(x >= 0 && x <= 1)) return "an accuracy outside [0, 1]";
   // (each finite, their sum over epochs was not: two times of 1e308 made an "inf min" training time)
   if (m.epoch_seconds > 1e9 || m.images_per_second > 1e12 || m.data_wait_share > 1)
     return "an epoch time over 1e9 s, a speed over 1e12 images/s or a wait share over 1";

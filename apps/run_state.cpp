@@ -1,6 +1,9 @@
 #include "apps/run_state.h"
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <optional>
 #include <cstdio>
 #include <limits>
 #include <set>
@@ -122,9 +125,109 @@ Metadata run_state_metadata(Module& model, const Optimizer* optimizer, const Run
     m["classes"] = joined;
   }
   for (const auto& [k, v] : extra) m[k] = v;
+  m["model"] = cfg.model.name;
+  m["num_classes"] = std::to_string(cfg.model.num_classes);
+  m["kind"] = checkpoint_kind_name(checkpoint_kind_of(cfg, extra.count("calibrator") > 0));
   if (optimizer) m["optimizer_sha256"] = sha256_tensors(optimizer->state_dict());
   m[kMetadataDigest] = metadata_digest(m);
   return m;
+}
+
+const char* checkpoint_kind_name(CheckpointKind k) {
+  switch (k) {
+    case CheckpointKind::float_model: return "float";
+    case CheckpointKind::qat: return "qat";
+    case CheckpointKind::calibrated: return "calibrated";
+    case CheckpointKind::int8_training: return "int8";
+  }
+  return "?";
+}
+
+CheckpointKind checkpoint_kind_of(const ExperimentConfig& cfg, bool calibrated) {
+  if (calibrated) return CheckpointKind::calibrated;
+  if (!cfg.quant.enabled) return CheckpointKind::float_model;
+  return cfg.quant.int8_training.enabled ? CheckpointKind::int8_training : CheckpointKind::qat;
+}
+
+std::vector<CheckpointKind> kinds_loaded_by(const ExperimentConfig& cfg) {
+  const CheckpointKind own = checkpoint_kind_of(cfg);
+  if (own == CheckpointKind::qat) return {CheckpointKind::qat, CheckpointKind::calibrated};
+  return {own};
+}
+
+namespace {
+
+const char* kind_words(CheckpointKind k) {
+  switch (k) {
+    case CheckpointKind::float_model: return "a float (FP32) checkpoint";
+    case CheckpointKind::qat: return "a QAT checkpoint";
+    case CheckpointKind::calibrated: return "a calibration (qat calibrate)";
+    case CheckpointKind::int8_training: return "a checkpoint of INT8 training (quant.int8_training)";
+  }
+  return "?";
+}
+
+const char* model_words(CheckpointKind k) {
+  switch (k) {
+    case CheckpointKind::float_model: return "a float model";
+    case CheckpointKind::qat: return "a QAT model";
+    case CheckpointKind::calibrated: return "a calibrated model";
+    case CheckpointKind::int8_training: return "a model with INT8 training";
+  }
+  return "?";
+}
+
+// The recorded kind, or what a checkpoint from before the record shows;
+// nullopt when it shows nothing (a bare save_checkpoint).
+std::optional<CheckpointKind> recorded_kind(const Metadata& m) {
+  if (const auto k = m.find("kind"); k != m.end()) {
+    for (CheckpointKind c : {CheckpointKind::float_model, CheckpointKind::qat, CheckpointKind::calibrated,
+                             CheckpointKind::int8_training})
+      if (k->second == checkpoint_kind_name(c)) return c;
+    return std::nullopt;
+  }
+  if (m.count("calibrator")) return CheckpointKind::calibrated;
+  if (const auto q = m.find("quantizers"); q != m.end())
+    return q->second == "0" ? CheckpointKind::float_model : CheckpointKind::qat;
+  return std::nullopt;
+}
+
+// "a folder holding an export (qat export)", or what a file that is not a checkpoint looks like.
+std::string folder_words(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(fs::path(path) / "manifest.yaml", ec)) return "an export folder (qat export), not a checkpoint";
+  if (fs::exists(fs::path(path) / "best.safetensors", ec) || fs::exists(fs::path(path) / "last.safetensors", ec))
+    return "a training run folder, not a checkpoint: name its best.safetensors or last.safetensors";
+  if (fs::exists(fs::path(path) / "calibrated.safetensors", ec))
+    return "a calibration folder, not a checkpoint: name its calibrated.safetensors";
+  return "a folder, not a checkpoint file";
+}
+
+}  // namespace
+
+void check_checkpoint_identity(const std::string& path, const ExperimentConfig& cfg,
+                               const std::vector<CheckpointKind>& accepted, const std::string& role,
+                               const std::string& hint) {
+  std::error_code ec;
+  QAT_CHECK(!std::filesystem::is_directory(path, ec), role, " ", path, " is ", folder_words(path), "; ", hint);
+  const Metadata m = load_safetensors_metadata(path);  // a file of another format is named there
+  const auto model = m.find("model"), classes = m.find("num_classes");
+  const std::string want_classes = std::to_string(cfg.model.num_classes);
+  if (model != m.end())
+    QAT_CHECK(model->second == cfg.model.name && (classes == m.end() || classes->second == want_classes), role, " ",
+              path, " holds a ", model->second, " model",
+              classes == m.end() ? std::string() : " with " + classes->second + " classes", ", but config ",
+              cfg.source_path, " builds ", cfg.model.name, " with ", want_classes,
+              " classes (model.name, model.num_classes); give a checkpoint of that model, or the config it was "
+              "trained with");
+  const std::optional<CheckpointKind> kind = recorded_kind(m);
+  if (!kind) return;
+  if (std::find(accepted.begin(), accepted.end(), *kind) != accepted.end()) return;
+  std::string wants;
+  for (size_t i = 0; i < accepted.size(); ++i)
+    wants += std::string(i == 0 ? "" : i + 1 == accepted.size() ? " or " : ", ") + kind_words(accepted[i]);
+  QAT_FAIL(role, " ", path, " is ", kind_words(*kind), ", not ", wants, "; ", hint);
 }
 
 void save_run_state(const std::string& path, Module& model, const Optimizer* optimizer, const RunState& s,
@@ -287,7 +390,15 @@ void check_same_classes(const std::vector<std::string>& recorded, const std::vec
 
 RunState load_run_state(const std::string& path, Module& model, Optimizer* optimizer, const ExperimentConfig* cfg,
                         ConfigMatch match) {
-  if (cfg && match != ConfigMatch::any) check_quantizer_specs(path, model, *cfg);
+  if (cfg && match != ConfigMatch::any) {
+    check_checkpoint_identity(path, *cfg, kinds_loaded_by(*cfg), "checkpoint",
+                              "config " + cfg->source_path + " builds " + model_words(checkpoint_kind_of(*cfg)) +
+                                  " (quant.enabled " + (cfg->quant.enabled ? "true" : "false") +
+                                  ", quant.int8_training.enabled " +
+                                  (cfg->quant.int8_training.enabled ? "true" : "false") +
+                                  "): load it with the config it was saved with");
+    check_quantizer_specs(path, model, *cfg);
+  }
   const Metadata m = load_verified(path, model, optimizer);
   const auto format = m.find("format");
   QAT_CHECK(format == m.end() || format->second == "qat-train-1", "checkpoint ", path, ": metadata 'format' is '",

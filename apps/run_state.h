@@ -77,6 +77,30 @@ void save_run_state(const std::string& path, Module& model, const Optimizer* opt
 // else. (Digests find corruption; whoever edits a file can rewrite them.)
 Metadata load_model_checked(const std::string& path, Module& model, Optimizer* optimizer);
 
+// Note [checkpoint identity]. Every checkpoint qat writes records the model
+// it holds (metadata "model": model.name, "num_classes") and its kind
+// ("kind"): a float model, a QAT model, a calibration (qat calibrate) or a
+// model with INT8 training's state. A loader handed another model or kind
+// says which it got and which it wants, in words, before any tensor is read
+// (otherwise: "missing keys ..." or "saved with other quantizers"). A
+// checkpoint written before the record is known by what it has: a
+// "calibrator" (calibrated), a quantizer count (0: float, else QAT).
+enum class CheckpointKind { float_model, qat, calibrated, int8_training };
+const char* checkpoint_kind_name(CheckpointKind k);  // metadata "kind": float, qat, calibrated, int8
+// The kind a config's model is saved as (calibrated: qat calibrate's output).
+CheckpointKind checkpoint_kind_of(const ExperimentConfig& cfg, bool calibrated = false);
+// The kinds a config loads for eval, export and resume: its own, and for a
+// QAT config (without INT8 training) a calibration too.
+std::vector<CheckpointKind> kinds_loaded_by(const ExperimentConfig& cfg);
+// Refuses, naming `path`, what it is and what `role` (e.g. "quant.init_from",
+// "calibrate --checkpoint") takes, unless it is a safetensors checkpoint of
+// cfg's model and classes and of one of the `accepted` kinds; a folder (an
+// export, a run) or a file of another format is named as what it is. `hint`
+// ends the message (what to give instead).
+void check_checkpoint_identity(const std::string& path, const ExperimentConfig& cfg,
+                               const std::vector<CheckpointKind>& accepted, const std::string& role,
+                               const std::string& hint);
+
 // How much of the loading config must agree with the checkpoint's.
 enum class ConfigMatch {
   any,            // tests and tools that only read the weights

@@ -282,6 +282,8 @@ int run_sensitivity(const SensitivityArgs& a, SensitivityReport* report) {
   if (a.finetune_steps > 0) ctx.scratch = out.scratch("finetune");
 
   ModulePtr fp32 = make_model(ctx.cfg.model.name, ctx.cfg.model.num_classes, ctx.cfg.train.seed);
+  check_checkpoint_identity(a.checkpoint, ctx.cfg, {CheckpointKind::float_model}, "sensitivity --checkpoint",
+                            "it starts from a float model: an FP32 training run's best.safetensors");
   load_model_checked(a.checkpoint, *fp32, nullptr);
   fp32->eval();
   ctx.fp32 = fp32->state_dict();

@@ -26,6 +26,7 @@
 #include "apps/progress.h"
 #include "apps/run_lock.h"
 #include "apps/run_state.h"
+#include "apps/yaml_value.h"
 #include "core/autograd.h"
 #include "core/collective.h"
 #include "core/ops.h"
@@ -41,6 +42,7 @@
 #include "quant/sim/int8_training.h"
 #include "quant/sim/calibration.h"
 #include "quant/sim/prepare.h"
+#include "quant/sim/qat_modules.h"
 
 namespace qat::apps {
 
@@ -444,6 +446,29 @@ data::LoaderOptions loader_options(const ExperimentConfig& cfg, bool train) {
   return o;
 }
 
+// Each quant.int8_training.keep_float entry names a quantized layer of the
+// prepared model; an error names the config file and the list's line (or the
+// --set that gave it) and the layers there are.
+void check_keep_float(const ExperimentConfig& cfg, Module& model) {
+  std::vector<std::string> layers;
+  for (auto& [name, m] : model.named_modules())
+    if (dynamic_cast<quant::QatConv2d*>(m) || dynamic_cast<quant::QatLinear*>(m)) layers.push_back(name);
+  for (const std::string& k : cfg.quant.int8_training.keep_float) {
+    if (std::find(layers.begin(), layers.end(), k) != layers.end()) continue;
+    std::string where = "config " + cfg.source_path;
+    if (std::filesystem::exists(cfg.source_path)) {
+      std::optional<YamlValue> v = load_yaml_file(cfg.source_path).find("quant");
+      if (v) v = v->find("int8_training");
+      if (v) v = v->find("keep_float");
+      where = v ? v->where() : where + " (set by --set)";
+    }
+    std::string list;
+    for (const auto& l : layers) list += (list.empty() ? "" : ", ") + l;
+    QAT_FAIL(where, ": quant.int8_training.keep_float: '", k, "' is not a quantized layer of ", cfg.model.name,
+             "; its quantized layers: ", list);
+  }
+}
+
 // Builds the model of a config: the float model, optionally started from a
 // float checkpoint (quant.init_from), then prepared for QAT when quant is on.
 ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
@@ -452,7 +477,12 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
   // A `qat calibrate` checkpoint (metadata "calibrator") is a prepared model:
   // it is read after prepare(), below.
   Metadata init_meta;
-  if (load_init && !cfg.quant.init_from.empty()) init_meta = load_safetensors_metadata(cfg.quant.init_from);
+  if (load_init && !cfg.quant.init_from.empty()) {
+    check_checkpoint_identity(cfg.quant.init_from, cfg, {CheckpointKind::float_model, CheckpointKind::calibrated},
+                              "quant.init_from", "QAT starts from a float model (an FP32 run's best.safetensors) or "
+                              "a calibration; to continue a QAT run, use --resume on its folder");
+    init_meta = load_safetensors_metadata(cfg.quant.init_from);
+  }
   const bool from_calibration = init_meta.count("calibrator") > 0;
   if (load_init && !cfg.quant.init_from.empty() && !from_calibration) {
     load_model_checked(cfg.quant.init_from, *model, nullptr);
@@ -483,6 +513,7 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
   if (i8.enabled) {
     const quant::Int8GradConfig gc{static_cast<int>(i8.gradient_bits), i8.rounding, i8.clipping, i8.period,
                                    i8.lr_scaling, i8.alpha, i8.beta};
+    check_keep_float(cfg, *model);
     const auto layers = quant::enable_int8_training(*model, gc, i8.keep_float, cfg.train.seed);
     if (print) {
       std::printf("INT8 training (%s) on %zu layers:", layers.front().state->describe().c_str(), layers.size());

@@ -1,5 +1,7 @@
 #include "core/safetensors.h"
 
+#include "core/file_kind.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -173,6 +175,8 @@ namespace {
 // The header always (validated whole); the tensors' bytes when with_tensors.
 SafetensorsFile read_safetensors(const std::string& path, bool with_tensors) {
   std::error_code ec;
+  QAT_CHECK(!std::filesystem::is_directory(path, ec), "load_safetensors '", path,
+            "': is a folder, not a safetensors file");
   QAT_CHECK(std::filesystem::is_regular_file(path, ec), "load_safetensors '", path,
             "': no such file (or not a regular file)");
   const uint64_t file_size = std::filesystem::file_size(path, ec);
@@ -181,13 +185,21 @@ SafetensorsFile read_safetensors(const std::string& path, bool with_tensors) {
   QAT_CHECK(f, "load_safetensors '", path, "': cannot open: ", std::strerror(errno));
 
   QAT_CHECK(file_size >= 8, "load_safetensors '", path, "': file is ", file_size,
-            " bytes, shorter than the 8-byte header length");
+            " bytes, shorter than the 8-byte header length (it is ", describe_file_start(path), ")");
   unsigned char len[8];
   QAT_CHECK(std::fread(len, 1, 8, f.get()) == 8, "load_safetensors '", path, "': cannot read the header length");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= uint64_t(len[i]) << (8 * i);
-  QAT_CHECK(n <= file_size - 8, "load_safetensors '", path, "': header length ", n, " exceeds the ", file_size - 8,
-            " bytes after it (truncated file?)");
+  if (n > file_size - 8) {
+    // A safetensors header is JSON opening at byte 8: a file of another
+    // kind (YAML, ONNX, a text cache) is named as what it looks like.
+    char brace = 0;
+    const bool json_start = file_size > 8 && std::fread(&brace, 1, 1, f.get()) == 1 &&
+                            (brace == '{' || brace == ' ' || brace == '\n' || brace == '\t' || brace == '\r');
+    QAT_CHECK(json_start, "load_safetensors '", path, "': not a safetensors file: it is ", describe_file_start(path));
+    QAT_FAIL("load_safetensors '", path, "': header length ", n, " exceeds the ", file_size - 8,
+             " bytes after it (truncated file?)");
+  }
   std::string text(n, '\0');
   QAT_CHECK(std::fread(text.data(), 1, n, f.get()) == n, "load_safetensors '", path, "': cannot read the header");
 

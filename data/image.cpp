@@ -143,10 +143,15 @@ Image decode_image(const std::string& path, const DecodeLimits& limits) {
     std::error_code ec;
     QAT_CHECK(std::filesystem::file_size(path, ec) > 0 || ec, "decode_image: '", path, "' is empty (0 bytes)");
     const Declared d = declared(path);
+    // stb_image tries each format in turn: after a broken JPEG its reason is
+    // often another format's ("bad png sig"), which says nothing of this file.
+    const std::string reason = why ? why : "unknown reason";
+    const bool other_format = reason.find("sig") != std::string::npos || reason.rfind("not ", 0) == 0 ||
+                              reason == "unknown image type";
     QAT_FAIL("decode_image: cannot decode '", path, "' as ", d.format,
              d.format == "an image" ? " (not a format stb_image reads: JPEG, PNG, BMP, GIF, TGA, PSD, HDR, PNM?)"
-                                    : " (truncated or corrupt?)", "; stb_image: ",
-             why ? why : "unknown reason");
+                                    : ": the file is truncated or corrupt",
+             d.format != "an image" && other_format ? std::string() : "; stb_image: " + reason);
   }
   QAT_CHECK(w > 0 && h > 0, "decode_image: '", path, "' has no pixels (", h, "x", w, ")");
   check_limits(path, h, w, limits);

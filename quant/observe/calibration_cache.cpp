@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/file_kind.h"
 #include "core/text_file.h"
 
 namespace qat::quant {
@@ -42,19 +43,7 @@ int hex_digit(char c) {
 // A line as an error shows it: at most 80 bytes, anything unprintable as
 // \xNN (a binary file given as the cache must not spill into the terminal).
 std::string shown(const std::string& line) {
-  std::string out;
-  for (size_t i = 0; i < line.size() && i < 80; ++i) {
-    const auto c = static_cast<unsigned char>(line[i]);
-    if (c >= 0x20 && c < 0x7F) {
-      out += static_cast<char>(c);
-    } else {
-      char buf[5];
-      std::snprintf(buf, sizeof buf, "\\x%02X", c);
-      out += buf;
-    }
-  }
-  if (line.size() > 80) out += "... (" + std::to_string(line.size()) + " bytes)";
-  return out;
+  return printable(line, 80) + (line.size() > 80 ? " (" + std::to_string(line.size()) + " bytes)" : "");
 }
 
 std::string trim_cr(std::string s) {
@@ -125,9 +114,9 @@ CalibrationCache parse_cache(const std::string& text, const std::string& where) 
               "', not 8 hex digits");
     float scale;
     std::memcpy(&scale, &bits, 4);
-    QAT_CHECK(std::isfinite(scale) && scale > 0, "calibration cache ", where, " line ", line_no, ": tensor ", name,
+    QAT_CHECK(std::isfinite(scale) && scale > 0, "calibration cache ", where, " line ", line_no, ": tensor ", shown(name),
               " has scale ", scale, " (", hex, "); a scale must be finite and > 0");
-    QAT_CHECK(seen.insert(name).second, "calibration cache ", where, " line ", line_no, ": tensor ", name,
+    QAT_CHECK(seen.insert(name).second, "calibration cache ", where, " line ", line_no, ": tensor ", shown(name),
               " appears twice");
     out.scales.emplace_back(name, scale);
   }

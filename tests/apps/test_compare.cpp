@@ -108,7 +108,7 @@ TEST_CASE("truncate_metrics refuses to lose rows of saved epochs, changing nothi
   std::ofstream(csv, std::ios::binary) << rows;
   REQUIRE_THROWS_WITH(truncate_metrics(d.string(), 3),
                       Contains(csv + " holds 1 readable row(s), but the checkpoint has 3 epoch(s) done (row 2: "
-                                     "expected 10 comma-separated numbers: garbage)"));
+                                     "expected 10 comma-separated numbers, got 1: garbage)"));
   CHECK(text(csv) == rows);
   CHECK(text(d / "metrics.jsonl") == jsonl);
   // A garbled row past the checkpoint's epochs (cut short by a crash) is dropped.
@@ -236,7 +236,14 @@ TEST_CASE("compare refuses metrics.csv rows qat cannot have written, naming the 
   REQUIRE_THROWS_WITH(summarize_run(with(header + "1,2.6,0.1,2.3,7.5,0.95,0.01,5,19,0.002\n")),
                       Contains("row 1: an accuracy outside [0, 1]"));
   REQUIRE_THROWS_WITH(summarize_run(with(header + "1,2.6,0.1,2.3,0.5,0.95,0.01,-5,19,0.002\n")),
-                      Contains("negative or not finite"));
+                      Contains("row 1: a loss, lr, time, speed or wait share that is negative"));
+  // (a nan cell read as a wrong column count before)
+  REQUIRE_THROWS_WITH(summarize_run(with(header + "1,2.6,0.1,nan,0.5,0.95,0.01,5,19,0.002\n")),
+                      Contains("row 1: column val_loss is nan, not a finite number"));
+  REQUIRE_THROWS_WITH(summarize_run(with(header + "1,2.6,0.1,2.3,0.5,0.95,0.01,5,fast,0.002\n")),
+                      Contains("row 1: column images_per_s is 'fast', not a number"));
+  REQUIRE_THROWS_WITH(summarize_run(with(header + "1,2.6,0.1,2.3,0.5,0.95,0.01,5,19\n")),
+                      Contains("row 1: expected 10 comma-separated numbers, got 9"));
   REQUIRE_THROWS_WITH(summarize_run(with(header + good + good)), Contains("row 2: epoch 1 where epoch 2 comes"));
   REQUIRE_THROWS_WITH(summarize_run(with(header + "1,2.6,0.1,2.3,0.5,0.95,0.01,1e308,19,0.002\n")),
                       Contains("row 1: an epoch time over 1e9 s"));

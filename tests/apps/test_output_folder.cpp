@@ -147,7 +147,7 @@ TEST_CASE("a refused command leaves no folder it made", "[output]") {
   CHECK(tree(t.dir).empty());
 }
 
-TEST_CASE("path_inside resolves .. and links; a folder is not inside itself", "[output]") {
+TEST_CASE("path_inside resolves .. and links, and a folder is not inside itself", "[output]") {
   testing::TempDir t;
   fs::create_directories(t.dir / "out");
   fs::create_directory_symlink(t.dir / "out", t.dir / "link");
