@@ -76,7 +76,7 @@ int run(int argc, char** argv) {
   b->add_flag("--infer", bench.infer,
               "Time inference: FP32 eval forward vs the frozen integer model (--steps passes, median)");
   b->add_option("--checkpoint", bench.checkpoint, "With --infer and --config: freeze this QAT checkpoint")
-      ->check(CLI::ExistingFile);
+      ->check(CLI::ExistingPath);
   b->add_flag("!--no-profile", bench.profile, "Skip the per-op time breakdown");
   b->add_flag("!--no-weight-lookahead", bench.weight_lookahead,
               "QAT: fake-quantize every weight at its forward, not ahead inside the optimizer step (to time the difference)");
@@ -139,7 +139,7 @@ int run(int argc, char** argv) {
   qat::apps::ExportArgs exp;
   auto* ex = app.add_subcommand("export", "Freeze a QAT checkpoint into an integer model and write it to a folder");
   ex->add_option("config", exp.config, "Experiment config (YAML) with a quant: section")->required()->check(CLI::ExistingFile);
-  ex->add_option("--checkpoint", exp.checkpoint, "QAT checkpoint (.safetensors)")->required()->check(CLI::ExistingFile);
+  ex->add_option("--checkpoint", exp.checkpoint, "QAT checkpoint (.safetensors)")->required()->check(CLI::ExistingPath);
   ex->add_option("--out", exp.out_dir, "Output folder (manifest.yaml + weights.safetensors), or the .onnx file")
       ->required();
   ex->add_option("--format", exp.format, "qat (qat's own folder) or onnx (QDQ, opset 13)")->capture_default_str();
@@ -170,7 +170,7 @@ int run(int argc, char** argv) {
   auto* cls = app.add_subcommand("compare-layers",
                                  "Fake-quant vs integer model, layer by layer: output differences in LSBs");
   cls->add_option("config", cl.config, "Experiment config (YAML) with a quant: section")->required()->check(CLI::ExistingFile);
-  cls->add_option("--checkpoint", cl.checkpoint, "QAT checkpoint (.safetensors)")->required()->check(CLI::ExistingFile);
+  cls->add_option("--checkpoint", cl.checkpoint, "QAT checkpoint (.safetensors)")->required()->check(CLI::ExistingPath);
   cls->add_option("--images", cl.images, "Validation images to compare (0: all)")->capture_default_str()->check(qat::apps::kNonNegative);
   cls->add_option("--set", cl.overrides, "Override a config key (repeatable)");
 
@@ -180,7 +180,7 @@ int run(int argc, char** argv) {
                                 "Post-training quantization: calibrate activation ranges of an FP32 checkpoint on "
                                 "training images (TensorRT's calibrators and cache)");
   ca->add_option("config", cal.config, "Experiment config (YAML) with a quant: section")->required()->check(CLI::ExistingFile);
-  ca->add_option("--checkpoint", cal.checkpoint, "FP32 checkpoint (.safetensors)")->required()->check(CLI::ExistingFile);
+  ca->add_option("--checkpoint", cal.checkpoint, "FP32 checkpoint (.safetensors)")->required()->check(CLI::ExistingPath);
   ca->add_option("--calibrator", calibrator,
                  "Threshold choice: " + qat::enum_name_list<qat::quant::Calibrator>() + " (default entropy)");
   ca->add_option("--percentile", cal.percentile, "Percentile of the percentile calibrator")
@@ -201,7 +201,7 @@ int run(int argc, char** argv) {
                                 "Which layers can go to low bits: each layer alone at --bits (post-training), a "
                                 "ranking, and a mixed-precision config within a budget");
   se->add_option("config", sens.config, "Experiment config (YAML) with a quant: section")->required()->check(CLI::ExistingFile);
-  se->add_option("--checkpoint", sens.checkpoint, "FP32 checkpoint (.safetensors)")->required()->check(CLI::ExistingFile);
+  se->add_option("--checkpoint", sens.checkpoint, "FP32 checkpoint (.safetensors)")->required()->check(CLI::ExistingPath);
   se->add_option("--bits", sens.bits, "Low bit width tried per layer")->capture_default_str()->check(CLI::Range(2, 7));
   se->add_option("--high-bits", sens.high_bits, "Bit width of every other layer")->capture_default_str()->check(CLI::Range(3, 8));
   se->add_option("--images", sens.images, "Validation images scored (balanced across classes)")

@@ -81,7 +81,10 @@ void OutputFolder::cleanup() {
   std::error_code ec;
   if (!published_ && !staged_.empty()) fs::remove_all(staged_, ec);
   staged_.clear();
-  if (created_ && !published_)  // each only when still empty: nothing was written there
+  // The folder this command made, each only when still empty (nothing was
+  // written there), and only when this command holds its lock: one whose lock
+  // another command took is that command's now.
+  if (created_ && !published_ && fd_ >= 0)
     for (fs::path q = abs_; fs::remove(q, ec) && q.string() != made_top_; q = q.parent_path()) {
     }
   created_ = false;

@@ -60,6 +60,25 @@ Snapshot snapshot(const fs::path& dir) {
   return s;
 }
 
+// Starts the qat binary with `args`, its output into `log`; returns its pid.
+pid_t start_qat(const std::vector<std::string>& args, const fs::path& log) {
+  std::vector<std::string> all = {QAT_BINARY};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const std::string out = log.string();
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // only async-signal-safe calls until exec
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) ::_exit(126);
+    ::execv(QAT_BINARY, argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
 // Runs the qat binary with `args`, its output into `log`; sends `sig` after
 // `after` (0: none), or limits the size of each file it writes to
 // `max_file_bytes` (0: none): the kernel stops it with SIGXFSZ at the first
@@ -203,6 +222,28 @@ TEST_CASE("a calibrate into a folder another command is writing is refused, nami
     CHECK(snapshot(dir / "out") == before);
   }
   CHECK(run_calibrate(args_for(cfg, dir / "out")) == 0);
+  // Two processes at once into a folder neither finds: each finishes or is
+  // refused by the lock (the one refused must not remove the folder it made
+  // while the other writes there), and the folder is whole.
+  const std::vector<std::string> args = {"calibrate", cfg, "--checkpoint",
+                                         (fp32_dir() / "run" / "best.safetensors").string(), "--images", "48", "--out",
+                                         (dir / "race").string()};
+  for (int round = 0; round < 5; ++round) {
+    fs::remove_all(dir / "race");
+    const pid_t a = start_qat(args, dir / "a.log"), b = start_qat(args, dir / "b.log");
+    int sa = 0, sb = 0;
+    REQUIRE(::waitpid(a, &sa, 0) == a);
+    REQUIRE(::waitpid(b, &sb, 0) == b);
+    INFO("round " << round << ": " << read_text_file((dir / "a.log").string()) << "\n---\n"
+                  << read_text_file((dir / "b.log").string()));
+    for (const auto& [status, log] : {std::pair{sa, dir / "a.log"}, {sb, dir / "b.log"}})
+      CHECK((status == 0 || read_text_file(log.string()).find("is being written by another qat command") !=
+                                std::string::npos));
+    CHECK((sa == 0 || sb == 0));
+    CHECK(eval_checkpoint({(dir / "race" / "config.yaml").string(), {},
+                           (dir / "race" / "calibrated.safetensors").string()})
+              .images > 0);
+  }
 }
 
 TEST_CASE("a refused calibrate leaves no --out behind", "[e2e][calibration]") {

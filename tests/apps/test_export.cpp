@@ -170,6 +170,16 @@ TEST_CASE("export round trip: the loaded model gives the frozen model's logits",
   CHECK_THAT(mixed_preds[1].error, Contains("b.jpg"));
   CHECK(mixed_preds[2].top.size() == 3);
   REQUIRE(run_infer({out, mixed.string(), 3, 1, ""}) == 1);
+  // A dangling link named like an image is reported by name, not skipped.
+  const fs::path linked = dir / "linked";
+  fs::create_directories(linked);
+  fs::copy_file(preds[0].path, linked / "a.jpg");
+  fs::create_symlink(linked / "gone.jpg", linked / "d.jpg");
+  const auto linked_preds = predict_images(ex, linked.string(), 3);
+  REQUIRE(linked_preds.size() == 2);
+  CHECK(linked_preds[0].top.size() == 3);
+  CHECK_THAT(linked_preds[1].error, Contains("d.jpg") && Contains("link"));
+  REQUIRE(run_infer({out, linked.string(), 3, 1, ""}) == 1);
 
   // --device cuda: the same logits (--save) from the GPU, or a refusal naming
   // why before any image is read or file written.
