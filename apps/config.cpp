@@ -62,6 +62,22 @@ YamlValue value_of(const Values& values, const std::string& file, const std::str
   return it != values.end() ? it->second : YamlValue(YAML::Node(), file, key, -1);
 }
 
+// quant.observer_off_epoch: 1 turns observers off before the first batch:
+// the weight quantizers never see a weight and the whole first epoch would
+// train on empty ranges (then the run stops on their infinite min/max). A
+// calibration does not help: QAT from it takes the activations' scales and
+// leaves the weight quantizers to observe the weights as they train
+// (quant::start_from_calibration). Learned quantizers (LSQ) have no observers.
+void check_observers_observe(const ExperimentConfig& cfg, const Values& values) {
+  const QuantConfig& q = cfg.quant;
+  if (!q.enabled || q.observer_off_epoch != 1) return;
+  if (q.method == quant::QuantMethod::lsq || q.method == quant::QuantMethod::lsq_plus) return;
+  value_of(values, cfg.source_path, "quant.observer_off_epoch")
+      .fail(std::string("1 turns the observers off before they see any data, so the ") + quant::method_name(q.method) +
+            " weight quantizers would never get a range (also from a calibration, whose weight quantizers observe "
+            "the weights as they train): use 2 or later (0: never off)");
+}
+
 void check_across_keys(const ExperimentConfig& cfg, const Values& values) {
   const std::string& file = cfg.source_path;
   if (!cfg.data.augment.random_resized_crop && cfg.data.resize < cfg.data.image_size) {
@@ -90,6 +106,7 @@ void check_across_keys(const ExperimentConfig& cfg, const Values& values) {
   if (cfg.quant.int8_training.enabled && !cfg.quant.enabled)
     value_of(values, file, "quant.int8_training.enabled")
         .fail("INT8 training runs on a quantized model: it needs quant.enabled: true");
+  check_observers_observe(cfg, values);
   if (cfg.train.schedule == LrScheduleKind::multistep && cfg.train.milestones.empty())
     value_of(values, file, values.count("train.milestones") ? "train.milestones" : "train.schedule")
         .fail("the multistep schedule needs train.milestones (a non-empty list of epochs)");

@@ -69,6 +69,22 @@ std::string first_non_finite(const Module& model, const Optimizer* optimizer) {
   return "";
 }
 
+// An observer's range that never saw data: min_val all +inf or max_val all
+// -inf, as observers start (a diverged run gives NaN or values of both signs).
+bool never_observed(const Module& model, const std::string& name) {
+  const bool is_min = name.ends_with(".min_val"), is_max = name.ends_with(".max_val");
+  if (!is_min && !is_max) return false;
+  for (const auto& [n, t] : model.named_buffers()) {
+    if (n != name || t.dtype() != DType::f32) continue;
+    const Tensor h = t.to(Device::cpu).contiguous();
+    const float start = is_min ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < h.numel(); ++i)
+      if (h.data<float>()[i] != start) return false;
+    return h.numel() > 0;
+  }
+  return false;
+}
+
 Metadata quantizer_specs(Module& model) {
   Metadata m;
   int64_t n = 0;

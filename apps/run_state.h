@@ -50,6 +50,9 @@ void check_same_classes(const std::vector<std::string>& recorded, const std::vec
 // infinity; empty when every one is finite. A checkpoint is never written
 // with such a tensor (train.cpp).
 std::string first_non_finite(const Module& model, const Optimizer* optimizer);
+// Whether buffer `name` is an observer's range that never saw data (min_val
+// all +inf or max_val all -inf, as observers start), not a diverged value.
+bool never_observed(const Module& model, const std::string& name);
 
 // The spec of each fake quantizer of a model (bits, signedness, symmetry,
 // granularity: what gives its stored scales and zero points their meaning),

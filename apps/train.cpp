@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -126,8 +127,14 @@ std::string checkpoints_left(const std::string& run_dir) {
 // written stay as they are. One scan for every file written after it.
 void require_finite_state(const Module& model, const Optimizer* optimizer, int64_t epoch, const std::string& run_dir) {
   const std::string bad = first_non_finite(model, optimizer);
-  QAT_CHECK(bad.empty(), "train: '", bad, "' holds NaN or infinite values at epoch ", epoch,
-            "; stopping without writing a checkpoint. ", checkpoints_left(run_dir));
+  if (bad.empty()) return;
+  QAT_CHECK(!never_observed(model, bad), "train: observer '", bad, "' never observed a tensor (its range is still "
+            "the empty one it starts with) at epoch ", epoch, ": its observers were turned off before any data "
+            "reached them (quant.observer_off_epoch) and nothing calibrated them; stopping without writing a "
+            "checkpoint. ", checkpoints_left(run_dir));
+  QAT_FAIL("train: '", bad, "' holds NaN or infinite values at epoch ", epoch,
+           " (the run diverged: a lower train.lr may help); stopping without writing a checkpoint. ",
+           checkpoints_left(run_dir));
 }
 
 // Epoch-dependent QAT switches (1-based epochs in the config).

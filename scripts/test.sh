@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Configure, build (-j2) and run the unit tests. QAT_SANITIZE=1 builds a separate
+# Install what is missing, configure, build (-j2) and run the unit tests. QAT_SANITIZE=1 builds a separate
 # AddressSanitizer + UndefinedBehaviorSanitizer tree (build-asan/) and runs the
 # same tests there. QAT_PORTABLE=1 builds a tree for any x86-64 CPU
 # (build-portable/: no -march=native, no CUDA) and runs them there: the
@@ -10,6 +10,10 @@
 # target attribute, and has its own idea of which C++20 features it supports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# What the build and the tests need (packages, ONNX Runtime's virtual
+# environment for the ONNX tests): this command stands alone on a fresh
+# machine. A no-op, in a second or two, when everything is there.
+bash scripts/setup.sh
 jobs=${JOBS:-2}
 if [ "${QAT_CLANG:-0}" = "1" ]; then
   dir=build-clang

@@ -60,37 +60,16 @@ Snapshot snapshot(const fs::path& dir) {
   return s;
 }
 
-// Starts the qat binary with `args`, its output into `log`; returns its pid.
-pid_t start_qat(const std::vector<std::string>& args, const fs::path& log) {
+// Starts the qat binary with `args`, its output into `log`, and returns its
+// pid. With `max_file_bytes`, each file it writes is limited to that size:
+// the kernel stops it with SIGXFSZ at the first write past the limit, a stop
+// at exactly that moment (its output then goes nowhere: the log would count).
+pid_t start_qat(const std::vector<std::string>& args, const fs::path& log, rlim_t max_file_bytes = 0) {
   std::vector<std::string> all = {QAT_BINARY};
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
-  const std::string out = log.string();
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {  // only async-signal-safe calls until exec
-    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0 || ::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) ::_exit(126);
-    ::execv(QAT_BINARY, argv.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-// Runs the qat binary with `args`, its output into `log`; sends `sig` after
-// `after` (0: none), or limits the size of each file it writes to
-// `max_file_bytes` (0: none): the kernel stops it with SIGXFSZ at the first
-// write past the limit, a stop at exactly that moment. Returns the wait status.
-int spawn_qat(const std::vector<std::string>& args, std::chrono::microseconds after, int sig, const fs::path& log,
-              rlim_t max_file_bytes = 0) {
-  std::vector<std::string> all = {QAT_BINARY};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // (the log would count against the limit: then it goes nowhere)
   const std::string out = max_file_bytes ? "/dev/null" : log.string();
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
@@ -104,6 +83,13 @@ int spawn_qat(const std::vector<std::string>& args, std::chrono::microseconds af
     ::execv(QAT_BINARY, argv.data());
     ::_exit(127);
   }
+  return pid;
+}
+
+// start_qat, then `sig` after `after` (0: none); returns the wait status.
+int spawn_qat(const std::vector<std::string>& args, std::chrono::microseconds after, int sig, const fs::path& log,
+              rlim_t max_file_bytes = 0) {
+  const pid_t pid = start_qat(args, log, max_file_bytes);
   if (after.count() > 0) {
     std::this_thread::sleep_for(after);
     ::kill(pid, sig);
