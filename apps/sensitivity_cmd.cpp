@@ -25,14 +25,28 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The config's quantization with every layer at `bits` and the layers of
-// `keep` at `keep_bits` (weights and the activation each reads).
+// The layers the config's own quant.overrides set: they keep those bits in
+// every variant and are not ranked. A half an override leaves at 0 (the
+// global setting) is the config's global bits, so the layer stays as the
+// config has it whatever the variant's bits.
+std::map<std::string, quant::LayerBits> fixed_layers(const ExperimentConfig& cfg) {
+  const QuantConfig& q = cfg.quant;
+  const int w = static_cast<int>(q.weight.bits > 0 ? q.weight.bits : q.bits);
+  const int x = static_cast<int>(q.activation.bits > 0 ? q.activation.bits : q.bits);
+  std::map<std::string, quant::LayerBits> fixed;
+  for (const auto& [layer, b] : q.overrides) fixed[layer] = {b.weight_bits ? b.weight_bits : w, b.activation_bits ? b.activation_bits : x};
+  return fixed;
+}
+
+// The config's quantization with every layer at `bits`, the layers of
+// `keep` at `keep_bits` (weights and the activation each reads) and the
+// config's own overrides kept.
 ExperimentConfig with_bits(const ExperimentConfig& cfg, int64_t bits, const std::vector<std::string>& keep,
                            int64_t keep_bits) {
   ExperimentConfig c = cfg;
   c.quant.bits = bits;
   c.quant.weight.bits = c.quant.activation.bits = 0;
-  c.quant.overrides.clear();
+  c.quant.overrides = fixed_layers(cfg);
   for (const std::string& l : keep)
     c.quant.overrides[l] = {static_cast<int>(keep_bits), static_cast<int>(keep_bits)};
   return c;
@@ -117,6 +131,7 @@ struct Context {
   }
   int64_t bytes(int64_t bits, const std::vector<std::string>& keep) const {
     std::map<std::string, int> per_layer;
+    for (const auto& [l, b] : fixed_layers(cfg)) per_layer[l] = b.weight_bits;
     for (const std::string& l : keep) per_layer[l] = static_cast<int>(args.high_bits);
     return weight_storage_bytes(cfg.model.name, cfg.model.num_classes, static_cast<int>(bits), per_layer);
   }
@@ -129,16 +144,9 @@ int64_t budget_bytes(double size_mb) {
   return bytes >= 9.2e18 ? INT64_MAX : static_cast<int64_t>(bytes);
 }
 
-// Before any scoring: a budget no choice meets, and per-layer overrides,
-// which the analysis would drop (it sets every layer's bits itself).
+// Before any scoring: a budget no choice meets.
 void check_request(const Context& ctx) {
   const SensitivityArgs& a = ctx.args;
-  if (!ctx.cfg.quant.overrides.empty()) {
-    std::string names;
-    for (const auto& [layer, bits] : ctx.cfg.quant.overrides) names += (names.empty() ? "" : ", ") + layer;
-    QAT_FAIL("sensitivity: config ", a.config, " sets quant.overrides (", names, "); sensitivity chooses every "
-             "layer's bits itself: remove them (or --set 'quant.overrides={}')");
-  }
   if (a.size_mb <= 0) return;
   const int64_t all_low = ctx.bytes(a.bits, {});
   QAT_CHECK(all_low <= budget_bytes(a.size_mb), "sensitivity: --size-mb ", a.size_mb,
@@ -200,9 +208,16 @@ std::string table(const SensitivityReport& r, const SensitivityArgs& a, int64_t 
          fmt("%.2f%%", 100 * l.top1) + " | " + fmt("%+.2f", -100 * l.drop) + " | " + fmt("%.4f", l.loss) + " | " +
          fmt("%+.4f", l.loss_increase) + " |\n";
   }
-  s += "\nFP32: top-1 " + fmt("%.2f%%", 100 * r.fp32_top1) + ", loss " + fmt("%.4f", r.fp32_loss) + ". Every layer at " +
-       hi + " bits: top-1 " + fmt("%.2f%%", 100 * r.base_top1) + ", loss " + fmt("%.4f", r.base_loss) + ", weights " +
-       bytes_str(r.base_bytes) + ". Every layer at " + lo + " bits: weights " +
+  if (!r.fixed.empty()) {
+    std::string list;
+    for (const auto& [l, b] : r.fixed)
+      list += (list.empty() ? "" : ", ") + l + " (W" + std::to_string(b.weight_bits) + "A" + std::to_string(b.activation_bits) + ")";
+    s += "\nKept as the config's quant.overrides set them, in every variant, and not ranked: " + list + ".\n";
+  }
+  const std::string every = r.fixed.empty() ? "Every layer" : "Every ranked layer";
+  s += "\nFP32: top-1 " + fmt("%.2f%%", 100 * r.fp32_top1) + ", loss " + fmt("%.4f", r.fp32_loss) + ". " + every +
+       " at " + hi + " bits: top-1 " + fmt("%.2f%%", 100 * r.base_top1) + ", loss " + fmt("%.4f", r.base_loss) +
+       ", weights " + bytes_str(r.base_bytes) + ". " + every + " at " + lo + " bits: weights " +
        bytes_str(r.low_bytes) + ".\n\n";
   std::string kept;
   for (const auto& k : r.keep_high) kept += (kept.empty() ? "" : ", ") + k;
@@ -247,10 +262,12 @@ void write_outputs(const Context& ctx, const SensitivityReport& r, const OutputF
   write_text_file_atomic(out.staged("sensitivity.svg"), chart(r, a));
   std::string snippet = "# qat sensitivity: the most sensitive layers kept at " + std::to_string(a.high_bits) +
                         " bits, the rest at " + std::to_string(a.bits) + "\nquant:\n  bits: " + std::to_string(a.bits) +
-                        "\n  overrides:" + (r.keep_high.empty() ? " {}\n" : "\n");
-  for (const std::string& l : r.keep_high)
-    snippet += "    " + l + ": {weight_bits: " + std::to_string(a.high_bits) +
-               ", activation_bits: " + std::to_string(a.high_bits) + "}\n";
+                        "\n  overrides:" + (r.keep_high.empty() && r.fixed.empty() ? " {}\n" : "\n");
+  std::map<std::string, quant::LayerBits> all = r.fixed;
+  for (const std::string& l : r.keep_high) all[l] = {static_cast<int>(a.high_bits), static_cast<int>(a.high_bits)};
+  for (const auto& [l, b] : all)
+    snippet += "    " + l + ": {weight_bits: " + std::to_string(b.weight_bits) +
+               ", activation_bits: " + std::to_string(b.activation_bits) + "}\n";
   write_text_file_atomic(out.staged("overrides.yaml"), snippet);
   ExperimentConfig mixed = with_bits(ctx.cfg, a.bits, r.keep_high, a.high_bits);
   mixed.output.dir = ctx.cfg.output.dir + "_mixed";
@@ -304,7 +321,9 @@ int run_sensitivity(const SensitivityArgs& a, SensitivityReport* report) {
   std::printf("%lld validation images: FP32 top-1 %.2f%%, every layer at %lld bits %.2f%%\n",
               static_cast<long long>(ctx.scored.images.size(0)), 100 * f.top1, static_cast<long long>(a.high_bits),
               100 * bs.top1);
+  rep.fixed = fixed_layers(ctx.cfg);
   for (const quant::PreparedLayer& l : b.report.layers) {
+    if (rep.fixed.count(l.name)) continue;  // the config's override: its bits are chosen already
     LayerSensitivity s;
     s.layer = l.name;
     const auto w = ctx.fp32.find(l.name + ".weight");

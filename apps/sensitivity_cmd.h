@@ -10,7 +10,8 @@
 // images; top-1 beside it). Then the mixed-precision choice: every layer at
 // low bits except the most sensitive ones, as few kept high as --max-drop
 // (top-1 points below the baseline) allows, or as many as fit --size-mb of
-// weights. --finetune-steps K: every variant also trains K steps (QAT from
+// weights. Layers the config's own quant.overrides set keep those bits in
+// every variant and are not ranked (the report lists them). --finetune-steps K: every variant also trains K steps (QAT from
 // its calibration) before scoring: slower, closer to what training will
 // give (exactly K steps, over several epochs where K is more than one; the
 // fine-tunes run in a scratch folder that is not kept). Writes to --out
@@ -18,6 +19,7 @@
 // (the quant.overrides snippet) and mixed.yaml (the config with it, ready
 // for qat train).
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -66,6 +68,7 @@ struct SensitivityReport {
   FinetunePlan plan;                          // --finetune-steps > 0
   std::vector<int64_t> finetune_steps_done;   // per fine-tune, read back from its checkpoint
   ExperimentConfig finetune_config;           // the last fine-tune's
+  std::map<std::string, quant::LayerBits> fixed;  // the config's quant.overrides: kept, not ranked
 
 };
 

@@ -15,6 +15,7 @@
 #include "tests/test_util.h"
 
 #include "apps/calibrate_cmd.h"
+#include "apps/compare.h"
 #include "apps/config.h"
 #include "apps/integer_cmd.h"
 #include "apps/sensitivity_cmd.h"
@@ -121,9 +122,10 @@ TEST_CASE("qat sensitivity with a size budget keeps what fits, and refuses one n
   SensitivityReport r;
   a.size_mb = 1e-6;
   REQUIRE_THROWS_WITH(run_sensitivity(a, &r), Contains("--size-mb") && Contains("even every layer at 4 bits"));
-  // Overrides would be dropped (the analysis sets every layer's bits): refused, named.
+  // An override of a layer the model lacks is refused by prepare, naming it.
   a.overrides = {"quant.overrides={no.such.layer: {weight_bits: 8}}"};
-  REQUIRE_THROWS_WITH(run_sensitivity(a, &r), Contains("sets quant.overrides (no.such.layer)"));
+  a.size_mb = 0;
+  REQUIRE_THROWS_WITH(run_sensitivity(a, &r), Contains("'no.such.layer'"));
   a.overrides.clear();
   // Everything fits: every layer kept at 8 bits. (1e13 MB is past int64 in
   // bytes: the cast gave 996 B and "even every layer at 4 bits needs ...".)
@@ -259,4 +261,46 @@ TEST_CASE("qat sensitivity refuses an --out holding the user's files or folders,
   a.checkpoint = (dir / "U" / "fp32.safetensors").string();
   REQUIRE_THROWS_WITH(run_sensitivity(a), Contains("--checkpoint " + a.checkpoint + " lies in --out " + a.out_dir));
   CHECK(fs::exists(a.checkpoint));
+}
+
+// The usual W4A4 config keeps the first and last layer at 8 bits
+// (quant.overrides): sensitivity was refused for it.
+TEST_CASE("qat sensitivity keeps the config's own overrides, leaves them out of the ranking and says so",
+          "[e2e][sensitivity]") {
+  const fs::path dir = testing::fresh_temp_dir("qat_sens_", "overrides");
+  REQUIRE(run_train({write_config(dir, "fp32.yaml", "", 1), {}, ""}) == 0);
+  SensitivityArgs a;
+  a.config = write_config(dir, "q.yaml",
+                          "quant:\n  enabled: true\n  backend: default\n  method: minmax\n  bits: 4\n"
+                          "  overrides: {fc: {weight_bits: 8, activation_bits: 8}, features.0: {weight_bits: 6}}\n",
+                          1);
+  a.checkpoint = (dir / "run" / "best.safetensors").string();
+  a.images = 50;
+  a.calib_images = 32;
+  a.size_mb = 1e13;  // everything fits: every ranked layer kept high
+  a.out_dir = (dir / "sens").string();
+  SensitivityReport r;
+  REQUIRE(run_sensitivity(a, &r) == 0);
+  // Only features.4 is ranked; fc and features.0 keep the config's bits
+  // (features.0's activation: the config's global 4).
+  REQUIRE(r.layers.size() == 1);
+  CHECK(r.layers[0].layer == "features.4");
+  REQUIRE(r.fixed.size() == 2);
+  CHECK(r.fixed.at("fc").weight_bits == 8);
+  CHECK(r.fixed.at("fc").activation_bits == 8);
+  CHECK(r.fixed.at("features.0").weight_bits == 6);
+  CHECK(r.fixed.at("features.0").activation_bits == 4);
+  CHECK(r.keep_high == std::vector<std::string>{"features.4"});
+  // Storage counts the fixed layers at their bits: all-low is not all at 4.
+  CHECK(r.low_bytes == weight_storage_bytes("small_cnn", 10, 4, {{"fc", 8}, {"features.0", 6}}));
+  std::ifstream in(dir / "sens" / "sensitivity.md");
+  const std::string md((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK_THAT(md, Contains("Kept as the config's quant.overrides set them, in every variant, and not ranked: "
+                          "fc (W8A8), features.0 (W6A4)."));
+  // The mixed config keeps them, with the chosen layer at 8 bits.
+  const ExperimentConfig mixed = load_config((dir / "sens" / "mixed.yaml").string());
+  REQUIRE(mixed.quant.overrides.size() == 3);
+  CHECK(mixed.quant.overrides.at("fc").weight_bits == 8);
+  CHECK(mixed.quant.overrides.at("features.0").weight_bits == 6);
+  CHECK(mixed.quant.overrides.at("features.4").weight_bits == 8);
 }
