@@ -11,6 +11,7 @@
 #include "core/ops.h"
 #include "layers/layers.h"
 #include "models/models.h"
+#include "quant/sim/grad_quant.h"
 #include "quant/sim/int8_math.h"
 #include "quant/sim/int8_ops.h"
 #include "quant/sim/int8_training.h"
@@ -702,4 +703,103 @@ TEST_CASE("an INT8 input one step past either end of its grid is refused, the en
   CHECK(input_integer(-0.5f, 2.0, 0.0, 256) == -1);
   CHECK(input_integer(15.f, 1.0, 0.0, 16) == 15);
   CHECK(input_integer(16.f, 1.0, 0.0, 16) == -1);
+}
+
+namespace {
+// A heavy-tailed gradient (cubes of normals, times `size`): the searched clip
+// is well inside max|g|, so a search and a tracked clip differ.
+Tensor heavy_tailed(const Shape& shape, float size, Generator& g) {
+  Tensor t = Tensor::randn(shape, g);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const float v = t.data<float>()[i];
+    t.data<float>()[i] = size * v * v * v;
+  }
+  return t;
+}
+float max_abs_of(const std::vector<float>& v) {
+  float m = 0;
+  for (float x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+}  // namespace
+
+// Issue 40: the period's clock and the clips between searches were
+// unguarded (searching one step late, or dX's clip following dW's ratio,
+// passed every test). Through the op: at steps 0, P, 2P each clip is the
+// searched one of that step's values (dW's: dY; dX's: dY * s_w[o]); between,
+// that quantizer's own last searched ratio times this step's max|values|.
+TEST_CASE("the direction-sensitive clips are searched at steps 0, P, 2P and each follows its own ratio between",
+          "[quant][int8train]") {
+  Generator g(11);
+  const ActGrid grid{0.04f, 0.0, 256};
+  const int64_t N = 64, K = 33, O = 16, P = 3;
+  Int8GradConfig cfg;
+  cfg.bits = 4;  // (4-bit gradients clip well inside max|g|)
+  cfg.period = P;
+  auto st = std::make_shared<Int8GradState>(cfg, 5, "lin");
+  const OnGrid in = on_grid({N, K}, grid, g);
+  const Weights w = int8_weights({O, K}, g);
+  float ratio[2] = {0, 0};
+  int searched = 0, tracked = 0;
+  for (int64_t s = 0; s < 3 * P + 1; ++s) {
+    INFO("step " << s);
+    Tensor x = in.x.clone().set_requires_grad(true);
+    Tensor wq = w.wq.clone().set_requires_grad(true);
+    const Tensor gy = heavy_tailed({N, O}, std::pow(10.f, static_cast<float>(s % 3) - 1.f), g);
+    sum(mul(int8_linear(x, grid, wq, w.scale, Tensor(), st), gy)).backward();
+    std::vector<float> values[2] = {gy.to_vector(), gy.to_vector()};
+    for (size_t i = 0; i < values[1].size(); ++i) values[1][i] *= w.scale.data<float>()[i % O];
+    const bool search = s % P == 0;
+    for (int q = 0; q < 2; ++q) {
+      INFO((q == 0 ? "dW's quantizer" : "dX's quantizer"));
+      const float m = max_abs_of(values[q]);
+      float want = 0;
+      if (search) {
+        const float c = search_clip(values[q].data(), static_cast<int64_t>(values[q].size()), cfg.bits).clip;
+        want = usable_clip(c, cfg.bits);
+        ratio[q] = c / m;
+      } else {
+        want = usable_clip(ratio[q] * m, cfg.bits);
+      }
+      REQUIRE(ratio[q] < 0.9f);  // the search clipped: a search and a tracked clip tell apart
+      CHECK(st->clip(q) == want);
+    }
+    REQUIRE(std::fabs(ratio[0] - ratio[1]) > 0.01f);  // the two ratios tell apart
+    searched += search;
+    tracked += !search;
+    CHECK(st->steps() == s + 1);
+  }
+  CHECK(searched == 4);
+  CHECK(tracked == 6);
+}
+
+// The same rule on the state alone, with ratios far apart.
+TEST_CASE("between searches each gradient quantizer's clip follows its own searched ratio", "[quant][int8train]") {
+  Generator g(12);
+  Int8GradConfig cfg;
+  cfg.bits = 4;
+  cfg.period = 4;
+  Int8GradState st(cfg, 1, "layer");
+  const std::vector<float> ga = Tensor::randn({4096}, g).to_vector();                  // light tails
+  const std::vector<float> gb = heavy_tailed({4096}, 1.f, g).to_vector();              // heavy tails
+  REQUIRE(st.clip_due(0));
+  REQUIRE(st.clip_due(1));
+  st.refresh_clip(0, ga.data(), static_cast<int64_t>(ga.size()));
+  st.refresh_clip(1, gb.data(), static_cast<int64_t>(gb.size()));
+  st.finish_step(true, true);
+  const float ra = st.clip(0) / max_abs_of(ga), rb = st.clip(1) / max_abs_of(gb);
+  INFO("ratios " << ra << " and " << rb);
+  REQUIRE(std::fabs(ra - rb) > 0.1f);
+  for (int step = 1; step < 4; ++step) {
+    REQUIRE_FALSE(st.clip_due(0));
+    REQUIRE_FALSE(st.clip_due(1));
+    const float ma = 2.f * static_cast<float>(step), mb = 3.f * static_cast<float>(step);
+    st.track_clip(0, ma);
+    st.track_clip(1, mb);
+    CHECK(st.clip(0) == usable_clip(ra * ma, cfg.bits));
+    CHECK(st.clip(1) == usable_clip(rb * mb, cfg.bits));
+    st.finish_step(true, true);
+  }
+  CHECK(st.clip_due(0));  // step 4 = P: searched again
+  CHECK(st.clip_due(1));
 }
