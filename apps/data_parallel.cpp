@@ -176,4 +176,26 @@ std::string dataset_fingerprint(const data::ImageFolder& folder) {
   return detail::cat(folder.size(), " images in ", folder.classes().size(), " classes, names ", hex);
 }
 
+void throw_agreed_failure(Collective& all, const std::string& failure, int failed, const std::string& what) {
+  float first = failure.empty() ? static_cast<float>(all.size()) : static_cast<float>(all.rank());
+  all.min(&first, 1);
+  if (!failure.empty()) throw AgreedError(failure);
+  throw AgreedError(detail::cat(what, " failed on ", failed, " of ", all.size(), " processes (the first: rank ",
+                                static_cast<int>(first), ", whose error is printed under its rank)"));
+}
+
+void check_on_every_process(const std::function<void()>& check) {
+  Collective* all = collective();
+  if (!all) return check();
+  std::string failure;
+  try {
+    check();
+  } catch (const Error& e) {
+    failure = e.what();
+  }
+  float failed = failure.empty() ? 0.f : 1.f;
+  all->sum(&failed, 1);
+  if (failed > 0) throw_agreed_failure(*all, failure, static_cast<int>(failed), "the checks before the command");
+}
+
 }  // namespace qat::apps

@@ -1,5 +1,6 @@
 #pragma once
 // The training loop's side of a data-parallel run (docs/distributed.md).
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -97,5 +98,22 @@ void check_same_everywhere(Collective& all, const std::string& what, const std::
 // count and a digest of each image's path below the root and its label (the
 // same on a node whose copy of the data lives elsewhere).
 std::string dataset_fingerprint(const data::ImageFolder& folder);
+
+// Note [checks every process makes]. A refusal every process of a job makes
+// before it does anything (what data-parallel training cannot do, a command
+// other than train under mpirun): each process runs `check`, they agree
+// through one collective, and if any failed every process throws
+// AgreedError (its own message, or how many failed and the first) so the
+// job ends without MPI_Abort. An abort had the launcher kill the others
+// while they printed, and a refusal could end with no message at all (seen
+// once in a sanitizer run: 0.3 s, nothing printed). Without a collective
+// (one process) `check` just runs.
+void check_on_every_process(const std::function<void()>& check);
+
+// Every process throws AgreedError: this one's `failure` (empty when it had
+// none) or, for those without, that `failed` processes' `what` failed and
+// which came first (its error is printed under its rank).
+[[noreturn]] void throw_agreed_failure(Collective& all, const std::string& failure, int failed,
+                                       const std::string& what);
 
 }  // namespace qat::apps

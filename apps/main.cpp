@@ -10,6 +10,7 @@
 #include "apps/cli_checks.h"
 #include "apps/compare.h"
 #include "apps/data_cmd.h"
+#include "apps/data_parallel.h"
 #include "apps/sensitivity_cmd.h"
 #include "apps/integer_cmd.h"
 #include "apps/mpi_run.h"
@@ -228,8 +229,11 @@ int run(int argc, char** argv) {
     // Subcommands registered with their own callbacks (data) run inside parse().
     app.parse(argc, argv);
     qat::max_cpu_isa();  // a bad QAT_MAX_CPU_ISA fails here, before any work
-    if (qat::apps::world_size() > 1 && !t->parsed())
-      throw qat::Error("only `qat train` runs as several MPI processes; run this command as one process");
+    // Note [checks every process makes]: every process refuses together, without an abort.
+    qat::apps::check_on_every_process([&] {
+      QAT_CHECK(qat::apps::world_size() <= 1 || t->parsed(),
+                "only `qat train` runs as several MPI processes; run this command as one process");
+    });
     if (b->parsed()) return qat::apps::run_bench(bench);
     if (t->parsed()) return qat::apps::run_train(train);
     if (ev->parsed()) return qat::apps::run_eval(eval);

@@ -58,6 +58,7 @@ OutputFolder::OutputFolder(OutputFolderSpec spec, const std::string& dir) : spec
     created_ = true;
   }
   try {
+    if (spec_.before_lock) spec_.before_lock();
     lock();
     check_entries();
     std::string prefix = ".";  // appended piece by piece: GCC 12 warns falsely on "." + string

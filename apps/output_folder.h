@@ -18,6 +18,7 @@
 //    is the folder itself when this command made it.
 // `qat train` keeps a run folder of its own kind (checkpoints written one by
 // one as epochs end, each atomically, under its `.lock`): see run_lock.h.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct OutputFolderSpec {
   std::string command;            // "calibrate": the errors' first word
   std::string option = "--out";   // how the user named the folder
   std::vector<std::string> own;   // names the command writes; "*.cache" matches a suffix
+  // Tests: called between making the folder and locking it (where another
+  // command can take the lock first).
+  std::function<void()> before_lock;
 };
 
 class OutputFolder {

@@ -249,17 +249,6 @@ void check_fresh_run_dir(const std::string& run_dir) {
             "overwrite or mix with (", list, "); choose an empty or new output.dir, or remove them");
 }
 
-// Data-parallel: `failed` processes reported an error (this one's is
-// `failure`, empty when it had none). Every process throws, naming its own
-// error or the first process that failed, whose error it prints itself.
-[[noreturn]] void throw_agreed_failure(Collective& all, const std::string& failure, int failed) {
-  float first = failure.empty() ? static_cast<float>(all.size()) : static_cast<float>(all.rank());
-  all.min(&first, 1);
-  if (!failure.empty()) throw AgreedError(failure);
-  throw AgreedError(detail::cat("validation failed on ", failed, " of ", all.size(), " processes (the first: rank ",
-                                static_cast<int>(first), ", whose error is printed under its rank)"));
-}
-
 // Validation after an epoch's training. When it fails (a corrupt image in
 // the validation set, a full disk under data.cache), `save` keeps the
 // trained epoch in last.safetensors, its step at the epoch's end, so that
@@ -359,7 +348,7 @@ EvalSummary evaluate(const std::function<Tensor(const Tensor&)>& forward, data::
     double sums[5] = {loss_sum, static_cast<double>(c1), static_cast<double>(c5), static_cast<double>(r.images),
                       failure.empty() ? 0.0 : 1.0};
     all->sum(sums, 5);
-    if (sums[4] > 0) throw_agreed_failure(*all, failure, static_cast<int>(sums[4]));
+    if (sums[4] > 0) throw_agreed_failure(*all, failure, static_cast<int>(sums[4]), "validation");
     loss_sum = sums[0], c1 = static_cast<int64_t>(sums[1]), c5 = static_cast<int64_t>(sums[2]);
     r.images = static_cast<int64_t>(sums[3]);
   }
@@ -558,7 +547,7 @@ int run_train(const TrainArgs& args) {
   Collective* all = collective();
   const int rank = all ? all->rank() : 0, ranks = all ? all->size() : 1;
   const bool lead = rank == 0;
-  check_data_parallel(cfg, ranks);
+  check_on_every_process([&] { check_data_parallel(cfg, ranks); });  // Note [checks every process makes]
   set_sync_batch_norm(cfg.train.sync_bn);
   const bool overlap = ranks > 1 && mpi_use_communication_thread(wants_overlap(cfg.train.overlap_allreduce));
 

@@ -2,6 +2,10 @@
 // export write a folder. Each property on its own: a reader sees the old
 // folder or the new one; nothing the command does not own is removed or
 // replaced; a second writer is refused; a refusal leaves nothing behind.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -145,6 +149,23 @@ TEST_CASE("a refused command leaves no folder it made", "[output]") {
   }
   CHECK_FALSE(fs::exists(t.dir / "new"));
   CHECK(tree(t.dir).empty());
+}
+
+// Two commands into a folder neither found: one made it, the other took
+// its lock first. The one refused must leave the folder to the holder (it
+// removed it, and the holder's exchange then failed).
+TEST_CASE("a command refused the lock leaves the folder it made to the command holding it", "[output]") {
+  testing::TempDir t;
+  const fs::path out = t.dir / "out";
+  int holder = -1;
+  OutputFolderSpec spec = kSpec;
+  spec.before_lock = [&] {  // another command locks the folder this one just made
+    holder = ::open(out.c_str(), O_RDONLY | O_DIRECTORY);
+    REQUIRE(::flock(holder, LOCK_EX | LOCK_NB) == 0);
+  };
+  REQUIRE_THROWS_WITH(OutputFolder(spec, out.string()), Contains("is being written by another qat command"));
+  CHECK(fs::is_directory(out));
+  ::close(holder);
 }
 
 TEST_CASE("path_inside resolves .. and links, and a folder is not inside itself", "[output]") {
