@@ -34,7 +34,7 @@ struct OutputFolderSpec {
   std::vector<std::string> own;   // names the command writes; "*.cache" matches a suffix
   // Tests: called between making the folder and locking it (where another
   // command can take the lock first).
-  std::function<void()> before_lock;
+  std::function<void()> before_lock = nullptr;
 };
 
 class OutputFolder {
