@@ -183,7 +183,7 @@ std::map<std::string, float> read_matching_cache(const std::string& path, const 
 }
 
 // The calibrated checkpoint and its config, staged in --out's new folder.
-void save_outputs(const Setup& s, const OutputFolder& out, const CalibrationRecord& rec) {
+void save_outputs(const Setup& s, const OutputFolder& out, const CalibrationRecord& rec, const std::string& fp32) {
   ExperimentConfig cfg = s.cfg;  // what qat eval / export / compare-layers prepare the checkpoint with
   cfg.quant.method = quant::QuantMethod::minmax;
   cfg.quant.init_from.clear();
@@ -191,7 +191,10 @@ void save_outputs(const Setup& s, const OutputFolder& out, const CalibrationReco
   cfg.output.dir = out.dir();
   write_text_file_atomic(out.staged(kConfigFile), config_to_yaml(cfg));
   save_run_state(out.staged(kCheckpointFile), *s.model, nullptr, RunState{}, cfg,
-                 {{"calibrator", quant::calibrator_name(rec.calibrator)}, {"prepared", s.report.to_string()}});
+                 {{"calibrator", quant::calibrator_name(rec.calibrator)},
+                  {"prepared", s.report.to_string()},
+                  // (qat compare draws QAT from the calibration as continuing this FP32 run)
+                  {"calibrated_from", fs::absolute(fp32).lexically_normal().string()}});
 }
 
 // The cache, then its record (which holds the cache's digest): a stop in
@@ -346,7 +349,7 @@ int run_calibrate(const CalibrateArgs& args, CalibrateReport* report) {
     quant::apply_calibration(*s.model, scales);
   }
   print_thresholds(quant::calibrated_tensors(*s.model), scales, rec.ranges, c);
-  save_outputs(s, out, rec);
+  save_outputs(s, out, rec, args.checkpoint);
   keep_old_caches(out, cache, !from_cache);
   if (!from_cache && cache.in_out) save_cache(s, out.staged(cache.name), rec, scales);
   out.publish();

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "apps/chart_layout.h"
 #include "apps/compare_report.h"
 #include "apps/compare_speed.h"
 #include "apps/compare_sqnr.h"
@@ -98,10 +99,27 @@ RunSummary summarize_run(const std::string& run_dir) {
   return s;
 }
 
+namespace {
+// The checkpoint a run started from, through a calibration: a calibrated
+// checkpoint records the FP32 one it was calibrated from ("calibrated_from"),
+// and QAT from it continues that FP32 run. A file that cannot be read (gone,
+// or a checkpoint from before the record) is taken as it is.
+std::string started_from(const std::string& init_from) {
+  std::error_code ec;
+  if (!fs::is_regular_file(init_from, ec)) return init_from;
+  try {
+    const Metadata m = load_safetensors_metadata(init_from);
+    if (const auto it = m.find("calibrated_from"); it != m.end()) return it->second;
+  } catch (const Error&) {
+  }
+  return init_from;
+}
+}  // namespace
+
 void align_runs(std::vector<RunSummary>& runs, const std::vector<std::string>& run_dirs) {
   auto parent_of = [&](const RunSummary& r) -> int {
     if (r.init_from.empty()) return -1;
-    const fs::path folder = fs::path(r.init_from).lexically_normal().parent_path();
+    const fs::path folder = fs::path(started_from(r.init_from)).lexically_normal().parent_path();
     std::error_code ec;
     for (size_t j = 0; j < runs.size(); ++j) {
       if (&runs[j] == &r) continue;
@@ -153,11 +171,10 @@ std::string markdown_table(const std::vector<RunSummary>& runs) {
 }
 
 std::string svg_chart(const std::vector<RunSummary>& runs) {
-  size_t longest = 0;
-  for (const auto& r : runs) longest = std::max(longest, r.name.size());
-  // The legend sits right of the plot: room for the longest run name (~7 px a character).
-  const double right = 60 + 7.0 * static_cast<double>(longest), W = 520 + right, H = 420, left = 60, top = 30,
-               bottom = 50;
+  double longest = 0;
+  for (const auto& r : runs) longest = std::max(longest, text_width(r.name));
+  // The legend sits right of the plot: room for the longest run name.
+  const double right = 50 + longest + 10, W = 520 + right, H = 420, left = 60, top = 30, bottom = 50;
   const double pw = W - left - right, ph = H - top - bottom;
   size_t max_epochs = 1;
   double lo = 1, hi = 0;
@@ -165,20 +182,20 @@ std::string svg_chart(const std::vector<RunSummary>& runs) {
     max_epochs = std::max(max_epochs, static_cast<size_t>(r.epoch_offset) + r.val_top1.size());
     for (double v : r.val_top1) lo = std::min(lo, v), hi = std::max(hi, v);
   }
-  lo = std::max(0.0, std::floor(lo * 10) / 10);
-  hi = std::min(1.0, std::ceil(hi * 10) / 10);
-  if (hi <= lo) hi = lo + 0.1;
+  const std::vector<double> ticks = nice_ticks(std::max(0.0, 100 * lo - 1), std::min(100.0, 100 * hi + 1), 6);  // %
+  lo = ticks.front() / 100, hi = ticks.back() / 100;
+  const int decimals = tick_decimals(ticks[1] - ticks[0]);
   auto X = [&](double e) { return left + (max_epochs == 1 ? pw / 2 : pw * (e - 1) / (max_epochs - 1)); };
   auto Y = [&](double v) { return top + ph * (1 - (v - lo) / (hi - lo)); };
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
   std::string s = svg_begin(W, H);
   s += fmt("<text x=\"%.0f\" y=\"18\" font-size=\"14\">val top-1 per epoch</text>\n", left);
-  for (int i = 0; i <= 5; ++i) {
-    const double v = lo + (hi - lo) * i / 5;
+  for (double t : ticks) {
+    const double v = t / 100;
     s += fmt("<line x1=\"%.1f\"", left) + fmt(" x2=\"%.1f\"", left + pw) + fmt(" y1=\"%.1f\"", Y(v)) +
          fmt(" y2=\"%.1f\" stroke=\"#ddd\"/>\n", Y(v));
     s += fmt("<text x=\"%.1f\"", left - 8) + fmt(" y=\"%.1f\" text-anchor=\"end\">", Y(v) + 4) +
-         fmt("%.0f%%</text>\n", 100 * v);
+         fmt(("%." + std::to_string(decimals) + "f%%</text>\n").c_str(), t);
   }
   for (size_t e = 1; e <= max_epochs; ++e)
     s += fmt("<text x=\"%.1f\"", X(e)) + fmt(" y=\"%.1f\" text-anchor=\"middle\">", top + ph + 18) +

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "apps/chart_layout.h"
 #include "apps/report_format.h"
 
 namespace qat::apps {
@@ -34,12 +35,13 @@ std::vector<std::string> cells_of(const std::string& row) {
 }  // namespace
 
 std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& pts) {
+  auto size_of = [&](size_t i) { return pts[i].first; };
   std::vector<size_t> order(pts.size());
   for (size_t i = 0; i < pts.size(); ++i) order[i] = i;
   // By size ascending, then accuracy descending: a point is on the front
   // when it is more accurate than everything smaller before it.
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    if (pts[a].first != pts[b].first) return pts[a].first < pts[b].first;
+    if (size_of(a) != size_of(b)) return size_of(a) < size_of(b);
     return pts[a].second > pts[b].second;
   });
   std::vector<size_t> front;
@@ -52,49 +54,87 @@ std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& p
 namespace {
 
 // Accuracy against x, one labelled point per run, the Pareto front dashed;
-// larger_x_better: throughput (else size).
+// larger_x_better: throughput (else size). x as the table prints it (equal
+// there, equal on the front). The axes tick at round steps; every label
+// stays inside the drawing and off the others.
 std::string accuracy_chart(const std::vector<std::string>& names, const std::vector<double>& x,
                            const std::vector<double>& acc, const std::string& title, const std::string& x_label,
                            bool larger_x_better) {
   const double W = 640, H = 420, left = 70, right = 30, top = 40, bottom = 50;
   const double pw = W - left - right, ph = H - top - bottom;
   std::vector<std::pair<double, double>> pts;
-  double xmax = 0, lo = 1, hi = 0;
+  double xmax = 0, lo = 100, hi = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     pts.emplace_back(larger_x_better ? -x[i] : x[i], acc[i]);
     xmax = std::max(xmax, x[i]);
-    lo = std::min(lo, acc[i]), hi = std::max(hi, acc[i]);
+    lo = std::min(lo, 100 * acc[i]), hi = std::max(hi, 100 * acc[i]);
   }
-  xmax = xmax > 0 ? xmax * 1.1 : 1;
-  lo = std::max(0.0, std::floor(lo * 100 - 1) / 100);
-  hi = std::min(1.0, std::ceil(hi * 100 + 1) / 100);
-  auto X = [&](double v) { return left + pw * v / xmax; };
-  auto Y = [&](double v) { return top + ph * (1 - (v - lo) / (hi - lo)); };
+  const std::vector<double> xt = nice_ticks(0, xmax > 0 ? xmax * 1.05 : 1, 5);
+  const std::vector<double> yt = nice_ticks(std::max(0.0, lo - 0.5), std::min(100.0, hi + 0.5), 5);  // in %
+  const double x_end = xt.back(), y_lo = yt.front(), y_hi = yt.back();
+  auto X = [&](double v) { return left + pw * v / x_end; };
+  auto Y = [&](double v) { return top + ph * (1 - (100 * v - y_lo) / (y_hi - y_lo)); };
+  const int ydec = tick_decimals(yt[1] - yt[0]), xdec = tick_decimals(xt[1] - xt[0]);
   std::string s = svg_begin(W, H);
-  s += fmt("<text x=\"%.0f\" y=\"18\" font-size=\"14\">", left) + escape_html(title) + " (dashed line: the Pareto front)</text>\n";
-  for (int k = 0; k <= 4; ++k) {
-    const double v = lo + (hi - lo) * k / 4, xv = xmax * k / 4;
-    s += fmt("<line x1=\"%.1f\"", left) + fmt(" x2=\"%.1f\"", left + pw) + fmt(" y1=\"%.1f\"", Y(v)) +
-         fmt(" y2=\"%.1f\" stroke=\"#ddd\"/>\n", Y(v));
-    s += fmt("<text x=\"%.1f\"", left - 8) + fmt(" y=\"%.1f\" text-anchor=\"end\">", Y(v) + 4) +
-         fmt("%.1f%%</text>\n", 100 * v);
-    s += fmt("<text x=\"%.1f\"", X(xv)) + fmt(" y=\"%.1f\" text-anchor=\"middle\">", top + ph + 18) +
-         fmt("%.0f</text>\n", xv);
+  const std::string heading = title + " (ringed: Pareto front)";
+  std::vector<TextBox> taken = {text_box(10, 18, heading, "start", 14)};
+  s += "<text x=\"10\" y=\"18\" font-size=\"14\">" + escape_html(heading) + "</text>\n";
+  for (double v : yt) {
+    const double y = top + ph * (1 - (v - y_lo) / (y_hi - y_lo));
+    const std::string t = fmt(("%." + std::to_string(ydec) + "f%%").c_str(), v);
+    s += fmt("<line x1=\"%.1f\"", left) + fmt(" x2=\"%.1f\"", left + pw) + fmt(" y1=\"%.1f\"", y) +
+         fmt(" y2=\"%.1f\" stroke=\"#ddd\"/>\n", y);
+    s += fmt("<text x=\"%.1f\"", left - 8) + fmt(" y=\"%.1f\" text-anchor=\"end\">", y + 4) + t + "</text>\n";
+    taken.push_back(text_box(left - 8, y + 4, t, "end"));
   }
-  s += fmt("<text x=\"%.1f\"", left + pw / 2) + fmt(" y=\"%.1f\" text-anchor=\"middle\">", H - 10) + x_label +
-       "</text>\n";
+  for (double v : xt) {
+    const std::string t = fmt(("%." + std::to_string(xdec) + "f").c_str(), v);
+    s += fmt("<text x=\"%.1f\"", X(v)) + fmt(" y=\"%.1f\" text-anchor=\"middle\">", top + ph + 18) + t + "</text>\n";
+    taken.push_back(text_box(X(v), top + ph + 18, t, "middle"));
+  }
+  s += fmt("<text x=\"%.1f\"", left + pw / 2) + fmt(" y=\"%.1f\" text-anchor=\"middle\">", H - 10) +
+       escape_html(x_label) + "</text>\n";
   std::string line;
-  for (size_t i : pareto_front(pts)) line += fmt("%.1f,", X(x[i])) + fmt("%.1f ", Y(acc[i]));
+  for (size_t i : pareto_front(pts)) {
+    line += fmt("%.1f,", X(x[i])) + fmt("%.1f ", Y(acc[i]));
+    // a ring on each point of the front (a front of one point draws no line)
+    s += fmt("<circle cx=\"%.1f\"", X(x[i])) + fmt(" cy=\"%.1f\" r=\"8\" fill=\"none\" stroke=\"#d62728\" "
+                                                  "stroke-width=\"1.5\"/>\n", Y(acc[i]));
+  }
   s += "<polyline fill=\"none\" stroke=\"#d62728\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\" points=\"" + line +
        "\"/>\n";
+  std::vector<double> px, py;
+  std::vector<std::string> labels;
   for (size_t i = 0; i < x.size(); ++i) {
-    s += fmt("<circle cx=\"%.1f\"", X(x[i])) + fmt(" cy=\"%.1f\" r=\"5\" fill=\"#1f77b4\"/>\n", Y(acc[i]));
-    s += fmt("<text x=\"%.1f\"", X(x[i]) + 8) + fmt(" y=\"%.1f\">", Y(acc[i]) - 6) + escape_html(names[i]) +
-         fmt(" (%.2f%%)</text>\n", 100 * acc[i]);
+    px.push_back(X(x[i])), py.push_back(Y(acc[i]));
+    labels.push_back(names[i] + fmt(" (%.2f%%)", 100 * acc[i]));
+    s += fmt("<circle cx=\"%.1f\"", px.back()) + fmt(" cy=\"%.1f\" r=\"5\" fill=\"#1f77b4\"/>\n", py.back());
+  }
+  const std::vector<PlacedLabel> placed = place_labels(px, py, 8, labels, W, H, top - 10, taken);
+  for (size_t i = 0; i < placed.size(); ++i) {
+    const PlacedLabel& l = placed[i];
+    if (std::fabs(l.y - py[i]) > 20) {  // pushed out of the point's own rows: a leader line to it
+      const double ly = l.y - 4, lx = l.end_anchor ? l.box.x1 : l.box.x0;
+      s += fmt("<line x1=\"%.1f\"", px[i]) + fmt(" y1=\"%.1f\"", py[i] + (ly > py[i] ? 5 : -5)) +
+           fmt(" x2=\"%.1f\"", lx) + fmt(" y2=\"%.1f\" stroke=\"#999\" stroke-width=\"0.8\"/>\n", ly);
+    }
+    s += fmt("<text x=\"%.1f\"", l.x) + fmt(" y=\"%.1f\"", l.y) + (l.end_anchor ? " text-anchor=\"end\">" : ">") +
+         escape_html(labels[i]) + "</text>\n";
   }
   return s + "</svg>\n";
 }
 
+}  // namespace
+
+namespace {
+// A weight size in MB as the table prints it (bytes_str: 0.1 MB, 0.1 kB or
+// whole bytes): two runs it prints alike are equal on the chart's front.
+double printed_megabytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= 1e6) return std::round(b / 1e5) / 10;
+  if (b >= 1e3) return std::round(b / 1e2) / 1e4;
+  return b / 1e6;
+}
 }  // namespace
 
 std::string tradeoff_chart(const std::vector<RunSummary>& runs) {
@@ -102,7 +142,7 @@ std::string tradeoff_chart(const std::vector<RunSummary>& runs) {
   std::vector<double> x, acc;
   for (const auto& r : runs) {
     names.push_back(r.name);
-    x.push_back(static_cast<double>(r.weight_bytes) / 1e6);
+    x.push_back(printed_megabytes(r.weight_bytes));
     acc.push_back(r.best_top1);
   }
   return accuracy_chart(names, x, acc, "best val top-1 against weight storage", "weights (MB)", false);
@@ -114,7 +154,7 @@ std::string speed_chart(const std::vector<RunSummary>& runs) {
   for (const auto& r : runs)
     if (r.infer_img_s > 0) {
       names.push_back(r.name);
-      x.push_back(r.infer_img_s);
+      x.push_back(std::round(r.infer_img_s));  // as the table prints it
       acc.push_back(r.best_top1);
     }
   if (names.empty()) return "";

@@ -12,7 +12,8 @@ namespace qat::apps {
 
 // Indices of the points (size, accuracy) no other point beats: none has a
 // size <= and an accuracy >= with one of them strictly better. Sorted by
-// size, then accuracy; of equal points the first.
+// size, then accuracy; of equal points the first. (The charts give sizes as
+// the table prints them: what prints alike is equal there.)
 std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& size_accuracy);
 
 // Best val top-1 against weight storage, one labelled point per run, the

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "apps/chart_layout.h"
 #include "apps/config.h"
 #include "apps/ptq.h"
 #include "apps/report_format.h"
@@ -163,8 +164,10 @@ std::string sqnr_chart(const std::vector<RunSqnr>& s) {
       if (std::isfinite(l.db)) hi = std::max(hi, l.db);
     }
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"};
+  double legend = 0;  // the widest run name: the legend's room right of the bars (and their value labels)
+  for (const auto& r : s) legend = std::max(legend, text_width(r.run));
   const double left = 110, top = 40, group = 14.0 * static_cast<double>(s.size()) + 10, pw = 420;
-  const double W = left + pw + 200, H = top + group * static_cast<double>(layers.size()) + 30;
+  const double W = left + pw + 66 + legend + 10, H = top + group * static_cast<double>(layers.size()) + 30;
   std::string o = svg_begin(W, H);
   o += "<text x=\"10\" y=\"18\" font-size=\"14\">per-layer output SQNR against FP32 (dB; longer is closer)</text>\n";
   for (size_t li = 0; li < layers.size(); ++li) {
