@@ -767,7 +767,7 @@ TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const uint8
     r[1] = (scale > 0.f ? weight_grad(u, rows, grid, G.data(), gsum.data(), scale, g, pad)
                         : Tensor::zeros({O, g.K()}))
                .view(w_shape);
-    if (st.keep_last) st.last_g = G, st.last_scale_g = scale;
+    if (st.keep_last) st.last_g = G, st.last_scale_g = scale, st.last_dy.assign(dy, dy + n);
   }
   if (need[0]) {
     // The clip of dY * s_w[o], the values Gx quantizes.

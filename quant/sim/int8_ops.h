@@ -121,6 +121,7 @@ class Int8GradState : public Module {
   // Tests: keep the integers and scales of the last backward.
   bool keep_last = false;
   std::vector<int8_t> last_g, last_gx;  // G as (O, M), Gx as (M, O)
+  std::vector<float> last_dy;           // the float output gradient G quantized (its layout)
   float last_scale_g = 0.f, last_scale_gx = 0.f;
 
  private:
