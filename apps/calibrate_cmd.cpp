@@ -53,8 +53,6 @@ constexpr const char* kCacheSuffix = ".cache";
 const OutputFolderSpec kOutSpec{"calibrate", "--out", {kConfigFile, kCheckpointFile, kReportTable, kReportChart,
                                                        "*.cache", "*.cache.source.yaml"}};
 
-constexpr quant::Calibrator kAllCalibrators[] = {quant::Calibrator::max, quant::Calibrator::percentile,
-                                                 quant::Calibrator::mse, quant::Calibrator::entropy};
 
 struct Setup {
   ExperimentConfig cfg;
@@ -229,7 +227,8 @@ void compare_calibrators(Setup& s, const CalibrateArgs& args, const OutputFolder
   std::printf("FP32: val top-1 %.2f%%, top-5 %.2f%% (%lld images)\n", 100 * f.top1, 100 * f.top5,
               static_cast<long long>(f.images));
   const auto tensors = quant::calibrated_tensors(*s.model);
-  for (quant::Calibrator c : kAllCalibrators) {
+  for (const quant::CalibratorRow& row : quant::kCalibrators) {
+    const quant::Calibrator c = row.id;
     const auto t0 = Clock::now();
     const auto scales = quant::choose_scales(tensors, c, {args.percentile, 128});
     const double search = seconds_since(t0);

@@ -15,16 +15,6 @@ namespace qat::quant {
 
 namespace {
 
-const char* header_name(Calibrator c) {
-  switch (c) {
-    case Calibrator::entropy: return "EntropyCalibration2";
-    case Calibrator::max: return "MinMaxCalibration";
-    case Calibrator::percentile: return "PercentileCalibration";
-    case Calibrator::mse: return "MSECalibration";
-  }
-  QAT_FAIL("calibration cache: unknown calibrator ", static_cast<int>(c));
-}
-
 std::string hex_of(float scale) {
   uint32_t bits;
   std::memcpy(&bits, &scale, 4);
@@ -65,9 +55,9 @@ void parse_header(const std::string& line, const std::string& where, Calibration
   if (version.size() > 9) bad("has a version that is too long");
   out.version = std::stoi(version);
   const std::string name = line.substr(dash + 1);
-  for (Calibrator c : {Calibrator::entropy, Calibrator::max, Calibrator::percentile, Calibrator::mse})
-    if (name == header_name(c)) {
-      out.calibrator = c;
+  for (const CalibratorRow& c : kCalibrators)
+    if (name == c.cache_name) {
+      out.calibrator = c.id;
       return;
     }
   bad("names calibrator '" + shown(name) + "', which qat does not know");
@@ -75,7 +65,9 @@ void parse_header(const std::string& line, const std::string& where, Calibration
 
 }  // namespace
 
-std::string cache_header(Calibrator c, int version) { return "TRT-" + std::to_string(version) + "-" + header_name(c); }
+std::string cache_header(Calibrator c, int version) {
+  return "TRT-" + std::to_string(version) + "-" + calibrator_row(c).cache_name;
+}
 
 std::string format_cache(const CalibrationCache& cache) {
   std::string s = cache_header(cache.calibrator, cache.version) + "\n";

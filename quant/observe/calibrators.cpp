@@ -11,6 +11,12 @@ namespace qat::quant {
 
 const char* calibrator_name(Calibrator c) { return enum_name(c); }
 
+const CalibratorRow& calibrator_row(Calibrator c) {
+  for (const CalibratorRow& r : kCalibrators)
+    if (r.id == c) return r;
+  QAT_FAIL("calibrator_row: unknown calibrator ", static_cast<int>(c));
+}
+
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();

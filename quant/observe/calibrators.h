@@ -25,7 +25,9 @@
 //
 // Weights are not calibrated from histograms: their grid takes the max per
 // channel (a min/max observer).
+#include <array>
 #include <cstdint>
+#include <iterator>
 #include <vector>
 
 #include "core/enum_names.h"
@@ -35,13 +37,29 @@
 namespace qat::quant {
 
 enum class Calibrator { max, percentile, mse, entropy };
+
+// The calibrators, one row each, in the order reports list them: the name
+// the CLI and configs use, and the name TensorRT's calibration cache header
+// gives it. Everything that lists calibrators (the CLI, --compare, the
+// cache reader and writer) iterates this table.
+struct CalibratorRow {
+  Calibrator id;
+  const char* name;
+  const char* cache_name;  // TRT-<version>-<cache_name>
+};
+inline constexpr CalibratorRow kCalibrators[] = {
+    {Calibrator::max, "max", "MinMaxCalibration"},
+    {Calibrator::percentile, "percentile", "PercentileCalibration"},
+    {Calibrator::mse, "mse", "MSECalibration"},
+    {Calibrator::entropy, "entropy", "EntropyCalibration2"},
+};
 constexpr auto enum_names(Calibrator) {
-  return std::to_array<EnumName<Calibrator>>({{Calibrator::max, "max"},
-                                              {Calibrator::percentile, "percentile"},
-                                              {Calibrator::mse, "mse"},
-                                              {Calibrator::entropy, "entropy"}});
+  std::array<EnumName<Calibrator>, std::size(kCalibrators)> names{};
+  for (size_t i = 0; i < names.size(); ++i) names[i] = {kCalibrators[i].id, kCalibrators[i].name};
+  return names;
 }
 const char* calibrator_name(Calibrator c);
+const CalibratorRow& calibrator_row(Calibrator c);
 
 struct CalibratorOptions {
   double percentile = 99.99;     // (0, 100]
