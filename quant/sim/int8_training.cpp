@@ -38,22 +38,48 @@ ActGrid grid_of(const FakeQuantizer& q, const std::vector<const Dropout*>& dropo
   return g;
 }
 
+// The operand rules INT8 training and the integer forward share (the
+// integer GEMMs take symmetric weights of at most 8 bits, an input on one
+// per-tensor grid of at most 8 bits, no groups): the first one a layer
+// breaks, with what it has, for each caller to word.
+struct OperandRefusal {
+  enum Kind { none, weights, no_input, input, grouped } kind = none;
+  int64_t bits = 0;    // weights, input: their bits
+  bool flag = false;   // weights: symmetric; input: per-channel
+  int64_t groups = 1;  // grouped: the layer's groups
+};
+
+template <class L>
+OperandRefusal operand_refusal(const L& l, const std::shared_ptr<FakeQuantizer>& source) {
+  const QuantSpec& w = l.weight_fake_quant->config().spec;
+  if (!w.symmetric || w.bits > 8) return {OperandRefusal::weights, w.bits, w.symmetric};
+  if (!source) return {OperandRefusal::no_input};
+  const QuantSpec& a = source->config().spec;
+  if (a.per_channel || a.bits > 8) return {OperandRefusal::input, a.bits, a.per_channel};
+  if constexpr (std::is_same_v<L, QatConv2d>)
+    if (l.params.groups != 1) return {OperandRefusal::grouped, 0, false, l.params.groups};
+  return {};
+}
+
 template <class L>
 void check_int8_layer(const L& l, const std::string& name, const std::shared_ptr<FakeQuantizer>& source) {
-  const QuantSpec& w = l.weight_fake_quant->config().spec;
-  QAT_CHECK(w.symmetric && w.bits <= 8, "quant.int8_training: layer ", name, " has ", w.bits, "-bit ",
-            w.symmetric ? "symmetric" : "affine",
-            " weights; INT8 training needs symmetric weights of at most 8 bits (zero point 0), or keep_float: [",
-            name, "]");
-  QAT_CHECK(source, "quant.int8_training: layer ", name,
-            " reads no quantized input (no quantized layer or input quantizer before it); add it to keep_float");
-  const QuantSpec& a = source->config().spec;
-  QAT_CHECK(!a.per_channel && a.bits <= 8, "quant.int8_training: layer ", name, " reads a ", a.bits, "-bit ",
-            a.per_channel ? "per-channel" : "per-tensor",
-            " activation; INT8 training needs per-tensor activations of at most 8 bits");
-  if constexpr (std::is_same_v<L, QatConv2d>)
-    QAT_CHECK(l.params.groups == 1, "quant.int8_training: layer ", name, " is a grouped convolution (groups ",
-              l.params.groups, "); add it to keep_float");
+  const OperandRefusal r = operand_refusal(l, source);
+  switch (r.kind) {
+    case OperandRefusal::none: return;
+    case OperandRefusal::weights:
+      QAT_FAIL("quant.int8_training: layer ", name, " has ", r.bits, "-bit ", r.flag ? "symmetric" : "affine",
+               " weights; INT8 training needs symmetric weights of at most 8 bits (zero point 0), or keep_float: [",
+               name, "]");
+    case OperandRefusal::no_input:
+      QAT_FAIL("quant.int8_training: layer ", name,
+               " reads no quantized input (no quantized layer or input quantizer before it); add it to keep_float");
+    case OperandRefusal::input:
+      QAT_FAIL("quant.int8_training: layer ", name, " reads a ", r.bits, "-bit ", r.flag ? "per-channel" : "per-tensor",
+               " activation; INT8 training needs per-tensor activations of at most 8 bits");
+    case OperandRefusal::grouped:
+      QAT_FAIL("quant.int8_training: layer ", name, " is a grouped convolution (groups ", r.groups,
+               "); add it to keep_float");
+  }
 }
 
 uint64_t layer_seed(uint64_t seed, size_t index) {
@@ -115,22 +141,25 @@ std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig&
 
 namespace {
 
-// Why a layer's forward cannot run on integers (empty: it can).
+// Why a layer's forward cannot run on integers (empty: it can): the shared
+// operand rules, then the integer forward's own (int32 accumulators, no
+// padding on a fractional zero point).
 template <class L>
 std::string integer_forward_refusal(const L& l, const std::shared_ptr<FakeQuantizer>& source) {
-  const QuantSpec& w = l.weight_fake_quant->config().spec;
-  if (!w.symmetric || w.bits > 8) return detail::cat(w.bits, "-bit ", w.symmetric ? "symmetric" : "affine", " weights");
-  if (!source) return "no quantized input";
-  const QuantSpec& a = source->config().spec;
-  if (a.per_channel || a.bits > 8) return detail::cat(a.bits, "-bit ", a.per_channel ? "per-channel" : "per-tensor", " input");
+  const OperandRefusal r = operand_refusal(l, source);
+  switch (r.kind) {
+    case OperandRefusal::none: break;
+    case OperandRefusal::weights: return detail::cat(r.bits, "-bit ", r.flag ? "symmetric" : "affine", " weights");
+    case OperandRefusal::no_input: return "no quantized input";
+    case OperandRefusal::input: return detail::cat(r.bits, "-bit ", r.flag ? "per-channel" : "per-tensor", " input");
+    case OperandRefusal::grouped: return detail::cat("groups ", r.groups);
+  }
   const int64_t k = l.weight.numel() / l.weight.size(0);
   if (k > (int64_t{1} << 16) || l.weight.size(0) > (int64_t{1} << 16))
     return detail::cat("K = ", k, " and ", l.weight.size(0), " outputs: more than 65536 (int32 accumulators)");
-  if constexpr (std::is_same_v<L, QatConv2d>) {
-    if (l.params.groups != 1) return detail::cat("groups ", l.params.groups);
+  if constexpr (std::is_same_v<L, QatConv2d>)
     if ((l.params.pad_h > 0 || l.params.pad_w > 0) && source->learned_offset().defined())
       return "padding on an LSQ+ input (a fractional zero point)";
-  }
   return {};
 }
 
