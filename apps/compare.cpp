@@ -82,8 +82,8 @@ RunSummary summarize_run(const std::string& run_dir) {
     s.method = quant::method_name(q.method);
     const Int8TrainingConfig& i8 = cfg.quant.int8_training;
     if (i8.enabled)  // e.g. "moving_average + INT8 training (G8 direction_sensitive, LR scaling)"
-      s.method += std::string(" + INT8 training (G") + std::to_string(i8.gradient_bits) + " " +
-                  enum_name(i8.clipping) + (i8.lr_scaling ? ", LR scaling)" : ")");
+      s.method += std::string(" + INT8 training (G") + std::to_string(i8.grad.bits) + " " +
+                  enum_name(i8.grad.clipping) + (i8.grad.lr_scaling ? ", LR scaling)" : ")");
   }
   const auto rows = read_metrics(run_dir);
   QAT_CHECK(!rows.empty(), "compare: ", run_dir, "/metrics.csv has no finished epoch");

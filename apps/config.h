@@ -126,12 +126,9 @@ struct QuantTensorConfig {
 // (quant/sim/int8_ops.h), each technique switchable.
 struct Int8TrainingConfig {
   bool enabled = false;
-  int64_t gradient_bits = 8;
-  quant::GradRounding rounding = quant::GradRounding::stochastic;
-  quant::GradClipping clipping = quant::GradClipping::direction_sensitive;
-  bool lr_scaling = true;  // quant.int8_training.lr_scaling.enabled
-  double alpha = 20.0, beta = 0.1;
-  int64_t period = 100;
+  // The gradient quantizers, as the layers take them: gradient_bits (bits),
+  // rounding, clipping, period, lr_scaling.{enabled, alpha, beta}.
+  quant::Int8GradConfig grad;
   std::vector<std::string> keep_float;  // layers that keep float GEMMs (plain QAT)
 };
 

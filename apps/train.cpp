@@ -507,10 +507,8 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
                          report.to_string().c_str());
   const Int8TrainingConfig& i8 = cfg.quant.int8_training;
   if (i8.enabled) {
-    const quant::Int8GradConfig gc{static_cast<int>(i8.gradient_bits), i8.rounding, i8.clipping, i8.period,
-                                   i8.lr_scaling, i8.alpha, i8.beta};
     check_keep_float(cfg, *model);
-    const auto layers = quant::enable_int8_training(*model, gc, i8.keep_float, cfg.train.seed);
+    const auto layers = quant::enable_int8_training(*model, i8.grad, i8.keep_float, cfg.train.seed);
     if (print) {
       std::printf("INT8 training (%s) on %zu layers:", layers.front().state->describe().c_str(), layers.size());
       for (const auto& l : layers) std::printf(" %s", l.name.c_str());

@@ -46,8 +46,8 @@ TEST_CASE("measure: the applied (stochastic) gradient's distance against the sea
     return;
   }
   const ExperimentConfig cfg = load_config(config, {"quant.int8_training.gradient_bits=4"});
-  const int bits = static_cast<int>(cfg.quant.int8_training.gradient_bits);
-  const double alpha = cfg.quant.int8_training.alpha, beta = cfg.quant.int8_training.beta;
+  const int bits = cfg.quant.int8_training.grad.bits;
+  const double alpha = cfg.quant.int8_training.grad.alpha, beta = cfg.quant.int8_training.grad.beta;
   auto phi = [&](double d) { return quant::lr_scale_for(d, alpha, beta); };
   const data::ImageFolder train = image_folder(cfg.data, cfg.data.train);
   const ImageSet batch = load_image_set(train, balanced_indices(train, cfg.train.batch_size, 7), transform_spec(cfg.data));
