@@ -2,7 +2,7 @@
 // ExperimentConfig: everything a `qat train` run needs, loaded from YAML with
 // strict validation (unknown key, wrong type, out-of-range value, missing
 // path: an error naming the key path and the YAML line, before any work).
-// Only apps/ parses YAML (DESIGN.md).
+// Only apps/ parses YAML (docs/architecture.md).
 #include <cstdint>
 #include <map>
 #include <optional>

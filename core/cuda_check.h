@@ -1,7 +1,7 @@
 #pragma once
 // QAT_CUDA_CHECK(call): runs a CUDA runtime call and throws qat::Error naming
 // the file:line, the call, and the CUDA error's name and text when it fails
-// (DESIGN.md, convention 4). CUDA builds only: includes the runtime's header.
+// (docs/conventions.md, convention 4). CUDA builds only: includes the runtime's header.
 #if !QAT_WITH_CUDA
 #error "core/cuda_check.h is for CUDA builds (QAT_WITH_CUDA); include core/cuda_runtime.h instead"
 #endif

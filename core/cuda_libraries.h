@@ -17,7 +17,7 @@
 // bounds the tests allow and visible in QAT's rounding to the grid. So cuBLAS
 // runs in CUBLAS_PEDANTIC_MATH (FP32 throughout, whatever NVIDIA_TF32_OVERRIDE
 // or the emulation settings of the environment say; core/ reads no
-// environment switches, DESIGN.md convention 5), and every cuDNN convolution
+// environment switches, docs/conventions.md convention 5), and every cuDNN convolution
 // in CUDNN_FMA_MATH (FMA kernels only, no tensor cores); cuDNN's batch norm
 // has no math type and computes in float.
 #if !QAT_WITH_CUDA

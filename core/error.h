@@ -1,6 +1,6 @@
 #pragma once
 // qat::Error and QAT_CHECK: every failed check names the op, what it expected
-// and the values/shapes it got (DESIGN.md, convention 4).
+// and the values/shapes it got (docs/conventions.md, convention 4).
 #include <cstdint>
 #include <sstream>
 #include <stdexcept>

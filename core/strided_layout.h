@@ -1,7 +1,7 @@
 #pragma once
 // Where the elements of a strided view lie: the per-index rule that the CUDA
 // kernels of strided copies, in-place ops, broadcasting and sum_to share with
-// their host tests (DESIGN.md, convention 1). Element i in row-major order of
+// their host tests (docs/conventions.md, convention 1). Element i in row-major order of
 // `sizes` lies at storage offset strided_offset(i, layout) from the view's
 // first element. A broadcast operand is the same rule with stride 0 along the
 // dimensions it is broadcast in.

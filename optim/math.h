@@ -2,7 +2,7 @@
 // Per-element update rules of the optimizers (sgd.h, adamw.h for the math),
 // shared by the CPU loops (<optimizer>.cpp) and their CUDA twins
 // (<optimizer>.cu), so that the CPU tests cover the arithmetic both run
-// (DESIGN.md, convention 1). Each side's compiler may fuse a * b + c into one
+// (docs/conventions.md, convention 1). Each side's compiler may fuse a * b + c into one
 // FMA (GCC for C++ and nvcc both do by default), so the two sides agree to
 // rounding, not bit for bit.
 #include "core/host_device.h"

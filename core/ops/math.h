@@ -1,7 +1,7 @@
 #pragma once
 // Per-element rules of core's ops, shared by the CPU loops (<op>.cpp) and
 // their CUDA twins (<op>.cu), so that the CPU tests cover the arithmetic both
-// run (DESIGN.md, convention 1). Pure functions of floats; no state.
+// run (docs/conventions.md, convention 1). Pure functions of floats; no state.
 //
 // Note [pinned fused multiply-add]: a rule with a product feeding a sum says
 // which rounding it means. nvcc fuses `a * b + c` into one FMA by default,

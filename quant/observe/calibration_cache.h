@@ -1,5 +1,5 @@
 #pragma once
-// TensorRT's INT8 calibration cache (REFERENCES.md §6): a text file, first
+// TensorRT's INT8 calibration cache (docs/math/calibration.md): a text file, first
 // line a header naming the TensorRT version and the calibrator, then one
 // line per tensor, `name: <hex>`, the hex being the 8 lowercase digits of the
 // float32 scale's bits (T / 127) as one 32-bit integer (most significant

@@ -1,7 +1,7 @@
 #pragma once
 // Post-training calibrators: each chooses a saturation threshold T from a
 // histogram of |x| (histogram.h), in units of bins; T = i * bin width,
-// capped at the observed max |x| (docs/math/calibration.md, REFERENCES.md §6).
+// capped at the observed max |x| (docs/math/calibration.md).
 //   max         T = the observed max |x|
 //   percentile  the smallest i whose bins 0..i-1 hold >= p % of the counts (p = 99.99)
 //   mse         the i minimising the expected squared error of a quantizer

@@ -1,6 +1,6 @@
 // The per-index bodies that the CUDA twins of core's ops run (one thread per
 // index), run here on the host over every index and compared with the CPU
-// ops bit for bit (DESIGN.md, convention 1): what a kernel computes is pinned
+// ops bit for bit (docs/conventions.md, convention 1): what a kernel computes is pinned
 // down on a machine without a GPU. Two kinds of comparison:
 // - against CPU code of its own: max pool's forward (AVX-512 and row paths)
 //   and every pool backward (the gathers against the CPU scatters: same

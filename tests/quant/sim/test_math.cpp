@@ -1,6 +1,6 @@
 // The per-element rules shared by the CPU ops and their CUDA twins
 // (quant/sim/math.h, core/ops/math.h), one value at a time: what the CUDA
-// kernels compute is what these CPU tests pin down (DESIGN.md, convention 1).
+// kernels compute is what these CPU tests pin down (docs/conventions.md, convention 1).
 #include <catch2/catch.hpp>
 
 #include <cmath>
