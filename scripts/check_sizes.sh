@@ -13,7 +13,6 @@ MAX_FILE, MAX_FUNC = 800, 120
 # path -> why it is still long (issue 41 splits each)
 FILE_EXCEPTIONS = {
     "quant/sim/int8_ops.cpp": "INT8 training's state, byte layouts, gradient quantization and entry points in one file",
-    "apps/train.cpp": "run_train and eval together",
 }
 # "path:function name" -> why
 FUNC_EXCEPTIONS = {
