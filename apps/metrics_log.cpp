@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -80,7 +81,7 @@ std::string parse_row(const std::string& line, EpochMetrics& m) {
   if (!cells.empty() && !cells.back().empty() && cells.back().back() == '\r') cells.back().pop_back();
   if (cells.size() != names.size())
     return "expected " + std::to_string(names.size()) + " comma-separated numbers, got " + std::to_string(cells.size());
-  double v[10];
+  std::vector<double> v(cells.size());
   for (size_t i = 0; i < cells.size(); ++i) {
     char* end = nullptr;
     v[i] = std::strtod(cells[i].c_str(), &end);

@@ -222,7 +222,7 @@ std::string folder_words(const std::string& path) {
 
 }  // namespace
 
-void check_checkpoint_identity(const std::string& path, const ExperimentConfig& cfg,
+Metadata check_checkpoint_identity(const std::string& path, const ExperimentConfig& cfg,
                                const std::vector<CheckpointKind>& accepted, const std::string& role,
                                const std::string& hint) {
   std::error_code ec;
@@ -238,8 +238,7 @@ void check_checkpoint_identity(const std::string& path, const ExperimentConfig& 
               " classes (model.name, model.num_classes); give a checkpoint of that model, or the config it was "
               "trained with");
   const std::optional<CheckpointKind> kind = recorded_kind(m);
-  if (!kind) return;
-  if (std::find(accepted.begin(), accepted.end(), *kind) != accepted.end()) return;
+  if (!kind || std::find(accepted.begin(), accepted.end(), *kind) != accepted.end()) return m;
   std::string wants;
   for (size_t i = 0; i < accepted.size(); ++i)
     wants += std::string(i == 0 ? "" : i + 1 == accepted.size() ? " or " : ", ") + kind_words(accepted[i]);
@@ -256,8 +255,8 @@ namespace {
 // The recorded quantizer specs against those of the model the loading
 // config built, before any tensor is read (a checkpoint saved before they
 // were recorded has no "quantizers" and is not checked).
-void check_quantizer_specs(const std::string& path, Module& model, const ExperimentConfig& cfg) {
-  const Metadata saved = load_safetensors_metadata(path);
+void check_quantizer_specs(const std::string& path, const Metadata& saved, Module& model,
+                           const ExperimentConfig& cfg) {
   if (!saved.count("quantizers")) return;
   const Metadata built = quantizer_specs(model);
   std::vector<std::string> differ;
@@ -407,13 +406,13 @@ void check_same_classes(const std::vector<std::string>& recorded, const std::vec
 RunState load_run_state(const std::string& path, Module& model, Optimizer* optimizer, const ExperimentConfig* cfg,
                         ConfigMatch match) {
   if (cfg && match != ConfigMatch::any) {
-    check_checkpoint_identity(path, *cfg, kinds_loaded_by(*cfg), "checkpoint",
+    const Metadata saved = check_checkpoint_identity(path, *cfg, kinds_loaded_by(*cfg), "checkpoint",
                               "config " + cfg->source_path + " builds " + model_words(checkpoint_kind_of(*cfg)) +
                                   " (quant.enabled " + (cfg->quant.enabled ? "true" : "false") +
                                   ", quant.int8_training.enabled " +
                                   (cfg->quant.int8_training.enabled ? "true" : "false") +
                                   "): load it with the config it was saved with");
-    check_quantizer_specs(path, model, *cfg);
+    check_quantizer_specs(path, saved, model, *cfg);
   }
   const Metadata m = load_verified(path, model, optimizer);
   const auto format = m.find("format");

@@ -99,8 +99,8 @@ std::vector<CheckpointKind> kinds_loaded_by(const ExperimentConfig& cfg);
 // "calibrate --checkpoint") takes, unless it is a safetensors checkpoint of
 // cfg's model and classes and of one of the `accepted` kinds; a folder (an
 // export, a run) or a file of another format is named as what it is. `hint`
-// ends the message (what to give instead).
-void check_checkpoint_identity(const std::string& path, const ExperimentConfig& cfg,
+// ends the message (what to give instead). Returns the metadata it read.
+Metadata check_checkpoint_identity(const std::string& path, const ExperimentConfig& cfg,
                                const std::vector<CheckpointKind>& accepted, const std::string& role,
                                const std::string& hint);
 

@@ -431,10 +431,10 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
   // it is read after prepare(), below.
   Metadata init_meta;
   if (load_init && !cfg.quant.init_from.empty()) {
-    check_checkpoint_identity(cfg.quant.init_from, cfg, {CheckpointKind::float_model, CheckpointKind::calibrated},
-                              "quant.init_from", "QAT starts from a float model (an FP32 run's best.safetensors) or "
-                              "a calibration; to continue a QAT run, use --resume on its folder");
-    init_meta = load_safetensors_metadata(cfg.quant.init_from);
+    init_meta = check_checkpoint_identity(
+        cfg.quant.init_from, cfg, {CheckpointKind::float_model, CheckpointKind::calibrated}, "quant.init_from",
+        "QAT starts from a float model (an FP32 run's best.safetensors) or a calibration; to continue a QAT run, use "
+        "--resume on its folder");
   }
   const bool from_calibration = init_meta.count("calibrator") > 0;
   if (load_init && !cfg.quant.init_from.empty() && !from_calibration) {
