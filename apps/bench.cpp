@@ -33,13 +33,21 @@
 #include "core/cpu_features.h"
 #include "quant/integer/int8_gemm.h"
 #include "quant/sim/fq_rows.h"
-#include "quant/sim/grad_quant.h"
+#include "quant/int8_training/grad_quant.h"
 #include "quant/sim/weight_lookahead.h"
 #include "quant/integer/integer_model_cuda.h"
 
 namespace qat::apps {
 
 namespace {
+
+// --stem: refused for a model without a stem choice, as model.stem is.
+ModelOptions bench_model_options(const BenchOptions& opt) {
+  const ResNetStem stem = enum_from_name<ResNetStem>(opt.stem).value_or(ResNetStem::imagenet);
+  QAT_CHECK(stem == ResNetStem::imagenet || model_takes_stem(opt.model), "bench: --stem ", opt.stem,
+            " does not apply to --model ", opt.model, " (resnet18 and mobilenet_v2 take one)");
+  return {stem};
+}
 
 double peak_rss_mib() {
   rusage ru{};
@@ -252,7 +260,7 @@ BenchFigures run_bench_infer(const BenchOptions& opt) {
               k ? "does not run on this CPU" : "is not one of " + enum_name_list<quant::GemmKernel>());
     kernel = *k;
   }
-  ModulePtr model = make_model(opt.model, opt.classes, 0);
+  ModulePtr model = make_model(opt.model, opt.classes, 0, bench_model_options(opt));
   model->eval();
   Generator gen(1);
   const Tensor x = Tensor::randn({opt.batch, 3, opt.res, opt.res}, gen);
@@ -303,7 +311,7 @@ BenchFigures run_bench_infer(const BenchOptions& opt) {
 BenchFigures run_bench_infer_cuda(const BenchOptions& opt) {
   cuda::require("bench --infer --device cuda");
   std::printf("device: %s\n", cuda::describe().c_str());
-  ModulePtr model = make_model(opt.model, opt.classes, 0);
+  ModulePtr model = make_model(opt.model, opt.classes, 0, bench_model_options(opt));
   model->eval();
   model->to(Device::cuda);
   Generator gen(1);
@@ -386,7 +394,7 @@ int run_bench(const BenchOptions& opt, BenchFigures* figures) {
     QAT_FAIL(why);
   }
   if (device == Device::cuda) std::printf("device: %s\n", cuda::describe().c_str());
-  ModulePtr model = make_model(opt.model, opt.classes, 0);
+  ModulePtr model = make_model(opt.model, opt.classes, 0, bench_model_options(opt));
   TrainingTimer fp32(*model, opt, device, "fp32");
   if (opt.config.empty()) {
     time_in_turn({&fp32}, opt.steps);

@@ -10,6 +10,7 @@ namespace qat::apps {
 
 struct BenchOptions {
   std::string model = "alexnet_bn";
+  std::string stem = "imagenet";  // model.stem, for the models that take one (resnet18, mobilenet_v2)
   int res = 128;
   int batch = 32;
   int classes = 10;

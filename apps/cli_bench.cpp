@@ -22,6 +22,9 @@ Command bench_command(CLI::App& app) {
   std::string models;
   for (auto& n : qat::model_names()) models += (models.empty() ? "" : ", ") + n;
   b->add_option("--model", bench.model, "Model name (" + models + ")")->capture_default_str();
+  b->add_option("--stem", bench.stem, "model.stem of resnet18 and mobilenet_v2: imagenet, or small for 32 px")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"imagenet", "small"}));
   b->add_option("--res", bench.res, "Input resolution (square)")->capture_default_str()->check(CLI::Range(32, 4096));
   b->add_option("--batch", bench.batch, "Batch size")->capture_default_str()->check(CLI::Range(1, 4096));
   b->add_option("--classes", bench.classes, "Number of classes")->capture_default_str()->check(kPositive);

@@ -29,9 +29,9 @@ std::string bytes_str(int64_t b) {
   return std::to_string(b) + " B";
 }
 
-int64_t weight_storage_bytes(const std::string& model, int64_t num_classes, int weight_bits,
+int64_t weight_storage_bytes(const ModelConfig& model, int weight_bits,
                              const std::map<std::string, int>& layer_weight_bits) {
-  ModulePtr m = make_model(model, num_classes, 0);
+  ModulePtr m = make_model(model.name, model.num_classes, 0, model.options());
   int64_t bits_total = 0;
   for (auto& [name, t] : m->named_parameters()) {
     int bits = 32;
@@ -94,7 +94,7 @@ RunSummary summarize_run(const std::string& run_dir) {
   }
   s.final_top1 = rows.back().val_top1;
   s.final_top5 = rows.back().val_top5;
-  s.weight_bytes = weight_storage_bytes(s.model, s.num_classes, s.weight_bits, s.layer_weight_bits);
+  s.weight_bytes = weight_storage_bytes(cfg.model, s.weight_bits, s.layer_weight_bits);
   s.init_from = cfg.quant.enabled ? cfg.quant.init_from : std::string();
   return s;
 }

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "apps/config.h"
+
 namespace qat::apps {
 
 struct CompareArgs {
@@ -50,7 +52,7 @@ std::string bytes_str(int64_t bytes);
 // model.num_classes, naming the folders; run_compare and qat sweep's baselines.
 void check_comparable(const std::vector<RunSummary>& runs, const std::vector<std::string>& dirs);
 
-int64_t weight_storage_bytes(const std::string& model, int64_t num_classes, int weight_bits,
+int64_t weight_storage_bytes(const ModelConfig& model, int weight_bits,
                              const std::map<std::string, int>& layer_weight_bits);
 
 RunSummary summarize_run(const std::string& run_dir);

@@ -80,6 +80,9 @@ void check_observers_observe(const ExperimentConfig& cfg, const Values& values) 
 
 void check_across_keys(const ExperimentConfig& cfg, const Values& values) {
   const std::string& file = cfg.source_path;
+  for (const Field& f : fields())
+    if (f.applies && !f.applies(cfg) && values.count(f.path))
+      value_of(values, file, f.path).fail("does not apply to model.name " + cfg.model.name);
   if (!cfg.data.augment.random_resized_crop && cfg.data.resize < cfg.data.image_size) {
     const std::string why = " (the resized image is cropped to data.image_size; with data.augment.random_resized_crop "
                             "true data.resize may be smaller)";
@@ -96,6 +99,10 @@ void check_across_keys(const ExperimentConfig& cfg, const Values& values) {
     value_of(values, file, "data.image_size")
         .fail("must be >= " + std::to_string(least) + " for model.name " + cfg.model.name +
               " (its convolutions and pools need that many pixels), got " + std::to_string(cfg.data.image_size));
+  if (cfg.quant.enabled && model_is_graph(cfg.model.name))
+    value_of(values, file, "quant.enabled")
+        .fail("model.name " + cfg.model.name + " is a graph model, which trains in FP32 only for now: quantizing "
+              "graph models (residual adds, concatenations) is not built yet; set quant.enabled: false");
   if (cfg.quant.integer_forward && !cfg.quant.enabled)
     value_of(values, file, "quant.integer_forward")
         .fail("the integer forward is that of a quantized model: it needs quant.enabled: true");
@@ -167,6 +174,7 @@ std::string fields_to_yaml(const ExperimentConfig& cfg, const std::vector<std::s
   std::vector<std::string> open;  // the sections currently open
   for (const Field& f : fields()) {
     if (std::find(skip.begin(), skip.end(), f.path) != skip.end()) continue;
+    if (f.applies && !f.applies(cfg)) continue;
     auto parts = split_path(f.path);
     std::vector<std::string> want(parts.begin(), parts.end() - 1);
     size_t common = 0;

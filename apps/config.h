@@ -11,9 +11,10 @@
 #include <vector>
 
 #include "core/enum_names.h"
+#include "models/models.h"
 #include "optim/lr_schedule.h"
 #include "quant/backend.h"
-#include "quant/sim/int8_ops.h"
+#include "quant/int8_training/int8_ops.h"
 
 namespace qat::apps {
 
@@ -42,6 +43,8 @@ constexpr auto enum_names(BadImagePolicy) {
 struct ModelConfig {
   std::string name = "alexnet_bn";
   int64_t num_classes = 10;
+  ResNetStem stem = ResNetStem::imagenet;  // written only for models that take it (model_takes_stem)
+  ModelOptions options() const { return {stem}; }
 };
 
 struct AugmentConfig {
@@ -123,7 +126,7 @@ struct QuantTensorConfig {
 };
 
 // quant.int8_training: the three GEMMs of every quantized layer on integers
-// (quant/sim/int8_ops.h), each technique switchable.
+// (quant/int8_training/int8_ops.h), each technique switchable.
 struct Int8TrainingConfig {
   bool enabled = false;
   // The gradient quantizers, as the layers take them: gradient_bits (bits),
@@ -147,7 +150,7 @@ struct QuantConfig {
   std::string init_from;             // float checkpoint to start from (relative to the current directory)
   Int8TrainingConfig int8_training;
   // quant.integer_forward: QAT layers compute their forward on the integer
-  // GEMMs, gradients staying QAT's (quant/sim/int8_ops.h, Note [integer
+  // GEMMs, gradients staying QAT's (quant/int8_training/int8_ops.h, Note [integer
   // forward of QAT layers]); INT8 training's forward already is.
   bool integer_forward = false;
 };

@@ -81,6 +81,13 @@ Field model_name() {
           [](YAML::Emitter& e, const ExperimentConfig& c) { e << c.model.name; }};
 }
 
+// model.stem: only for the models that take one (model_takes_stem).
+Field model_stem() {
+  Field f = enumeration("model.stem", [](auto& c) -> auto& { return c.model.stem; });
+  f.applies = [](const ExperimentConfig& c) { return model_takes_stem(c.model.name); };
+  return f;
+}
+
 Field milestones() {
   return {"train.milestones", false,
           [](const YamlValue& v, ExperimentConfig& c) {
@@ -220,6 +227,7 @@ std::vector<Field> model_and_data_fields() {
   return {
       model_name(),
       integer_in("model.num_classes", QAT_CFG(model.num_classes), 1, kMaxClasses),
+      model_stem(),
       text("data.train", QAT_CFG(data.train), true),
       text("data.val", QAT_CFG(data.val), true),
       integer_in("data.image_size", QAT_CFG(data.image_size), 32, data::kMaxImageSide),

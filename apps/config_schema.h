@@ -19,6 +19,10 @@ struct Field {
   bool required = false;
   std::function<void(const YamlValue&, ExperimentConfig&)> read;
   std::function<void(YAML::Emitter&, const ExperimentConfig&)> write;
+  // Whether the key applies to this config (null: always): a key that does
+  // not is refused when given and left out of the resolved config, so that
+  // configs of other models keep their text and hash.
+  std::function<bool(const ExperimentConfig&)> applies = nullptr;
 };
 
 // In the order config_to_yaml() writes them.

@@ -31,8 +31,8 @@ std::vector<DeviceOpSupport> training_ops(bool cuda_built) {
       {"observers' min/max", cuda_built, UsedBy::quantized},                // quant/observe/minmax.cu
       {"Conv+BN folding (scale_channels)", cuda_built, UsedBy::quantized},  // core/ops/scale_channels.cu
       {"LSQ / LSQ+", cuda_built, UsedBy::learned_scales},                   // quant/sim/lsq.cu
-      {"INT8 training's GEMMs and gradient quantizers", cuda_built, UsedBy::int8},  // quant/sim/int8_ops.cu
-      {"the integer forward of QAT layers", cuda_built, UsedBy::integer_forward},   // quant/sim/int8_ops.cu
+      {"INT8 training's GEMMs and gradient quantizers", cuda_built, UsedBy::int8},  // quant/int8_training/int8_ops.cu
+      {"the integer forward of QAT layers", cuda_built, UsedBy::integer_forward},   // quant/int8_training/int8_ops.cu
   };
 }
 

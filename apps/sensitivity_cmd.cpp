@@ -133,7 +133,7 @@ struct Context {
     std::map<std::string, int> per_layer;
     for (const auto& [l, b] : fixed_layers(cfg)) per_layer[l] = b.weight_bits;
     for (const std::string& l : keep) per_layer[l] = static_cast<int>(args.high_bits);
-    return weight_storage_bytes(cfg.model.name, cfg.model.num_classes, static_cast<int>(bits), per_layer);
+    return weight_storage_bytes(cfg.model, static_cast<int>(bits), per_layer);
   }
 };
 
@@ -298,7 +298,7 @@ int run_sensitivity(const SensitivityArgs& a, SensitivityReport* report) {
   OutputFolder out(kOutSpec, rep.out_dir);
   if (a.finetune_steps > 0) ctx.scratch = out.scratch("finetune");
 
-  ModulePtr fp32 = make_model(ctx.cfg.model.name, ctx.cfg.model.num_classes, ctx.cfg.train.seed);
+  ModulePtr fp32 = make_model(ctx.cfg.model.name, ctx.cfg.model.num_classes, ctx.cfg.train.seed, ctx.cfg.model.options());
   check_checkpoint_identity(a.checkpoint, ctx.cfg, {CheckpointKind::float_model}, "sensitivity --checkpoint",
                             "it starts from a float model: an FP32 training run's best.safetensors");
   load_model_checked(a.checkpoint, *fp32, nullptr);

@@ -25,6 +25,7 @@
 #include "apps/metrics_log.h"
 #include "apps/mpi_run.h"
 #include "apps/progress.h"
+#include "apps/run_folder.h"
 #include "apps/run_lock.h"
 #include "apps/run_state.h"
 #include "apps/yaml_value.h"
@@ -188,66 +189,6 @@ std::string int8_metrics_json(const std::vector<quant::Int8Layer>& layers) {
   return j + "}";
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream f(path);
-  QAT_CHECK(f.good(), "cannot write ", path);
-  f << text;
-  f.flush();
-  QAT_CHECK(f.good(), "writing ", path, " failed (disk full?)");
-}
-
-void make_run_dir(const std::string& run_dir) {
-  std::error_code ec;
-  fs::create_directories(run_dir, ec);
-  QAT_CHECK(!ec && fs::is_directory(run_dir), "train: output.dir '", run_dir, "' cannot be made a folder",
-            ec ? ": " + ec.message() : std::string(" (a file of that name exists)"));
-}
-
-// Whether a file holds nothing but white space.
-bool blank_file(const std::string& path) {
-  std::ifstream in(path);
-  char c;
-  while (in.get(c))
-    if (!std::isspace(static_cast<unsigned char>(c))) return false;
-  return true;
-}
-
-// Whether run_dir's metrics logs hold no epoch (a run that stopped before
-// its first one left metrics.csv with its header only, metrics.jsonl empty).
-bool no_metrics_rows(const std::string& run_dir) {
-  try {
-    if (!read_metrics(run_dir).empty()) return false;
-  } catch (const Error&) {
-    return false;  // malformed: not ours to overwrite
-  }
-  return blank_file(run_dir + "/metrics.jsonl");
-}
-
-// A new run writes into a folder that holds nothing it would overwrite:
-// only its lock, temporaries of a killed save, and what a run that stopped
-// before its first epoch leaves (its config.yaml, metrics logs without rows).
-void check_fresh_run_dir(const std::string& run_dir) {
-  QAT_CHECK(!fs::exists(run_dir + "/last.safetensors"), "train: ", run_dir,
-            " already holds a run (last.safetensors); resume it with --resume ", run_dir,
-            " or choose another output.dir");
-  const bool empty_log = no_metrics_rows(run_dir);
-  std::vector<std::string> held;
-  for (const auto& e : fs::directory_iterator(run_dir)) {
-    const std::string name = e.path().filename().string();
-    if (name == ".lock" || name.find(".safetensors.tmp.") != std::string::npos) continue;
-    if (name == "config.yaml" && is_resolved_config(e.path().string())) continue;
-    if (empty_log && (name == "metrics.csv" || name == "metrics.jsonl" || name == "metrics.csv.tmp" ||
-                      name == "metrics.jsonl.tmp"))
-      continue;
-    held.push_back(name);
-  }
-  std::sort(held.begin(), held.end());
-  std::string list;
-  for (size_t i = 0; i < held.size() && i < 4; ++i) list += (i ? ", " : "") + held[i];
-  if (held.size() > 4) list += ", ...";
-  QAT_CHECK(held.empty(), "train: output.dir ", run_dir, " already holds ", held.size(), " file(s) a new run could ",
-            "overwrite or mix with (", list, "); choose an empty or new output.dir, or remove them");
-}
 
 // Validation after an epoch's training. When it fails (a corrupt image in
 // the validation set, a full disk under data.cache), `save` keeps the
@@ -278,15 +219,6 @@ EvalSummary validate_or_save(Module& model, data::DataLoader& val_loader, const 
   }
 }
 
-// Temporary files of checkpoint saves a killed run left behind
-// (<name>.tmp.<tag>, core/safetensors.cpp); the run lock says no save is
-// running now.
-void remove_stale_temporaries(const std::string& run_dir) {
-  for (const auto& e : fs::directory_iterator(run_dir)) {
-    const std::string name = e.path().filename().string();
-    if (e.is_regular_file() && name.find(".safetensors.tmp.") != std::string::npos) fs::remove(e.path());
-  }
-}
 
 // train.overlap_allreduce: auto overlaps when this process's share of the
 // cores leaves one free for its communication thread.
@@ -339,52 +271,6 @@ data::ImageFolder image_folder(const DataConfig& d, const std::string& root) {
                            data::DecodeLimits{d.max_image_pixels, d.max_aspect_ratio}, key);
 }
 
-// Note [epoch end order]. At the end of an epoch the lead process writes
-// last.safetensors, then best.safetensors (when the epoch is the best so
-// far), then the epoch's rows of metrics.csv and metrics.jsonl, so that a
-// row in the log means both checkpoints hold its epoch (qat sweep skips a
-// combination whose log is complete). A process stopped in between leaves a
-// last.safetensors ahead of the others; it carries its epoch's rows and the
-// epoch of the best, so a resume appends the missing rows and, when that
-// epoch was the best and best.safetensors is missing or older, copies
-// last.safetensors (the same model and metadata) to it. Before this order
-// the rows came first: a sweep skipped a run whose last epoch no checkpoint
-// held, and a stop during the first save left a folder that could be neither
-// resumed nor trained afresh.
-namespace {
-// The epoch a checkpoint's metadata records; -1 when it cannot be read.
-int64_t recorded_epoch(const std::string& path) {
-  try {
-    const Metadata m = load_safetensors_metadata(path);
-    const auto e = m.find("epoch");
-    return e == m.end() ? -1 : std::stoll(e->second);
-  } catch (const std::exception&) {  // unreadable (cut short, another file): stale either way
-    return -1;
-  }
-}
-
-void restore_best_checkpoint(const std::string& run_dir, const RunState& state) {
-  if (state.best_epoch == 0 || state.best_epoch != state.epoch || state.step != 0) return;
-  const std::string best = run_dir + "/best.safetensors";
-  std::error_code ec;
-  if (fs::exists(best, ec) && recorded_epoch(best) >= state.best_epoch) return;  // current (or newer: left alone)
-  const std::string tmp = best + ".tmp." + temporary_tag();
-  fs::copy_file(run_dir + "/last.safetensors", tmp, fs::copy_options::overwrite_existing, ec);
-  const int fd = ec ? -1 : ::open(tmp.c_str(), O_RDONLY);
-  const bool synced = fd >= 0 && ::fsync(fd) == 0;
-  if (fd >= 0) ::close(fd);
-  if (!ec && !synced) ec = std::error_code(errno, std::generic_category());
-  if (!ec) fs::rename(tmp, best, ec);
-  if (!ec) sync_parent_folder(best);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    QAT_FAIL("train --resume: cannot copy ", run_dir, "/last.safetensors to ", best, ": ", ec.message());
-  }
-  std::printf("best.safetensors: copied from last.safetensors (epoch %lld, the best, top-1 %.2f%%; the run stopped "
-              "before saving it)\n", static_cast<long long>(state.epoch), 100 * state.best_top1);
-}
-}  // namespace
 
 data::LoaderOptions loader_options(const ExperimentConfig& cfg, bool train) {
   data::LoaderOptions o;
@@ -425,7 +311,7 @@ void check_keep_float(const ExperimentConfig& cfg, Module& model) {
 // Builds the model of a config: the float model, optionally started from a
 // float checkpoint (quant.init_from), then prepared for QAT when quant is on.
 ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
-  ModulePtr model = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
+  ModulePtr model = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed, cfg.model.options());
   if (!cfg.quant.enabled) return model;
   // A `qat calibrate` checkpoint (metadata "calibrator") is a prepared model:
   // it is read after prepare(), below.
@@ -445,7 +331,7 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
   const quant::Backend backend = load_backend(cfg.quant.backend, config_dir.empty() ? "." : config_dir);
   const quant::PrepareReport report = quant::prepare(*model, backend, make_qconfig(cfg.quant));
   if (from_calibration) {
-    ModulePtr calibrated = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed);
+    ModulePtr calibrated = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed, cfg.model.options());
     const quant::PrepareReport cal_report =
         quant::prepare(*calibrated, backend, quant::calibration_qconfig(make_qconfig(cfg.quant)));
     // Scales calibrated for other grids (bits, backend, overrides) would be applied wrongly: refuse them.
@@ -486,260 +372,402 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
   return model;
 }
 
-int run_train(const TrainArgs& args) {
+namespace {
+
+// What one training run holds, built step by step by run_train's steps
+// below, in the order the checks must come (Note [training device] before
+// the run directory, the directory before the data, the data before the
+// model). Never copied or moved: the loaders keep references to the sets.
+struct TrainRun {
+  explicit TrainRun(const TrainArgs& a) : args(a) {}
+  TrainRun(const TrainRun&) = delete;
+  TrainRun& operator=(const TrainRun&) = delete;
+
+  const TrainArgs& args;
+  ExperimentConfig cfg;
+  Device device = Device::cpu;
+  std::string run_dir;
+  Collective* all = nullptr;  // data-parallel (mpirun): rank 0 alone writes the run directory and prints
+  int rank = 0, ranks = 1;
+  bool lead = true, overlap = false;
+  std::optional<RunLock> lock;
+  std::optional<InterruptScope> interrupts;  // from lock_run_dir on, Ctrl-C / SIGTERM end the run cleanly
+  std::optional<data::ImageFolder> train_set, val_set;
+  std::optional<data::DataLoader> train_loader, val_loader;
+  int64_t steps_per_epoch = 0;
+  ModulePtr model;
+  std::unique_ptr<Optimizer> optimizer;
+  std::optional<LrSchedule> schedule;
+  RunState state;
+  std::vector<quant::Int8Layer> int8;
+  std::vector<std::pair<Tensor, std::shared_ptr<quant::Int8GradState>>> int8_lr_params;
+  std::vector<Generator*> dropout_generators;
+  std::optional<GradientBuckets> buckets;  // data-parallel: gradients summed while backward runs
+  int64_t steps_this_run = 0;
+  bool resuming() const { return !args.resume_dir.empty(); }
+};
+
+// An epoch's clock: speed and data-wait figures cover the steps this process trains.
+struct EpochClock {
+  std::chrono::steady_clock::time_point t0;
+  double wait0 = 0, allreduce_seconds = 0;
+  int64_t first_step = 0, images = 0;
+};
+
+// The config, the device and the processes.
+void load_run_config(TrainRun& run) {
+  const TrainArgs& args = run.args;
   std::vector<std::string> overrides = args.overrides;
   if (!args.device.empty()) overrides.push_back("train.device=" + args.device);
-  ExperimentConfig cfg = load_config(args.config, overrides);
+  run.cfg = load_config(args.config, overrides);
+  const ExperimentConfig& cfg = run.cfg;
   QAT_CHECK(cfg.sweep.empty() || args.sweep_member, "train: ", args.config, " has a sweep: section (lists of values "
             "for keys); run it with `qat sweep ", args.config, "`, or remove the section to train one config");
   // Note [training device]: before the run directory is touched.
-  const Device device = cfg.train.device;
-  check_training_device(device, training_step_of(cfg));
-  if (!args.resume_dir.empty()) cfg.output.dir = args.resume_dir;
-  const std::string run_dir = cfg.output.dir;
+  run.device = cfg.train.device;
+  check_training_device(run.device, training_step_of(cfg));
+  if (run.resuming()) run.cfg.output.dir = args.resume_dir;
+  run.run_dir = cfg.output.dir;
   set_num_threads(static_cast<int>(cfg.train.threads));
-  // Data-parallel (mpirun): rank 0 alone writes the run directory and prints.
-  Collective* all = collective();
-  const int rank = all ? all->rank() : 0, ranks = all ? all->size() : 1;
-  const bool lead = rank == 0;
-  check_on_every_process([&] { check_data_parallel(cfg, ranks); });  // Note [checks every process makes]
+  run.all = collective();
+  run.rank = run.all ? run.all->rank() : 0, run.ranks = run.all ? run.all->size() : 1;
+  run.lead = run.rank == 0;
+  check_on_every_process([&] { check_data_parallel(cfg, run.ranks); });  // Note [checks every process makes]
   set_sync_batch_norm(cfg.train.sync_bn);
-  const bool overlap = ranks > 1 && mpi_use_communication_thread(wants_overlap(cfg.train.overlap_allreduce));
+  run.overlap = run.ranks > 1 && mpi_use_communication_thread(wants_overlap(cfg.train.overlap_allreduce));
+}
 
-  // The run directory before the data: its problems are reported at once.
-  QAT_CHECK(args.resume_dir.empty() || fs::is_directory(run_dir), "train: --resume ", run_dir,
+// The run directory before the data: its problems are reported at once.
+void lock_run_dir(TrainRun& run) {
+  QAT_CHECK(!run.resuming() || fs::is_directory(run.run_dir), "train: --resume ", run.run_dir,
             ": no such run directory");
-  std::optional<RunLock> lock;
-  if (lead) {
-    make_run_dir(run_dir);
-    // Refused before the lock too, so that a folder that is not a run gets no .lock.
-    if (args.resume_dir.empty()) check_fresh_run_dir(run_dir);
-    lock.emplace(run_dir);  // before anything in the directory is written (checked again under it)
-  }
-  InterruptScope interrupts;  // from here on Ctrl-C / SIGTERM end the run cleanly
-  if (lead && args.resume_dir.empty()) check_fresh_run_dir(run_dir);
+  if (!run.lead) return;
+  make_run_dir(run.run_dir);
+  // Refused before the lock too, so that a folder that is not a run gets no .lock.
+  if (!run.resuming()) check_fresh_run_dir(run.run_dir);
+  run.lock.emplace(run.run_dir);  // before anything in the directory is written (checked again under it)
+}
 
-  const data::ImageFolder train_set = image_folder(cfg.data, cfg.data.train);
-  const data::ImageFolder val_set = image_folder(cfg.data, cfg.data.val);
+// Every process checks that the others train the same config on the same data.
+void check_same_run_everywhere(const TrainRun& run) {
+  const ExperimentConfig& cfg = run.cfg;
+  // Note [same run everywhere]; the data folders may lie elsewhere on another node.
+  // Section by section, so that the error names the one that differs.
+  for (const auto& [section, hash] : config_section_hashes(cfg))
+    check_same_everywhere(*run.all,
+                          detail::cat("the config's ", section, ": section (data folders, data.workers, ",
+                                      "data.prefetch, data.cache, output.dir, train.threads, train.device and ",
+                                      "train.overlap_allreduce may differ)"),
+                          detail::cat(section, ": hash ", hash));
+  check_same_everywhere(*run.all, detail::cat("the training set (", cfg.data.train, ")"),
+                        dataset_fingerprint(*run.train_set));
+  check_same_everywhere(*run.all, detail::cat("the validation set (", cfg.data.val, ")"),
+                        dataset_fingerprint(*run.val_set));
+}
+
+// The two image folders and their loaders (this process's shard).
+void open_data(TrainRun& run) {
+  const ExperimentConfig& cfg = run.cfg;
+  const data::ImageFolder& train_set = run.train_set.emplace(image_folder(cfg.data, cfg.data.train));
+  const data::ImageFolder& val_set = run.val_set.emplace(image_folder(cfg.data, cfg.data.val));
   QAT_CHECK(static_cast<int64_t>(train_set.classes().size()) == cfg.model.num_classes, "config ", cfg.source_path,
             ": model.num_classes is ", cfg.model.num_classes, " but ", cfg.data.train, " has ",
             train_set.classes().size(), " class folders");
   QAT_CHECK(val_set.classes() == train_set.classes(), "config ", cfg.source_path, ": the class folders of ",
             cfg.data.val, " differ from those of ", cfg.data.train);
-  if (all) {  // Note [same run everywhere]; the data folders may lie elsewhere on another node
-    // Section by section, so that the error names the one that differs.
-    for (const auto& [section, hash] : config_section_hashes(cfg))
-      check_same_everywhere(*all,
-                            detail::cat("the config's ", section, ": section (data folders, data.workers, ",
-                                        "data.prefetch, data.cache, output.dir, train.threads, train.device and ",
-                                        "train.overlap_allreduce may differ)"),
-                            detail::cat(section, ": hash ", hash));
-    check_same_everywhere(*all, detail::cat("the training set (", cfg.data.train, ")"), dataset_fingerprint(train_set));
-    check_same_everywhere(*all, detail::cat("the validation set (", cfg.data.val, ")"), dataset_fingerprint(val_set));
-  }
+  if (run.all) check_same_run_everywhere(run);
   const data::TransformSpec spec = transform_spec(cfg.data);
   // Note [cache size]: both splits' caches are resident together.
   if (cfg.data.cache)
     data::check_cache_fits(train_set.size() + val_set.size(), spec, data::memory_limit_bytes(),
                            cfg.data.train + "' and '" + cfg.data.val);
   data::LoaderOptions train_opt = loader_options(cfg, true), val_opt = loader_options(cfg, false);
-  train_opt.shard = val_opt.shard = rank;
-  train_opt.shards = val_opt.shards = ranks;
-  data::DataLoader train_loader(train_set, spec, train_opt);
-  data::DataLoader val_loader(val_set, spec, val_opt);
-  int64_t steps_per_epoch = train_loader.batches_per_epoch();
-  if (cfg.train.max_steps_per_epoch > 0) steps_per_epoch = std::min(steps_per_epoch, cfg.train.max_steps_per_epoch);
-  QAT_CHECK(steps_per_epoch > 0, "train: ", cfg.data.train, " has ", train_set.size(),
+  train_opt.shard = val_opt.shard = run.rank;
+  train_opt.shards = val_opt.shards = run.ranks;
+  run.train_loader.emplace(train_set, spec, train_opt);
+  run.val_loader.emplace(val_set, spec, val_opt);
+  run.steps_per_epoch = run.train_loader->batches_per_epoch();
+  if (cfg.train.max_steps_per_epoch > 0)
+    run.steps_per_epoch = std::min(run.steps_per_epoch, cfg.train.max_steps_per_epoch);
+  QAT_CHECK(run.steps_per_epoch > 0, "train: ", cfg.data.train, " has ", train_set.size(),
             " images, fewer than one batch of ", cfg.train.batch_size);
+}
 
-  ModulePtr model = build_model(cfg, args.resume_dir.empty(), true);
-  model->to(device);  // before the optimizer, whose state then lives there too
-  auto optimizer = make_optimizer(cfg.train, *model);
-  const LrSchedule schedule(schedule_options(cfg.train), *optimizer);  // before any resume: base lrs
+// The model on its device, then its optimizer (whose state then lives there
+// too), then the schedule (before any resume: the base learning rates).
+void build_training(TrainRun& run) {
+  run.model = build_model(run.cfg, !run.resuming(), true);
+  run.model->to(run.device);
+  run.optimizer = make_optimizer(run.cfg.train, *run.model);
+  run.schedule.emplace(schedule_options(run.cfg.train), *run.optimizer);
+}
 
-  RunState state;
-  if (!args.resume_dir.empty()) {
-    state = load_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), &cfg, ConfigMatch::whole_config);
-    if (!state.classes.empty())
-      check_same_classes(state.classes, train_set.classes(), "train --resume", run_dir + "/last.safetensors",
-                         cfg.data.train);
-    if (all)  // Note [same run everywhere]: a node's stale copy of the run
-      check_same_everywhere(*all, detail::cat("the checkpoint resumed from (", run_dir, "/last.safetensors)"),
-                            detail::cat("epoch ", state.epoch, " step ", state.step, ", model SHA-256 ",
-                                        state.loaded_model_sha256.substr(0, 16), "..."));
-    char best[64] = "no validation yet";  // best_top1 -1 printed as "-100.00%"
-    if (state.best_top1 >= 0) std::snprintf(best, sizeof best, "best val top-1 %.2f%%", 100 * state.best_top1);
-    std::printf("resuming %s at epoch %lld step %lld (%s)\n", run_dir.c_str(), static_cast<long long>(state.epoch + 1),
-                static_cast<long long>(state.step), best);
-  }
-  state.classes = train_set.classes();  // recorded in every checkpoint
-  if (lead) {
-    remove_stale_temporaries(run_dir);
-    // A fresh run starts empty; a resumed one drops the epochs its checkpoint
-    // lacks and regains the checkpoint's own epoch (Note [epoch end order]).
-    bool restored = false;
-    const int64_t dropped =
-        truncate_metrics(run_dir, state.epoch, state.epoch_rows, &restored);
-    if (dropped > 0 && !args.resume_dir.empty())
-      std::printf("metrics: dropped %lld row(s) past the checkpoint's epoch %lld (or cut short)\n",
-                  static_cast<long long>(dropped), static_cast<long long>(state.epoch));
-    if (restored)
-      std::printf("metrics: epoch %lld's rows appended from %s/last.safetensors (the run stopped before writing "
-                  "them)\n", static_cast<long long>(state.epoch), run_dir.c_str());
-    if (!args.resume_dir.empty()) restore_best_checkpoint(run_dir, state);
-    // One experiment: a sweep's combination records its own values, not the lists (qat train refuses those).
-    ExperimentConfig resolved = cfg;
-    resolved.sweep.clear();
-    write_text(run_dir + "/config.yaml", config_to_yaml(resolved));
-  }
+// --resume: the model, optimizer and progress of last.safetensors.
+void resume(TrainRun& run) {
+  const std::string ckpt = run.run_dir + "/last.safetensors";
+  RunState& state = run.state;
+  state = load_run_state(ckpt, *run.model, run.optimizer.get(), &run.cfg, ConfigMatch::whole_config);
+  if (!state.classes.empty())
+    check_same_classes(state.classes, run.train_set->classes(), "train --resume", ckpt, run.cfg.data.train);
+  if (run.all)  // Note [same run everywhere]: a node's stale copy of the run
+    check_same_everywhere(*run.all, detail::cat("the checkpoint resumed from (", ckpt, ")"),
+                          detail::cat("epoch ", state.epoch, " step ", state.step, ", model SHA-256 ",
+                                      state.loaded_model_sha256.substr(0, 16), "..."));
+  char best[64] = "no validation yet";  // best_top1 -1 printed as "-100.00%"
+  if (state.best_top1 >= 0) std::snprintf(best, sizeof best, "best val top-1 %.2f%%", 100 * state.best_top1);
+  std::printf("resuming %s at epoch %lld step %lld (%s)\n", run.run_dir.c_str(),
+              static_cast<long long>(state.epoch + 1), static_cast<long long>(state.step), best);
+}
+
+// The lead process's run directory at the start: no stale temporaries, the
+// metrics as the checkpoint left them, the resolved config.
+void prepare_run_dir(const TrainRun& run) {
+  const std::string& run_dir = run.run_dir;
+  remove_stale_temporaries(run_dir);
+  // A fresh run starts empty; a resumed one drops the epochs its checkpoint
+  // lacks and regains the checkpoint's own epoch (Note [epoch end order]).
+  bool restored = false;
+  const int64_t dropped = truncate_metrics(run_dir, run.state.epoch, run.state.epoch_rows, &restored);
+  if (dropped > 0 && run.resuming())
+    std::printf("metrics: dropped %lld row(s) past the checkpoint's epoch %lld (or cut short)\n",
+                static_cast<long long>(dropped), static_cast<long long>(run.state.epoch));
+  if (restored)
+    std::printf("metrics: epoch %lld's rows appended from %s/last.safetensors (the run stopped before writing "
+                "them)\n", static_cast<long long>(run.state.epoch), run_dir.c_str());
+  if (run.resuming()) restore_best_checkpoint(run_dir, run.state);
+  // One experiment: a sweep's combination records its own values, not the lists (qat train refuses those).
+  ExperimentConfig resolved = run.cfg;
+  resolved.sweep.clear();
+  write_text(run_dir + "/config.yaml", config_to_yaml(resolved));
+}
+
+void print_run(const TrainRun& run) {
+  const ExperimentConfig& cfg = run.cfg;
   std::printf("model %s: %lld parameters; train %lld images, val %lld images, %lld classes; %d threads",
-              cfg.model.name.c_str(), static_cast<long long>(model->num_parameters()),
-              static_cast<long long>(train_set.size()), static_cast<long long>(val_set.size()),
-              static_cast<long long>(train_set.classes().size()), num_threads());
-  if (ranks > 1)
-    std::printf(" x %d processes (MPI; batch %lld split %s, batch norm %s, gradient sums %s)", ranks,
+              cfg.model.name.c_str(), static_cast<long long>(run.model->num_parameters()),
+              static_cast<long long>(run.train_set->size()), static_cast<long long>(run.val_set->size()),
+              static_cast<long long>(run.train_set->classes().size()), num_threads());
+  if (run.ranks > 1)
+    std::printf(" x %d processes (MPI; batch %lld split %s, batch norm %s, gradient sums %s)", run.ranks,
                 static_cast<long long>(cfg.train.batch_size), "across them",
                 cfg.train.sync_bn ? "synchronised" : "per process",
-                overlap ? "started as buckets complete, overlapping backward" : "as buckets complete, blocking");
+                run.overlap ? "started as buckets complete, overlapping backward" : "as buckets complete, blocking");
   std::printf("\n");
-  std::printf("run directory: %s\n", run_dir.c_str());
+  std::printf("run directory: %s\n", run.run_dir.c_str());
+}
 
-  const std::vector<quant::Int8Layer> int8 = quant::int8_layers(*model);
-  std::vector<std::pair<Tensor, std::shared_ptr<quant::Int8GradState>>> int8_lr_params;
-  for (const quant::Int8Layer& l : int8)
-    for (const Tensor& p : quant::int8_scaled_parameters(l)) int8_lr_params.emplace_back(p, l.state);
-  const std::vector<Generator*> dropout_generators = model_generators(*model);
-  int64_t steps_this_run = 0;
-  for (int64_t epoch = state.epoch; epoch < cfg.train.epochs; ++epoch) {
-    model->train();
-    apply_quant_schedule(cfg.quant, *model, epoch);
-    std::optional<GradientBuckets> buckets;  // data-parallel: gradients summed while backward runs
-    if (all) buckets.emplace(model->parameters(), *all);
-    train_loader.start_epoch(epoch);
-    Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.train.epochs), steps_per_epoch,
-                      cfg.train.log_every);
-    data::Batch batch;
-    // Resuming mid-epoch: the order of an epoch is fixed by (seed, epoch), so
-    // skipping the batches already trained on continues the same sequence.
-    // (An epoch saved whole before its validation failed skips none: no step is left to train.)
-    if (state.step < steps_per_epoch)
-      for (int64_t s = 0; s < state.step; ++s) QAT_CHECK(train_loader.next(batch), "resume: epoch shorter than step");
-    const int64_t first_step = state.step;
-    // Speed and data-wait figures cover the steps this process trains.
-    const double wait0 = train_loader.stats().wait_seconds;
-    const auto t0 = std::chrono::steady_clock::now();
-    int64_t images_this_run = 0;
-    double allreduce_seconds = 0;
-    for (int64_t step = state.step; step < steps_per_epoch; ++step) {
-      QAT_CHECK(train_loader.next(batch), "train: loader ended after ", step, " of ", steps_per_epoch, " batches");
-      schedule.apply(*optimizer, static_cast<double>(epoch) + static_cast<double>(step) / steps_per_epoch);
-      // Dropout: every rank but 0 (which keeps the single-process stream, checkpointed)
-      // draws this step's masks from (seed, rank, epoch, step): ranks never share masks,
-      // and a resumed run draws the same ones as an uninterrupted run.
-      if (rank > 0)
-        for (Generator* g : dropout_generators)
-          g->manual_seed(data::loader_seed(cfg.train.seed, 0x44726f706f7574ULL /* "Dropout" */,
-                                           static_cast<uint64_t>(rank),
-                                           static_cast<uint64_t>(epoch) << 32 | static_cast<uint64_t>(step)));
-      optimizer->zero_grad();
-      Tensor logits = model->forward(batch.images.to(device));
-      Tensor loss = cross_entropy(logits, batch.labels.to(device), static_cast<float>(cfg.train.label_smoothing));
-      const float lv = loss.item();
-      QAT_CHECK(std::isfinite(lv), "train: loss is ", lv, " at epoch ", epoch + 1, " step ", step + 1, "; stopping. ",
-                checkpoints_left(run_dir));
-      // The step's loss, correct and images over all processes, and whether any was interrupted.
-      double step_sums[4] = {static_cast<double>(lv) * static_cast<double>(batch.labels.size(0)),
-                             static_cast<double>(topk_correct(logits.detach().to(Device::cpu), batch.labels, 1)),
-                             static_cast<double>(batch.labels.size(0)), g_interrupted ? 1.0 : 0.0};
-      if (all) {
-        all->sum(step_sums, 4);
-        // d(global mean loss) = (local images / global images) d(local mean loss); the gradients summed below
-        const float share = static_cast<float>(static_cast<double>(batch.labels.size(0)) / step_sums[2]);
-        buckets->begin_step();
-        {
-          GradReadyScope overlap([&](TensorImpl* leaf) { buckets->ready(leaf); });
-          loss.backward(Tensor::from_vector({share}, loss.sizes()));
-        }
-        allreduce_seconds += buckets->finish();
-        if (!int8.empty()) average_int8_statistics(int8, *all);
-      } else {
-        loss.backward();
-      }
-      for (const auto& [p, state] : int8_lr_params)  // error-sensitive learning rates: phi(d) of this step
-        optimizer->set_lr_scale(p, state->lr_scale());
-      optimizer->step();
-      if (all && !cfg.train.sync_bn) average_batch_norm_statistics(*model, *all);
-      const int64_t n = static_cast<int64_t>(step_sums[2]);
-      state.epoch_loss_sum += step_sums[0];
-      state.epoch_correct += static_cast<int64_t>(step_sums[1]);
-      state.epoch_images += n;
-      images_this_run += n;
-      state.step = step + 1;
-      progress.update(step + 1, state.epoch_loss_sum / state.epoch_images,
-                      static_cast<double>(state.epoch_correct) / state.epoch_images, state.epoch_images);
-      ++steps_this_run;
-      if (step_sums[3] > 0 || (args.stop_after_steps > 0 && steps_this_run >= args.stop_after_steps)) {
-        progress.finish();
-        require_finite_state(*model, optimizer.get(), epoch + 1, run_dir);
-        if (lead) save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, cfg);
-        // A sweep's combination is resumed by running the sweep again (it resumes unfinished combinations).
-        const std::string how = args.sweep_member ? "run the same qat sweep again" : "--resume " + run_dir;
-        if (lead) std::fprintf(stderr, "qat: interrupted at epoch %lld step %lld; saved %s/last.safetensors (resume with "
-                     "%s)\n", static_cast<long long>(epoch + 1), static_cast<long long>(step + 1),
-                     run_dir.c_str(), how.c_str());
-        return 130;
-      }
+// What the steps use of the model: its INT8 layers, the parameters their
+// learning-rate scale applies to, its dropout generators.
+void collect_step_state(TrainRun& run) {
+  run.int8 = quant::int8_layers(*run.model);
+  for (const quant::Int8Layer& l : run.int8)
+    for (const Tensor& p : quant::int8_scaled_parameters(l)) run.int8_lr_params.emplace_back(p, l.state);
+  run.dropout_generators = model_generators(*run.model);
+}
+
+// Resuming mid-epoch: the order of an epoch is fixed by (seed, epoch), so
+// skipping the batches already trained on continues the same sequence.
+// (An epoch saved whole before its validation failed skips none: no step is left to train.)
+void skip_trained_batches(TrainRun& run, data::Batch& batch) {
+  if (run.state.step >= run.steps_per_epoch) return;
+  for (int64_t s = 0; s < run.state.step; ++s)
+    QAT_CHECK(run.train_loader->next(batch), "resume: epoch shorter than step");
+}
+
+// Dropout: every rank but 0 (which keeps the single-process stream, checkpointed)
+// draws this step's masks from (seed, rank, epoch, step): ranks never share masks,
+// and a resumed run draws the same ones as an uninterrupted run.
+void seed_dropout(const TrainRun& run, int64_t epoch, int64_t step) {
+  if (run.rank == 0) return;
+  for (Generator* g : run.dropout_generators)
+    g->manual_seed(data::loader_seed(run.cfg.train.seed, 0x44726f706f7574ULL /* "Dropout" */,
+                                     static_cast<uint64_t>(run.rank),
+                                     static_cast<uint64_t>(epoch) << 32 | static_cast<uint64_t>(step)));
+}
+
+// The step's sums over every process: loss x images, correct, images, and
+// whether any process was interrupted.
+struct StepSums {
+  double v[4];
+};
+
+// One optimizer step on `batch`.
+StepSums train_step(TrainRun& run, int64_t epoch, int64_t step, const data::Batch& batch, EpochClock& clock) {
+  const ExperimentConfig& cfg = run.cfg;
+  Optimizer& optimizer = *run.optimizer;
+  run.schedule->apply(optimizer, static_cast<double>(epoch) + static_cast<double>(step) / run.steps_per_epoch);
+  seed_dropout(run, epoch, step);
+  optimizer.zero_grad();
+  Tensor logits = run.model->forward(batch.images.to(run.device));
+  Tensor loss = cross_entropy(logits, batch.labels.to(run.device), static_cast<float>(cfg.train.label_smoothing));
+  const float lv = loss.item();
+  QAT_CHECK(std::isfinite(lv), "train: loss is ", lv, " at epoch ", epoch + 1, " step ", step + 1, "; stopping. ",
+            checkpoints_left(run.run_dir));
+  StepSums sums{{static_cast<double>(lv) * static_cast<double>(batch.labels.size(0)),
+                 static_cast<double>(topk_correct(logits.detach().to(Device::cpu), batch.labels, 1)),
+                 static_cast<double>(batch.labels.size(0)), g_interrupted ? 1.0 : 0.0}};
+  if (run.all) {
+    run.all->sum(sums.v, 4);
+    // d(global mean loss) = (local images / global images) d(local mean loss); the gradients summed below
+    const float share = static_cast<float>(static_cast<double>(batch.labels.size(0)) / sums.v[2]);
+    run.buckets->begin_step();
+    {
+      GradReadyScope overlap([&](TensorImpl* leaf) { run.buckets->ready(leaf); });
+      loss.backward(Tensor::from_vector({share}, loss.sizes()));
     }
-    progress.finish();
-    const double train_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const EvalSummary v = validate_or_save(*model, val_loader, cfg, device, [&] {
-      if (!lead || !first_non_finite(*model, optimizer.get()).empty()) return false;
-      save_run_state(run_dir + "/last.safetensors", *model, optimizer.get(), state, cfg);
-      return true;
-    });
-    QAT_CHECK(std::isfinite(v.loss), "train: val loss is ", v.loss, " after epoch ", epoch + 1, "; stopping. ",
-              checkpoints_left(run_dir));
-    require_finite_state(*model, optimizer.get(), epoch + 1, run_dir);
-    EpochMetrics m;
-    m.epoch = epoch + 1;
-    m.train_loss = state.epoch_loss_sum / state.epoch_images;
-    m.train_top1 = static_cast<double>(state.epoch_correct) / state.epoch_images;
-    m.val_loss = v.loss, m.val_top1 = v.top1, m.val_top5 = v.top5;
-    m.lr = optimizer->param_groups()[0].lr;
-    m.epoch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    m.images_per_second = images_this_run / train_secs;
-    m.data_wait_share = (train_loader.stats().wait_seconds - wait0) / train_secs;
-    m.extra_json = int8_metrics_json(int8);
-    std::printf("epoch %lld: train loss %.4f top-1 %.2f%% | val loss %.4f top-1 %.2f%% top-5 %.2f%% | lr %.5f | "
-                "%.1f img/s, data wait %.1f%%, %.0f s\n",
-                static_cast<long long>(m.epoch), m.train_loss, 100 * m.train_top1, m.val_loss, 100 * m.val_top1,
-                100 * m.val_top5, m.lr, m.images_per_second, 100 * m.data_wait_share, m.epoch_seconds);
-    const int64_t skipped = train_loader.stats().skipped_images + val_loader.stats().skipped_images;
-    if (skipped > 0)
-      std::printf("  skipped %lld bad images so far (data.on_bad_image: skip); first: %s\n",
-                  static_cast<long long>(skipped),
-                  (train_loader.bad_files().empty() ? val_loader.bad_files() : train_loader.bad_files())[0].c_str());
-    if (all) {  // the processes must still hold one model (reduce + broadcast make their sums identical)
-      TensorMap st = model->state_dict();
-      for (auto& [k, v] : optimizer->state_dict()) st.emplace(k, v);
-      check_same_state(st, *all, "after epoch " + std::to_string(epoch + 1));
-      std::printf("  %d processes hold the same model, bit for bit (parameters, buffers, optimizer state)\n", ranks);
-    }
-    if (ranks > 1 && steps_this_run > 0)
-      std::printf("  gradient all-reduce on the training thread (not hidden by backward): %.1f ms per step (%d processes)\n",
-                  1000.0 * allreduce_seconds / static_cast<double>(std::max<int64_t>(1, steps_per_epoch - first_step)), ranks);
-    state.next_epoch();
-    const bool best = v.top1 > state.best_top1;
-    if (best) state.best_top1 = v.top1, state.best_epoch = state.epoch;
-    state.epoch_rows = metrics_rows(m);
-    if (lead) {  // Note [epoch end order]
-      const Metadata meta = run_state_metadata(*model, optimizer.get(), state, cfg);  // one digest for both files
-      save_checkpoint(run_dir + "/last.safetensors", *model, optimizer.get(), meta);
-      if (best) save_checkpoint(run_dir + "/best.safetensors", *model, optimizer.get(), meta);
-      append_metrics(run_dir, state.epoch_rows);
+    clock.allreduce_seconds += run.buckets->finish();
+    if (!run.int8.empty()) average_int8_statistics(run.int8, *run.all);
+  } else {
+    loss.backward();
+  }
+  for (const auto& [p, state] : run.int8_lr_params)  // error-sensitive learning rates: phi(d) of this step
+    run.optimizer->set_lr_scale(p, state->lr_scale());
+  optimizer.step();
+  if (run.all && !cfg.train.sync_bn) average_batch_norm_statistics(*run.model, *run.all);
+  return sums;
+}
+
+// Ctrl-C, SIGTERM or --stop-after-steps: last.safetensors at this step.
+void save_interrupted(const TrainRun& run, int64_t epoch, int64_t step) {
+  require_finite_state(*run.model, run.optimizer.get(), epoch + 1, run.run_dir);
+  if (!run.lead) return;
+  save_run_state(run.run_dir + "/last.safetensors", *run.model, run.optimizer.get(), run.state, run.cfg);
+  // A sweep's combination is resumed by running the sweep again (it resumes unfinished combinations).
+  const std::string how = run.args.sweep_member ? "run the same qat sweep again" : "--resume " + run.run_dir;
+  std::fprintf(stderr, "qat: interrupted at epoch %lld step %lld; saved %s/last.safetensors (resume with %s)\n",
+               static_cast<long long>(epoch + 1), static_cast<long long>(step + 1), run.run_dir.c_str(), how.c_str());
+}
+
+// The epoch's remaining steps; false when the run was interrupted (and saved).
+bool train_epoch(TrainRun& run, int64_t epoch, EpochClock& clock) {
+  const ExperimentConfig& cfg = run.cfg;
+  RunState& state = run.state;
+  run.model->train();
+  apply_quant_schedule(cfg.quant, *run.model, epoch);
+  run.buckets.reset();
+  if (run.all) run.buckets.emplace(run.model->parameters(), *run.all);
+  run.train_loader->start_epoch(epoch);
+  Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.train.epochs),
+                    run.steps_per_epoch, cfg.train.log_every);
+  data::Batch batch;
+  skip_trained_batches(run, batch);
+  clock.first_step = state.step;
+  clock.wait0 = run.train_loader->stats().wait_seconds;
+  clock.t0 = std::chrono::steady_clock::now();
+  for (int64_t step = state.step; step < run.steps_per_epoch; ++step) {
+    QAT_CHECK(run.train_loader->next(batch), "train: loader ended after ", step, " of ", run.steps_per_epoch,
+              " batches");
+    const StepSums sums = train_step(run, epoch, step, batch, clock);
+    const int64_t n = static_cast<int64_t>(sums.v[2]);
+    state.epoch_loss_sum += sums.v[0];
+    state.epoch_correct += static_cast<int64_t>(sums.v[1]);
+    state.epoch_images += n;
+    clock.images += n;
+    state.step = step + 1;
+    progress.update(step + 1, state.epoch_loss_sum / state.epoch_images,
+                    static_cast<double>(state.epoch_correct) / state.epoch_images, state.epoch_images);
+    ++run.steps_this_run;
+    if (sums.v[3] > 0 || (run.args.stop_after_steps > 0 && run.steps_this_run >= run.args.stop_after_steps)) {
+      progress.finish();
+      save_interrupted(run, epoch, step);
+      return false;
     }
   }
-  std::printf("done: best val top-1 %.2f%%; checkpoints in %s\n", 100 * state.best_top1, run_dir.c_str());
+  progress.finish();
+  return true;
+}
+
+// Validation (saving the trained epoch first if it fails, Note [epoch end
+// order]) and the epoch's metrics.
+EpochMetrics validate_epoch(TrainRun& run, int64_t epoch, const EpochClock& clock) {
+  const double train_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock.t0).count();
+  const EvalSummary v = validate_or_save(*run.model, *run.val_loader, run.cfg, run.device, [&] {
+    if (!run.lead || !first_non_finite(*run.model, run.optimizer.get()).empty()) return false;
+    save_run_state(run.run_dir + "/last.safetensors", *run.model, run.optimizer.get(), run.state, run.cfg);
+    return true;
+  });
+  QAT_CHECK(std::isfinite(v.loss), "train: val loss is ", v.loss, " after epoch ", epoch + 1, "; stopping. ",
+            checkpoints_left(run.run_dir));
+  require_finite_state(*run.model, run.optimizer.get(), epoch + 1, run.run_dir);
+  const RunState& state = run.state;
+  EpochMetrics m;
+  m.epoch = epoch + 1;
+  m.train_loss = state.epoch_loss_sum / state.epoch_images;
+  m.train_top1 = static_cast<double>(state.epoch_correct) / state.epoch_images;
+  m.val_loss = v.loss, m.val_top1 = v.top1, m.val_top5 = v.top5;
+  m.lr = run.optimizer->param_groups()[0].lr;
+  m.epoch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock.t0).count();
+  m.images_per_second = clock.images / train_secs;
+  m.data_wait_share = (run.train_loader->stats().wait_seconds - clock.wait0) / train_secs;
+  m.extra_json = int8_metrics_json(run.int8);
+  return m;
+}
+
+void print_epoch(const TrainRun& run, const EpochMetrics& m, const EpochClock& clock) {
+  std::printf("epoch %lld: train loss %.4f top-1 %.2f%% | val loss %.4f top-1 %.2f%% top-5 %.2f%% | lr %.5f | "
+              "%.1f img/s, data wait %.1f%%, %.0f s\n",
+              static_cast<long long>(m.epoch), m.train_loss, 100 * m.train_top1, m.val_loss, 100 * m.val_top1,
+              100 * m.val_top5, m.lr, m.images_per_second, 100 * m.data_wait_share, m.epoch_seconds);
+  const data::DataLoader& train = *run.train_loader;
+  const data::DataLoader& val = *run.val_loader;
+  const int64_t skipped = train.stats().skipped_images + val.stats().skipped_images;
+  if (skipped > 0)
+    std::printf("  skipped %lld bad images so far (data.on_bad_image: skip); first: %s\n",
+                static_cast<long long>(skipped),
+                (train.bad_files().empty() ? val.bad_files() : train.bad_files())[0].c_str());
+  if (run.all) {  // the processes must still hold one model (reduce + broadcast make their sums identical)
+    TensorMap st = run.model->state_dict();
+    for (auto& [k, v] : run.optimizer->state_dict()) st.emplace(k, v);
+    check_same_state(st, *run.all, "after epoch " + std::to_string(m.epoch));
+    std::printf("  %d processes hold the same model, bit for bit (parameters, buffers, optimizer state)\n",
+                run.ranks);
+  }
+  if (run.ranks > 1 && run.steps_this_run > 0)
+    std::printf("  gradient all-reduce on the training thread (not hidden by backward): %.1f ms per step (%d "
+                "processes)\n",
+                1000.0 * clock.allreduce_seconds /
+                    static_cast<double>(std::max<int64_t>(1, run.steps_per_epoch - clock.first_step)),
+                run.ranks);
+}
+
+// The epoch closed: progress to the next, then (lead) last, best and the
+// metrics rows, in Note [epoch end order].
+void end_epoch(TrainRun& run, const EpochMetrics& m) {
+  RunState& state = run.state;
+  state.next_epoch();
+  const bool best = m.val_top1 > state.best_top1;
+  if (best) state.best_top1 = m.val_top1, state.best_epoch = state.epoch;
+  state.epoch_rows = metrics_rows(m);
+  if (!run.lead) return;
+  const Metadata meta = run_state_metadata(*run.model, run.optimizer.get(), state, run.cfg);  // one digest for both files
+  save_checkpoint(run.run_dir + "/last.safetensors", *run.model, run.optimizer.get(), meta);
+  if (best) save_checkpoint(run.run_dir + "/best.safetensors", *run.model, run.optimizer.get(), meta);
+  append_metrics(run.run_dir, state.epoch_rows);
+}
+
+}  // namespace
+
+int run_train(const TrainArgs& args) {
+  TrainRun run(args);
+  load_run_config(run);
+  lock_run_dir(run);
+  run.interrupts.emplace();
+  if (run.lead && !run.resuming()) check_fresh_run_dir(run.run_dir);
+  open_data(run);
+  build_training(run);
+  if (run.resuming()) resume(run);
+  run.state.classes = run.train_set->classes();  // recorded in every checkpoint
+  if (run.lead) prepare_run_dir(run);
+  print_run(run);
+  collect_step_state(run);
+  for (int64_t epoch = run.state.epoch; epoch < run.cfg.train.epochs; ++epoch) {
+    EpochClock clock;
+    if (!train_epoch(run, epoch, clock)) return 130;
+    const EpochMetrics m = validate_epoch(run, epoch, clock);
+    print_epoch(run, m, clock);
+    end_epoch(run, m);
+  }
+  std::printf("done: best val top-1 %.2f%%; checkpoints in %s\n", 100 * run.state.best_top1, run.run_dir.c_str());
   return 0;
 }
 

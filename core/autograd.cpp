@@ -57,8 +57,11 @@ std::shared_ptr<Node> edge_for(const Tensor& t) {
 }
 }  // namespace
 
-Tensor record(Tensor out, const char* name, std::initializer_list<const Tensor*> inputs, BackwardFn fn) {
-  if (!any_requires_grad(inputs)) return out;
+Tensor record(Tensor out, const char* name, const std::vector<const Tensor*>& inputs, BackwardFn fn) {
+  if (!g_grad_enabled) return out;
+  bool any = false;
+  for (const Tensor* t : inputs) any = any || (t && t->defined() && t->requires_grad());
+  if (!any) return out;
   auto node = std::make_shared<FunctionNode>();
   node->name = name;
   node->fn = std::move(fn);
@@ -71,6 +74,11 @@ Tensor record(Tensor out, const char* name, std::initializer_list<const Tensor*>
   impl->grad_fn = std::move(node);
   impl->requires_grad = true;
   return out;
+}
+
+Tensor record(Tensor out, const char* name, std::initializer_list<const Tensor*> inputs, BackwardFn fn) {
+  if (!any_requires_grad(inputs)) return out;  // (no vector for the common no-grad case)
+  return record(std::move(out), name, std::vector<const Tensor*>(inputs), std::move(fn));
 }
 
 const Tensor& Saved::get(const char* op) const {

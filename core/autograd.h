@@ -64,6 +64,8 @@ bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
 // Attaches a backward node to `out` if any input needs a gradient.
 // Returns `out` (marked requires_grad when a node was attached).
 Tensor record(Tensor out, const char* name, std::initializer_list<const Tensor*> inputs, BackwardFn fn);
+// The same for a number of inputs known at run time (concat's).
+Tensor record(Tensor out, const char* name, const std::vector<const Tensor*>& inputs, BackwardFn fn);
 
 // A tensor saved for backward, with the storage version at save time; get()
 // refuses it if an in-place op has changed it since.

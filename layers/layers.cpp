@@ -65,6 +65,10 @@ std::string BatchNorm2d::describe() const { return detail::cat(channels, ", eps=
 
 Tensor ReLU::forward(const Tensor& x) { return relu(x); }
 
+Tensor ReLU6::forward(const Tensor& x) { return relu6(x); }
+
+Tensor Hardswish::forward(const Tensor& x) { return hardswish(x); }
+
 MaxPool2d::MaxPool2d(int64_t kernel, int64_t stride, int64_t padding)
     : params{kernel, kernel, stride, stride, padding, padding} {}
 

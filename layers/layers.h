@@ -62,6 +62,20 @@ class ReLU : public Module {
   std::string type_name() const override { return "ReLU"; }
 };
 
+// min(max(x, 0), 6) (MobileNetV2's activation).
+class ReLU6 : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "ReLU6"; }
+};
+
+// x relu6(x + 3) / 6 (MobileNetV3's activation).
+class Hardswish : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Hardswish"; }
+};
+
 class MaxPool2d : public Module {
  public:
   MaxPool2d(int64_t kernel, int64_t stride, int64_t padding = 0);

@@ -1,6 +1,8 @@
 #include "models/models.h"
 
 #include "core/ops.h"
+#include "models/mobilenet.h"
+#include "models/resnet.h"
 
 namespace qat {
 
@@ -70,21 +72,73 @@ Tensor SmallCNN::forward(const Tensor& x) {
   return h;
 }
 
-std::vector<std::string> model_names() { return {"alexnet", "alexnet_bn", "small_cnn"}; }
+namespace {
 
-int64_t model_min_input_size(const std::string& name) {
-  if (name == "alexnet" || name == "alexnet_bn") return kAlexNetMinInput;
-  if (name == "small_cnn") return 1;
-  QAT_FAIL("model_min_input_size: unknown model '", name, "'");
+// The registry, one row per model: names, sizes and kinds are read from here only.
+struct ModelEntry {
+  const char* name;
+  int64_t min_input;  // least height and width (AlexNet's convolutions and pools need 63)
+  bool graph;         // a Graph (layers/graph.h) rather than a chain
+  bool takes_stem;    // model.stem applies
+  ModulePtr (*make)(int64_t num_classes, uint64_t seed, const ModelOptions& options);
+};
+
+const ModelEntry kModels[] = {
+    {"alexnet", kAlexNetMinInput, false, false,
+     [](int64_t c, uint64_t s, const ModelOptions&) -> ModulePtr { return std::make_shared<AlexNet>(c, false, s); }},
+    {"alexnet_bn", kAlexNetMinInput, false, false,
+     [](int64_t c, uint64_t s, const ModelOptions&) -> ModulePtr { return std::make_shared<AlexNet>(c, true, s); }},
+    {"small_cnn", 1, false, false,
+     [](int64_t c, uint64_t s, const ModelOptions&) -> ModulePtr { return std::make_shared<SmallCNN>(3, c, s); }},
+    // (the stem's two halvings and three stages' leave 1 x 1)
+    {"resnet18", 32, true, true,
+     [](int64_t c, uint64_t s, const ModelOptions& o) -> ModulePtr { return resnet18(c, o.stem, s); }},
+    {"resnet20", 8, true, false,  // (two halvings)
+     [](int64_t c, uint64_t s, const ModelOptions&) -> ModulePtr { return resnet20(c, s); }},
+    {"mobilenet_v2", 32, true, true,
+     [](int64_t c, uint64_t s, const ModelOptions& o) -> ModulePtr { return mobilenet_v2(c, 1.0, o.stem, s); }},
+};
+
+const ModelEntry* find_model(const std::string& name) {
+  for (const ModelEntry& e : kModels)
+    if (name == e.name) return &e;
+  return nullptr;
 }
 
-ModulePtr make_model(const std::string& name, int64_t num_classes, uint64_t seed) {
-  if (name == "alexnet") return std::make_shared<AlexNet>(num_classes, false, seed);
-  if (name == "alexnet_bn") return std::make_shared<AlexNet>(num_classes, true, seed);
-  if (name == "small_cnn") return std::make_shared<SmallCNN>(3, num_classes, seed);
-  std::string known;
-  for (auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
-  QAT_FAIL("make_model: unknown model '", name, "' (known: ", known, ")");
+}  // namespace
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const ModelEntry& e : kModels) names.push_back(e.name);
+  return names;
+}
+
+int64_t model_min_input_size(const std::string& name) {
+  const ModelEntry* e = find_model(name);
+  QAT_CHECK(e != nullptr, "model_min_input_size: unknown model '", name, "'");
+  return e->min_input;
+}
+
+bool model_is_graph(const std::string& name) {
+  const ModelEntry* e = find_model(name);
+  return e && e->graph;
+}
+
+bool model_takes_stem(const std::string& name) {
+  const ModelEntry* e = find_model(name);
+  return e && e->takes_stem;
+}
+
+ModulePtr make_model(const std::string& name, int64_t num_classes, uint64_t seed, const ModelOptions& options) {
+  const ModelEntry* e = find_model(name);
+  if (!e) {
+    std::string known;
+    for (auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
+    QAT_FAIL("make_model: unknown model '", name, "' (known: ", known, ")");
+  }
+  QAT_CHECK(options.stem == ResNetStem::imagenet || e->takes_stem, "make_model: ", name,
+            " has no stem choice (model.stem applies to resnet18 and mobilenet_v2)");
+  return e->make(num_classes, seed, options);
 }
 
 }  // namespace qat

@@ -16,8 +16,9 @@ declare -A allowed=(
   [quant]="core quant"
   [quant/observe]="core quant quant/observe"
   [quant/integer]="core quant quant/integer"
-  [quant/sim]="core layers quant quant/observe quant/integer quant/sim"
-  [quant/convert]="core layers quant quant/observe quant/integer quant/sim quant/convert"
+  [quant/int8_training]="core layers quant quant/integer quant/int8_training"
+  [quant/sim]="core layers quant quant/observe quant/integer quant/int8_training quant/sim"
+  [quant/convert]="core layers quant quant/observe quant/integer quant/int8_training quant/sim quant/convert"
 )
 # part -> headers of allowed folders it must still not include (regex):
 # the integer runtime uses core's tensors and helpers, never autograd or its ops.

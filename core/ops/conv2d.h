@@ -16,7 +16,7 @@ namespace qat {
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
 
 // conv2d's backward on its own, for ops that compute the forward another way
-// (QAT layers' integer forward, quant/sim/int8_ops.h): (dx, dW, db) of gy
+// (QAT layers' integer forward, quant/int8_training/int8_ops.h): (dx, dW, db) of gy
 // where need says, from x and weight as conv2d would have saved them. The
 // same arithmetic as conv2d's own backward, bit for bit.
 TensorList conv2d_backward(const Tensor& gy, const Tensor& x, const Tensor& weight, const Conv2dParams& p,

@@ -14,7 +14,7 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // linear's backward on its own, for ops that compute the forward another way
-// (QAT layers' integer forward, quant/sim/int8_ops.h): (dx, dW, db) of g
+// (QAT layers' integer forward, quant/int8_training/int8_ops.h): (dx, dW, db) of g
 // (N,out) where need says, from x (N,in) (for dW) and weight (out,in) (for
 // dx); either may be undefined where its gradient is not needed. The same
 // arithmetic as linear's own backward, bit for bit.

@@ -27,6 +27,21 @@ QAT_HOST_DEVICE inline float relu_value(float x) { return x > 0.f ? x : 0.f; }
 // ReLU's gradient from its output y (y > 0 exactly where x > 0): g there, else 0.
 QAT_HOST_DEVICE inline float relu_grad(float y, float g) { return y > 0.f ? g : 0.f; }
 
+// relu6(x) = min(max(x, 0), 6) (MobileNetV2's activation); NaN gives 0, as relu.
+QAT_HOST_DEVICE inline float relu6_value(float x) { return x > 0.f ? (x < 6.f ? x : 6.f) : 0.f; }
+// Its gradient from its output y: g where 0 < x < 6 (0 < y < 6), else 0, as
+// PyTorch's hardtanh backward (0 at the two kinks).
+QAT_HOST_DEVICE inline float relu6_grad(float y, float g) { return y > 0.f && y < 6.f ? g : 0.f; }
+
+// hardswish(x) = x relu6(x + 3) / 6 (MobileNetV3's activation), in
+// PyTorch's operations and order (so -0 below -3, NaN for NaN).
+QAT_HOST_DEVICE inline float hardswish_value(float x) { return x * fminf(fmaxf(x + 3.f, 0.f), 6.f) / 6.f; }
+// Its gradient from the input, as PyTorch's hardswish_backward: 0 below -3,
+// g above 3, g (x / 3 + 1/2) on [-3, 3] (so 1.5 g at 3 and -0.5 g at -3).
+QAT_HOST_DEVICE inline float hardswish_grad(float x, float g) {
+  return x < -3.f ? 0.f : x <= 3.f ? g * (x / 3.f + 0.5f) : g;
+}
+
 // Per-channel ops (bias, batch norm) read a tensor whose dim 1 is the channel as
 // (outer, channels, inner): (N,C) is inner = 1, (N,C,H,W) is inner = H*W.
 // channel_of: the channel of flat index i. channel_element: the flat index of

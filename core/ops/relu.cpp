@@ -8,33 +8,65 @@
 
 namespace qat {
 
-Tensor relu(const Tensor& x) {
-  QAT_PROFILE("relu.forward");
-  detail::check_f32_any_device(x, "relu", "input");
-#if QAT_WITH_CUDA
-  if (x.device() == Device::cuda) return cuda_twin::relu(x);  // core/ops/relu.cu
-#endif
+namespace {
+
+// y = value(x) element by element on the CPU; the backward's dx =
+// grad(s, g) from a saved tensor s: the output where the gradient can be
+// read from it (which keeps x free), else the input. `backward_key`: the
+// backward's profiler entry.
+enum class SaveForBackward { output, input };
+template <class Value, class Grad>
+Tensor activation(const Tensor& x, const char* op, const char* backward_key, SaveForBackward save, Value value,
+                  Grad grad) {
   Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.sizes());
   const float* px = xc.data<float>();
   float* po = out.data<float>();
   const int64_t n = out.numel();
 #pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
-  for (int64_t i = 0; i < n; ++i) po[i] = op_math::relu_value(px[i]);
-  // Saving the output is enough (out > 0 exactly where x > 0) and keeps x free.
-  return record(out, "relu", {&x}, [so = Saved(out)](const Tensor& g, const NeedGrad&) {
-    QAT_PROFILE("relu.backward");
-    const Tensor& y = so.get("relu");
+  for (int64_t i = 0; i < n; ++i) po[i] = value(px[i]);
+  const Tensor& kept = save == SaveForBackward::output ? out : xc;
+  return record(out, op, {&x}, [sk = Saved(kept), op, backward_key, grad](const Tensor& g, const NeedGrad&) {
+    QAT_PROFILE(backward_key);
+    const Tensor& s = sk.get(op);
     Tensor gc = g.contiguous();
-    Tensor dx = Tensor::empty(y.sizes());
-    const float* py = y.data<float>();
+    Tensor dx = Tensor::empty(s.sizes());
+    const float* ps = s.data<float>();
     const float* pg = gc.data<float>();
     float* pd = dx.data<float>();
     const int64_t n = dx.numel();
 #pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
-    for (int64_t i = 0; i < n; ++i) pd[i] = op_math::relu_grad(py[i], pg[i]);
+    for (int64_t i = 0; i < n; ++i) pd[i] = grad(ps[i], pg[i]);
     return TensorList{dx};
   });
+}
+
+}  // namespace
+
+Tensor hardswish(const Tensor& x) {
+  QAT_PROFILE("hardswish.forward");
+  detail::check_f32(x, "hardswish", "input");
+  // (the output does not tell x apart on [-3, 0]: the input is kept)
+  return activation(x, "hardswish", "hardswish.backward", SaveForBackward::input, op_math::hardswish_value,
+                    op_math::hardswish_grad);
+}
+
+Tensor relu(const Tensor& x) {
+  QAT_PROFILE("relu.forward");
+  detail::check_f32_any_device(x, "relu", "input");
+#if QAT_WITH_CUDA
+  if (x.device() == Device::cuda) return cuda_twin::relu(x);  // core/ops/relu.cu
+#endif
+  // (out > 0 exactly where x > 0)
+  return activation(x, "relu", "relu.backward", SaveForBackward::output, op_math::relu_value, op_math::relu_grad);
+}
+
+Tensor relu6(const Tensor& x) {
+  QAT_PROFILE("relu6.forward");
+  detail::check_f32(x, "relu6", "input");
+  // (0 < out < 6 exactly where 0 < x < 6)
+  return activation(x, "relu6", "relu6.backward", SaveForBackward::output, op_math::relu6_value,
+                    op_math::relu6_grad);
 }
 
 }  // namespace qat

@@ -37,6 +37,43 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   });
 }
 
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
+  QAT_CHECK(!xs.empty(), "concat: no tensors");
+  const Tensor& first = xs.front();
+  QAT_CHECK(dim >= 0 && dim < first.dim(), "concat: dim ", dim, " out of range for ", first.dim(), "-d tensors");
+  Shape shape = first.sizes();
+  shape[static_cast<size_t>(dim)] = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Tensor& x = xs[i];
+    bool fits = x.dim() == first.dim() && x.dtype() == first.dtype() && x.device() == first.device();
+    for (int64_t d = 0; fits && d < x.dim(); ++d) fits = d == dim || x.size(d) == first.size(d);
+    QAT_CHECK(fits, "concat: tensor ", i, " is ", dtype_name(x.dtype()), " ", x.sizes(), " on ", device_name(x.device()),
+              "; tensor 0 is ", dtype_name(first.dtype()), " ", first.sizes(), " on ", device_name(first.device()),
+              " (only dim ", dim, " may differ)");
+    shape[static_cast<size_t>(dim)] += x.size(dim);
+  }
+  Tensor out = Tensor::empty(shape, first.dtype(), first.device());
+  std::vector<int64_t> starts;
+  int64_t at = 0;
+  for (const Tensor& x : xs) {
+    starts.push_back(at);
+    out.narrow(dim, at, x.size(dim)).copy_(x);
+    at += x.size(dim);
+  }
+  std::vector<const Tensor*> inputs;
+  std::vector<int64_t> lengths;
+  for (const Tensor& x : xs) inputs.push_back(&x), lengths.push_back(x.size(dim));
+  return record(out, "concat", inputs, [dim, starts, lengths](const Tensor& g, const NeedGrad& need) {
+    TensorList r(starts.size());
+    for (size_t i = 0; i < starts.size(); ++i)
+      if (need[i]) {
+        r[i] = g.narrow(dim, starts[i], lengths[i]).contiguous();
+        if (r[i].same_storage(g)) r[i] = r[i].clone();  // (gradients are summed in place)
+      }
+    return r;
+  });
+}
+
 Tensor sum(const Tensor& x) {
   detail::check_f32_any_device(x, "sum", "input");
 #if QAT_WITH_CUDA

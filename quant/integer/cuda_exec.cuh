@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA executor of the code written over executors (int_forward.h,
-// quant/sim/int8_device.h): one grid-stride kernel for the per-index bodies,
+// quant/int8_training/int8_device.h): one grid-stride kernel for the per-index bodies,
 // and the tiled DP4A GEMM of int_math.h (Note [device int8 GEMM]) whose
 // phases the host tests run thread after thread. Included by .cu files only.
 #include "core/cuda_check.h"

@@ -8,7 +8,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
-#include "quant/integer/simd.h"
+#include "quant/integer/int8_gemm_x86.h"
 
 namespace qat::quant::avx2 {
 
@@ -41,13 +41,7 @@ QAT_AVX2_TARGET void widen_rows(const uint8_t* A, int64_t lda, int64_t rows, int
   }
 }
 
-// acc += the int32 pair sums of x * y. The add is inline asm ("x": ymm0-15,
-// VEX) because with the intrinsic GCC 12 moves each accumulator to another
-// register every step (as int8_gemm.cpp's madd_add).
-QAT_AVX2_TARGET inline void madd_add(__m256i& acc, __m256i x, __m256i y) {
-  const __m256i p = _mm256_madd_epi16(x, y);
-  asm("vpaddd %1, %0, %0" : "+x"(acc) : "x"(p));
-}
+using x86::madd_add;
 
 // 16 bytes of B (4 channels x 4 k) as int16.
 QAT_AVX2_TARGET inline __m256i widen_b(const int8_t* p) {
@@ -130,10 +124,7 @@ void copy_rows(const uint8_t* A, int64_t lda, int64_t rows, int64_t K, int64_t k
   }
 }
 
-QAT_AVX2_TARGET inline void maddubs_add(__m256i& acc, __m256i a, __m256i b, __m256i ones) {
-  const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones);
-  asm("vpaddd %1, %0, %0" : "+x"(acc) : "x"(p));  // (as madd_add)
-}
+using x86::maddubs_add;
 QAT_AVX2_TARGET inline __m256i broadcast_bytes(const uint8_t* p) {
   int32_t quad;
   std::memcpy(&quad, p, sizeof quad);

@@ -1,6 +1,6 @@
 #include "quant/integer/int8_gemm_packed.h"
 
-#include "quant/integer/simd.h"
+#include "quant/integer/int8_gemm_x86.h"
 
 #include <algorithm>
 #include <cstring>
@@ -27,11 +27,8 @@ inline int32_t a_quad(const uint8_t* a, int64_t k, int64_t K) {
   return v;
 }
 
-// vpdpbusd (acc += u8 a . s8 b per 32-bit lane) through inline asm: with the
-// intrinsic GCC 12 copies each accumulator to another register every step.
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void dpbusd(__m512i& acc, __m512i a, __m512i b) {
-  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
-}
+using x86::dpbusd;
+using x86::dpbusd_vex;
 
 // C[0..R) x [64 channels] of one tile. b: the tile's first block; blocks are
 // `block_stride` bytes apart. (Every r/j loop is unrolled so that the 4R
@@ -78,11 +75,8 @@ constexpr TileFn kTiles[kRows + 1] = {nullptr,           tile<1, kFlip>, tile<2,
 // AVX-VNNI (no AVX-512): the same packed layout, one 16-channel block a
 // tile, each 64-byte row of it as two ymm halves (channels 0-7, 8-15):
 // 6 rows x 2 halves = 12 accumulators, 2 of B, the broadcast quad. vpdpbusd
-// in its VEX form, ymm0-15 only (int8_gemm.cpp's dpbusd_vex).
-#define QAT_AVX_VNNI_TARGET __attribute__((target("avx2,avxvnni")))
-QAT_AVX_VNNI_TARGET inline void dpbusd_vex(__m256i& acc, __m256i a, __m256i b) {
-  asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
-}
+// in its VEX form (int8_gemm_x86.h).
+#define QAT_AVX_VNNI_TARGET QAT_TARGET_AVX_VNNI
 
 template <int R, bool kFlip>
 QAT_AVX_VNNI_TARGET void tile_ymm(const uint8_t* A, int64_t lda, const int8_t* b, int64_t, int64_t K, int64_t K4,

@@ -1,8 +1,19 @@
 #pragma once
-// The integer model's forward written once over an executor, so that the
-// device runs it (integer_model.cu: CudaIntegerModel) and the host tests run
-// the very same code on the CPU (tests/quant/integer/test_int_forward.cpp),
-// comparing every layer with the CPU ops bit for bit.
+// The integer model's layers written once over an executor: the CPU
+// (cpu_exec.h: IntegerModel::forward), the GPU (integer_model.cu:
+// CudaIntegerModel) and the host tests' emulation of the GPU's launches
+// (tests/host_exec.h) run this code.
+//
+// Note [integer ops over executors]
+// An op's generic code (run_generic_layer) is written once against an
+// executor's two primitives, per-index bodies and a tiled GEMM of operand
+// sources into an output stage, with the per-element rules of int_math.h.
+// An executor may replace an op's generic code by a tuned kernel of its own
+// (tuned_kernel): the CPU does where its kernels are faster (the GEMM ops on
+// packed weights and AMX / VNNI / AVX2, the pools, the input quantization:
+// IntOpDef::cpu_kernel), and runs the generic code for the rest (ReLU,
+// flatten, and any new op until it earns a kernel). Every tuned kernel
+// equals the generic code bit for bit (tests/quant/integer/test_int_forward.cpp).
 //
 // An executor provides:
 //   static constexpr Device device;                where its tensors live
@@ -12,6 +23,9 @@
 //   void gemm(const A&, const B&, int64_t m, int64_t n, int64_t k, const Stage&);
 //     the tiled GEMM of int_math.h (Note [device int8 GEMM]) of operand
 //     sources a (m rows) and b (n rows) over k into the stage
+// and, found by argument-dependent lookup, may overload
+//   Tensor tuned_kernel(Exec&, const IntLayer&, const Tensor& x)
+//     a layer's output from a kernel of its own, or an undefined tensor.
 // The layers take the activations' layouts of the CPU ops (int_kernels.h):
 // NHWC u8 images, (N, features) u8 rows, float logits at the end.
 #include <vector>
@@ -19,6 +33,7 @@
 #include "core/tensor.h"
 #include "quant/integer/int_math.h"
 #include "quant/integer/integer_model.h"
+#include "quant/integer/ops/common.h"
 
 namespace qat::quant {
 
@@ -80,7 +95,7 @@ struct RowSums {
 
 }  // namespace int_kernels
 
-namespace detail {
+namespace exec_detail {
 
 template <class Exec>
 Tensor empty_on(const Shape& shape, DType dtype) {
@@ -138,17 +153,33 @@ inline int_math::U8PoolGeometry pool_geometry(const Tensor& x, int64_t kh, int64
   return {x.size(1), x.size(2), x.size(3), kh, kw, sh, sw, ph, pw, out.h, out.w};
 }
 
-}  // namespace detail
+}  // namespace exec_detail
 
-// One layer on the executor: x is the layer's input on Exec's device (the
-// float images for quantize_input), `out` its output shape per image
-// (infer_shapes), `k` the layer's constants (conv / linear only).
+// No tuned kernel: the generic code runs (an executor's overload says otherwise).
 template <class Exec>
-Tensor run_int_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, const Tensor& x, const ActShape& out) {
+Tensor tuned_kernel(Exec&, const IntLayer&, const Tensor&) {
+  return Tensor();
+}
+
+// The activation shape of one image of x, as infer() takes it: the float
+// images (N, C, H, W) of the first layer, u8 images (N, H, W, C), or (N, features).
+inline ActShape activation_shape(const IntLayer& l, const Tensor& x) {
+  if (int_op_def(l.op).has(kFloatInput) && x.dim() == 4) return {x.size(2), x.size(3), x.size(1), false};
+  if (x.dim() == 4) return {x.size(1), x.size(2), x.size(3), false};
+  QAT_CHECK(x.dim() == 2, "integer layer '", l.name, "' (", int_op_name(l.op),
+            "): expects images (N, H, W, C) or features (N, K), got ", x.dim(), " dims");
+  return {1, 1, x.size(1), true};
+}
+
+// One layer's generic code on the executor: x is the layer's input on
+// Exec's device (the float images for quantize_input), `out` its output
+// shape per image (infer), `k` the layer's constants (conv / linear only).
+template <class Exec>
+Tensor run_generic_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, const Tensor& x, const ActShape& out) {
   const int64_t n = x.size(0);
   switch (l.op) {
     case IntOp::quantize_input: {
-      Tensor y = detail::empty_on<Exec>({n, out.h, out.w, out.c}, DType::u8);
+      Tensor y = exec_detail::empty_on<Exec>({n, out.h, out.w, out.c}, DType::u8);
       const int_math::QuantizeInputGeometry g{x.size(1),
                                               x.size(2),
                                               x.size(3),
@@ -168,42 +199,53 @@ Tensor run_int_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, const
                                        p.pad_h, p.pad_w, p.dil_h, p.dil_w, out.h, out.w,
                                        static_cast<uint8_t>(l.in.zero_point + l.in.offset())};
       const int64_t positions = out.h * out.w;
-      return detail::matmul_layer(ex, *k, rows, n * positions, positions, {n, out.h, out.w, out.c},
+      return exec_detail::matmul_layer(ex, *k, rows, n * positions, positions, {n, out.h, out.w, out.c},
                                   {n, out.c, out.h, out.w});
     }
     case IntOp::linear: {
       const int_math::DenseRows rows{Exec::template ptr<uint8_t>(x), x.size(1)};
-      return detail::matmul_layer(ex, *k, rows, n, 1, {n, out.c}, {n, out.c});
+      return exec_detail::matmul_layer(ex, *k, rows, n, 1, {n, out.c}, {n, out.c});
     }
     case IntOp::max_pool: {
-      Tensor y = detail::empty_on<Exec>({n, out.h, out.w, out.c}, DType::u8);
+      Tensor y = exec_detail::empty_on<Exec>({n, out.h, out.w, out.c}, DType::u8);
       const auto& p = l.pool;
       ex.each(y.numel(), int_kernels::MaxPool{Exec::template ptr<uint8_t>(x), Exec::template ptr<uint8_t>(y),
-                                              detail::pool_geometry(x, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w,
+                                              exec_detail::pool_geometry(x, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w,
                                                                     p.pad_h, p.pad_w, out)});
       return y;
     }
     case IntOp::adaptive_avg_pool: {
-      Tensor y = detail::empty_on<Exec>({n, out.h, out.w, out.c}, DType::u8);
+      Tensor y = exec_detail::empty_on<Exec>({n, out.h, out.w, out.c}, DType::u8);
       ex.each(y.numel(), int_kernels::AdaptiveAvgPool{Exec::template ptr<uint8_t>(x), Exec::template ptr<uint8_t>(y),
-                                                      detail::pool_geometry(x, 1, 1, 1, 1, 0, 0, out)});
+                                                      exec_detail::pool_geometry(x, 1, 1, 1, 1, 0, 0, out)});
       return y;
     }
     case IntOp::flatten: {
-      Tensor y = detail::empty_on<Exec>({n, out.c}, DType::u8);
+      ops::check_u8(l, x, 4);
+      Tensor y = exec_detail::empty_on<Exec>({n, out.c}, DType::u8);
       ex.each(y.numel(), int_kernels::Flatten{Exec::template ptr<uint8_t>(x), Exec::template ptr<uint8_t>(y),
                                               x.size(3), x.size(1) * x.size(2)});
       return y;
     }
     case IntOp::relu: {
-      Tensor y = detail::empty_on<Exec>(x.sizes(), DType::u8);
-      ex.each(y.numel(), int_kernels::Relu{Exec::template ptr<uint8_t>(x), Exec::template ptr<uint8_t>(y),
+      QAT_CHECK(x.dtype() == DType::u8, "integer relu '", l.name, "': expects uint8");
+      const Tensor xc = x.contiguous();
+      Tensor y = exec_detail::empty_on<Exec>(x.sizes(), DType::u8);
+      ex.each(y.numel(), int_kernels::Relu{Exec::template ptr<uint8_t>(xc), Exec::template ptr<uint8_t>(y),
                                            static_cast<uint8_t>(l.in.zero_point + l.in.offset())});
       return y;
     }
     case IntOp::count_: break;
   }
-  QAT_FAIL("integer layer '", l.name, "': op ", static_cast<int>(l.op), " has no device kernel");
+  QAT_FAIL("integer layer '", l.name, "': op ", static_cast<int>(l.op), " has no generic code");
+}
+
+// One layer on the executor: its tuned kernel there, else its generic code
+// (arguments as run_generic_layer's).
+template <class Exec>
+Tensor run_int_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, const Tensor& x, const ActShape& out) {
+  if (Tensor y = tuned_kernel(ex, l, x); y.defined()) return y;
+  return run_generic_layer(ex, l, k, x, out);
 }
 
 // The whole model: float images (N, C, H, W), contiguous on Exec's device, to

@@ -5,8 +5,10 @@
 // layer through its op's entry, and compare-layers asks where the float model
 // produces the op's output.
 //
-// A new integer op: its kernel and IntOpDef in a file of ops/, then one
-// registration here: a value of IntOp and its entry in kIntOps (int_op.cpp).
+// A new integer op: its IntOpDef in a file of ops/ (and there, optionally, a
+// tuned CPU kernel), its generic code over an executor in int_forward.h
+// (run_generic_layer), then one registration here: a value of IntOp and its
+// entry in kIntOps (int_op.cpp).
 #include <string>
 #include <vector>
 
@@ -45,8 +47,11 @@ struct IntOpDef {
   IntOp op;
   const char* name;
   unsigned fields;  // IntFields
-  // Integer tensor in, integer tensor out (f32 only at the two ends).
-  Tensor (*run)(const IntLayer& layer, const Tensor& x, GemmKernel kernel);
+  // The op's tuned CPU kernel (integer tensor in, integer tensor out; f32
+  // only at the two ends), or nullptr: the CPU then runs the op's generic
+  // code like every other executor (int_forward.h, Note [integer ops over
+  // executors]).
+  Tensor (*cpu_kernel)(const IntLayer& layer, const Tensor& x, GemmKernel kernel);
   // Checks the layer's fields and fills its derived ones; throws naming the layer.
   void (*finalize)(IntLayer& layer);
   // Checks the layer's geometry against its input's shape and returns its

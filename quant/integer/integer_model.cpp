@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/profiler.h"
+#include "quant/integer/cpu_exec.h"
 
 namespace qat::quant {
 
@@ -30,9 +31,13 @@ ActShape infer_shapes(const std::vector<IntLayer>& layers, ActShape shape) {
   return shape;
 }
 
+// On the CPU executor (Note [integer ops over executors]): the op's tuned
+// kernel, which sizes its output from x, else its generic code.
 Tensor IntegerModel::run_layer(const IntLayer& l, const Tensor& x) const {
   QAT_PROFILE(l.name.c_str());
-  return int_op_def(l.op).run(l, x, kernel);
+  CpuExec ex{kernel};
+  if (Tensor y = tuned_kernel(ex, l, x); y.defined()) return y;
+  return run_generic_layer(ex, l, nullptr, x, int_op_def(l.op).infer(l, activation_shape(l, x)));
 }
 
 bool runs_packed(const IntLayer& l, GemmKernel k) {

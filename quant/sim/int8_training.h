@@ -1,7 +1,7 @@
 #pragma once
 // Switching a prepared QAT model to INT8 training (Zhu et al., CVPR 2020):
 // every quantized conv / linear layer, except those kept float, gets an
-// Int8GradState and runs its three GEMMs on integers (quant/sim/int8_ops.h).
+// Int8GradState and runs its three GEMMs on integers (quant/int8_training/int8_ops.h).
 //
 // Note [INT8 layer inputs]
 // An INT8 layer reads its input as integers on the grid of the quantizer that
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "layers/module.h"
-#include "quant/sim/int8_ops.h"
+#include "quant/int8_training/int8_ops.h"
 
 namespace qat::quant {
 

@@ -23,7 +23,7 @@
 
 #include "layers/layers.h"
 #include "quant/sim/fake_quantizer.h"
-#include "quant/sim/int8_ops.h"
+#include "quant/int8_training/int8_ops.h"
 
 namespace qat::quant {
 

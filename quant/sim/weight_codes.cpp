@@ -14,14 +14,6 @@
 
 namespace qat::quant {
 
-void QuantCodes::resize(int64_t r, int64_t c) {
-  if (!q || r * c != rows * cols) q.reset(new int8_t[static_cast<size_t>(r * c)]);  // uninitialised: all written
-  rows = r, cols = c;
-  rowsum.resize(static_cast<size_t>(r));
-  scale.resize(static_cast<size_t>(r));
-  clipped.clear();
-}
-
 bool codes_supported(const QuantSpec& spec) {
   return spec.symmetric && spec.qmin() < 0 && spec.bits <= 8 && (!spec.per_channel || spec.axis == 0);
 }

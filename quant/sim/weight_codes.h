@@ -1,6 +1,6 @@
 #pragma once
 // The integers of a symmetric weight fake quantization, for INT8 training
-// (quant/sim/int8_ops.h): its GEMMs need W = clamp(nearbyint(w / s), qmin,
+// (quant/int8_training/int8_ops.h): its GEMMs need W = clamp(nearbyint(w / s), qmin,
 // qmax) as int8, not the float s W that fake_quantize() returns.
 // observe_and_quantize_codes() is what observe_and_fake_quantize() does with
 // the observer and the qparams, but it writes the integers, their row sums
@@ -10,30 +10,16 @@
 // the float result). Same integers, bit for bit: W is the q the fake
 // quantization multiplies by s.
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
 #include "quant/observe/observer.h"
 #include "quant/qparams.h"
+#include "quant/int8_training/quant_codes.h"
 #include "quant/sim/fq_rows.h"
 
 namespace qat::quant {
-
-struct QuantCodes {
-  int64_t rows = 0, cols = 0;     // rows: x.size(0) (output channels), cols: the rest
-  std::unique_ptr<int8_t[]> q;    // (rows, cols), row-major
-  std::vector<int64_t> rowsum;    // sum of each row's q
-  std::vector<float> scale;       // each row's scale (per-tensor: the one scale, repeated)
-  // Flat indices whose gradient the clipped STE stops (nearbyint(w / s)
-  // outside [qmin, qmax]; rare: at most the extremes of a min/max range).
-  // Empty under the plain STE.
-  std::vector<int64_t> clipped;
-  // Keeps the buffer when the size is unchanged (a weight's codes are
-  // rebuilt every step: a fresh 57 MB allocation page-faults each time).
-  void resize(int64_t rows, int64_t cols);
-};
 
 // Whether observe_and_quantize_codes() takes this spec: symmetric, signed,
 // at most 8 bits, per tensor or per channel along axis 0.

@@ -21,7 +21,7 @@
 #include "apps/run_state.h"
 #include "apps/train.h"
 #include "core/ops.h"
-#include "quant/sim/grad_quant.h"
+#include "quant/int8_training/grad_quant.h"
 #include "quant/sim/int8_training.h"
 
 using namespace qat;

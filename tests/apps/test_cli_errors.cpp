@@ -105,3 +105,12 @@ TEST_CASE("qat refuses counts past their range and NaN, before any work", "[cli]
   REQUIRE(qat_run("bench --steps 1 --checkpoint " + (t.dir / "w.safetensors").string(), t.dir / "d.log", &out) != 0);
   CHECK_THAT(out, Contains("bench: --checkpoint goes with --infer and --config"));
 }
+
+TEST_CASE("qat bench --stem: refused for a model without a stem choice, and outside imagenet | small", "[cli]") {
+  qat::testing::TempDir t;
+  std::string out;
+  REQUIRE(qat_run("bench --model alexnet_bn --stem small --steps 1 --warmup 0", t.dir / "a.log", &out) != 0);
+  CHECK_THAT(out, Contains("--stem small does not apply to --model alexnet_bn"));
+  REQUIRE(qat_run("bench --model resnet18 --stem tiny", t.dir / "b.log", &out) != 0);
+  CHECK_THAT(out, Contains("--stem"));
+}

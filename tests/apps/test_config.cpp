@@ -551,3 +551,27 @@ TEST_CASE("config: every shipped experiment config under configs/ loads", "[conf
   CHECK(a7.quant.bits == 8);
   CHECK(a7.quant.activation.bits == 7);
 }
+
+TEST_CASE("config: model.stem for resnet18 only, written only where it applies", "[config]") {
+  TempDir t;
+  const std::string resnet = std::string(kMinimal).replace(std::string(kMinimal).find("alexnet_bn"), 10, "resnet18");
+  auto with_stem = [](std::string text) { return text.replace(text.find("\ndata:"), 0, "\n  stem: small"); };
+  ExperimentConfig c = load_config(t.write("r.yaml", with_stem(resnet)));
+  CHECK(c.model.stem == qat::ResNetStem::small);
+  CHECK(config_to_yaml(c).find("stem: small") != std::string::npos);
+  qat::ModulePtr m = qat::make_model(c.model.name, 10, 0, c.model.options());
+  CHECK(m->state_dict().at("conv1.weight").sizes() == qat::Shape{64, 3, 3, 3});
+  CHECK(load_config(t.write("r2.yaml", resnet)).model.stem == qat::ResNetStem::imagenet);
+  // AlexNet: refused when given, naming the key and its line; absent from the resolved config.
+  REQUIRE_THROWS_WITH(load_config(t.write("a.yaml", with_stem(kMinimal))),
+                      Contains("line 3") && Contains("model.stem") && Contains("does not apply to model.name alexnet_bn"));
+  CHECK(config_to_yaml(load_config(t.write("a2.yaml", kMinimal))).find("stem") == std::string::npos);
+}
+
+TEST_CASE("config: a graph model with quant.enabled is refused at the key, naming the model", "[config]") {
+  TempDir t;
+  std::string text = std::string(kMinimal).replace(std::string(kMinimal).find("alexnet_bn"), 10, "resnet20");
+  text += "quant:\n  enabled: true\n";
+  REQUIRE_THROWS_WITH(load_config(t.write("q.yaml", text)),
+                      Contains("line 11") && Contains("quant.enabled") && Contains("resnet20 is a graph model"));
+}

@@ -292,7 +292,7 @@ TEST_CASE("qat sensitivity keeps the config's own overrides, leaves them out of 
   CHECK(r.fixed.at("features.0").activation_bits == 4);
   CHECK(r.keep_high == std::vector<std::string>{"features.4"});
   // Storage counts the fixed layers at their bits: all-low is not all at 4.
-  CHECK(r.low_bytes == weight_storage_bytes("small_cnn", 10, 4, {{"fc", 8}, {"features.0", 6}}));
+  CHECK(r.low_bytes == weight_storage_bytes(ModelConfig{"small_cnn", 10}, 4, {{"fc", 8}, {"features.0", 6}}));
   std::ifstream in(dir / "sens" / "sensitivity.md");
   const std::string md((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK_THAT(md, Contains("Kept as the config's quant.overrides set them, in every variant, and not ranked: "

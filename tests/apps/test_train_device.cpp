@@ -240,7 +240,7 @@ void require_cuda_run_follows_cpu(const std::string& quant) {
 // sample on cuda as on the CPU: with observers on every layer, and with
 // LSQ+ activations (a fractional zero point, read from a device parameter)
 // on the unpadded classifier. The INT8 layers give the CPU's results bit for
-// bit from the same inputs (tests/quant/sim/test_int8_device.cpp); the float
+// bit from the same inputs (tests/quant/int8_training/test_int8_device.cpp); the float
 // ops around them (cuDNN batch norm, the fake quantizers' sums) run in
 // another order, so the runs agree to the QAT tolerance.
 TEST_CASE("INT8 training on cuda trains the sample as on the CPU", "[cuda][e2e]") {

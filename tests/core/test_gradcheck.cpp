@@ -31,6 +31,57 @@ TEST_CASE("gradcheck: relu away from the kink", "[gradcheck]") {
   gradcheck([](const V& v) { return relu(v[0]); }, {distinct_tensor({2, 3, 5}, 3)});
 }
 
+TEST_CASE("gradcheck: relu6 on both sides of both kinks", "[gradcheck]") {
+  // -2.93 + 0.37 i: none within 0.02 of 0 or 6, beyond either end too.
+  std::vector<float> v(30);
+  for (int i = 0; i < 30; ++i) v[static_cast<size_t>((i * 7) % 30)] = -2.93f + 0.37f * static_cast<float>(i);
+  Tensor x = Tensor::from_vector(v, {2, 3, 5}).set_requires_grad(true);
+  gradcheck([](const V& a) { return relu6(a[0]); }, {x});
+}
+
+TEST_CASE("relu6: its values and its gradient at the kinks, as PyTorch's ReLU6", "[core]") {
+  Tensor x = Tensor::from_vector({-1.f, 0.f, 2.5f, 6.f, 7.f}, {5}).set_requires_grad(true);
+  Tensor y = relu6(x);
+  CHECK(y.to_vector() == std::vector<float>{0.f, 0.f, 2.5f, 6.f, 6.f});
+  sum(y).backward();
+  CHECK(x.grad().to_vector() == std::vector<float>{0.f, 0.f, 1.f, 0.f, 0.f});  // hardtanh: 0 at both kinks
+}
+
+TEST_CASE("gradcheck: hardswish on its three pieces, away from -3 and 3", "[gradcheck]") {
+  std::vector<float> v(30);
+  for (int i = 0; i < 30; ++i) v[static_cast<size_t>((i * 11) % 30)] = -4.93f + 0.33f * static_cast<float>(i);
+  gradcheck([](const V& a) { return hardswish(a[0]); }, {Tensor::from_vector(v, {5, 6}).set_requires_grad(true)});
+}
+
+TEST_CASE("hardswish: values and gradients at the kinks as PyTorch 1.13's", "[core]") {
+  // torch.nn.functional.hardswish of these, and the gradient of its sum
+  Tensor x = Tensor::from_vector({-4.f, -3.f, -1.5f, 0.f, 1.f, 3.f, 4.f}, {7}).set_requires_grad(true);
+  Tensor y = hardswish(x);
+  CHECK(y.to_vector() == std::vector<float>{-0.f, -0.f, -0.375f, 0.f, 0.6666666865348816f, 3.f, 4.f});
+  CHECK(std::signbit(y.to_vector()[0]));  // -0.0, as PyTorch's x * clamp(x + 3, 0, 6) / 6
+  sum(y).backward();
+  CHECK(x.grad().to_vector() == std::vector<float>{0.f, -0.5f, 0.f, 0.5f, 0.8333333730697632f, 1.5f, 1.f});
+}
+
+TEST_CASE("gradcheck: concat along channels and along the batch", "[gradcheck]") {
+  const V xs = {rand_tensor({2, 1, 3, 3}, 1), rand_tensor({2, 2, 3, 3}, 2), rand_tensor({2, 3, 3, 3}, 3)};
+  gradcheck([](const V& v) { return concat(v, 1); }, xs);
+  gradcheck([](const V& v) { return concat(v, 0); }, {rand_tensor({1, 4}, 4), rand_tensor({3, 4}, 5)});
+  // An input that needs no gradient gets none; the others theirs.
+  Tensor a = rand_tensor({2, 2}, 6, false), b = rand_tensor({2, 3}, 7);
+  sum(concat({a, b}, 1)).backward();
+  CHECK(!a.grad().defined());
+  CHECK(b.grad().to_vector() == std::vector<float>(6, 1.f));
+}
+
+TEST_CASE("concat refuses tensors that differ off its dim, naming both", "[core]") {
+  using Catch::Matchers::Contains;
+  REQUIRE_THROWS_WITH(concat({Tensor::zeros({2, 3, 4, 4}), Tensor::zeros({2, 5, 4, 5})}, 1),
+                      Contains("concat: tensor 1") && Contains("[2, 5, 4, 5]") && Contains("[2, 3, 4, 4]") &&
+                          Contains("only dim 1 may differ"));
+  REQUIRE_THROWS_WITH(concat({}, 1), Contains("concat: no tensors"));
+}
+
 TEST_CASE("gradcheck: matmul and linear", "[gradcheck]") {
   gradcheck([](const V& v) { return matmul(v[0], v[1]); }, {rand_tensor({3, 5}, 1), rand_tensor({5, 4}, 2)});
   gradcheck([](const V& v) { return linear(v[0], v[1], v[2]); },

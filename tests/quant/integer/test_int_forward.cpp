@@ -14,6 +14,7 @@
 #include "core/autograd.h"
 #include "models/models.h"
 #include "quant/convert/freeze.h"
+#include "quant/integer/cpu_exec.h"
 #include "quant/integer/int_forward.h"
 #include "quant/integer/int_kernels.h"
 #include "quant/integer/integer_model_cuda.h"
@@ -51,9 +52,14 @@ void require_layers_equal(const IntegerModel& im, const Tensor& x) {
     const IntOpDef& def = int_op_def(l.op);
     shape = def.infer(l, shape);
     const Tensor cpu = im.run_layer(l, h);
-    const Tensor dev = run_int_layer(ex, l, def.has(kMatmul) ? &consts[next++] : nullptr, h, shape);
+    const LayerConstants* k = def.has(kMatmul) ? &consts[next++] : nullptr;
+    const Tensor dev = run_int_layer(ex, l, k, h, shape);
     INFO("layer " << l.name << " (" << int_op_name(l.op) << ")");
     REQUIRE(testing::same_bits(dev, cpu));
+    // The CPU executor's generic code (its threads, its GEMM), which an op
+    // without a CPU kernel runs, against the CPU kernel.
+    CpuExec cpu_ex;
+    REQUIRE(testing::same_bits(run_generic_layer(cpu_ex, l, k, h, shape), cpu));
     h = cpu;
   }
   REQUIRE(testing::same_bits(run_int_model(ex, im, consts, x), im.forward(x)));
@@ -245,7 +251,12 @@ TEST_CASE("the device integer forward, emulated on the host, equals the CPU inte
       for (int64_t i = 0; i < u.numel(); ++i) u.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 256);
       const ActShape as = shape.size() == 4 ? ActShape{shape[1], shape[2], shape[3], false} : ActShape{1, 1, shape[1], true};
       HostExec ex;
-      REQUIRE(testing::same_bits(run_int_layer(ex, relu, nullptr, u, as), IntegerModel{}.run_layer(relu, u)));
+      const Tensor cpu = IntegerModel{}.run_layer(relu, u);
+      REQUIRE(testing::same_bits(run_int_layer(ex, relu, nullptr, u, as), cpu));
+      // (one generic code on both executors: its values checked on their own)
+      const int z = relu.in.zero_point + relu.in.offset();
+      for (int64_t i = 0; i < u.numel(); ++i)
+        REQUIRE(int{cpu.data<uint8_t>()[i]} == std::max(int{u.data<uint8_t>()[i]}, z));
     }
   }
   SECTION("AlexNet-BN at 64 px: conv1's 11 x 11 stride 4 patches, the classifier") {

@@ -13,7 +13,7 @@ TEST_CASE("every integer op is registered under its own name", "[quant][integer]
     const IntOpDef& d = int_op_def(op);
     INFO(d.name);
     CHECK(d.op == op);
-    CHECK(d.run != nullptr);
+    CHECK(d.infer != nullptr);
     CHECK(int_op_from_name(d.name) == op);
     CHECK(find_int_op(d.name) == &d);
   }

@@ -1,5 +1,5 @@
 // QAT layers' integer forward (quant.integer_forward, Note [integer forward
-// of QAT layers] in quant/sim/int8_ops.h): the forward is the exact integer
+// of QAT layers] in quant/int8_training/int8_ops.h): the forward is the exact integer
 // sum dequantized once (checked against that formula evaluated here, bit for
 // bit, and against the float op within its float-sum bound), the gradients
 // are the float op's bit for bit; the device twin's code on the host
@@ -17,8 +17,8 @@
 #include "core/ops.h"
 #include "models/models.h"
 #include "quant/sim/fake_quantizer.h"
-#include "quant/sim/int8_device.h"
-#include "quant/sim/int8_ops.h"
+#include "quant/int8_training/int8_device.h"
+#include "quant/int8_training/int8_ops.h"
 #include "quant/sim/int8_training.h"
 #include "quant/sim/prepare.h"
 #include "quant/sim/qat_modules.h"

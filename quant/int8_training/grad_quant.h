@@ -75,7 +75,7 @@ int grad_qmax(int bits);
 // so the rounding up happens with probability exactly frac(x) (to u's 2^-24
 // grid); a float sum would round near the integer boundaries. NaN gives 0 (a
 // cast of NaN to an integer is undefined); max_abs() is where a NaN shows.
-// Host and device (INT8 training's CUDA twins, quant/sim/int8_device.h).
+// Host and device (INT8 training's CUDA twins, quant/int8_training/int8_device.h).
 QAT_HOST_DEVICE inline int8_t quantize_grad_value(float g, float inv_s, int qmax, GradRounding r, float u) {
   const float x = g * inv_s;
   // Back in float the integer is exact wherever it is not clamped (|v| <= 2^24).

@@ -11,10 +11,10 @@
 //    int8_math::add_grad_stats, as Note [INT8 training sums in chunks]
 //    requires; eight items at once on the lanes of a vector, each lane in
 //    its item's order.
-// Every kernel gives the scalar loop's bits (tests/quant/sim/test_grad_rows.cpp).
+// Every kernel gives the scalar loop's bits (tests/quant/int8_training/test_grad_rows.cpp).
 #include <cstdint>
 
-#include "quant/sim/grad_quant.h"
+#include "quant/int8_training/grad_quant.h"
 
 namespace qat::quant {
 

@@ -1,8 +1,8 @@
 // The CUDA twin of INT8 training's integer layer (int8_ops.cpp), and of the
 // QAT layers' integer forward: int8_device.h on the CUDA executor.
 #include "quant/integer/cuda_exec.cuh"
-#include "quant/sim/cuda_twins.h"
-#include "quant/sim/int8_device.h"
+#include "quant/int8_training/cuda_twins.h"
+#include "quant/int8_training/int8_device.h"
 
 namespace qat::quant::cuda_twin {
 

@@ -1,4 +1,4 @@
-#include "quant/sim/grad_quant.h"
+#include "quant/int8_training/grad_quant.h"
 
 #include <algorithm>
 #include <array>
@@ -8,7 +8,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
-#include "quant/sim/grad_simd.h"
+#include "quant/int8_training/grad_simd.h"
 
 namespace qat::quant {
 

@@ -1,4 +1,4 @@
-// INT8 training's device twin (quant/sim/int8_device.h): its code run on the
+// INT8 training's device twin (quant/int8_training/int8_device.h): its code run on the
 // host by the emulating executor (tests/host_exec.h), against the CPU op bit
 // for bit over several steps (forward, the three gradients, the integers G
 // and Gx, the quantizers' clips, distances and learning-rate scale); then the
@@ -12,8 +12,8 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "quant/sim/int8_device.h"
-#include "quant/sim/int8_ops.h"
+#include "quant/int8_training/int8_device.h"
+#include "quant/int8_training/int8_ops.h"
 
 using namespace qat;
 using namespace qat::quant;

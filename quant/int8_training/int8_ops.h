@@ -36,8 +36,8 @@
 #include "core/window.h"
 #include "layers/module.h"
 #include "quant/integer/int8_gemm.h"
-#include "quant/sim/grad_quant.h"
-#include "quant/sim/weight_codes.h"
+#include "quant/int8_training/grad_quant.h"
+#include "quant/int8_training/quant_codes.h"
 
 namespace qat::quant {
 

@@ -1,4 +1,4 @@
-// INT8 training's gradient-quantization kernels (quant/sim/grad_rows.h):
+// INT8 training's gradient-quantization kernels (quant/int8_training/grad_rows.h):
 // every kernel this CPU runs gives, bit for bit, the integers and sums of the
 // element-by-element definitions (quantize_grad_value with sr_uniform_mixed,
 // add_grad_stats in each item's order).
@@ -11,8 +11,8 @@
 
 #include "core/enum_names.h"
 #include "core/generator.h"
-#include "quant/sim/grad_rows.h"
-#include "quant/sim/int8_math.h"
+#include "quant/int8_training/grad_rows.h"
+#include "quant/int8_training/int8_math.h"
 
 using namespace qat;
 using namespace qat::quant;

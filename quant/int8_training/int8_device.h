@@ -25,8 +25,8 @@
 #include "core/autograd.h"
 #include "core/ops/common.h"
 #include "core/tensor.h"
-#include "quant/sim/int8_math.h"
-#include "quant/sim/int8_ops.h"
+#include "quant/int8_training/int8_math.h"
+#include "quant/int8_training/int8_ops.h"
 
 namespace qat::quant::int8_device {
 

@@ -14,7 +14,7 @@
 
 #include "core/host_device.h"
 #include "quant/integer/int_math.h"
-#include "quant/sim/grad_quant.h"
+#include "quant/int8_training/grad_quant.h"
 
 namespace qat::quant::int8_math {
 

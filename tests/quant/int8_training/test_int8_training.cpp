@@ -1,4 +1,4 @@
-// INT8 training ops (quant/sim/int8_ops.h): the forward equals the float
+// INT8 training ops (quant/int8_training/int8_ops.h): the forward equals the float
 // convolution of the fake-quantized values up to summation order, and the
 // input and weight gradients equal, bit for bit, the backward computed in
 // double from the very integers the op quantized.
@@ -11,9 +11,9 @@
 #include "core/ops.h"
 #include "layers/layers.h"
 #include "models/models.h"
-#include "quant/sim/grad_quant.h"
-#include "quant/sim/int8_math.h"
-#include "quant/sim/int8_ops.h"
+#include "quant/int8_training/grad_quant.h"
+#include "quant/int8_training/int8_math.h"
+#include "quant/int8_training/int8_ops.h"
 #include "quant/sim/int8_training.h"
 #include "quant/sim/prepare.h"
 #include "quant/sim/qat_modules.h"

@@ -1,4 +1,4 @@
-// Gradient quantization for INT8 training (quant/sim/grad_quant.h, Zhu et al.
+// Gradient quantization for INT8 training (quant/int8_training/grad_quant.h, Zhu et al.
 // 2020): stochastic rounding's unbiasedness against the binomial standard
 // error, reproducibility and thread independence, saturation, the cosine
 // distance on exact and hand-computed cases, the clip search against a
@@ -12,7 +12,7 @@
 
 #include "core/enum_names.h"
 #include "core/generator.h"
-#include "quant/sim/grad_quant.h"
+#include "quant/int8_training/grad_quant.h"
 #include "tests/test_util.h"
 
 using namespace qat;

@@ -1,11 +1,11 @@
-#include "quant/sim/grad_rows.h"
+#include "quant/int8_training/grad_rows.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
-#include "quant/sim/grad_simd.h"
-#include "quant/sim/int8_math.h"
+#include "quant/int8_training/grad_simd.h"
+#include "quant/int8_training/int8_math.h"
 
 namespace qat::quant {
 

@@ -1,0 +1,78 @@
+#pragma once
+// Graph: a network as a directed acyclic graph of named nodes (ResNet's
+// residual adds, DenseNet's and Inception's concatenations), of which
+// Sequential is the special case of a chain.
+//
+// Note [graph model]
+// A node is a module applied to one input (conv, BN, ReLU, pools, linear,
+// flatten, ..., or a whole sub-network), or a function of several inputs
+// (add of same-shaped tensors, concat on channels). Its inputs name other
+// nodes or "input" (the network's input); one node is the output. A node's
+// name is a dotted path ("layer1.0.conv1"): its module's parameters are
+// named under it ("layer1.0.conv1.weight"), through container modules made
+// for the path's prefixes ("layer1", "layer1.0"), so that the state dict
+// reads as torchvision's and PyTorch loads a qat checkpoint by name.
+// Nodes may be added in any order; check() (and the first forward) sorts
+// them topologically and refuses a cycle, an input that names no node, a
+// name given twice or a path that is both a module and a container, naming
+// the node. A node's module is looked up by its path at every forward, so a
+// rewrite that replaces a child (prepare()) is seen.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "layers/module.h"
+
+namespace qat {
+
+enum class GraphOp { module, add, concat };
+
+struct GraphNode {
+  std::string name;
+  GraphOp op = GraphOp::module;
+  std::vector<std::string> inputs;  // module: one
+};
+
+class Graph : public Module {
+ public:
+  // The name the network's input goes by in nodes' inputs.
+  static constexpr const char* kInput = "input";
+
+  // A module node: `m` applied to `input`. Returns the node's name.
+  std::string add(const std::string& name, ModulePtr m, const std::string& input);
+  // A function node: add (two inputs of one shape) or concat (two or more,
+  // joined along dim 1). Returns the node's name.
+  std::string add_op(const std::string& name, GraphOp op, std::vector<std::string> inputs);
+  void set_output(const std::string& name);
+  const std::string& output() const { return output_; }
+  const std::vector<GraphNode>& nodes() const { return nodes_; }
+
+  // The checks of Note [graph model]; throws naming the node.
+  void check() const;
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Graph"; }
+  std::string describe() const override;
+
+ private:
+  // Each node's position in nodes_, by name.
+  std::map<std::string, size_t> node_index() const;
+  // Nodes in an order where every input comes before its reader (check()'s
+  // sort; its refusals); `index` from node_index().
+  std::vector<size_t> topological_order(const std::map<std::string, size_t>& index) const;
+  Module& container_for(const std::string& path);
+  Module* module_at(const std::string& path) const;
+
+  std::vector<GraphNode> nodes_;
+  std::string output_;
+};
+
+// A module with children and no computation of its own: the prefixes of a
+// Graph's node paths ("layer1", "layer1.0").
+class ModuleContainer : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "ModuleContainer"; }
+  void add(const std::string& name, ModulePtr m) { register_module(name, std::move(m)); }
+};
+
+}  // namespace qat

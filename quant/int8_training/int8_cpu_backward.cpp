@@ -1,0 +1,351 @@
+// INT8 training's backward on the CPU (int8_cpu.h): dY quantized into G and
+// Gx (grad_rows.h), the weight- and input-gradient GEMMs, col2im, the bias
+// gradient (Note [INT8 training GEMMs]).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/profiler.h"
+#include "quant/int8_training/grad_rows.h"
+#include "quant/int8_training/int8_cpu.h"
+#include "quant/int8_training/int8_math.h"
+#include "quant/integer/int8_gemm_packed.h"
+
+namespace qat::quant::int8_cpu {
+
+bool packed_weight_grad(const Geom& g) {
+  return packed_backward() && g.M() <= (int64_t{1} << 16);
+}
+
+namespace {
+
+// ---------------------------------------------------------------- backward
+// A block of rows quantized in two passes (grad_rows.h), on this thread's
+// buffers: each row copied contiguous into v, its integers into G (and as
+// floats into qf), then the cosine sums of its kSumChunk-long chunks, eight
+// at a time, folded per row in order (Note [INT8 training sums in chunks]).
+struct RowBlock {
+  std::vector<float> v, qf;
+  std::vector<int64_t> start, len;
+  std::vector<GradQuantStats> parts;
+  void reset(int64_t rows, int64_t row_len) {
+    v.resize(static_cast<size_t>(rows * row_len));
+    qf.resize(v.size());
+    start.clear(), len.clear();
+  }
+  // Row r's chunks as items.
+  void add_row_items(int64_t r, int64_t row_len) {
+    for (int64_t b = 0; b < row_len; b += int8_math::kSumChunk) {
+      start.push_back(r * row_len + b);
+      len.push_back(std::min(int8_math::kSumChunk, row_len - b));
+    }
+  }
+  // The items' sums, then row r's fold (rows of equal length, in order).
+  void stats(GradStatsKernel kernel, int64_t rows, int64_t row_len, GradQuantStats* per_row) {
+    parts.resize(start.size());
+    chunk_stats(kernel, v.data(), qf.data(), start.data(), len.data(), static_cast<int64_t>(start.size()),
+                parts.data());
+    const int64_t chunks = int8_math::sum_chunks(row_len);
+    for (int64_t r = 0; r < rows; ++r) {
+      GradQuantStats sum;
+      for (int64_t c = 0; c < chunks; ++c) sum.add(parts[static_cast<size_t>(r * chunks + c)]);
+      per_row[r] = sum;
+    }
+  }
+};
+
+// Rows per block: enough chunks to fill the eight lanes of chunk_stats.
+int64_t rows_per_block(int64_t row_len, int64_t rows) {
+  return std::clamp<int64_t>(8 / std::max<int64_t>(int8_math::sum_chunks(row_len), 1), 1, std::max<int64_t>(rows, 1));
+}
+
+// Quantizes dY (N, O, P) into G (O, M), row o holding the gradients of output
+// channel o; stats summed per row, rows in order (thread-count independent).
+GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int8GradState& st, int8_t* G,
+                          int64_t* gsum) {
+  QAT_PROFILE("int8_train.quantize_g");
+  const int64_t O = g.o, P = g.P(), M = g.M();
+  const int qmax = grad_qmax(st.config().bits);
+  const float inv = 1.f / scale;
+  const uint64_t key = mix64(st.noise_key(0));
+  const GradStatsKernel kernel = best_grad_stats_kernel();
+  const int64_t B = rows_per_block(M, O), blocks = (O + B - 1) / B;
+  std::vector<GradQuantStats> per(static_cast<size_t>(O));
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    thread_local RowBlock rb;
+    const int64_t o0 = blk * B, rows = std::min(B, O - o0);
+    rb.reset(rows, M);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t o = o0 + r;
+      float* row = rb.v.data() + r * M;
+      for (int64_t n = 0; n < g.n; ++n) std::copy_n(dy + (n * O + o) * P, P, row + n * P);
+      gsum[o] = quantize_run(kernel, row, M, inv, qmax, st.config().rounding, key, static_cast<uint64_t>(o * M),
+                             G + o * M, rb.qf.data() + r * M);
+      rb.add_row_items(r, M);
+    }
+    rb.stats(kernel, rows, M, per.data() + o0);
+  }
+  GradQuantStats total;
+  for (const GradQuantStats& s : per) total.add(s);
+  return total;
+}
+
+// Quantizes dY * s_w[o] into Gx (M, O); stats per image n, in order.
+GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<float>& ws, float scale,
+                           const Int8GradState& st, int8_t* Gx) {
+  QAT_PROFILE("int8_train.quantize_gx");
+  const int64_t O = g.o, P = g.P(), L = P * O;  // image n's row: (p, o) in order
+  const int qmax = grad_qmax(st.config().bits);
+  const float inv = 1.f / scale;
+  const uint64_t key = mix64(st.noise_key(1));
+  const GradStatsKernel kernel = best_grad_stats_kernel();
+  std::vector<GradQuantStats> per(static_cast<size_t>(g.n));
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < g.n; ++n) {
+    thread_local RowBlock rb;
+    rb.reset(1, L);
+    float* row = rb.v.data();
+    for (int64_t o = 0; o < O; ++o) {
+      const float* src = dy + (n * O + o) * P;
+      for (int64_t p = 0; p < P; ++p) row[p * O + o] = src[p] * ws[o];
+    }
+    quantize_run(kernel, row, L, inv, qmax, st.config().rounding, key, static_cast<uint64_t>(n * L), Gx + n * L,
+                 rb.qf.data());
+    rb.add_row_items(0, L);
+    rb.stats(kernel, 1, L, per.data() + n);
+  }
+  GradQuantStats total;
+  for (const GradQuantStats& s : per) total.add(s);
+  return total;
+}
+
+// dWq (O, K) = s_G s_x (sum_m G[o][m] u[m][k] - zx gsum[o]) as one s8 x s8
+// GEMM of G (O, M) and col = u - 128 (K, M): sum_m G u = C + 128 gsum[o].
+// M is summed in chunks of 2^16 (int32 accumulators), chunks in int64. The
+// GEMM's own correction (- 128 colsum[k], gemm_s8s8s32_shifted) is folded
+// into the pass that reads its result: one pass over O x K, not two.
+Tensor weight_grad_unpacked(const std::vector<uint8_t>& u, const ActGrid& grid, const int8_t* G, const int64_t* gsum,
+                            float scale_g, const Geom& g, uint8_t pad, GemmKernel kernel) {
+  const int64_t M = g.M(), K = g.K(), O = g.o;
+  int8_t* col = scratch<int8_t>(kCol, K * M);
+  im2col(u.data(), g, pad, col);
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  int32_t* acc = scratch<int32_t>(kAcc, O * K);
+  std::vector<int32_t> colsum(static_cast<size_t>(K));
+  std::vector<int64_t> total;
+  for (int64_t m0 = 0; m0 < M; m0 += kChunk) {
+    const int64_t len = std::min(kChunk, M - m0);
+    {
+      QAT_PROFILE("int8_train.gemm_dw");
+      gemm_s8s8s32_shifted(kernel, O, K, len, G + m0, M, col + m0, M, acc, K, colsum.data());
+    }
+    if (M <= kChunk) break;
+    if (total.empty()) total.assign(static_cast<size_t>(K * O), 0);
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t k = 0; k < K; ++k) total[o * K + k] += int64_t{acc[o * K + k]} - 128 * int64_t{colsum[k]};
+  }
+  Tensor dw = Tensor::empty({O, K});
+  float* pd = dw.data<float>();
+  const double s = static_cast<double>(scale_g) * static_cast<double>(grid.scale);
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < O; ++o) {
+    const double corr = (128.0 - grid.zero) * static_cast<double>(gsum[o]);
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t c = total.empty() ? int64_t{acc[o * K + k]} - 128 * int64_t{colsum[k]} : total[o * K + k];
+      const double a = static_cast<double>(c);
+      pd[o * K + k] = static_cast<float>(s * (a + corr));
+    }
+  }
+  return dw;
+}
+
+// The same on the packed VNNI kernel (M <= 2^16): B = col is packed from
+// its transpose, the im2row rows u (M x K; a linear layer's input itself),
+// read as u - 128 with the column sums; G is read as G + 128 by the kernel;
+// the tiles leave it as floats: dWq = s (C - 128 colsum[k] + (128 - zx) gsum[o])
+// with the same double operations as above.
+Tensor weight_grad_packed(const uint8_t* rows, const ActGrid& grid, const int8_t* G, const int64_t* gsum,
+                          float scale_g, const Geom& g) {
+  const int64_t M = g.M(), K = g.K(), O = g.o;
+  thread_local PackedB packed;
+  std::vector<int32_t> sums(static_cast<size_t>((K + 63) / 64 * 64));
+  {
+    QAT_PROFILE("int8_train.pack_rows");
+    pack_b_vnni_transposed(reinterpret_cast<const int8_t*>(rows), M, K, K, packed, sums.data(), true,
+                           int8_gemm_kernel());
+  }
+  std::vector<double> corr(static_cast<size_t>(O));
+  for (int64_t o = 0; o < O; ++o) corr[o] = (128.0 - grid.zero) * static_cast<double>(gsum[o]);
+  Tensor dw = Tensor::empty({O, K});
+  QAT_PROFILE("int8_train.gemm_dw");
+  const DequantEpilogue e{K, sums.data(), corr.data(), static_cast<double>(scale_g) * static_cast<double>(grid.scale)};
+  gemm_s8s8_packed_dequant(int8_gemm_kernel(), O, G, M, packed, e, dw.data<float>(), K);
+  return dw;
+}
+
+// rows: the forward's im2row rows where packed_weight_grad(g).
+Tensor weight_grad(const std::vector<uint8_t>& u, const uint8_t* rows, const ActGrid& grid, const int8_t* G,
+                   const int64_t* gsum, float scale_g, const Geom& g, uint8_t pad) {
+  QAT_PROFILE("int8_train.weight_grad_gemm");
+  if (rows) return weight_grad_packed(rows, grid, G, gsum, scale_g, g);
+  return weight_grad_unpacked(u, grid, G, gsum, scale_g, g, pad, int8_gemm_kernel());
+}
+
+// The GEMM result acc (M x K, row stride ldc; less 128 sums[k] when given)
+// to dXq = s_Gx col2im(acc), image by image on the threads (each image's
+// planes are its own). tile(n, acc_n): fills image n's rows of acc first
+// where the GEMM runs per image (null: acc already holds every row).
+template <class Tile>
+Tensor col2im_scaled(const int32_t* acc, int64_t ldc, const int32_t* sums, float scale_gx, const Geom& g, Tile tile) {
+  Tensor dx = Tensor::empty({g.n, g.c, g.h, g.w});
+  float* pd = dx.data<float>();
+  const int64_t pixels = g.c * g.h * g.w, P = g.P(), K = g.K();
+  const int64_t padded = g.c * padded_plane_h(g) * padded_plane_w(g);
+  const double s = static_cast<double>(scale_gx);
+  std::vector<int64_t> off(sums ? static_cast<size_t>(K) : 0);
+  for (int64_t k = 0; k < static_cast<int64_t>(off.size()); ++k) off[k] = 128 * int64_t{sums[k]};
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < g.n; ++n) {
+    const int32_t* rows = tile(n, acc ? acc + n * P * ldc : nullptr);
+    int64_t* planes = scratch<int64_t>(kSum, padded);
+    col2im_image(rows, ldc, sums ? off.data() : nullptr, g, planes);
+    scale_to_float(planes, g, s, pd + n * pixels);
+  }
+  return dx;
+}
+
+// dXq = s_Gx * col2im(Gx W) with the col2im sums in int64 (the unpacked
+// kernels: W transposed, then gemm_s8s8s32_shifted, its correction applied
+// by col2im).
+Tensor input_grad_unpacked(const int8_t* Gx, float scale_gx, const QuantCodes& wi, const Geom& g, GemmKernel kernel) {
+  const int64_t M = g.M(), K = g.K(), O = g.o;
+  int8_t* wt = scratch<int8_t>(kWt, K * O);
+  {
+    QAT_PROFILE("int8_train.transpose_w");
+    transpose_bytes(wi.q.get(), O, K, wt);
+  }
+  int32_t* acc = scratch<int32_t>(kAcc, M * K);
+  std::vector<int32_t> sums(static_cast<size_t>(K));
+  {
+    QAT_PROFILE("int8_train.gemm_dx");
+    gemm_s8s8s32_shifted(kernel, M, K, O, Gx, O, wt, O, acc, K, sums.data());
+  }
+  QAT_PROFILE("int8_train.col2im");  // (its pass applies the GEMM's correction, - 128 sums[k])
+  return col2im_scaled(acc, K, sums.data(), scale_gx, g, [](int64_t, const int32_t* rows) { return rows; });
+}
+
+// The same on the packed VNNI kernel: W packed straight from its rows (no
+// transpose) with its column sums, Gx read as Gx + 128 by the kernel itself
+// (no shifted copy). Linear layers: one GEMM, then the scaling; convolutions:
+// image by image on the threads, each image's GEMM rows turned into its input
+// planes while they are in cache (no M x K buffer through memory).
+Tensor input_grad_packed(const int8_t* Gx, float scale_gx, const QuantCodes& wi, const Geom& g) {
+  const int64_t M = g.M(), K = g.K(), O = g.o, P = g.P();
+  thread_local PackedB reused;  // the caller's, shared with the threads below
+  PackedB& packed = reused;
+  std::vector<int32_t> sums(static_cast<size_t>((K + 63) / 64 * 64));
+  {
+    QAT_PROFILE("int8_train.pack_w");
+    pack_b_vnni_transposed(wi.q.get(), O, K, K, packed, sums.data(), false, int8_gemm_kernel());
+  }
+  const int64_t ldc = packed.N;
+  if (is_1x1(g)) {
+    int32_t* acc = scratch<int32_t>(kAcc, M * ldc);
+    {
+      QAT_PROFILE("int8_train.gemm_dx");
+      gemm_s8s8s32_packed_offset(int8_gemm_kernel(), M, Gx, O, packed, acc, ldc);
+    }
+    QAT_PROFILE("int8_train.col2im");
+    return col2im_scaled(acc, ldc, sums.data(), scale_gx, g, [](int64_t, const int32_t* rows) { return rows; });
+  }
+  QAT_PROFILE("int8_train.gemm_dx_col2im");
+  const GemmKernel kernel = int8_gemm_kernel();
+  return col2im_scaled(nullptr, ldc, sums.data(), scale_gx, g, [&](int64_t n, const int32_t*) {
+    int32_t* acc = scratch<int32_t>(kAcc, P * ldc);  // this thread's
+    gemm_s8s8s32_packed_offset(kernel, P, Gx + n * P * O, O, packed, acc, ldc);
+    return static_cast<const int32_t*>(acc);
+  });
+}
+
+Tensor input_grad(const int8_t* Gx, float scale_gx, const QuantCodes& wi, const Geom& g) {
+  QAT_PROFILE("int8_train.input_grad_gemm");
+  if (packed_backward()) return input_grad_packed(Gx, scale_gx, wi, g);
+  return input_grad_unpacked(Gx, scale_gx, wi, g, int8_gemm_kernel());
+}
+
+Tensor bias_grad(const float* dy, const Geom& g) {
+  Tensor db = Tensor::empty({g.o});
+  const int64_t P = g.P();
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < g.o; ++o) {
+    double acc = 0, part = 0;  // Note [INT8 training sums in chunks]
+    int64_t count = 0;
+    for (int64_t n = 0; n < g.n; ++n)
+      for (int64_t p = 0; p < P; ++p) {
+        part += dy[(n * g.o + o) * P + p];
+        if (++count == int8_math::kSumChunk) acc += part, part = 0, count = 0;
+      }
+    if (count > 0) acc += part;
+    db.data<float>()[o] = static_cast<float>(acc);
+  }
+  return db;
+}
+
+}  // namespace
+
+// The whole backward of one layer (dx, dwq, dbias in the shapes of x and wq).
+TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const uint8_t* rows, const ActGrid& grid,
+                    const QuantCodes& wi,
+                    const Geom& g, uint8_t pad, Int8GradState& st, const NeedGrad& need, const Shape& x_shape,
+                    const Shape& w_shape) {
+  QAT_PROFILE("int8_train.backward");
+  Tensor gyc = gy.contiguous();
+  const float* dy = gyc.data<float>();
+  const int64_t n = gyc.numel(), M = g.M(), O = g.o;
+  TensorList r(3);
+  if (need[2]) r[2] = bias_grad(dy, g);
+  std::vector<int8_t> G, Gx;
+  if (need[1]) {
+    if (st.clip_due(0)) st.refresh_clip(0, dy, n);
+    else st.track_clip(0, max_abs(dy, n));
+    const float scale = st.grad_scale(0);
+    G.assign(static_cast<size_t>(O * M), 0);
+    std::vector<int64_t> gsum(static_cast<size_t>(O), 0);
+    GradQuantStats stats;
+    if (scale > 0.f) stats = quantize_g(dy, g, scale, st, G.data(), gsum.data());
+    st.record(0, stats);
+    r[1] = (scale > 0.f ? weight_grad(u, rows, grid, G.data(), gsum.data(), scale, g, pad)
+                        : Tensor::zeros({O, g.K()}))
+               .view(w_shape);
+    if (st.keep_last) st.last_g = G, st.last_scale_g = scale, st.last_dy.assign(dy, dy + n);
+  }
+  if (need[0]) {
+    // The clip of dY * s_w[o], the values Gx quantizes.
+    auto scaled = [&](int64_t i) { return dy[i] * wi.scale[(i / g.P()) % O]; };
+    if (st.clip_due(1)) {
+      std::vector<float> v(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) v[i] = scaled(i);
+      st.refresh_clip(1, v.data(), n);
+    } else {
+      float m = 0.f;  // max |scaled|; a non-finite value is passed on (track_clip reports it)
+      for (int64_t i = 0; i < n && std::isfinite(m); ++i) {
+        const float a = std::abs(scaled(i));
+        m = std::isfinite(a) ? std::max(m, a) : a;
+      }
+      st.track_clip(1, m);
+    }
+    const float scale = st.grad_scale(1);
+    Gx.assign(static_cast<size_t>(M * O), 0);
+    GradQuantStats stats;
+    if (scale > 0.f) stats = quantize_gx(dy, g, wi.scale, scale, st, Gx.data());
+    st.record(1, stats);
+    r[0] = (scale > 0.f ? input_grad(Gx.data(), scale, wi, g) : Tensor::zeros({g.n, g.c, g.h, g.w})).view(x_shape);
+    if (st.keep_last) st.last_gx = Gx, st.last_scale_gx = scale;
+  }
+  st.finish_step(need[1], need[0]);
+  return r;
+}
+
+}  // namespace qat::quant::int8_cpu

@@ -1,0 +1,187 @@
+// INT8 training's forward on the CPU (int8_cpu.h): the operands' integers,
+// the forward GEMM and its dequantization; the kernel choice.
+#include <algorithm>
+#include <cmath>
+
+#include "core/cpu_features.h"
+#include "core/error.h"
+#include "core/profiler.h"
+#include "quant/int8_training/int8_cpu.h"
+#include "quant/int8_training/int8_math.h"
+#include "quant/integer/int8_gemm_packed.h"
+
+namespace qat::quant::int8_cpu {
+
+std::optional<GemmKernel>& kernel_override() {
+  static std::optional<GemmKernel> k;
+  return k;
+}
+GemmKernel int8_gemm_kernel() { return kernel_override().value_or(best_gemm_kernel()); }
+// Whether kernel k multiplies packed operands (int8_gemm_packed.h): both
+// VNNI kernels and the AVX2 one (avx_vnni's and avx2's operands packed with
+// AVX2 code), and both AMX ones where the CPU has AVX-512 VNNI (their
+// packing's code).
+bool packs(GemmKernel k) {
+  if (k == GemmKernel::avx_vnni) return cpu_has_avx_vnni();
+  if (k == GemmKernel::avx2) return cpu_has_avx2();
+  return (k == GemmKernel::avx512_vnni || is_amx(k)) && cpu_has_avx512_vnni();
+}
+// Whether the backward GEMMs run on packed operands.
+bool packed_backward() { return packs(int8_gemm_kernel()); }
+
+// How the integer forward's errors name a layer (INT8 training's: int8_training_who).
+std::string int_forward_who(const std::string& layer) { return "quant.integer_forward: layer " + layer; }
+
+// x on `grid` as integers u (N, C, H, W); a value more than 1e-3 steps off
+// the grid or outside [0, levels) is an error: the layer's input must be what
+// a quantizer produced.
+std::vector<uint8_t> input_integers(const Tensor& x, const ActGrid& grid, const std::string& who) {
+  QAT_PROFILE("int8_train.input_integers");
+  const int64_t n = x.numel();
+  std::vector<uint8_t> u(static_cast<size_t>(n));
+  const float* px = x.data<float>();
+  const double inv = 1.0 / static_cast<double>(grid.scale);
+  int64_t bad = -1;
+#pragma omp parallel for schedule(static) if (n >= (1 << 15))
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t r = int8_math::input_integer(px[i], inv, grid.zero, grid.levels);
+    if (r < 0) {
+#pragma omp critical(int8_input_bad)
+      if (bad < 0 || i < bad) bad = i;
+      continue;
+    }
+    u[i] = static_cast<uint8_t>(r);
+  }
+  if (bad >= 0) fail_input_off_grid(who, px[bad], bad, grid);
+  return u;
+}
+
+// wq / s_w[o] as int8 (O, K) and its row sums: the integers of a weight
+// that arrives fake-quantized (LSQ; the observed kinds give them directly,
+// FakeQuantizer::forward_codes).
+std::shared_ptr<QuantCodes> weight_integers(const Tensor& wq, const Tensor& w_scale, int64_t O, int64_t K,
+                                            const std::string& who) {
+  QAT_PROFILE("int8_train.weight_integers");
+  check_weight_scales(who, w_scale.numel(), O);
+  auto r = std::make_shared<QuantCodes>();
+  r->resize(O, K);
+  const float* pw = wq.data<float>();
+  int8_t* pq = r->q.get();
+  int64_t bad = -1;
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < O; ++o) {
+    const float s = w_scale.data<float>()[w_scale.numel() == 1 ? 0 : o];
+    r->scale[o] = s;
+    // wq = s * W was one float product of an integer |W| <= 128, so
+    // wq * (1/s) lands within a few ulps of W.
+    const float inv = 1.f / s;
+    int64_t sum = 0;
+    int32_t off_grid = 0;
+    const float* row = pw + o * K;
+    int8_t* qrow = pq + o * K;
+    // int8_math::weight_code's rule, written so that the compiler vectorises
+    // it (a weight the size of AlexNet's classifier is 54 M values a step).
+#pragma omp simd reduction(+ : sum) reduction(| : off_grid)
+    for (int64_t k = 0; k < K; ++k) {
+      bool ok = true;
+      const int8_t w = int8_math::weight_code(row[k], inv, &ok);  // 0 off the grid (NaN included)
+      qrow[k] = w;
+      sum += w;
+      off_grid |= ok ? 0 : 1;
+    }
+    r->rowsum[o] = sum;
+    if (off_grid) {
+#pragma omp critical(int8_weight_bad)
+      if (bad < 0 || o < bad) bad = o;
+    }
+  }
+  if (bad >= 0) fail_weight_row_off_grid(who, pw + bad * K, K, bad, r->scale[bad]);
+  return r;
+}
+
+// The real zero as the padding integer: convolutions pad with 0.0, which is
+// on the grid only when the zero point is an integer.
+uint8_t pad_integer(const ActGrid& grid, const Geom& g, const std::string& who) {
+  const double z = std::nearbyint(grid.zero);
+  const bool padded = g.p.pad_h > 0 || g.p.pad_w > 0;
+  QAT_CHECK(!padded || (z == grid.zero && z >= 0 && z < grid.levels), who,
+            " pads its input, whose grid has the fractional zero point ", grid.zero,
+            " (LSQ+): 0.0 is not on it; use quant.method lsq or an observer, or keep the layer float (quant.int8_training.keep_float)");
+  return static_cast<uint8_t>(std::clamp(z, 0.0, 255.0));
+}
+
+namespace {
+
+// ---------------------------------------------------------------- forward
+// Whether the forward GEMM runs on the packed kernel: the packing copies the
+// weight once a step, paid back where many rows share it (a convolution's
+// output positions; not a linear layer's batch rows, which stream the weight
+// once anyway), and the kernel needs O a multiple of its column block.
+bool packed_forward(GemmKernel kernel, const Geom& g) {
+  return packs(kernel) && g.P() > 1 && can_use_packed(kernel, g.o);
+}
+
+// rows: the im2row rows (M x K) of the input.
+Tensor forward_int(const uint8_t* rows, const ActGrid& grid, const QuantCodes& wi, const Tensor& bias, const Geom& g) {
+  QAT_PROFILE("int8_train.forward_gemm");
+  const int64_t M = g.M(), K = g.K(), O = g.o, P = g.P();
+  int32_t* acc = scratch<int32_t>(kAcc, M * O);
+  {
+    QAT_PROFILE("int8_train.gemm_fwd");
+    const GemmKernel kernel = int8_gemm_kernel();
+    if (packed_forward(kernel, g)) {
+      // The weight packed for the broadcast kernel (its quads of k copied):
+      // a convolution's few weights against its many patch rows.
+      gemm_u8s8s32_packed(kernel, M, rows, K, pack_b_vnni(wi.q.get(), O, K, K), acc, O);
+    } else {
+      gemm_u8s8s32(kernel, M, O, K, rows, K, wi.q.get(), K, acc, O);
+    }
+  }
+  Tensor y = Tensor::empty({g.n, O, g.oh, g.ow});
+  float* py = y.data<float>();
+  const float* pb = bias.defined() ? bias.data<float>() : nullptr;
+  std::vector<double> s(static_cast<size_t>(O)), corr(static_cast<size_t>(O));
+  for (int64_t o = 0; o < O; ++o) {
+    s[o] = static_cast<double>(grid.scale) * static_cast<double>(wi.scale[o]);
+    corr[o] = grid.zero * static_cast<double>(wi.rowsum[o]);
+  }
+  // acc (M, O) -> y (N, O, P) in blocks of 32 positions: the block's rows of
+  // acc stay in cache while each channel's run of y is written.
+  constexpr int64_t B = 32;
+  const int64_t blocks = (P + B - 1) / B;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t pb0 = 0; pb0 < blocks; ++pb0) {
+      const int64_t p0 = pb0 * B, p1 = std::min(P, p0 + B);
+      for (int64_t o = 0; o < O; ++o) {
+        const float b = pb ? pb[o] : 0.f;
+        for (int64_t p = p0; p < p1; ++p)
+          py[(n * O + o) * P + p] =
+              static_cast<float>(s[o] * (static_cast<double>(acc[(n * P + p) * O + o]) - corr[o])) + b;
+      }
+    }
+  return y;
+}
+
+}  // namespace
+
+IntForward integer_forward(const Tensor& x, const ActGrid& grid, const QuantCodes& wi, const Tensor& bias,
+                           const Geom& g, const std::string& who) {
+  QAT_CHECK(wi.rows == g.o && wi.cols == g.K(), who, ": weight codes of ", wi.rows, " x ", wi.cols,
+            " for a weight of ", g.o, " x ", g.K());
+  IntForward f;
+  f.u = std::make_shared<std::vector<uint8_t>>(input_integers(x.contiguous(), grid, who));
+  f.pad = pad_integer(grid, g, who);
+  // The im2row rows (a linear layer's are its input), kept for the packed
+  // weight gradient (a tensor: the caching allocator reuses its memory).
+  const uint8_t* rows = f.u->data();
+  if (!is_1x1(g)) {
+    f.rows = Tensor::empty({g.M() * g.K()}, DType::u8);
+    im2row(f.u->data(), g, f.pad, f.rows.data<uint8_t>());
+    rows = f.rows.data<uint8_t>();
+  }
+  f.y = forward_int(rows, grid, wi, bias.defined() ? bias.contiguous() : Tensor(), g);
+  return f;
+}
+
+}  // namespace qat::quant::int8_cpu
