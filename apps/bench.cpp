@@ -56,17 +56,20 @@ double peak_rss_mib() {
 }
 
 // Each op's forward and backward time, as a share of the measured steps.
-// "backward (total)" spans all backward ops, so it is shown apart.
+// "backward (total)" spans all backward ops, so it is shown apart; so are
+// the parts of one op, keyed "part (in op)" (conv2d's depthwise and 1x1
+// kernels), which its own row already counts.
 void print_profile(const std::vector<Profiler::Row>& rows, double total_seconds, int steps) {
   std::printf("time per op (share of step time, ms per step):\n");
   double covered = 0;
   for (const auto& r : rows) {
     const bool is_total = r.key.find("(total)") != std::string::npos;
-    if (!is_total) covered += r.seconds;
-    std::printf("  %-26s %6.1f%%  %8.1f ms%s\n", r.key.c_str(), 100.0 * r.seconds / total_seconds,
+    const bool is_part = r.key.find(" (in ") != std::string::npos;
+    if (!is_total && !is_part) covered += r.seconds;
+    std::printf("  %-30s %6.1f%%  %8.1f ms%s\n", r.key.c_str(), 100.0 * r.seconds / total_seconds,
                 1000.0 * r.seconds / steps, is_total ? "  (includes the backward ops above/below)" : "");
   }
-  std::printf("  %-26s %6.1f%%  %8.1f ms\n", "not in any op", 100.0 * (total_seconds - covered) / total_seconds,
+  std::printf("  %-30s %6.1f%%  %8.1f ms\n", "not in any op", 100.0 * (total_seconds - covered) / total_seconds,
               1000.0 * (total_seconds - covered) / steps);
 }
 

@@ -9,6 +9,8 @@
 #include "core/blas.h"
 #include "core/cpu_features.h"
 #include "core/ops/common.h"
+#include "core/ops/conv_plane.h"
+#include "core/ops/depthwise_conv.h"
 #include "core/threads.h"
 #if QAT_WITH_CUDA
 #include "core/ops/cuda_twins.h"
@@ -16,18 +18,11 @@
 
 namespace qat {
 
+using conv_detail::Geometry;
+using conv_detail::PhasePlane;
 using detail::check_f32_any_device;
 
-
 namespace {
-
-struct Geometry {
-  int64_t n, c, h, w, o, kh, kw, oh, ow, groups;
-  int64_t cg() const { return c / groups; }
-  int64_t og() const { return o / groups; }
-  int64_t k() const { return cg() * kh * kw; }
-  int64_t p() const { return oh * ow; }
-};
 
 Geometry check_and_measure(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
   check_f32_any_device(x, "conv2d", "input");
@@ -92,73 +87,7 @@ float* scratch(int slot, int64_t n) {
   return bufs[slot].data();
 }
 
-// A zero-padded input plane split into stride_w column phases: phase f,
-// padded row y, column j holds x[y - pad_h][j stride_w + f - pad_w] (zero
-// outside the plane). Tap (ki, kj)'s output row oy then reads a contiguous
-// run of OW values: phase (kj dil_w) mod stride_w, row oy stride_h + ki dil_h,
-// from column (kj dil_w) / stride_w. So im2col and col2im copy or add whole
-// runs, with no bounds checks and no strided access (AlexNet's conv1 has
-// stride 4; conv3-5 have rows of 7).
-class PhasePlane {
- public:
-  PhasePlane(const Geometry& g, const Conv2dParams& p)
-      : g_(g), p_(p), rows_(g.h + 2 * p.pad_h), cols_((g.w + 2 * p.pad_w + p.stride_w - 1) / p.stride_w),
-        data_(static_cast<size_t>(p.stride_w * rows_ * cols_), 0.f) {}
 
-  // The plane of x (H x W); the padding stays zero.
-  void load(const float* xp) {
-    for (int64_t f = 0; f < p_.stride_w; ++f) {
-      // Columns j whose input column j stride_w + f - pad_w lies inside.
-      const int64_t x0 = f - p_.pad_w, lo = first_inside(x0), hi = end_inside(x0);
-      for (int64_t iy = 0; iy < g_.h; ++iy) {
-        if (lo == hi) continue;
-        float* dst = at(f, iy + p_.pad_h, lo);
-        const float* src = xp + iy * g_.w + lo * p_.stride_w + x0;
-        if (p_.stride_w == 1) std::memcpy(dst, src, sizeof(float) * (hi - lo));
-        else
-          for (int64_t j = 0; j < hi - lo; ++j) dst[j] = src[j * p_.stride_w];
-      }
-    }
-  }
-
-  // x (H x W) += the plane's inside.
-  void add_into(float* xp) const {
-    for (int64_t f = 0; f < p_.stride_w; ++f) {
-      const int64_t x0 = f - p_.pad_w, lo = first_inside(x0), hi = end_inside(x0);
-      for (int64_t iy = 0; iy < g_.h; ++iy) {
-        if (lo == hi) continue;
-        const float* src = at(f, iy + p_.pad_h, lo);
-        float* dst = xp + iy * g_.w + lo * p_.stride_w + x0;
-        for (int64_t j = 0; j < hi - lo; ++j) dst[j * p_.stride_w] += src[j];
-      }
-    }
-  }
-
-  void zero() { std::fill(data_.begin(), data_.end(), 0.f); }
-
-  // Tap (ki, kj)'s run for output row 0; row oy is oy * row_step() further.
-  float* tap(int64_t ki, int64_t kj) {
-    const int64_t xx = kj * p_.dil_w;
-    return at(xx % p_.stride_w, ki * p_.dil_h, xx / p_.stride_w);
-  }
-  int64_t row_step() const { return p_.stride_h * cols_; }
-
- private:
-  float* at(int64_t f, int64_t y, int64_t j) { return data_.data() + (f * rows_ + y) * cols_ + j; }
-  const float* at(int64_t f, int64_t y, int64_t j) const { return data_.data() + (f * rows_ + y) * cols_ + j; }
-  int64_t first_inside(int64_t x0) const {
-    return x0 >= 0 ? 0 : std::min(cols_, (-x0 + p_.stride_w - 1) / p_.stride_w);
-  }
-  int64_t end_inside(int64_t x0) const {
-    const int64_t hi = std::min(cols_, (g_.w - x0 + p_.stride_w - 1) / p_.stride_w);
-    return std::max(first_inside(x0), hi);
-  }
-
-  Geometry g_;
-  Conv2dParams p_;
-  int64_t rows_, cols_;
-  std::vector<float> data_;
-};
 
 // d[0, n) = s[0, n), or += with Add; AVX-512 where the CPU has it (a masked
 // tail instead of a call to memcpy for rows of 7 floats).
@@ -323,6 +252,7 @@ Tensor forward_impl(const Tensor& xc, const Tensor& wc, const Tensor& bias, cons
   float* po = out.data<float>();
   const int64_t K = g.k(), P = g.p(), NP = g.n * P, Og = g.og();
   if (is_pointwise(g, p)) {
+    QAT_PROFILE("1x1 (in conv2d.forward)");
     for (int64_t n = 0; n < g.n; ++n)
       sgemm(false, false, g.o, P, g.c, 1.f, pw, g.c, px + n * g.c * P, P, 0.f, po + n * g.o * P, P);
     if (pb) {
@@ -331,6 +261,11 @@ Tensor forward_impl(const Tensor& xc, const Tensor& wc, const Tensor& bias, cons
         for (int64_t o = 0; o < g.o; ++o)
           for (int64_t i = 0; i < P; ++i) po[(n * g.o + o) * P + i] += pb[o];
     }
+    return out;
+  }
+  if (conv_detail::is_depthwise(g)) {
+    QAT_PROFILE("depthwise (in conv2d.forward)");
+    conv_detail::depthwise_forward(px, pw, pb, g, p, po);
     return out;
   }
   if (use_chunks(g)) {
@@ -391,11 +326,17 @@ TensorList backward_impl(const Tensor& gy, const Tensor& xc, const Tensor& wc, c
     pdw = r[1].data<float>();
   }
   if (is_pointwise(g, p)) {
+    QAT_PROFILE("1x1 (in conv2d.backward)");
     for (int64_t n = 0; n < g.n; ++n) {
       const float* gyn = pgy + n * g.o * P;
       if (pdw) sgemm(false, true, g.o, g.c, P, 1.f, gyn, P, px + n * g.c * P, P, 1.f, pdw, g.c);
       if (pdx) sgemm(true, false, g.c, P, g.o, 1.f, pw, g.c, gyn, P, 0.f, pdx + n * g.c * P, P);
     }
+    return r;
+  }
+  if (conv_detail::is_depthwise(g)) {
+    QAT_PROFILE("depthwise (in conv2d.backward)");
+    conv_detail::depthwise_backward(pgy, px, pw, g, p, pdx, pdw);
     return r;
   }
   if (use_chunks(g)) {

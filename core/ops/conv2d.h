@@ -4,7 +4,9 @@
 // x: (N, C, H, W), weight: (O, C/groups, KH, KW), bias: (O) or undefined
 // -> (N, O, OH, OW), OH = (H + 2*pad_h - dil_h*(KH-1) - 1) / stride_h + 1.
 // Forward: im2col of the whole batch per group, then one sgemm
-// (O/g, K) x (K, N*OH*OW); 1x1 stride-1 unpadded convs skip im2col.
+// (O/g, K) x (K, N*OH*OW); 1x1 stride-1 unpadded convs skip im2col;
+// depthwise convs (groups = C) are computed directly, plane by plane
+// (core/ops/depthwise_conv.h).
 // Backward (saves x and weight, recomputes the columns):
 //   dW = dY' col^T, dcol = W^T dY', dx = col2im(dcol), db = sum dY.
 #include "core/autograd.h"
