@@ -1,4 +1,5 @@
 #include "apps/bench.h"
+#include "apps/model_file.h"
 
 #include <sys/resource.h>
 
@@ -47,6 +48,17 @@ ModelOptions bench_model_options(const BenchOptions& opt) {
   QAT_CHECK(stem == ResNetStem::imagenet || model_takes_stem(opt.model), "bench: --stem ", opt.stem,
             " does not apply to --model ", opt.model, " (resnet18 and mobilenet_v2 take one)");
   return {stem};
+}
+
+// --model: a built-in's name, or a model file (.yaml).
+bool is_model_file(const std::string& model) {
+  return model.size() > 5 && model.compare(model.size() - 5, 5, ".yaml") == 0;
+}
+
+ModulePtr bench_model(const BenchOptions& opt) {
+  if (!is_model_file(opt.model)) return make_model(opt.model, opt.classes, 0, bench_model_options(opt));
+  QAT_CHECK(opt.stem == "imagenet", "bench: --stem does not apply to a model file (", opt.model, ")");
+  return load_model_file(opt.model, opt.classes, 0);
 }
 
 double peak_rss_mib() {
@@ -263,7 +275,7 @@ BenchFigures run_bench_infer(const BenchOptions& opt) {
               k ? "does not run on this CPU" : "is not one of " + enum_name_list<quant::GemmKernel>());
     kernel = *k;
   }
-  ModulePtr model = make_model(opt.model, opt.classes, 0, bench_model_options(opt));
+  ModulePtr model = bench_model(opt);
   model->eval();
   Generator gen(1);
   const Tensor x = Tensor::randn({opt.batch, 3, opt.res, opt.res}, gen);
@@ -314,7 +326,7 @@ BenchFigures run_bench_infer(const BenchOptions& opt) {
 BenchFigures run_bench_infer_cuda(const BenchOptions& opt) {
   cuda::require("bench --infer --device cuda");
   std::printf("device: %s\n", cuda::describe().c_str());
-  ModulePtr model = make_model(opt.model, opt.classes, 0, bench_model_options(opt));
+  ModulePtr model = bench_model(opt);
   model->eval();
   model->to(Device::cuda);
   Generator gen(1);
@@ -397,7 +409,7 @@ int run_bench(const BenchOptions& opt, BenchFigures* figures) {
     QAT_FAIL(why);
   }
   if (device == Device::cuda) std::printf("device: %s\n", cuda::describe().c_str());
-  ModulePtr model = make_model(opt.model, opt.classes, 0, bench_model_options(opt));
+  ModulePtr model = bench_model(opt);
   TrainingTimer fp32(*model, opt, device, "fp32");
   if (opt.config.empty()) {
     time_in_turn({&fp32}, opt.steps);

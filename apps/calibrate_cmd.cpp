@@ -1,4 +1,5 @@
 #include "apps/calibrate_cmd.h"
+#include "apps/model_file.h"
 
 #include <algorithm>
 #include <chrono>
@@ -86,7 +87,7 @@ Setup set_up(const CalibrateArgs& args) {
             " has quant.enabled false; the quant: section says what to quantize (backend, bits)");
   QAT_CHECK(args.images > 0, "calibrate: --images must be > 0, got ", args.images);
   set_num_threads(static_cast<int>(cfg.train.threads));
-  s.fp32 = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed, cfg.model.options());
+  s.fp32 = make_configured_model(cfg.model, cfg.train.seed);
   check_checkpoint_identity(args.checkpoint, cfg, {CheckpointKind::float_model}, "calibrate --checkpoint",
                             "it starts from a float model: an FP32 training run's best.safetensors");
   load_model_checked(args.checkpoint, *s.fp32, nullptr);

@@ -1,4 +1,5 @@
 #include "apps/compare.h"
+#include "apps/model_file.h"
 
 #include <algorithm>
 #include <cmath>
@@ -31,7 +32,7 @@ std::string bytes_str(int64_t b) {
 
 int64_t weight_storage_bytes(const ModelConfig& model, int weight_bits,
                              const std::map<std::string, int>& layer_weight_bits) {
-  ModulePtr m = make_model(model.name, model.num_classes, 0, model.options());
+  ModulePtr m = make_configured_model(model, 0);
   int64_t bits_total = 0;
   for (auto& [name, t] : m->named_parameters()) {
     int bits = 32;

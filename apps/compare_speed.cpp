@@ -1,4 +1,5 @@
 #include "apps/compare_speed.h"
+#include "apps/model_file.h"
 
 #include <filesystem>
 
@@ -30,7 +31,7 @@ void measure_speed(std::vector<RunSummary>& runs, const std::vector<std::string>
     NoGradGuard ng;
     const std::string label = runs[i].name;
     if (!cfg.quant.enabled) {
-      ModulePtr m = make_model(cfg.model.name, cfg.model.num_classes, 0, cfg.model.options());
+      ModulePtr m = make_configured_model(cfg.model, 0);
       load_model_checked(ckpt, *m, nullptr);
       m->eval();
       runs[i].infer_img_s = time_inference([&](const Tensor& t) { return m->forward(t); }, x, opt, label.c_str());

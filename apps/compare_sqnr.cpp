@@ -1,4 +1,5 @@
 #include "apps/compare_sqnr.h"
+#include "apps/model_file.h"
 
 #include <algorithm>
 #include <cmath>
@@ -80,7 +81,7 @@ std::vector<RunSqnr> layer_sqnr(const std::vector<RunSummary>& runs, const std::
     }
   if (ref < 0) return {};
   const ExperimentConfig rcfg = load_config(run_dirs[ref] + "/config.yaml");
-  ModulePtr fp32 = make_model(rcfg.model.name, rcfg.model.num_classes, 0, rcfg.model.options());
+  ModulePtr fp32 = make_configured_model(rcfg.model, 0);
   load_model_checked(run_dirs[ref] + "/best.safetensors", *fp32, nullptr);
   fp32->eval();
   const data::ImageFolder val = image_folder(rcfg.data, rcfg.data.val);

@@ -18,6 +18,7 @@
 #include <system_error>
 
 #include "apps/config_overrides.h"
+#include "apps/model_file.h"
 #include "apps/config_schema.h"
 #include "apps/yaml_value.h"
 #include "core/error.h"
@@ -78,11 +79,24 @@ void check_observers_observe(const ExperimentConfig& cfg, const Values& values) 
             "the weights as they train): use 2 or later (0: never off)");
 }
 
+// model.name or model.file, exactly one.
+void check_model_keys(const Values& values, const YamlValue& root) {
+  const bool name = values.count("model.name") > 0, file = values.count("model.file") > 0;
+  if (name && file)
+    values.at("model.file").fail("give model.name (a built-in network) or model.file (a model file), not both");
+  if (name || file) return;
+  auto model = values.find("model");
+  if (model == values.end()) root.fail_missing_key("model.name", " (no 'model' section)");
+  model->second.fail_missing_key("name", " (in section 'model'; or model.file, a model file)");
+}
+
 void check_across_keys(const ExperimentConfig& cfg, const Values& values) {
   const std::string& file = cfg.source_path;
   for (const Field& f : fields())
     if (f.applies && !f.applies(cfg) && values.count(f.path))
-      value_of(values, file, f.path).fail("does not apply to model.name " + cfg.model.name);
+      value_of(values, file, f.path).fail("does not apply to " +
+                                                  (cfg.model.file.empty() ? "model.name " + cfg.model.name
+                                                                          : "a model file (model.file)"));
   if (!cfg.data.augment.random_resized_crop && cfg.data.resize < cfg.data.image_size) {
     const std::string why = " (the resized image is cropped to data.image_size; with data.augment.random_resized_crop "
                             "true data.resize may be smaller)";
@@ -95,13 +109,13 @@ void check_across_keys(const ExperimentConfig& cfg, const Values& values) {
               std::to_string(cfg.data.image_size) + why);
   }
   // (it failed at the first forward, after the run folder was made)
-  if (const int64_t least = model_min_input_size(cfg.model.name); cfg.data.image_size < least)
+  if (const int64_t least = cfg.model.min_input_size(); cfg.data.image_size < least)
     value_of(values, file, "data.image_size")
         .fail("must be >= " + std::to_string(least) + " for model.name " + cfg.model.name +
               " (its convolutions and pools need that many pixels), got " + std::to_string(cfg.data.image_size));
-  if (cfg.quant.enabled && model_is_graph(cfg.model.name))
+  if (cfg.quant.enabled && cfg.model.is_graph())
     value_of(values, file, "quant.enabled")
-        .fail("model.name " + cfg.model.name + " is a graph model, which trains in FP32 only for now: quantizing "
+        .fail("model " + cfg.model.name + " is a graph model, which trains in FP32 only for now: quantizing "
               "graph models (residual adds, concatenations) is not built yet; set quant.enabled: false");
   if (cfg.quant.integer_forward && !cfg.quant.enabled)
     value_of(values, file, "quant.integer_forward")
@@ -154,8 +168,10 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
 
   ExperimentConfig cfg;
   cfg.source_path = path;
+  check_model_keys(values, root);
   read_fields(values, root, cfg);
   check_across_keys(cfg, values);
+  if (!cfg.model.file.empty()) dry_run_model_file(cfg.model.file, cfg.model.num_classes, cfg.data.image_size);
   const fs::path base = fs::path(path).parent_path();
   cfg.data.train = resolve_dir(value_of(values, path, "data.train"), base, data_paths);
   cfg.data.val = resolve_dir(value_of(values, path, "data.val"), base, data_paths);

@@ -41,10 +41,15 @@ constexpr auto enum_names(BadImagePolicy) {
 }
 
 struct ModelConfig {
-  std::string name = "alexnet_bn";
+  std::string name = "alexnet_bn";  // a built-in's, or the model file's name:
   int64_t num_classes = 10;
-  ResNetStem stem = ResNetStem::imagenet;  // written only for models that take it (model_takes_stem)
+  ResNetStem stem = ResNetStem::imagenet;  // written only for models that take it (takes_stem)
+  std::string file{};  // model.file: a model file (absolute path) instead of a built-in (apps/model_file.h)
   ModelOptions options() const { return {stem}; }
+  bool is_graph() const { return !file.empty() || model_is_graph(name); }
+  bool takes_stem() const { return file.empty() && model_takes_stem(name); }
+  // A model file's least size is found by its dry run (dry_run_model_file).
+  int64_t min_input_size() const { return file.empty() ? model_min_input_size(name) : 1; }
 };
 
 struct AugmentConfig {

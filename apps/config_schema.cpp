@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <filesystem>
 #include <charconv>
 
 #include "apps/config_field_kinds.h"
+#include "apps/model_file.h"
 #include "data/transforms.h"
 #include "models/models.h"
 
@@ -67,7 +69,8 @@ std::string increasing_pair(const std::vector<double>& xs) {
 // ------------------------------------------------- keys with their own reader
 
 Field model_name() {
-  return {"model.name", true,
+  // (required unless model.file is given: check_across_keys)
+  Field f{"model.name", false,
           [](const YamlValue& v, ExperimentConfig& c) {
             std::string name = v.as<std::string>();
             auto names = model_names();
@@ -79,12 +82,33 @@ Field model_name() {
             c.model.name = name;
           },
           [](YAML::Emitter& e, const ExperimentConfig& c) { e << c.model.name; }};
+  f.applies = [](const ExperimentConfig& c) { return c.model.file.empty(); };
+  return f;
 }
 
 // model.stem: only for the models that take one (model_takes_stem).
 Field model_stem() {
   Field f = enumeration("model.stem", [](auto& c) -> auto& { return c.model.stem; });
-  f.applies = [](const ExperimentConfig& c) { return model_takes_stem(c.model.name); };
+  f.applies = [](const ExperimentConfig& c) { return c.model.takes_stem(); };
+  return f;
+}
+
+// model.file: relative to the config's folder, recorded absolute; the
+// model's name is the file's name:. Written only when given, so configs of
+// built-in models keep their text and hash.
+Field model_file() {
+  Field f{"model.file", false,
+          [](const YamlValue& v, ExperimentConfig& c) {
+            std::filesystem::path p(v.as<std::string>());
+            if (p.is_relative()) p = std::filesystem::path(c.source_path).parent_path() / p;
+            p = std::filesystem::absolute(p).lexically_normal();
+            std::error_code ec;
+            if (!std::filesystem::is_regular_file(p, ec)) v.fail("no such model file: " + p.string());
+            c.model.file = p.string();
+            c.model.name = model_file_name(c.model.file);
+          },
+          [](YAML::Emitter& e, const ExperimentConfig& c) { e << YAML::DoubleQuoted << c.model.file; }};
+  f.applies = [](const ExperimentConfig& c) { return !c.model.file.empty(); };
   return f;
 }
 
@@ -226,6 +250,7 @@ constexpr int64_t kMaxBatch = int64_t{1} << 16;
 std::vector<Field> model_and_data_fields() {
   return {
       model_name(),
+      model_file(),
       integer_in("model.num_classes", QAT_CFG(model.num_classes), 1, kMaxClasses),
       model_stem(),
       text("data.train", QAT_CFG(data.train), true),

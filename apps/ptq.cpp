@@ -1,4 +1,5 @@
 #include "apps/ptq.h"
+#include "apps/model_file.h"
 
 #include <algorithm>
 #include <chrono>
@@ -93,7 +94,7 @@ double calibration_passes(Module& m, const Tensor& x, int64_t batch) {
 }
 
 PtqModel prepare_for_calibration(const ExperimentConfig& cfg, const TensorMap& fp32) {
-  PtqModel p{make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed, cfg.model.options()), {}};
+  PtqModel p{make_configured_model(cfg.model, cfg.train.seed), {}};
   p.model->load_state_dict(fp32);
   const std::string config_dir = fs::path(cfg.source_path).parent_path().string();
   const quant::Backend backend = load_backend(cfg.quant.backend, config_dir.empty() ? "." : config_dir);

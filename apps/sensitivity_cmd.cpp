@@ -1,4 +1,5 @@
 #include "apps/sensitivity_cmd.h"
+#include "apps/model_file.h"
 
 #include <algorithm>
 #include <cmath>
@@ -298,7 +299,7 @@ int run_sensitivity(const SensitivityArgs& a, SensitivityReport* report) {
   OutputFolder out(kOutSpec, rep.out_dir);
   if (a.finetune_steps > 0) ctx.scratch = out.scratch("finetune");
 
-  ModulePtr fp32 = make_model(ctx.cfg.model.name, ctx.cfg.model.num_classes, ctx.cfg.train.seed, ctx.cfg.model.options());
+  ModulePtr fp32 = make_configured_model(ctx.cfg.model, ctx.cfg.train.seed);
   check_checkpoint_identity(a.checkpoint, ctx.cfg, {CheckpointKind::float_model}, "sensitivity --checkpoint",
                             "it starts from a float model: an FP32 training run's best.safetensors");
   load_model_checked(a.checkpoint, *fp32, nullptr);

@@ -1,4 +1,5 @@
 #include "apps/train.h"
+#include "apps/model_file.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -311,7 +312,7 @@ void check_keep_float(const ExperimentConfig& cfg, Module& model) {
 // Builds the model of a config: the float model, optionally started from a
 // float checkpoint (quant.init_from), then prepared for QAT when quant is on.
 ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
-  ModulePtr model = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed, cfg.model.options());
+  ModulePtr model = make_configured_model(cfg.model, cfg.train.seed);
   if (!cfg.quant.enabled) return model;
   // A `qat calibrate` checkpoint (metadata "calibrator") is a prepared model:
   // it is read after prepare(), below.
@@ -331,7 +332,7 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
   const quant::Backend backend = load_backend(cfg.quant.backend, config_dir.empty() ? "." : config_dir);
   const quant::PrepareReport report = quant::prepare(*model, backend, make_qconfig(cfg.quant));
   if (from_calibration) {
-    ModulePtr calibrated = make_model(cfg.model.name, cfg.model.num_classes, cfg.train.seed, cfg.model.options());
+    ModulePtr calibrated = make_configured_model(cfg.model, cfg.train.seed);
     const quant::PrepareReport cal_report =
         quant::prepare(*calibrated, backend, quant::calibration_qconfig(make_qconfig(cfg.quant)));
     // Scales calibrated for other grids (bits, backend, overrides) would be applied wrongly: refuse them.

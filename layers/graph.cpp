@@ -38,6 +38,9 @@ Module* child_named(const Module& m, const std::string& name) {
   return nullptr;
 }
 
+// " (net.yaml, line 12)" where the node's origin is known.
+std::string origin_of(const GraphNode& n) { return n.origin.empty() ? "" : " (" + n.origin + ")"; }
+
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
@@ -89,7 +92,7 @@ std::string Graph::add(const std::string& name, ModulePtr m, const std::string& 
             "' names a container of other nodes' modules; give it another name");
   if (&parent == this) register_module(leaf, std::move(m));
   else static_cast<ModuleContainer&>(parent).add(leaf, std::move(m));
-  nodes_.push_back({name, GraphOp::module, {input}});
+  nodes_.push_back({name, GraphOp::module, {input}, {}});
   return name;
 }
 
@@ -100,11 +103,20 @@ std::string Graph::add_op(const std::string& name, GraphOp op, std::vector<std::
   QAT_CHECK(op == GraphOp::add ? inputs.size() == 2 : inputs.size() >= 2, "graph: node '", name, "' (",
             op_name(op), ") takes ", op == GraphOp::add ? "two inputs" : "two or more inputs", ", got ",
             inputs.size(), " (", join(inputs), ")");
-  nodes_.push_back({name, op, std::move(inputs)});
+  nodes_.push_back({name, op, std::move(inputs), {}});
   return name;
 }
 
 void Graph::set_output(const std::string& name) { output_ = name; }
+
+void Graph::set_origin(const std::string& name, std::string origin) {
+  for (GraphNode& n : nodes_)
+    if (n.name == name) {
+      n.origin = std::move(origin);
+      return;
+    }
+  QAT_FAIL("graph: no node '", name, "' to give an origin");
+}
 
 std::map<std::string, size_t> Graph::node_index() const {
   std::map<std::string, size_t> index;
@@ -115,7 +127,7 @@ std::map<std::string, size_t> Graph::node_index() const {
 std::vector<size_t> Graph::topological_order(const std::map<std::string, size_t>& index) const {
   for (const GraphNode& n : nodes_)
     for (const std::string& in : n.inputs)
-      QAT_CHECK(in == kInput || index.count(in), "graph: node '", n.name, "' reads '", in,
+      QAT_CHECK(in == kInput || index.count(in), "graph: node '", n.name, "'", origin_of(n), " reads '", in,
                 "', which is neither a node nor '", kInput, "'");
   QAT_CHECK(!output_.empty(), "graph: no output node (set_output)");
   QAT_CHECK(index.count(output_), "graph: the output '", output_, "' is not a node");
@@ -173,11 +185,15 @@ Tensor Graph::forward(const Tensor& x) {
       case GraphOp::module: {
         Module* m = module_at(n.name);
         QAT_CHECK(m != nullptr, "graph: node '", n.name, "' has lost its module");
-        value[i] = m->forward(in[0]);
+        try {
+          value[i] = m->forward(in[0]);
+        } catch (const Error& e) {
+          QAT_FAIL("graph node '", n.name, "'", origin_of(n), ": ", e.what());
+        }
         break;
       }
       case GraphOp::add:
-        QAT_CHECK(in[0].sizes() == in[1].sizes(), "graph: node '", n.name, "' adds ", n.inputs[0], " ",
+        QAT_CHECK(in[0].sizes() == in[1].sizes(), "graph: node '", n.name, "'", origin_of(n), " adds ", n.inputs[0], " ",
                   in[0].sizes(), " and ", n.inputs[1], " ", in[1].sizes(), ": the shapes differ");
         value[i] = qat::add(in[0], in[1]);
         break;
@@ -185,7 +201,7 @@ Tensor Graph::forward(const Tensor& x) {
         for (size_t k = 1; k < in.size(); ++k)
           QAT_CHECK(in[k].dim() == in[0].dim() && in[k].dim() >= 2 && in[k].size(0) == in[0].size(0) &&
                         std::equal(in[k].sizes().begin() + 2, in[k].sizes().end(), in[0].sizes().begin() + 2),
-                    "graph: node '", n.name, "' concatenates ", n.inputs[0], " ", in[0].sizes(), " and ",
+                    "graph: node '", n.name, "'", origin_of(n), " concatenates ", n.inputs[0], " ", in[0].sizes(), " and ",
                     n.inputs[k], " ", in[k].sizes(), " along channels: the other sizes differ");
         value[i] = qat::concat(in, 1);
         break;

@@ -16,7 +16,9 @@
 // them topologically and refuses a cycle, an input that names no node, a
 // name given twice or a path that is both a module and a container, naming
 // the node. A node's module is looked up by its path at every forward, so a
-// rewrite that replaces a child (prepare()) is seen.
+// rewrite that replaces a child (prepare()) is seen. An error inside a
+// node's forward (a convolution given the wrong channels) is reported as
+// "graph node '<name>' (<origin>): <the op's error>".
 #include <map>
 #include <string>
 #include <vector>
@@ -31,6 +33,7 @@ struct GraphNode {
   std::string name;
   GraphOp op = GraphOp::module;
   std::vector<std::string> inputs;  // module: one
+  std::string origin;               // where it was defined ("net.yaml, line 12"), or empty
 };
 
 class Graph : public Module {
@@ -44,6 +47,9 @@ class Graph : public Module {
   // joined along dim 1). Returns the node's name.
   std::string add_op(const std::string& name, GraphOp op, std::vector<std::string> inputs);
   void set_output(const std::string& name);
+  // Where node `name` was defined (a model file's line): errors about the
+  // node, its shapes at a forward included, then name it.
+  void set_origin(const std::string& name, std::string origin);
   const std::string& output() const { return output_; }
   const std::vector<GraphNode>& nodes() const { return nodes_; }
 
