@@ -54,9 +54,10 @@ std::string slurp(const std::filesystem::path& p) {
   return ss.str();
 }
 
-std::string config(const std::filesystem::path& dir, const std::string& quant, int epochs) {
+std::string config(const std::filesystem::path& dir, const std::string& quant, int epochs,
+                   const std::string& model = "{name: small_cnn, num_classes: 10}") {
   const std::string path = (dir / "cfg.yaml").string();
-  std::ofstream(path) << "model: {name: small_cnn, num_classes: 10}\n"
+  std::ofstream(path) << "model: " << model << "\n"
                       << "data:\n  train: " << testing::sample_data_dir() << "/train\n  val: "
                       << testing::sample_data_dir() << "/val\n  image_size: 32\n  resize: 36\n  workers: 1\n"
                       << "train:\n  epochs: " << epochs << "\n  batch_size: 16\n  lr: 0.05\n  seed: 3\n  threads: 1\n"
@@ -310,4 +311,51 @@ TEST_CASE("mpirun: processes with another config, other images or a stale checkp
   CHECK(log.find("disagree on the checkpoint resumed from") != std::string::npos);
   CHECK(log.find("has epoch 0 step 2, model SHA-256") != std::string::npos);
   CHECK(log.find("has epoch 0 step 4, model SHA-256") != std::string::npos);
+}
+
+// A graph model from a model file: residual adds, a depthwise conv, a
+// concat, batch norm in blocks (synchronised across ranks).
+TEST_CASE("mpirun -np 2: a graph model (model.file) equals one process, and resumes on one", "[mpi][model_file]") {
+  if (!mpi_here()) return;
+  const auto dir = testing::fresh_temp_dir("qat_mpi_", "graph");
+  std::ofstream(dir / "net.yaml") << R"(name: tiny_graph
+blocks:
+  res:
+    params: [c]
+    nodes:
+      - {name: dw, op: conv2d, in: $c, out: $c, kernel: 3, padding: 1, groups: $c, bias: false}
+      - {name: bn, op: batch_norm, channels: $c}
+      - {name: relu, op: relu6}
+      - {name: pw, op: conv2d, in: $c, out: $c, kernel: 1, bias: false}
+      - {name: bn2, op: batch_norm, channels: $c}
+      - {name: add, op: add, inputs: [bn2, input]}
+nodes:
+  - {name: stem, op: conv2d, in: 3, out: 8, kernel: 3, stride: 2, padding: 1, bias: false}
+  - {name: bn, op: batch_norm, channels: 8}
+  - {name: relu, op: relu}
+  - {name: "layer.{i}", block: res, repeat: 2, args: {c: 8}}
+  - {name: cat, op: concat, inputs: [relu, layer.1]}
+  - {name: pool, op: adaptive_avg_pool}
+  - {name: flat, op: flatten}
+  - {name: fc, op: linear, in: 16, out: $num_classes}
+)";
+  const std::string cfg = config(dir, "", 2, "{file: net.yaml, num_classes: 10}");
+  REQUIRE(run(train_cmd(cfg, dir / "one"), dir / "one.log") == 0);
+  REQUIRE(run(launcher(2) + " " + train_cmd(cfg, dir / "two"), dir / "two.log") == 0);
+  INFO(slurp(dir / "two.log"));
+  CHECK(slurp(dir / "two.log").find("2 processes hold the same model, bit for bit") != std::string::npos);
+  CHECK(worst_relative_difference(dir / "one" / "last.safetensors", dir / "two" / "last.safetensors") < kTolerance);
+  CHECK(run(launcher(2) + " " + train_cmd(cfg, dir / "a", " --stop-after-steps 4"), dir / "a1.log") == 130);
+  REQUIRE(run(std::string(QAT_BINARY) + " train " + cfg + " --resume " + (dir / "a").string(), dir / "a2.log") == 0);
+  CHECK(worst_relative_difference(dir / "one" / "last.safetensors", dir / "a" / "last.safetensors") < kTolerance);
+  // eval of the best checkpoint through the same config: the run's best val top-1
+  CHECK(run(std::string(QAT_BINARY) + " eval " + cfg + " --checkpoint " + (dir / "one" / "best.safetensors").string(),
+            dir / "eval.log") == 0);
+  const std::string one = slurp(dir / "one.log"), key = "best val top-1 ";
+  const size_t at = one.find(key);
+  REQUIRE(at != std::string::npos);
+  const std::string best = one.substr(at + key.size(), one.find('%', at) - at - key.size());
+  INFO(slurp(dir / "eval.log"));
+  CHECK(slurp(dir / "eval.log").find("100 images, loss") != std::string::npos);
+  CHECK(slurp(dir / "eval.log").find("top-1 " + best + "%") != std::string::npos);
 }
