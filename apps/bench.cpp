@@ -1,5 +1,6 @@
 #include "apps/bench.h"
 #include "apps/model_file.h"
+#include "apps/onnx_import.h"
 
 #include <sys/resource.h>
 
@@ -55,9 +56,15 @@ bool is_model_file(const std::string& model) {
   return model.size() > 5 && model.compare(model.size() - 5, 5, ".yaml") == 0;
 }
 
+bool is_onnx_file(const std::string& model) {
+  return model.size() > 5 && model.compare(model.size() - 5, 5, ".onnx") == 0;
+}
+
 ModulePtr bench_model(const BenchOptions& opt) {
-  if (!is_model_file(opt.model)) return make_model(opt.model, opt.classes, 0, bench_model_options(opt));
+  if (!is_model_file(opt.model) && !is_onnx_file(opt.model))
+    return make_model(opt.model, opt.classes, 0, bench_model_options(opt));
   QAT_CHECK(opt.stem == "imagenet", "bench: --stem does not apply to a model file (", opt.model, ")");
+  if (is_onnx_file(opt.model)) return import_onnx(opt.model);
   return load_model_file(opt.model, opt.classes, 0);
 }
 

@@ -21,7 +21,7 @@ Command bench_command(CLI::App& app) {
   auto* b = app.add_subcommand("bench", "Measure training-step (or, with --infer, inference) throughput on synthetic data");
   std::string models;
   for (auto& n : qat::model_names()) models += (models.empty() ? "" : ", ") + n;
-  b->add_option("--model", bench.model, "Model name (" + models + "), or a model file (.yaml)")->capture_default_str();
+  b->add_option("--model", bench.model, "Model name (" + models + "), a model file (.yaml) or an ONNX model (.onnx)")->capture_default_str();
   b->add_option("--stem", bench.stem, "model.stem of resnet18 and mobilenet_v2: imagenet, or small for 32 px")
       ->capture_default_str()
       ->check(CLI::IsMember({"imagenet", "small"}));

@@ -79,15 +79,18 @@ void check_observers_observe(const ExperimentConfig& cfg, const Values& values) 
             "the weights as they train): use 2 or later (0: never off)");
 }
 
-// model.name or model.file, exactly one.
+// model.name, model.file or model.onnx: exactly one.
 void check_model_keys(const Values& values, const YamlValue& root) {
-  const bool name = values.count("model.name") > 0, file = values.count("model.file") > 0;
-  if (name && file)
-    values.at("model.file").fail("give model.name (a built-in network) or model.file (a model file), not both");
-  if (name || file) return;
+  std::vector<std::string> given;
+  for (const char* k : {"model.name", "model.file", "model.onnx"})
+    if (values.count(k)) given.push_back(k);
+  if (given.size() > 1)
+    values.at(given[1]).fail("give one of model.name (a built-in network), model.file (a model file) and "
+                             "model.onnx (an ONNX model), not " + given[0] + " too");
+  if (!given.empty()) return;
   auto model = values.find("model");
   if (model == values.end()) root.fail_missing_key("model.name", " (no 'model' section)");
-  model->second.fail_missing_key("name", " (in section 'model'; or model.file, a model file)");
+  model->second.fail_missing_key("name", " (in section 'model'; or model.file, a model file, or model.onnx)");
 }
 
 void check_across_keys(const ExperimentConfig& cfg, const Values& values) {
@@ -95,8 +98,9 @@ void check_across_keys(const ExperimentConfig& cfg, const Values& values) {
   for (const Field& f : fields())
     if (f.applies && !f.applies(cfg) && values.count(f.path))
       value_of(values, file, f.path).fail("does not apply to " +
-                                                  (cfg.model.file.empty() ? "model.name " + cfg.model.name
-                                                                          : "a model file (model.file)"));
+                                                  (cfg.model.built_in() ? "model.name " + cfg.model.name
+                                                   : cfg.model.file.empty() ? "an ONNX model (model.onnx)"
+                                                                            : "a model file (model.file)"));
   if (!cfg.data.augment.random_resized_crop && cfg.data.resize < cfg.data.image_size) {
     const std::string why = " (the resized image is cropped to data.image_size; with data.augment.random_resized_crop "
                             "true data.resize may be smaller)";
@@ -171,7 +175,7 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
   check_model_keys(values, root);
   read_fields(values, root, cfg);
   check_across_keys(cfg, values);
-  if (!cfg.model.file.empty()) dry_run_model_file(cfg.model.file, cfg.model.num_classes, cfg.data.image_size);
+  if (!cfg.model.built_in()) dry_run_model(cfg.model, cfg.data.image_size);
   const fs::path base = fs::path(path).parent_path();
   cfg.data.train = resolve_dir(value_of(values, path, "data.train"), base, data_paths);
   cfg.data.val = resolve_dir(value_of(values, path, "data.val"), base, data_paths);

@@ -45,11 +45,13 @@ struct ModelConfig {
   int64_t num_classes = 10;
   ResNetStem stem = ResNetStem::imagenet;  // written only for models that take it (takes_stem)
   std::string file{};  // model.file: a model file (absolute path) instead of a built-in (apps/model_file.h)
+  std::string onnx{};  // model.onnx: a float ONNX model (absolute path), weights included (apps/onnx_import.h)
   ModelOptions options() const { return {stem}; }
-  bool is_graph() const { return !file.empty() || model_is_graph(name); }
-  bool takes_stem() const { return file.empty() && model_takes_stem(name); }
-  // A model file's least size is found by its dry run (dry_run_model_file).
-  int64_t min_input_size() const { return file.empty() ? model_min_input_size(name) : 1; }
+  bool built_in() const { return file.empty() && onnx.empty(); }
+  bool is_graph() const { return !built_in() || model_is_graph(name); }
+  bool takes_stem() const { return built_in() && model_takes_stem(name); }
+  // A file's least size is found by its dry run (dry_run_model).
+  int64_t min_input_size() const { return built_in() ? model_min_input_size(name) : 1; }
 };
 
 struct AugmentConfig {

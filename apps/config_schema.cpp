@@ -82,7 +82,7 @@ Field model_name() {
             c.model.name = name;
           },
           [](YAML::Emitter& e, const ExperimentConfig& c) { e << c.model.name; }};
-  f.applies = [](const ExperimentConfig& c) { return c.model.file.empty(); };
+  f.applies = [](const ExperimentConfig& c) { return c.model.built_in(); };
   return f;
 }
 
@@ -93,22 +93,38 @@ Field model_stem() {
   return f;
 }
 
-// model.file: relative to the config's folder, recorded absolute; the
-// model's name is the file's name:. Written only when given, so configs of
-// built-in models keep their text and hash.
+// A model path: relative to the config's folder, recorded absolute.
+std::string model_path(const YamlValue& v, const ExperimentConfig& c, const char* what) {
+  std::filesystem::path p(v.as<std::string>());
+  if (p.is_relative()) p = std::filesystem::path(c.source_path).parent_path() / p;
+  p = std::filesystem::absolute(p).lexically_normal();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(p, ec)) v.fail(std::string("no such ") + what + ": " + p.string());
+  return p.string();
+}
+
+// model.file: the model's name is the file's name:. Written only when
+// given, so configs of built-in models keep their text and hash.
 Field model_file() {
   Field f{"model.file", false,
           [](const YamlValue& v, ExperimentConfig& c) {
-            std::filesystem::path p(v.as<std::string>());
-            if (p.is_relative()) p = std::filesystem::path(c.source_path).parent_path() / p;
-            p = std::filesystem::absolute(p).lexically_normal();
-            std::error_code ec;
-            if (!std::filesystem::is_regular_file(p, ec)) v.fail("no such model file: " + p.string());
-            c.model.file = p.string();
+            c.model.file = model_path(v, c, "model file");
             c.model.name = model_file_name(c.model.file);
           },
           [](YAML::Emitter& e, const ExperimentConfig& c) { e << YAML::DoubleQuoted << c.model.file; }};
   f.applies = [](const ExperimentConfig& c) { return !c.model.file.empty(); };
+  return f;
+}
+
+// model.onnx: the model is named by the file's name without .onnx.
+Field model_onnx() {
+  Field f{"model.onnx", false,
+          [](const YamlValue& v, ExperimentConfig& c) {
+            c.model.onnx = model_path(v, c, "ONNX file");
+            c.model.name = std::filesystem::path(c.model.onnx).stem().string();
+          },
+          [](YAML::Emitter& e, const ExperimentConfig& c) { e << YAML::DoubleQuoted << c.model.onnx; }};
+  f.applies = [](const ExperimentConfig& c) { return !c.model.onnx.empty(); };
   return f;
 }
 
@@ -251,6 +267,7 @@ std::vector<Field> model_and_data_fields() {
   return {
       model_name(),
       model_file(),
+      model_onnx(),
       integer_in("model.num_classes", QAT_CFG(model.num_classes), 1, kMaxClasses),
       model_stem(),
       text("data.train", QAT_CFG(data.train), true),

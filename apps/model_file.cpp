@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "apps/config.h"
+#include "apps/onnx_import.h"
 #include "apps/yaml_value.h"
 #include "core/autograd.h"
 #include "core/error.h"
@@ -319,6 +320,7 @@ std::shared_ptr<Graph> load_model_file(const std::string& path, int64_t num_clas
 
 ModulePtr make_configured_model(const ModelConfig& model, uint64_t seed) {
   if (!model.file.empty()) return load_model_file(model.file, model.num_classes, seed);
+  if (!model.onnx.empty()) return import_onnx(model.onnx);
   return make_model(model.name, model.num_classes, seed, model.options());
 }
 
@@ -328,8 +330,9 @@ std::string model_file_name(const std::string& path) {
   return root.get("name").as<std::string>();
 }
 
-void dry_run_model_file(const std::string& path, int64_t num_classes, int64_t image_size) {
-  const std::shared_ptr<Graph> g = load_model_file(path, num_classes, 0);
+void dry_run_model(const ModelConfig& model, int64_t image_size) {
+  const ModulePtr g = make_configured_model(model, 0);
+  const std::string& path = model.file.empty() ? model.onnx : model.file;
   g->eval();
   NoGradGuard no_grad;
   Tensor y;
@@ -338,8 +341,9 @@ void dry_run_model_file(const std::string& path, int64_t num_classes, int64_t im
   } catch (const Error& e) {
     QAT_FAIL(path, ": the network does not run on ", image_size, "x", image_size, " images: ", e.what());
   }
-  QAT_CHECK(y.dim() == 2 && y.size(1) == num_classes, path, ": the network's output is ", y.sizes(),
-            " for one image; a classifier of model.num_classes (", num_classes, ") gives (1, ", num_classes, ")");
+  QAT_CHECK(y.dim() == 2 && y.size(1) == model.num_classes, path, ": the network's output is ", y.sizes(),
+            " for one image; a classifier of model.num_classes (", model.num_classes, ") gives (1, ",
+            model.num_classes, ")");
 }
 
 }  // namespace qat::apps

@@ -41,18 +41,20 @@ namespace qat::apps {
 
 struct ModelConfig;
 
-// The configured network: the model file's, or the built-in model.name's.
+// The configured network: the model file's, the ONNX model's (its weights;
+// the seed unused) or the built-in model.name's.
 ModulePtr make_configured_model(const ModelConfig& model, uint64_t seed);
+
+// Builds the configured network and runs one image of image_size x
+// image_size through it in eval mode, so that shapes that do not fit fail
+// before training, naming the node and its line (or ONNX node), and checks
+// that it gives model.num_classes logits.
+void dry_run_model(const ModelConfig& model, int64_t image_size);
 
 // The graph of model file `path`; $num_classes is `num_classes`.
 std::shared_ptr<Graph> load_model_file(const std::string& path, int64_t num_classes, uint64_t seed);
 
 // The file's `name:` (read without building the network).
 std::string model_file_name(const std::string& path);
-
-// Builds the graph and runs one image of image_size x image_size through it
-// in eval mode, so that shapes that do not fit fail before training, naming
-// the node and its line.
-void dry_run_model_file(const std::string& path, int64_t num_classes, int64_t image_size);
 
 }  // namespace qat::apps

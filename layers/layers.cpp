@@ -78,6 +78,16 @@ std::string MaxPool2d::describe() const {
   return detail::cat("k=", params.kernel_h, ", s=", params.stride_h, ", p=", params.pad_h);
 }
 
+AvgPool2d::AvgPool2d(int64_t kernel, int64_t stride, int64_t padding, bool include_pad)
+    : params{kernel, kernel, stride, stride, padding, padding}, count_include_pad(include_pad) {}
+
+Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, params, count_include_pad); }
+
+std::string AvgPool2d::describe() const {
+  return detail::cat("k=", params.kernel_h, ", s=", params.stride_h, ", p=", params.pad_h,
+                     count_include_pad ? "" : ", padding not counted");
+}
+
 Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptive_avg_pool2d(x, out_h, out_w); }
 
 std::string AdaptiveAvgPool2d::describe() const { return detail::cat(out_h, "x", out_w); }

@@ -85,6 +85,18 @@ class MaxPool2d : public Module {
   Pool2dParams params;
 };
 
+// Average over each window; count_include_pad: the padding's zeros count in
+// the mean (PyTorch's default) or not (ONNX AveragePool's default).
+class AvgPool2d : public Module {
+ public:
+  AvgPool2d(int64_t kernel, int64_t stride, int64_t padding = 0, bool count_include_pad = true);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "AvgPool2d"; }
+  std::string describe() const override;
+  Pool2dParams params;
+  bool count_include_pad;
+};
+
 class AdaptiveAvgPool2d : public Module {
  public:
   AdaptiveAvgPool2d(int64_t out_h, int64_t out_w) : out_h(out_h), out_w(out_w) {}
