@@ -179,7 +179,8 @@ class Importer {
   std::string module_name(const onnx::NodeProto& n, int weight_input) {
     std::string name;
     if (weight_input >= 0 && weight_input < n.input_size()) {
-      const std::string& w = n.input(weight_input);
+      const auto from = source_names_.find(n.input(weight_input));
+      const std::string& w = from == source_names_.end() ? n.input(weight_input) : from->second;
       const size_t dot = w.rfind(".weight");
       if (dot != std::string::npos && dot + 7 == w.size() && w.find(':') == std::string::npos &&
           w.find('/') == std::string::npos)
@@ -230,7 +231,15 @@ class Importer {
     if (op == "Gemm") return add_gemm(n);
     if (op == "MatMul") return add_matmul(n);
     if (op == "Dropout" || op == "Identity") {
-      values_[n.output(0)] = value(n.input(0), which(n));
+      if (const auto c = constants_.find(n.input(0)); c != constants_.end()) {
+        // a weight passed on under another name (torch.onnx.export without
+        // constant folding): the name it came from still names the module
+        constants_[n.output(0)] = c->second;
+        const auto from = source_names_.find(n.input(0));
+        source_names_[n.output(0)] = from == source_names_.end() ? n.input(0) : from->second;
+      } else {
+        values_[n.output(0)] = value(n.input(0), which(n));
+      }
       return;
     }
     QAT_FAIL(which(n), " (node ", index, "): op ", op, " is not imported; qat imports Conv, BatchNormalization, Relu, "
@@ -391,6 +400,7 @@ class Importer {
   std::string path_;
   std::map<std::string, Constant> constants_;
   std::map<std::string, std::string> values_;  // ONNX value -> graph node (or "input")
+  std::map<std::string, std::string> source_names_;  // constant passed on by Identity -> the initializer's name
   std::map<std::string, int> readers_;
   std::map<std::string, std::shared_ptr<Linear>> matmuls_;
   std::set<std::string> used_;
