@@ -358,4 +358,13 @@ nodes:
   INFO(slurp(dir / "eval.log"));
   CHECK(slurp(dir / "eval.log").find("100 images, loss") != std::string::npos);
   CHECK(slurp(dir / "eval.log").find("top-1 " + best + "%") != std::string::npos);
+  // compare of the two runs: the table (738 float weights: 3.0 kB) and a timed inference of each
+  REQUIRE(run(std::string(QAT_BINARY) + " compare " + (dir / "one").string() + " " + (dir / "two").string() +
+                  " --speed-batch 2 --out " + (dir / "cmp").string(),
+              dir / "cmp.log") == 0);
+  const std::string table = slurp(dir / "cmp" / "compare.md");
+  INFO(table);
+  CHECK(table.find("| one | 32/32 | fp32 | " + best + "%") != std::string::npos);
+  CHECK(table.find("| 3.0 kB |") != std::string::npos);
+  CHECK(table.find("img/s |") != std::string::npos);
 }
