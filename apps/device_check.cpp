@@ -20,7 +20,7 @@ std::vector<DeviceOpSupport> training_ops(bool cuda_built) {
       {"conv2d", cuda_built},      // core/ops/conv2d.cu (cuDNN)
       {"linear", cuda_built},      // core/ops/linear.cu (cuBLAS)
       {"batch_norm", cuda_built},  // core/ops/batch_norm.cu (cuDNN)
-      {"relu", cuda_built},  // core/ops/relu.cu
+      {"relu, relu6, hardswish", cuda_built},  // core/ops/relu.cu
       {"max_pool2d", cuda_built},                       // core/ops/pool.cu
       {"adaptive_avg_pool2d", cuda_built},              // core/ops/pool.cu
       {"dropout", cuda_built},                          // core/ops/dropout.cu

@@ -12,7 +12,9 @@
 
 namespace qat::cuda_twin {
 
-Tensor relu(const Tensor& x);  // core/ops/relu.cu
+Tensor relu(const Tensor& x);       // core/ops/relu.cu
+Tensor relu6(const Tensor& x);      // core/ops/relu.cu
+Tensor hardswish(const Tensor& x);  // core/ops/relu.cu
 
 // On cuBLAS and cuDNN (core/cuda_libraries.h).
 Tensor matmul(const Tensor& a, const Tensor& b);                                      // core/ops/linear.cu

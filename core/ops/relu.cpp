@@ -48,7 +48,10 @@ Tensor activation(const Tensor& x, const char* op, const char* backward_key, Sav
 // through it, unvectorized (4x relu's time on MobileNetV2's activations).
 Tensor hardswish(const Tensor& x) {
   QAT_PROFILE("hardswish.forward");
-  detail::check_f32(x, "hardswish", "input");
+  detail::check_f32_any_device(x, "hardswish", "input");
+#if QAT_WITH_CUDA
+  if (x.device() == Device::cuda) return cuda_twin::hardswish(x);  // core/ops/relu.cu
+#endif
   // (the output does not tell x apart on [-3, 0]: the input is kept)
   return activation(
       x, "hardswish", "hardswish.backward", SaveForBackward::input,
@@ -70,7 +73,10 @@ Tensor relu(const Tensor& x) {
 
 Tensor relu6(const Tensor& x) {
   QAT_PROFILE("relu6.forward");
-  detail::check_f32(x, "relu6", "input");
+  detail::check_f32_any_device(x, "relu6", "input");
+#if QAT_WITH_CUDA
+  if (x.device() == Device::cuda) return cuda_twin::relu6(x);  // core/ops/relu.cu
+#endif
   // (0 < out < 6 exactly where 0 < x < 6)
   return activation(
       x, "relu6", "relu6.backward", SaveForBackward::output, [](float v) { return op_math::relu6_value(v); },

@@ -434,3 +434,16 @@ TEST_CASE("cuda twins: sum and mean over all elements (CUB) within one float rou
   }
   CHECK(qat::sum(Tensor::zeros({0}, DType::f32, Device::cuda)).item() == 0.f);
 }
+
+TEST_CASE("cuda twins: relu, relu6 and hardswish equal the CPU ops bit for bit, at their kinks too", "[cuda]") {
+  if (!cuda_device_or_skip()) return;
+  Generator gen(41);
+  Tensor x = Tensor::randn({3, 5, 7, 11}, gen).mul_(4.f);
+  float* p = x.data<float>();
+  const float kinks[] = {-3.f, 0.f, -0.f, 3.f, 6.f, -2.5f, 5.99f, 6.01f};
+  for (int64_t i = 0; i < x.numel(); i += 7) p[i] = kinks[(i / 7) % 8];
+  const Tensor g = Tensor::randn(x.sizes(), gen);
+  check_twin_exact([](const Tensor& t) { return qat::relu(t); }, x, g, "relu");
+  check_twin_exact([](const Tensor& t) { return qat::relu6(t); }, x, g, "relu6");
+  check_twin_exact([](const Tensor& t) { return qat::hardswish(t); }, x, g, "hardswish");
+}
