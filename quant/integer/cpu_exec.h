@@ -4,10 +4,10 @@
 // GEMM with a block of outputs per thread, and the ops' tuned CPU kernels
 // (IntOpDef::cpu_kernel: packed weights on AMX / VNNI / AVX2, the pools, the
 // input quantization) where an op has one.
-#include <cstring>
 #include <vector>
 
 #include "core/tensor.h"
+#include "quant/integer/host_gemm_tile.h"
 #include "quant/integer/int8_gemm.h"
 #include "quant/integer/int_forward.h"
 #include "quant/integer/int_math.h"
@@ -35,21 +35,11 @@ struct CpuExec {
     const int64_t tiles_m = (m + kTileM - 1) / kTileM, tiles_n = (n + kTileN - 1) / kTileN;
 #pragma omp parallel
     {
-      struct ThreadAcc {
-        typename Stage::Acc v[kMicro][kMicro];
-      };
-      std::vector<ThreadAcc> acc(kGemmThreads);
+      std::vector<HostTileAcc<Stage>> acc(1);  // (on the heap: a tile's accumulators are large)
       GemmTile tile;
 #pragma omp for schedule(static)
-      for (int64_t t = 0; t < tiles_m * tiles_n; ++t) {
-        const int64_t m0 = (t / tiles_n) * kTileM, n0 = (t % tiles_n) * kTileN;
-        std::memset(acc.data(), 0, acc.size() * sizeof(ThreadAcc));
-        for (int64_t k0 = 0; k0 < k; k0 += kTileK) {
-          for (int th = 0; th < kGemmThreads; ++th) gemm_load(a, b, m, n, k, m0, n0, k0, th, tile);
-          for (int th = 0; th < kGemmThreads; ++th) gemm_accumulate(tile, th, acc[th].v);
-        }
-        for (int th = 0; th < kGemmThreads; ++th) gemm_store(stage, m, n, m0, n0, th, acc[th].v);
-      }
+      for (int64_t t = 0; t < tiles_m * tiles_n; ++t)
+        host_gemm_tile(a, b, m, n, k, (t / tiles_n) * kTileM, (t % tiles_n) * kTileN, stage, tile, acc[0]);
     }
   }
 };
