@@ -109,6 +109,54 @@ std::string Graph::add_op(const std::string& name, GraphOp op, std::vector<std::
 
 void Graph::set_output(const std::string& name) { output_ = name; }
 
+std::vector<std::string> Graph::order() const {
+  std::vector<std::string> names;
+  for (const size_t i : topological_order(node_index())) names.push_back(nodes_[i].name);
+  return names;
+}
+
+std::vector<std::string> Graph::readers(const std::string& name) const {
+  std::vector<std::string> out;
+  for (const GraphNode& n : nodes_)
+    if (std::find(n.inputs.begin(), n.inputs.end(), name) != n.inputs.end()) out.push_back(n.name);
+  return out;
+}
+
+Module* Graph::module(const std::string& name) const {
+  for (const GraphNode& n : nodes_)
+    if (n.name == name) return n.op == GraphOp::module ? module_at(name) : nullptr;
+  return nullptr;
+}
+
+ModulePtr Graph::shared_module(const std::string& name) const {
+  Module* m = module(name);
+  if (!m) return nullptr;
+  const std::vector<std::string> parts = path_parts(name);
+  const Module* parent = this;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) parent = child_named(*parent, parts[i]);
+  for (const auto& [n, c] : parent->children())
+    if (c.get() == m) return c;
+  return nullptr;
+}
+
+void Graph::replace_module(const std::string& name, ModulePtr m) {
+  QAT_CHECK(module(name) != nullptr, "graph: no module node '", name, "' to replace");
+  const std::vector<std::string> parts = path_parts(name);
+  Module& parent = container_for(name);
+  parent.replace_child(parts.back(), std::move(m));
+}
+
+std::string Graph::insert_after(const std::string& after, const std::string& name, ModulePtr m) {
+  QAT_CHECK(node_index().count(after), "graph: no node '", after, "' to insert '", name, "' after");
+  const std::vector<std::string> old_readers = readers(after);
+  add(name, std::move(m), after);
+  for (GraphNode& n : nodes_)
+    if (std::find(old_readers.begin(), old_readers.end(), n.name) != old_readers.end())
+      std::replace(n.inputs.begin(), n.inputs.end(), after, name);
+  if (output_ == after) output_ = name;
+  return name;
+}
+
 void Graph::set_origin(const std::string& name, std::string origin) {
   for (GraphNode& n : nodes_)
     if (n.name == name) {

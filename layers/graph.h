@@ -53,6 +53,19 @@ class Graph : public Module {
   const std::string& output() const { return output_; }
   const std::vector<GraphNode>& nodes() const { return nodes_; }
 
+  // Every node's name, each after the nodes it reads (check()'s order).
+  std::vector<std::string> order() const;
+  // The nodes that read node `name`, in definition order.
+  std::vector<std::string> readers(const std::string& name) const;
+  // A module node's module (null for a function node or an unknown name).
+  Module* module(const std::string& name) const;
+  ModulePtr shared_module(const std::string& name) const;
+  // Rewrites (prepare()): a module node's module replaced; a module node
+  // `name` inserted after node `after`, every reader of `after` (and the
+  // output, if it was `after`) now reading it. Return the node's name.
+  void replace_module(const std::string& name, ModulePtr m);
+  std::string insert_after(const std::string& after, const std::string& name, ModulePtr m);
+
   // The checks of Note [graph model]; throws naming the node.
   void check() const;
   Tensor forward(const Tensor& x) override;

@@ -14,14 +14,32 @@
 
 namespace qat::quant {
 
-enum class Pattern { conv, conv_relu, conv_bn, conv_bn_relu, linear, linear_relu };
+// conv+bn+relu6 and conv+relu6: MobileNetV2's blocks; add and add+relu: a
+// residual add of two quantized tensors with one output quantizer (after
+// the ReLU when one follows), as integer runtimes run it (graph models).
+enum class Pattern {
+  conv,
+  conv_relu,
+  conv_bn,
+  conv_bn_relu,
+  linear,
+  linear_relu,
+  conv_relu6,
+  conv_bn_relu6,
+  add,
+  add_relu
+};
 constexpr auto enum_names(Pattern) {
   return std::to_array<EnumName<Pattern>>({{Pattern::conv, "conv"},
                                            {Pattern::conv_relu, "conv+relu"},
                                            {Pattern::conv_bn, "conv+bn"},
                                            {Pattern::conv_bn_relu, "conv+bn+relu"},
                                            {Pattern::linear, "linear"},
-                                           {Pattern::linear_relu, "linear+relu"}});
+                                           {Pattern::linear_relu, "linear+relu"},
+                                           {Pattern::conv_relu6, "conv+relu6"},
+                                           {Pattern::conv_bn_relu6, "conv+bn+relu6"},
+                                           {Pattern::add, "add"},
+                                           {Pattern::add_relu, "add+relu"}});
 }
 const char* pattern_name(Pattern p);
 

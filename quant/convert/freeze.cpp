@@ -1,5 +1,7 @@
 #include "quant/convert/freeze.h"
 
+#include "layers/graph.h"
+
 #include <cmath>
 
 #include "core/autograd.h"
@@ -175,6 +177,7 @@ struct Freezer {
     l.kernel_h = c.weight.size(2);
     l.kernel_w = c.weight.size(3);
     l.relu = c.relu;
+    QAT_CHECK(!c.relu6, "freeze: conv '", name, "' has a fused ReLU6, which has no integer kernel yet");
     QAT_CHECK(c.params.groups == 1, "freeze: conv '", name, "' has groups ", c.params.groups,
               "; only groups = 1 has an integer kernel");
     quantize_weights(l, c.folded_weight(), *c.weight_fake_quant);
@@ -267,6 +270,10 @@ std::vector<ExecStep> execution_order(Module& model) {
 }
 
 IntegerModel freeze(Module& qat_model) {
+  QAT_CHECK(dynamic_cast<Graph*>(&qat_model) == nullptr,
+            "freeze: this is a graph model (residual adds, depthwise convolutions): quantization-aware training "
+            "runs on it, but freezing it into an integer model (and so export, infer, calibrate's integer check and "
+            "compare's speed of the integer model) is not built yet for graph models");
   qat_model.eval();
   NoGradGuard ng;
   const std::vector<ExecStep> order = execution_order(qat_model);

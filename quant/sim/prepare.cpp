@@ -1,8 +1,12 @@
 #include "quant/sim/prepare.h"
 
+#include "layers/graph.h"
+#include "quant/sim/prepare_detail.h"
 #include "quant/sim/qat_modules.h"
 
 namespace qat::quant {
+
+using namespace prepare_detail;
 
 namespace {
 
@@ -23,9 +27,7 @@ struct Rewriter {
 
   bool allowed(Pattern p) const { return backend.patterns.count(p) > 0; }
 
-  QuantizerConfig weight_cfg(const std::string& layer) const {
-    return {weight_spec(backend, q, layer), q.method, q.ste, q.averaging_constant, true, q.observer};
-  }
+  QuantizerConfig weight_cfg(const std::string& layer) const { return weight_config(backend, q, layer); }
 
   // Rewrites the children of `m` (named `prefix`), then recurses into them.
   void rewrite(Module& m, const std::string& prefix) {
@@ -88,11 +90,42 @@ struct Rewriter {
   std::vector<std::tuple<Module*, std::string, size_t>> avgpools;
 };
 
+template <class F>
+void with_qat_layer(Module* m, F&& f) {
+  if (auto* c = dynamic_cast<QatConv2d*>(m)) f(*c);
+  else if (auto* l = dynamic_cast<QatLinear*>(m)) f(*l);
+}
+
+}  // namespace
+
+namespace prepare_detail {
+
+QuantizerConfig weight_config(const Backend& b, const QConfig& q, const std::string& layer) {
+  return {weight_spec(b, q, layer), q.method, q.ste, q.averaging_constant, true, q.observer};
+}
+
 std::shared_ptr<FakeQuantizer> activation_quantizer(const Backend& b, const QConfig& q, const std::string& layer) {
   return make_fake_quantizer(
       QuantizerConfig{activation_spec(b, q, layer), q.method, q.ste, q.averaging_constant, false,
                       q.activation_observer ? q.activation_observer : q.observer},
       1);
+}
+
+std::shared_ptr<FakeQuantizer> input_quantizer(const Backend& b, const QConfig& q, const std::string& layer) {
+  // The network input is data (normalised pixels, negative too), not a
+  // learned post-ReLU activation: plain LSQ (no offset) would clip its
+  // negative half on an unsigned grid, so it gets an affine observer.
+  QConfig input_q = q;
+  if (input_q.method == QuantMethod::lsq) input_q.method = QuantMethod::moving_average;
+  auto in = activation_quantizer(b, input_q, layer);
+  QuantizerConfig in_cfg = in->config();
+  if (!in_cfg.spec.is_signed && in_cfg.spec.formula == ScaleFormula::power_of_two) {
+    // Power-of-two scales have zero point 0, so an unsigned grid would
+    // clip every negative input; the input gets the signed grid.
+    in_cfg.spec.is_signed = true;
+    in = make_fake_quantizer(in_cfg, 1);
+  }
+  return in;
 }
 
 // Note [activation overrides]
@@ -115,15 +148,10 @@ void check_overrides(const QConfig& q, const PrepareReport& report) {
   }
 }
 
-template <class F>
-void with_qat_layer(Module* m, F&& f) {
-  if (auto* c = dynamic_cast<QatConv2d*>(m)) f(*c);
-  else if (auto* l = dynamic_cast<QatLinear*>(m)) f(*l);
-}
-
-}  // namespace
+}  // namespace prepare_detail
 
 PrepareReport prepare(Module& model, const Backend& backend, const QConfig& qconfig) {
+  if (auto* graph = dynamic_cast<Graph*>(&model)) return prepare_graph(*graph, backend, qconfig);
   Rewriter rw{backend, qconfig, {}, {}, {}};
   rw.rewrite(model, "");
   QAT_CHECK(!rw.qat_layers.empty(), "prepare: backend '", backend.name,
@@ -136,20 +164,7 @@ PrepareReport prepare(Module& model, const Backend& backend, const QConfig& qcon
     PreparedLayer& info = rw.report.layers[k];
     with_qat_layer(layer, [&](auto& l) {
       if (k == 0) {
-        // The network input is data (normalised pixels, negative too), not a
-        // learned post-ReLU activation: plain LSQ (no offset) would clip its
-        // negative half on an unsigned grid, so it gets an affine observer.
-        QConfig input_q = qconfig;
-        if (input_q.method == QuantMethod::lsq) input_q.method = QuantMethod::moving_average;
-        auto in = activation_quantizer(backend, input_q, name);
-        QuantizerConfig in_cfg = in->config();
-        if (!in_cfg.spec.is_signed && in_cfg.spec.formula == ScaleFormula::power_of_two) {
-          // Power-of-two scales have zero point 0, so an unsigned grid would
-          // clip every negative input; the input gets the signed grid.
-          in_cfg.spec.is_signed = true;
-          in = make_fake_quantizer(in_cfg, 1);
-        }
-        l.set_input_quantizer(in);
+        l.set_input_quantizer(input_quantizer(backend, qconfig, name));
         info.input = l.input_fake_quant->config().spec;
       }
       if (k + 1 < rw.qat_layers.size()) {
@@ -181,6 +196,7 @@ std::string PrepareReport::to_string() const {
     s += l.output ? ", output " + l.output->describe() : std::string(", float output");
     s += "\n";
   }
+  for (const auto& a : adds) s += "  " + a.name + ": " + a.pattern + ", output " + a.output.describe() + "\n";
   for (const auto& f : float_layers) s += "  " + f + ": left in float (pattern not in the backend)\n";
   return s;
 }

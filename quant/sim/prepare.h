@@ -11,7 +11,9 @@
 //     pooling (sharing the qparams of the layer before: the integer kernel
 //     rounds onto its input's grid). Max-pool, flatten and dropout (identity
 //     at inference) pass quantized values through unchanged.
-// The model is changed in place; load float weights (init_from) before.
+// A Graph (graph models) is prepared along its edges instead (Note [prepare
+// on graphs], prepare_graph.cpp). The model is changed in place; load float
+// weights (init_from) before.
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,9 +32,18 @@ struct PreparedLayer {
   std::optional<QuantSpec> output;  // unset: float output (the last layer)
 };
 
+// A residual add quantized as one op (graph models): its output quantizer,
+// after the ReLU that follows it where the backend fuses add+relu.
+struct PreparedAdd {
+  std::string name;     // the add node, e.g. "layer1.0.add"
+  std::string pattern;  // "add" or "add+relu"
+  QuantSpec output;
+};
+
 struct PrepareReport {
   std::vector<PreparedLayer> layers;
-  std::vector<std::string> float_layers;  // conv/linear left in float (pattern not in the backend)
+  std::vector<PreparedAdd> adds;
+  std::vector<std::string> float_layers;  // conv/linear (and adds) left in float (pattern not in the backend)
   std::string to_string() const;
 };
 

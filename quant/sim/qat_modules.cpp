@@ -44,7 +44,7 @@ QatConv2d::QatConv2d(const Conv2d& conv, std::shared_ptr<BatchNorm2d> bn_, bool 
 }
 
 std::string QatConv2d::type_name() const {
-  return std::string("QatConv") + (bn ? "Bn" : "") + (relu ? "ReLU" : "") + "2d";
+  return std::string("QatConv") + (bn ? "Bn" : "") + (relu ? "ReLU" : relu6 ? "ReLU6" : "") + "2d";
 }
 
 std::string QatConv2d::describe() const {
@@ -98,6 +98,7 @@ Tensor QatConv2d::forward(const Tensor& x_in) {
     }
   }
   if (relu) y = qat::relu(y);
+  else if (relu6) y = qat::relu6(y);
   return activation_post_process ? activation_post_process->forward(y) : y;
 }
 

@@ -61,6 +61,7 @@ class QatConv2d : public Module {
   std::shared_ptr<FakeQuantizer> weight_fake_quant, input_fake_quant, activation_post_process;
   Conv2dParams params;
   bool relu;
+  bool relu6 = false;  // a fused ReLU6 instead (conv+bn+relu6; graph models, not frozen yet)
 
  private:
   Tensor fold_scale(bool differentiable) const;

@@ -60,7 +60,7 @@ TEST_CASE("backend_config: the shipped backends load by name", "[backend_config]
     INFO(name);
     const quant::Backend b = load_backend(name, ".");
     CHECK(b.name == name);
-    CHECK(b.patterns.size() == 6);
+    CHECK(b.patterns.size() == 10);  // the chain patterns and conv+bn+relu6, conv+relu6, add+relu, add
   }
   CHECK(load_backend("tensorrt", ".").weight.narrow_range);
 }
