@@ -146,7 +146,7 @@ void Graph::replace_module(const std::string& name, ModulePtr m) {
   parent.replace_child(parts.back(), std::move(m));
 }
 
-std::string Graph::insert_after(const std::string& after, const std::string& name, ModulePtr m) {
+std::string Graph::insert_after(std::string after, std::string name, ModulePtr m) {
   QAT_CHECK(node_index().count(after), "graph: no node '", after, "' to insert '", name, "' after");
   const std::vector<std::string> old_readers = readers(after);
   add(name, std::move(m), after);

@@ -64,7 +64,8 @@ class Graph : public Module {
   // `name` inserted after node `after`, every reader of `after` (and the
   // output, if it was `after`) now reading it. Return the node's name.
   void replace_module(const std::string& name, ModulePtr m);
-  std::string insert_after(const std::string& after, const std::string& name, ModulePtr m);
+  // (by value: a name read from nodes() would not outlive the insertion)
+  std::string insert_after(std::string after, std::string name, ModulePtr m);
 
   // The checks of Note [graph model]; throws naming the node.
   void check() const;

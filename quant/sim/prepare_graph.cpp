@@ -172,7 +172,7 @@ class GraphPreparer {
 
   // Step 2 for one node.
   void place_quantizers(const std::string& node) {
-    const GraphNode& n = node_named(node);
+    const GraphNode n = node_named(node);  // a copy: insert_after() grows the node list
     if (n.op == GraphOp::add) return quantize_add(n);
     if (n.op == GraphOp::concat)
       QAT_FAIL("prepare: graph node '", node, "' concatenates ", n.inputs.size(),
