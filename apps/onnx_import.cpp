@@ -21,9 +21,10 @@ struct Constant {
   std::vector<int64_t> dims;
   std::vector<float> f;    // FLOAT
   std::vector<int64_t> i;  // INT64 / INT32
+  // (saturating: a hostile file's dimensions must not overflow the product)
   int64_t numel() const {
     int64_t n = 1;
-    for (int64_t d : dims) n *= d;
+    for (int64_t d : dims) n = d != 0 && n > (int64_t{1} << 40) / d ? (int64_t{1} << 40) : n * d;
     return n;
   }
 };
@@ -211,6 +212,8 @@ class Importer {
   void add_node(const onnx::NodeProto& n, int index) {
     const std::string& op = n.op_type();
     QAT_CHECK(n.domain().empty() || n.domain() == "ai.onnx", which(n), ": domain ", n.domain(), " is not imported");
+    QAT_CHECK(n.output_size() >= 1 && !n.output(0).empty() && (op == "Constant" || n.input_size() >= 1), which(n),
+              ": ", n.input_size(), " inputs and ", n.output_size(), " outputs");
     if (op == "Constant") return add_constant(n);
     if (op == "Conv") return add_conv(n);
     if (op == "BatchNormalization") return add_batch_norm(n);
