@@ -51,20 +51,12 @@ ModelOptions bench_model_options(const BenchOptions& opt) {
   return {stem};
 }
 
-// --model: a built-in's name, or a model file (.yaml).
-bool is_model_file(const std::string& model) {
-  return model.size() > 5 && model.compare(model.size() - 5, 5, ".yaml") == 0;
-}
-
-bool is_onnx_file(const std::string& model) {
-  return model.size() > 5 && model.compare(model.size() - 5, 5, ".onnx") == 0;
-}
-
+// --model: a built-in's name, a model file (.yaml) or an ONNX model (.onnx).
 ModulePtr bench_model(const BenchOptions& opt) {
-  if (!is_model_file(opt.model) && !is_onnx_file(opt.model))
-    return make_model(opt.model, opt.classes, 0, bench_model_options(opt));
+  const bool model_file = opt.model.ends_with(".yaml"), onnx = opt.model.ends_with(".onnx");
+  if (!model_file && !onnx) return make_model(opt.model, opt.classes, 0, bench_model_options(opt));
   QAT_CHECK(opt.stem == "imagenet", "bench: --stem does not apply to a model file (", opt.model, ")");
-  if (is_onnx_file(opt.model)) return import_onnx(opt.model);
+  if (onnx) return import_onnx(opt.model);
   return load_model_file(opt.model, opt.classes, 0);
 }
 

@@ -125,10 +125,7 @@ class GraphPreparer {
                  const std::vector<std::string>& fused) {
     Module* raw = layer.get();
     g_.replace_module(node, std::move(layer));
-    for (const std::string& f : fused) {
-      g_.replace_module(f, std::make_shared<Identity>());
-      fused_into_[f] = node;
-    }
+    for (const std::string& f : fused) g_.replace_module(f, std::make_shared<Identity>());
     last_of_[node] = fused.empty() ? node : fused.back();
     layers_[node] = raw;
     report_.layers.push_back({node, pattern_name(p), w, std::nullopt, std::nullopt});
@@ -178,11 +175,9 @@ class GraphPreparer {
       QAT_FAIL("prepare: graph node '", node, "' concatenates ", n.inputs.size(),
                " branches; in a quantized graph they must share one grid, which is not built yet");
     if (const auto it = layers_.find(node); it != layers_.end()) return quantize_layer(n, it->second);
-    if (handled_.count(node)) return;
     Module* m = g_.module(node);
     const std::shared_ptr<FakeQuantizer> in = grid(n.inputs[0]);
-    if (const auto f = fused_into_.find(node); f != fused_into_.end()) grid_[node] = grid(n.inputs[0]);
-    else if (keeps_grid(m)) grid_[node] = in;
+    if (keeps_grid(m)) grid_[node] = in;  // the fused BN/ReLU nodes too: they are Identity now
     else if (as<AdaptiveAvgPool2d>(m) && in) {
       g_.replace_module(node, std::make_shared<Sequential>(std::vector<ModulePtr>{
                                   shared_of(node), std::make_shared<SharedFakeQuantizer>(in)}));
@@ -201,7 +196,7 @@ class GraphPreparer {
         l.set_input_quantizer(reads_input ? input_quantizer(b_, q_, name) : activation_quantizer(b_, q_, name));
         info.input = l.input_fake_quant->config().spec;
       }
-      if (last == g_.output() || name == g_.output()) return;  // the logits stay float
+      if (last == g_.output()) return;  // the logits stay float
       auto out = output_quantizer(last, name);
       l.set_output_quantizer(out);
       info.output = out->config().spec;
@@ -223,7 +218,6 @@ class GraphPreparer {
     auto out = output_quantizer(at, n.name);
     if (with_relu) {
       g_.replace_module(relu, std::make_shared<Sequential>(std::vector<ModulePtr>{shared_of(relu), out}));
-      handled_.insert(relu);
       grid_[relu] = out;
     } else {
       grid_[g_.insert_after(n.name, n.name + "_quant", out)] = out;
@@ -242,10 +236,8 @@ class GraphPreparer {
   const QConfig& q_;
   PrepareReport report_;
   std::map<std::string, Module*> layers_;                         // QAT layer nodes
-  std::map<std::string, std::string> fused_into_;                 // fused BN/ReLU node -> its layer's node
   std::map<std::string, std::string> last_of_;                    // layer node -> the last node fused into it
   std::map<std::string, std::shared_ptr<FakeQuantizer>> grid_;    // node -> the grid of its value
-  std::set<std::string> handled_;                                 // nodes whose grid is set already
 };
 
 }  // namespace
