@@ -44,12 +44,6 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-void only_keys(const YamlValue& node, const std::vector<std::string>& known, const std::string& what) {
-  for (const auto& [k, v] : node.entries())
-    if (std::find(known.begin(), known.end(), k) == known.end())
-      v.fail_unknown_key(" (" + what + " takes: " + join(known) + ")");
-}
-
 // Where one scope's names lead: the top level, or one block instance.
 struct Scope {
   std::string prefix;  // "" or "layer1.0."
@@ -69,7 +63,7 @@ class Builder {
   }
 
   std::shared_ptr<Graph> build() {
-    only_keys(root_, {"name", "blocks", "nodes", "output"}, "a model file");
+    root_.only_keys({"name", "blocks", "nodes", "output"}, "a model file");
     (void)root_.get("name").as<std::string>();
     if (auto b = root_.find("blocks"))
       for (const auto& [name, block] : b->entries()) blocks_.emplace(name, block);
@@ -165,7 +159,7 @@ class Builder {
     std::vector<std::string> known = kCommonKeys;
     known.insert(known.end(), {"op", "repeat", "from"});
     known.insert(known.end(), keys->second.begin(), keys->second.end());
-    only_keys(n, known, "op " + op);
+    n.only_keys(known, "op " + op);
     const std::vector<std::string> inputs = inputs_of(n, scope, previous);
     try {
       if (op == "add" || op == "concat") {
@@ -185,7 +179,7 @@ class Builder {
   }
 
   std::string add_instance(const YamlValue& n, Scope& scope, const std::string& full, const std::string& previous) {
-    only_keys(n, {"name", "block", "args", "input", "repeat", "from"}, "a block instance");
+    n.only_keys({"name", "block", "args", "input", "repeat", "from"}, "a block instance");
     const YamlValue bv = n.get("block");
     const std::string name = bv.as<std::string>();
     const auto it = blocks_.find(name);
@@ -197,7 +191,7 @@ class Builder {
     if (std::find(open_.begin(), open_.end(), name) != open_.end())
       bv.fail("block '" + name + "' uses itself (through " + join(open_) + ")");
     const YamlValue& block = it->second;
-    only_keys(block, {"params", "nodes", "output"}, "a block");
+    block.only_keys({"params", "nodes", "output"}, "a block");
     const Args args = instance_args(n, block, *scope.args);
     if (n.find("inputs")) n.get("inputs").fail("a block instance reads one input; give input:");
     Scope inner{full + ".", inputs_of(n, scope, previous)[0], &args, {}, {}};

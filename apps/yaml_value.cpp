@@ -1,5 +1,7 @@
 #include "apps/yaml_value.h"
 
+#include <algorithm>
+
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -194,14 +196,23 @@ YamlValue YamlValue::get(const std::string& key) const {
   fail_missing_key(key);
 }
 
-void YamlValue::only_keys(std::initializer_list<const char*> known) const {
+namespace {
+
+void check_keys(const YamlValue& map, const std::vector<std::string>& known, const std::string& hint_start) {
   std::string list;
-  for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
-  for (auto& [k, v] : entries()) {
-    bool ok = false;
-    for (const char* name : known) ok = ok || k == name;
-    if (!ok) v.fail_unknown_key(" (known: " + list + ")");
-  }
+  for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+  for (auto& [k, v] : map.entries())
+    if (std::find(known.begin(), known.end(), k) == known.end()) v.fail_unknown_key(" (" + hint_start + list + ")");
+}
+
+}  // namespace
+
+void YamlValue::only_keys(std::initializer_list<const char*> known) const {
+  check_keys(*this, std::vector<std::string>(known.begin(), known.end()), "known: ");
+}
+
+void YamlValue::only_keys(const std::vector<std::string>& known, const std::string& taker) const {
+  check_keys(*this, known, taker + " takes: ");
 }
 
 // -------------------------------------------------------------------- lists

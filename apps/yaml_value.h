@@ -58,6 +58,8 @@ class YamlValue {
   std::optional<YamlValue> find(const std::string& key) const;
   YamlValue get(const std::string& key) const;  // a required key
   void only_keys(std::initializer_list<const char*> known) const;
+  // The same, the hint naming who takes the keys: " (<taker> takes: a, b)".
+  void only_keys(const std::vector<std::string>& known, const std::string& taker) const;
 
   // A list's elements, each named "<path>[i]"; `expected` describes the list
   // in the error when it is not one.
