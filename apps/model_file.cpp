@@ -21,6 +21,9 @@ namespace {
 // num_classes), each with where it was given.
 using Args = std::map<std::string, YamlValue>;
 
+constexpr int64_t kMaxRepeat = 1024;
+constexpr size_t kMaxNodes = 20000;  // ResNet-152 has about 500; a check per added node scans the list
+
 const std::vector<std::string> kCommonKeys = {"name", "input", "inputs"};
 const std::map<std::string, std::vector<std::string>> kOpKeys = {
     {"conv2d", {"in", "out", "kernel", "stride", "padding", "dilation", "groups", "bias"}},
@@ -96,7 +99,8 @@ class Builder {
     const std::string pattern = name.as<std::string>();
     const int64_t repeat = n.find("repeat") ? n.get("repeat").as<int64_t>() : 1;
     const int64_t from = n.find("from") ? n.get("from").as<int64_t>() : 0;
-    if (repeat < 1) n.get("repeat").fail("must be >= 1, got " + std::to_string(repeat));
+    if (repeat < 1 || repeat > kMaxRepeat)
+      n.get("repeat").fail("must be in [1, " + std::to_string(kMaxRepeat) + "], got " + std::to_string(repeat));
     if (from < 0) n.get("from").fail("must be >= 0, got " + std::to_string(from));
     const size_t at = pattern.find("{i}");
     if (repeat > 1 && at == std::string::npos)
@@ -148,6 +152,9 @@ class Builder {
   }
 
   std::string add_op(const YamlValue& n, Scope& scope, const std::string& full, const std::string& previous) {
+    // (repeats of blocks of repeats multiply: a crafted file must not build for ever)
+    if (graph_->nodes().size() >= kMaxNodes)
+      n.fail("the network would have more than " + std::to_string(kMaxNodes) + " nodes");
     const YamlValue opv = n.get("op");
     const std::string op = opv.as<std::string>();
     const auto keys = kOpKeys.find(op);

@@ -158,6 +158,8 @@ TEST_CASE("a model file's refusals name the file, the line and the node", "[mode
       {"groups that do not divide", 6, "      - {name: dw, op: conv2d, in: $c, out: $c, kernel: 3, groups: 3}",
        {"line 6", "groups", "must divide in (8)"}},
       {"a name given twice", 13, "  - {name: stem, op: adaptive_avg_pool}", {"line 13", "'stem' is defined twice"}},
+      {"a repeat too large", 11, "  - {name: \"blocks.{i}\", block: res, repeat: 100000000, args: {c: 8}}",
+       {"line 11", "repeat", "must be in [1, 1024]"}},
   };
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.what) {
@@ -167,6 +169,22 @@ TEST_CASE("a model file's refusals name the file, the line and the node", "[mode
       CHECK_THAT(error, Contains(path));
       for (const std::string& s : c.says) CHECK_THAT(error, Contains(s));
     }
+  }
+  SECTION("repeats of blocks of repeats that would build more than 20,000 nodes") {
+    const std::string path = t.write("big.yaml", R"(name: big
+blocks:
+  inner:
+    nodes:
+      - {name: "r{i}", op: relu, repeat: 1000}
+  outer:
+    nodes:
+      - {name: "b{i}", block: inner, repeat: 1000}
+nodes:
+  - {name: top, block: outer}
+)");
+    const std::string error = load_error(path);
+    INFO(error);
+    CHECK_THAT(error, Contains("line 5") && Contains("more than 20000 nodes"));
   }
   SECTION("shapes that do not fit fail the dry run, naming the node and its line") {
     const std::string path = t.write("bad.yaml", small_with(15, "  - {name: fc, op: linear, in: 8, out: $num_classes}"));
