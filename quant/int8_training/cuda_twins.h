@@ -2,7 +2,6 @@
 // The CUDA twins of INT8 training's ops (int8_ops.cu beside int8_ops.cpp),
 // called by the op after its checks when its input is on cuda. CUDA builds
 // only (QAT_WITH_CUDA).
-#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,14 +13,11 @@ namespace qat::quant::cuda_twin {
 
 // quant/int8_training/int8_ops.cu: INT8 training's integer layer (int8_device.h) after
 // the op's checks; x, wq and bias on cuda, w_scale on either device.
-// pad_of: the padding's integer (checked after the weight and the input).
 Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
-                  const int8_math::Geometry& g, const std::function<uint8_t()>& pad_of,
-                  const std::shared_ptr<Int8GradState>& state);
+                  const int8_math::Geometry& g, const std::shared_ptr<Int8GradState>& state);
 // ... and the values of its forward alone (QAT layers' integer forward, no
 // autograd history); who: the layer as the errors name it.
 Tensor int_forward_values(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
-                          const Tensor& bias, const int8_math::Geometry& g, const std::function<uint8_t()>& pad_of,
-                          const std::string& who);
+                          const Tensor& bias, const int8_math::Geometry& g, const std::string& who);
 
 }  // namespace qat::quant::cuda_twin

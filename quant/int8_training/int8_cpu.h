@@ -1,9 +1,10 @@
 #pragma once
-// INT8 training's CPU implementation (int8_ops.h), its pieces by concern:
-// the NCHW byte layouts (int8_layout.cpp), the forward (int8_cpu_forward.cpp),
-// the gradient quantization and backward GEMMs (int8_cpu_backward.cpp), and
-// what they share: the geometry, the kernel choice and the per-thread
-// buffers. Internal to quant/int8_training.
+// INT8 training's stages on the CPU (CpuStages; int8_layer.h runs the
+// layer's steps on them), its pieces by concern: the NCHW byte layouts
+// (int8_layout.cpp), the forward (int8_cpu_forward.cpp), the gradient
+// quantization and backward GEMMs (int8_cpu_backward.cpp), and what they
+// share: the geometry, the kernel choice and the per-thread buffers.
+// Internal to quant/int8_training.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -13,23 +14,18 @@
 #include "core/autograd.h"
 #include "core/tensor.h"
 #include "core/window.h"
+#include "quant/int8_training/int8_math.h"
 #include "quant/int8_training/int8_ops.h"
 #include "quant/integer/int8_gemm.h"
 
 namespace qat::quant::int8_cpu {
 
-struct Geom {
-  int64_t n, c, h, w, o, kh, kw, oh, ow;
-  Conv2dParams p;
-  int64_t K() const { return c * kh * kw; }
-  int64_t P() const { return oh * ow; }
-  int64_t M() const { return n * P(); }
-};
+using Geom = int8_math::Geometry;
 
 // A linear layer's geometry: the rows of im2row are the input itself (no
 // padding: a padded 1x1 input's only tap may be the padding).
 inline bool is_1x1(const Geom& g) {
-  return g.P() == 1 && g.h == 1 && g.w == 1 && g.kh == 1 && g.kw == 1 && g.p.pad_h == 0 && g.p.pad_w == 0;
+  return g.P() == 1 && g.h == 1 && g.w == 1 && g.kh == 1 && g.kw == 1 && g.pad_h == 0 && g.pad_w == 0;
 }
 
 // ---------------------------------------------------------------- kernels
@@ -72,33 +68,44 @@ int64_t padded_plane_w(const Geom& g);
 void col2im_image(const int32_t* acc, int64_t ldc, const int64_t* off, const Geom& g, int64_t* planes);
 void scale_to_float(const int64_t* planes, const Geom& g, double s, float* out);
 
-// ---------------------------------------------------------------- forward (int8_cpu_forward.cpp)
+// ---------------------------------------------------------------- stages (int8_layer.h)
 // How the integer forward's errors name a layer (INT8 training's: int8_training_who).
 std::string int_forward_who(const std::string& layer);
-// x on `grid` as integers u (N, C, H, W); off the grid: an error naming `who`.
-std::vector<uint8_t> input_integers(const Tensor& x, const ActGrid& grid, const std::string& who);
-// wq / s_w[o] as int8 (O, K) and its row sums.
+// wq / s_w[o] as int8 (O, K) and its row sums (off the grid: an error naming who).
 std::shared_ptr<QuantCodes> weight_integers(const Tensor& wq, const Tensor& w_scale, int64_t O, int64_t K,
                                             const std::string& who);
-// The real zero as the padding integer.
-uint8_t pad_integer(const ActGrid& grid, const Geom& g, const std::string& who);
-// The forward of an integer layer on the CPU: the input's integers (u, kept
-// where the backward wants them), the im2row rows where the packed weight
-// gradient wants them, and Y.
-struct IntForward {
-  std::shared_ptr<std::vector<uint8_t>> u;
-  Tensor rows;  // im2row rows, or undefined (a 1x1 layer's rows are u)
-  uint8_t pad = 0;
-  Tensor y;
-};
-IntForward integer_forward(const Tensor& x, const ActGrid& grid, const QuantCodes& wi, const Tensor& bias,
-                           const Geom& g, const std::string& who);
 
-// ---------------------------------------------------------------- backward (int8_cpu_backward.cpp)
-// The whole backward of one layer (dx, dwq, dbias in the shapes of x and wq);
-// rows: the forward's im2row rows where packed_weight_grad(g).
-TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const uint8_t* rows, const ActGrid& grid,
-                    const QuantCodes& wi, const Geom& g, uint8_t pad, Int8GradState& st, const NeedGrad& need,
-                    const Shape& x_shape, const Shape& w_shape);
+// INT8 training's stages on the CPU (Note [INT8 training over executors]):
+// the tuned GEMM kernels (int8_gemm.h: AMX / VNNI / AVX-VNNI / AVX2, packed
+// where it pays) and the vectorised gradient quantization (grad_rows.h), on
+// the OpenMP threads. The forward in int8_cpu_forward.cpp, the rest in
+// int8_cpu_backward.cpp.
+struct CpuStages {
+  static constexpr Device device = Device::cpu;
+  struct Saved {
+    Geom g;
+    ActGrid grid;
+    uint8_t pad = 0;
+    std::shared_ptr<const QuantCodes> wi;  // the weight's integers (O, K)
+    bool apply_ste = false;  // wi came from forward_codes: the clipped STE is applied to dW here
+    bool keep_rows = false;  // keep the im2row rows for the packed weight gradient
+    std::shared_ptr<std::vector<uint8_t>> u;  // the input's integers (N, C, H, W)
+    Tensor rows;  // the im2row rows (M x K) where kept (a 1x1 layer's rows are u)
+  };
+  struct Codes {
+    std::vector<int8_t> q;      // G (O, M) or Gx (M, O)
+    std::vector<int64_t> gsum;  // G's row sums
+    GradQuantStats stats;
+  };
+  void input_integers(Saved& sv, const Tensor& x, const std::string& who) const;
+  Tensor forward_gemm(Saved& sv, const Tensor& bias) const;
+  float max_abs(const Saved& sv, const Tensor& dy, int which, bool nan_wins) const;
+  void refresh_clip(const Saved& sv, const Tensor& dy, int which, Int8GradState& st) const;
+  Codes quantize(const Saved& sv, const Tensor& dy, int which, const int8_math::GradQuantizer& q) const;
+  Tensor weight_grad(const Saved& sv, const Codes& c, float scale) const;
+  Tensor input_grad(const Saved& sv, const Codes& c, float scale) const;
+  Tensor bias_grad(const Saved& sv, const Tensor& dy) const;
+  std::vector<int8_t> host_codes(const Codes& c) const { return c.q; }
+};
 
 }  // namespace qat::quant::int8_cpu

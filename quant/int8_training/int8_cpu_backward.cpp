@@ -62,13 +62,10 @@ int64_t rows_per_block(int64_t row_len, int64_t rows) {
 
 // Quantizes dY (N, O, P) into G (O, M), row o holding the gradients of output
 // channel o; stats summed per row, rows in order (thread-count independent).
-GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int8GradState& st, int8_t* G,
+GradQuantStats quantize_g(const float* dy, const Geom& g, const int8_math::GradQuantizer& q, int8_t* G,
                           int64_t* gsum) {
   QAT_PROFILE("int8_train.quantize_g");
   const int64_t O = g.o, P = g.P(), M = g.M();
-  const int qmax = grad_qmax(st.config().bits);
-  const float inv = 1.f / scale;
-  const uint64_t key = mix64(st.noise_key(0));
   const GradStatsKernel kernel = best_grad_stats_kernel();
   const int64_t B = rows_per_block(M, O), blocks = (O + B - 1) / B;
   std::vector<GradQuantStats> per(static_cast<size_t>(O));
@@ -81,7 +78,7 @@ GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int
       const int64_t o = o0 + r;
       float* row = rb.v.data() + r * M;
       for (int64_t n = 0; n < g.n; ++n) std::copy_n(dy + (n * O + o) * P, P, row + n * P);
-      gsum[o] = quantize_run(kernel, row, M, inv, qmax, st.config().rounding, key, static_cast<uint64_t>(o * M),
+      gsum[o] = quantize_run(kernel, row, M, q.inv, q.qmax, q.rounding, q.mixed_key, static_cast<uint64_t>(o * M),
                              G + o * M, rb.qf.data() + r * M);
       rb.add_row_items(r, M);
     }
@@ -93,13 +90,10 @@ GradQuantStats quantize_g(const float* dy, const Geom& g, float scale, const Int
 }
 
 // Quantizes dY * s_w[o] into Gx (M, O); stats per image n, in order.
-GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<float>& ws, float scale,
-                           const Int8GradState& st, int8_t* Gx) {
+GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<float>& ws,
+                           const int8_math::GradQuantizer& q, int8_t* Gx) {
   QAT_PROFILE("int8_train.quantize_gx");
   const int64_t O = g.o, P = g.P(), L = P * O;  // image n's row: (p, o) in order
-  const int qmax = grad_qmax(st.config().bits);
-  const float inv = 1.f / scale;
-  const uint64_t key = mix64(st.noise_key(1));
   const GradStatsKernel kernel = best_grad_stats_kernel();
   std::vector<GradQuantStats> per(static_cast<size_t>(g.n));
 #pragma omp parallel for schedule(static)
@@ -111,7 +105,7 @@ GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<flo
       const float* src = dy + (n * O + o) * P;
       for (int64_t p = 0; p < P; ++p) row[p * O + o] = src[p] * ws[o];
     }
-    quantize_run(kernel, row, L, inv, qmax, st.config().rounding, key, static_cast<uint64_t>(n * L), Gx + n * L,
+    quantize_run(kernel, row, L, q.inv, q.qmax, q.rounding, q.mixed_key, static_cast<uint64_t>(n * L), Gx + n * L,
                  rb.qf.data());
     rb.add_row_items(0, L);
     rb.stats(kernel, 1, L, per.data() + n);
@@ -293,59 +287,75 @@ Tensor bias_grad(const float* dy, const Geom& g) {
   return db;
 }
 
+// dY * s_w[o] (the values Gx quantizes), on the host.
+std::vector<float> scaled_dy(const CpuStages::Saved& sv, const Tensor& dy) {
+  const float* p = dy.data<float>();
+  const int64_t n = dy.numel(), P = sv.g.P(), O = sv.g.o;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = p[i] * sv.wi->scale[(i / P) % O];
+  return v;
+}
+
 }  // namespace
 
-// The whole backward of one layer (dx, dwq, dbias in the shapes of x and wq).
-TensorList backward(const Tensor& gy, const std::vector<uint8_t>& u, const uint8_t* rows, const ActGrid& grid,
-                    const QuantCodes& wi,
-                    const Geom& g, uint8_t pad, Int8GradState& st, const NeedGrad& need, const Shape& x_shape,
-                    const Shape& w_shape) {
-  QAT_PROFILE("int8_train.backward");
-  Tensor gyc = gy.contiguous();
-  const float* dy = gyc.data<float>();
-  const int64_t n = gyc.numel(), M = g.M(), O = g.o;
-  TensorList r(3);
-  if (need[2]) r[2] = bias_grad(dy, g);
-  std::vector<int8_t> G, Gx;
-  if (need[1]) {
-    if (st.clip_due(0)) st.refresh_clip(0, dy, n);
-    else st.track_clip(0, max_abs(dy, n));
-    const float scale = st.grad_scale(0);
-    G.assign(static_cast<size_t>(O * M), 0);
-    std::vector<int64_t> gsum(static_cast<size_t>(O), 0);
-    GradQuantStats stats;
-    if (scale > 0.f) stats = quantize_g(dy, g, scale, st, G.data(), gsum.data());
-    st.record(0, stats);
-    r[1] = (scale > 0.f ? weight_grad(u, rows, grid, G.data(), gsum.data(), scale, g, pad)
-                        : Tensor::zeros({O, g.K()}))
-               .view(w_shape);
-    if (st.keep_last) st.last_g = G, st.last_scale_g = scale, st.last_dy.assign(dy, dy + n);
+float CpuStages::max_abs(const Saved& sv, const Tensor& dy, int which, bool nan_wins) const {
+  const float* p = dy.data<float>();
+  const int64_t n = dy.numel();
+  if (which == 0) return quant::max_abs(p, n);  // (tracked and refreshed alike: any NaN wins)
+  if (nan_wins) {
+    const std::vector<float> v = scaled_dy(sv, dy);
+    return quant::max_abs(v.data(), n);
   }
-  if (need[0]) {
-    // The clip of dY * s_w[o], the values Gx quantizes.
-    auto scaled = [&](int64_t i) { return dy[i] * wi.scale[(i / g.P()) % O]; };
-    if (st.clip_due(1)) {
-      std::vector<float> v(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) v[i] = scaled(i);
-      st.refresh_clip(1, v.data(), n);
-    } else {
-      float m = 0.f;  // max |scaled|; a non-finite value is passed on (track_clip reports it)
-      for (int64_t i = 0; i < n && std::isfinite(m); ++i) {
-        const float a = std::abs(scaled(i));
-        m = std::isfinite(a) ? std::max(m, a) : a;
-      }
-      st.track_clip(1, m);
-    }
-    const float scale = st.grad_scale(1);
-    Gx.assign(static_cast<size_t>(M * O), 0);
-    GradQuantStats stats;
-    if (scale > 0.f) stats = quantize_gx(dy, g, wi.scale, scale, st, Gx.data());
-    st.record(1, stats);
-    r[0] = (scale > 0.f ? input_grad(Gx.data(), scale, wi, g) : Tensor::zeros({g.n, g.c, g.h, g.w})).view(x_shape);
-    if (st.keep_last) st.last_gx = Gx, st.last_scale_gx = scale;
+  // The first non-finite |dY s_w[o]| in index order, else the max.
+  const int64_t P = sv.g.P(), O = sv.g.o;
+  float m = 0.f;
+  for (int64_t i = 0; i < n && std::isfinite(m); ++i) {
+    const float a = std::abs(p[i] * sv.wi->scale[(i / P) % O]);
+    m = std::isfinite(a) ? std::max(m, a) : a;
   }
-  st.finish_step(need[1], need[0]);
-  return r;
+  return m;
 }
+
+void CpuStages::refresh_clip(const Saved& sv, const Tensor& dy, int which, Int8GradState& st) const {
+  if (which == 0) return st.refresh_clip(0, dy.data<float>(), dy.numel());
+  const std::vector<float> v = scaled_dy(sv, dy);
+  st.refresh_clip(1, v.data(), dy.numel());
+}
+
+CpuStages::Codes CpuStages::quantize(const Saved& sv, const Tensor& dy, int which,
+                                     const int8_math::GradQuantizer& q) const {
+  const Geom& g = sv.g;
+  Codes c;
+  c.q.assign(static_cast<size_t>(g.o * g.M()), 0);
+  if (which == 0) {
+    c.gsum.assign(static_cast<size_t>(g.o), 0);
+    c.stats = quantize_g(dy.data<float>(), g, q, c.q.data(), c.gsum.data());
+  } else {
+    c.stats = quantize_gx(dy.data<float>(), g, sv.wi->scale, q, c.q.data());
+  }
+  return c;
+}
+
+Tensor CpuStages::weight_grad(const Saved& sv, const Codes& c, float scale) const {
+  const Geom& g = sv.g;
+  // The rows the packed kernel reads (the kernel may have changed since the forward: tests).
+  const uint8_t* rows = !packed_weight_grad(g) ? nullptr
+                        : sv.rows.defined()    ? sv.rows.data<uint8_t>()
+                        : is_1x1(g)            ? sv.u->data()
+                                               : nullptr;
+  Tensor dw = int8_cpu::weight_grad(*sv.u, rows, sv.grid, c.q.data(), c.gsum.data(), scale, g, sv.pad);
+  if (sv.apply_ste) {
+    // dw = dwq * mask, as fake_quantize's backward (NaN * 0 stays NaN).
+    float* pd = dw.data<float>();
+    for (const int64_t i : sv.wi->clipped) pd[i] *= 0.f;
+  }
+  return dw;
+}
+
+Tensor CpuStages::input_grad(const Saved& sv, const Codes& c, float scale) const {
+  return int8_cpu::input_grad(c.q.data(), scale, *sv.wi, sv.g);
+}
+
+Tensor CpuStages::bias_grad(const Saved& sv, const Tensor& dy) const { return int8_cpu::bias_grad(dy.data<float>(), sv.g); }
 
 }  // namespace qat::quant::int8_cpu

@@ -32,30 +32,6 @@ bool packed_backward() { return packs(int8_gemm_kernel()); }
 // How the integer forward's errors name a layer (INT8 training's: int8_training_who).
 std::string int_forward_who(const std::string& layer) { return "quant.integer_forward: layer " + layer; }
 
-// x on `grid` as integers u (N, C, H, W); a value more than 1e-3 steps off
-// the grid or outside [0, levels) is an error: the layer's input must be what
-// a quantizer produced.
-std::vector<uint8_t> input_integers(const Tensor& x, const ActGrid& grid, const std::string& who) {
-  QAT_PROFILE("int8_train.input_integers");
-  const int64_t n = x.numel();
-  std::vector<uint8_t> u(static_cast<size_t>(n));
-  const float* px = x.data<float>();
-  const double inv = 1.0 / static_cast<double>(grid.scale);
-  int64_t bad = -1;
-#pragma omp parallel for schedule(static) if (n >= (1 << 15))
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t r = int8_math::input_integer(px[i], inv, grid.zero, grid.levels);
-    if (r < 0) {
-#pragma omp critical(int8_input_bad)
-      if (bad < 0 || i < bad) bad = i;
-      continue;
-    }
-    u[i] = static_cast<uint8_t>(r);
-  }
-  if (bad >= 0) fail_input_off_grid(who, px[bad], bad, grid);
-  return u;
-}
-
 // wq / s_w[o] as int8 (O, K) and its row sums: the integers of a weight
 // that arrives fake-quantized (LSQ; the observed kinds give them directly,
 // FakeQuantizer::forward_codes).
@@ -99,18 +75,31 @@ std::shared_ptr<QuantCodes> weight_integers(const Tensor& wq, const Tensor& w_sc
   return r;
 }
 
-// The real zero as the padding integer: convolutions pad with 0.0, which is
-// on the grid only when the zero point is an integer.
-uint8_t pad_integer(const ActGrid& grid, const Geom& g, const std::string& who) {
-  const double z = std::nearbyint(grid.zero);
-  const bool padded = g.p.pad_h > 0 || g.p.pad_w > 0;
-  QAT_CHECK(!padded || (z == grid.zero && z >= 0 && z < grid.levels), who,
-            " pads its input, whose grid has the fractional zero point ", grid.zero,
-            " (LSQ+): 0.0 is not on it; use quant.method lsq or an observer, or keep the layer float (quant.int8_training.keep_float)");
-  return static_cast<uint8_t>(std::clamp(z, 0.0, 255.0));
-}
-
 namespace {
+
+// x on `grid` as integers u (N, C, H, W); a value more than 1e-3 steps off
+// the grid or outside [0, levels) is an error: the layer's input must be what
+// a quantizer produced.
+std::vector<uint8_t> input_integers(const Tensor& x, const ActGrid& grid, const std::string& who) {
+  QAT_PROFILE("int8_train.input_integers");
+  const int64_t n = x.numel();
+  std::vector<uint8_t> u(static_cast<size_t>(n));
+  const float* px = x.data<float>();
+  const double inv = 1.0 / static_cast<double>(grid.scale);
+  int64_t bad = -1;
+#pragma omp parallel for schedule(static) if (n >= (1 << 15))
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t r = int8_math::input_integer(px[i], inv, grid.zero, grid.levels);
+    if (r < 0) {
+#pragma omp critical(int8_input_bad)
+      if (bad < 0 || i < bad) bad = i;
+      continue;
+    }
+    u[i] = static_cast<uint8_t>(r);
+  }
+  if (bad >= 0) fail_input_off_grid(who, px[bad], bad, grid);
+  return u;
+}
 
 // ---------------------------------------------------------------- forward
 // Whether the forward GEMM runs on the packed kernel: the packing copies the
@@ -165,23 +154,25 @@ Tensor forward_int(const uint8_t* rows, const ActGrid& grid, const QuantCodes& w
 
 }  // namespace
 
-IntForward integer_forward(const Tensor& x, const ActGrid& grid, const QuantCodes& wi, const Tensor& bias,
-                           const Geom& g, const std::string& who) {
-  QAT_CHECK(wi.rows == g.o && wi.cols == g.K(), who, ": weight codes of ", wi.rows, " x ", wi.cols,
-            " for a weight of ", g.o, " x ", g.K());
-  IntForward f;
-  f.u = std::make_shared<std::vector<uint8_t>>(input_integers(x.contiguous(), grid, who));
-  f.pad = pad_integer(grid, g, who);
-  // The im2row rows (a linear layer's are its input), kept for the packed
-  // weight gradient (a tensor: the caching allocator reuses its memory).
-  const uint8_t* rows = f.u->data();
+void CpuStages::input_integers(Saved& sv, const Tensor& x, const std::string& who) const {
+  sv.u = std::make_shared<std::vector<uint8_t>>(int8_cpu::input_integers(x.contiguous(), sv.grid, who));
+}
+
+// The im2row rows (a linear layer's are its input), kept for the packed
+// weight gradient where sv.keep_rows (a tensor: the caching allocator reuses
+// its memory).
+Tensor CpuStages::forward_gemm(Saved& sv, const Tensor& bias) const {
+  const Geom& g = sv.g;
+  const uint8_t* rows = sv.u->data();
+  Tensor kept;
   if (!is_1x1(g)) {
-    f.rows = Tensor::empty({g.M() * g.K()}, DType::u8);
-    im2row(f.u->data(), g, f.pad, f.rows.data<uint8_t>());
-    rows = f.rows.data<uint8_t>();
+    kept = Tensor::empty({g.M() * g.K()}, DType::u8);
+    im2row(sv.u->data(), g, sv.pad, kept.data<uint8_t>());
+    rows = kept.data<uint8_t>();
   }
-  f.y = forward_int(rows, grid, wi, bias.defined() ? bias.contiguous() : Tensor(), g);
-  return f;
+  Tensor y = forward_int(rows, sv.grid, *sv.wi, bias, g);
+  if (sv.keep_rows) sv.rows = kept;
+  return y;
 }
 
 }  // namespace qat::quant::int8_cpu

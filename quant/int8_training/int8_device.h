@@ -1,10 +1,11 @@
 #pragma once
-// INT8 training's integer layer (int8_ops.h, Note [INT8 training GEMMs])
-// written once over an executor (quant/integer/int_forward.h says what one
-// provides): the CUDA twin runs it on the device (int8_ops.cu), the [math]
-// tests run the same code on the host (tests/host_exec.h) against the CPU op.
+// INT8 training's stages on an executor (DeviceStages; int8_layer.h runs the
+// layer's steps on them, Note [INT8 training over executors]; what an
+// executor provides: quant/integer/int_forward.h). The CUDA twin runs them on
+// the device (int8_ops.cu), the [math] tests on the host (tests/host_exec.h)
+// against the CPU's stages.
 //
-// Same integers as the CPU op, and the same float results (Note [INT8
+// Same integers as the CPU's stages, and the same float results (Note [INT8
 // training doubles]): the input's integers, the weight's, the forward GEMM
 // and its dequantization, G and Gx (the same counter-based noise), the
 // weight gradient (its sum over m in int64), the input gradient (col2im as
@@ -17,7 +18,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -25,6 +25,7 @@
 #include "core/autograd.h"
 #include "core/ops/common.h"
 #include "core/tensor.h"
+#include "quant/int8_training/int8_layer.h"
 #include "quant/int8_training/int8_math.h"
 #include "quant/int8_training/int8_ops.h"
 
@@ -278,17 +279,6 @@ inline GradQuantStats fold_stats(const std::vector<double>& s, int64_t rows, int
   return total;
 }
 
-// ---------------------------------------------------------------- the layer
-// What the backward keeps of the forward.
-struct Saved {
-  Tensor u;        // u8 (the input's integers, NCHW)
-  Tensor w;        // i8 (O, K)
-  Tensor scales;   // f32 (O): s_w per channel
-  ActGrid grid;
-  Geometry g;
-  uint8_t pad = 0;
-};
-
 // max |dY| (or |dY s_w[o]|, w_scale given) with the CPU's rules: nan_wins,
 // any NaN gives NaN (max_abs: dW's tracking and every refresh); else the
 // first non-finite value in index order (dX's tracking).
@@ -324,188 +314,194 @@ float max_abs_on(Exec& ex, const Tensor& dy, const Tensor* w_scale, const Geomet
   return m;
 }
 
-// Quantizer `which`'s clip for this step (Int8GradState): tracked from max |v|
-// between searches; when one is due, max |v| under max clipping, else the
-// search on a host copy of v.
+// ---------------------------------------------------------------- the stages
+// INT8 training's stages on an executor (int8_layer.h, Note [INT8 training
+// over executors]): the bodies above on its threads, and its GEMM.
 template <class Exec>
-void update_clip(Exec& ex, Int8GradState& st, int which, const Tensor& dy, const Tensor* w_scale, const Geometry& g) {
-  if (!st.clip_due(which)) return st.track_clip(which, max_abs_on(ex, dy, w_scale, g, w_scale == nullptr));
-  if (st.config().clipping == GradClipping::max) return st.refresh_max_clip(which, max_abs_on(ex, dy, w_scale, g, true));
-  std::vector<float> v = dy.to(Device::cpu).contiguous().to_vector();
-  if (w_scale) {
-    const std::vector<float> s = w_scale->to(Device::cpu).to_vector();
-    for (size_t i = 0; i < v.size(); ++i) v[i] *= s[(static_cast<int64_t>(i) / g.P()) % g.o];
+struct DeviceStages {
+  Exec ex;
+  static constexpr Device device = Exec::device;
+  struct Saved {
+    Tensor u;       // u8 (the input's integers, NCHW)
+    Tensor w;       // i8 (O, K)
+    Tensor rowsum;  // int64 (O): sum_k W[o][k]
+    Tensor scales;  // f32 (O): s_w per channel
+    ActGrid grid;
+    Geometry g;
+    uint8_t pad = 0;
+  };
+  struct Codes {
+    Tensor q;     // G (O, M) or Gx (M, O)
+    Tensor gsum;  // int64 per (row, chunk) of G
+    int64_t chunks = 0;
+    GradQuantStats stats;
+  };
+  template <class T>
+  static T* ptr(const Tensor& t) {
+    return Exec::template ptr<T>(t);
   }
-  st.refresh_clip(which, v.data(), static_cast<int64_t>(v.size()));
-}
 
-template <class Exec>
-int8_math::GradQuantizer grad_quantizer(const Int8GradState& st, int which, float scale) {
-  return {1.f / scale, grad_qmax(st.config().bits), st.config().rounding, mix64(st.noise_key(which))};
-}
+  // The weight's integers (before the forward): wq (O, ...) fake-quantized
+  // with w_scale (O) or (1) (either device).
+  void weight_integers(Saved& sv, const Tensor& wq, const Tensor& w_scale, const std::string& who) {
+    const int64_t O = sv.g.o, K = sv.g.K();
+    check_weight_scales(who, w_scale.numel(), O);
+    sv.scales = channel_scales<Exec>(w_scale, O);
+    const Tensor wc = wq.contiguous();
+    sv.w = Tensor::empty({O, K}, DType::i8, device);
+    sv.rowsum = words64<Exec>(O);
+    Tensor row_ok = Tensor::empty({O}, DType::i32, device);
+    ex.each(O, WeightIntegers{ptr<float>(wc), ptr<float>(sv.scales), ptr<int8_t>(sv.w), as64<int64_t, Exec>(sv.rowsum),
+                              ptr<int32_t>(row_ok), K, true});
+    const Tensor ok = row_ok.to(Device::cpu);
+    for (int64_t o = 0; o < O; ++o)
+      if (!ok.data<int32_t>()[o]) {
+        const std::vector<float> row = wc.view({O, K}).narrow(0, o, 1).to(Device::cpu).contiguous().to_vector();
+        const Tensor scales = sv.scales.to(Device::cpu);
+        fail_weight_row_off_grid(who, row.data(), K, o, scales.data<float>()[o]);
+      }
+  }
 
-template <class Exec>
-Tensor weight_gradient(Exec& ex, const Saved& sv, const Tensor& dy, Int8GradState& st) {
-  const Geometry& g = sv.g;
-  const int64_t O = g.o, M = g.M(), K = g.K();
-  update_clip(ex, st, 0, dy, nullptr, g);
-  const float scale = st.grad_scale(0);
-  Tensor G = Tensor::zeros({O * M}, DType::i8, Exec::device);
-  GradQuantStats stats;
-  Tensor dw;
-  if (scale > 0.f) {
-    const float* pdy = Exec::template ptr<float>(dy);
-    ex.each(O * M, QuantizeG{pdy, Exec::template ptr<int8_t>(G), g, grad_quantizer<Exec>(st, 0, scale)});
-    const int64_t chunks = int8_math::sum_chunks(M);
-    Tensor rs = words64<Exec>(3 * O * chunks), gsum = words64<Exec>(O * chunks), corr = words64<Exec>(O);
-    ex.each(O * chunks, GRowStats{pdy, Exec::template ptr<int8_t>(G), as64<double, Exec>(rs),
-                                  as64<int64_t, Exec>(gsum), g, chunks});
-    stats = fold_stats(host64<double>(rs, 3 * O * chunks), O, chunks);
-    ex.each(O, WeightGradCorrection{as64<int64_t, Exec>(gsum), as64<double, Exec>(corr), 128.0 - sv.grid.zero,
-                                    chunks});
-    dw = Tensor::empty({O, K}, DType::f32, Exec::device);
-    const int8_math::NchwPatches patches{Exec::template ptr<uint8_t>(sv.u), g, sv.pad};
-    ex.gemm(int_math::S8Rows{Exec::template ptr<int8_t>(G), M}, int8_math::PatchColumns{patches}, O, K, M,
+  void input_integers(Saved& sv, const Tensor& x, const std::string& who) {
+    const Tensor xc = x.contiguous();
+    const int64_t n = xc.numel(), slots = std::min(kSlots, std::max<int64_t>(n, 1));
+    sv.u = Tensor::empty({n}, DType::u8, device);
+    Tensor first_bad = words64<Exec>(slots);
+    ex.each(slots, InputIntegers{ptr<float>(xc), ptr<uint8_t>(sv.u), as64<int64_t, Exec>(first_bad), n, slots,
+                                 1.0 / static_cast<double>(sv.grid.scale), sv.grid.zero, sv.grid.levels});
+    int64_t bad = -1;
+    for (const int64_t b : host64<int64_t>(first_bad, slots))
+      if (b >= 0 && (bad < 0 || b < bad)) bad = b;
+    if (bad >= 0)
+      fail_input_off_grid(who, xc.view({-1}).narrow(0, bad, 1).to(Device::cpu).data<float>()[0], bad, sv.grid);
+  }
+
+  Tensor forward_gemm(Saved& sv, const Tensor& bias) {
+    const Geometry& g = sv.g;
+    const int64_t O = g.o;
+    Tensor s = words64<Exec>(O), corr = words64<Exec>(O);
+    ex.each(O, ForwardConstants{ptr<float>(sv.scales), as64<int64_t, Exec>(sv.rowsum), as64<double, Exec>(s),
+                                as64<double, Exec>(corr), sv.grid.scale, sv.grid.zero, true});
+    Tensor y = Tensor::empty({g.n, O, g.oh, g.ow}, DType::f32, device);
+    const int8_math::NchwPatches patches{ptr<uint8_t>(sv.u), g, sv.pad};
+    ex.gemm(int_math::ShiftedRows<int8_math::NchwPatches>{patches}, int_math::S8Rows{ptr<int8_t>(sv.w), g.K()},
+            g.M(), O, g.K(),
+            int8_math::ForwardStage{as64<int64_t, Exec>(sv.rowsum), as64<double, Exec>(s), as64<double, Exec>(corr),
+                                    bias.defined() ? ptr<float>(bias) : nullptr, ptr<float>(y), O, g.P()});
+    return y;
+  }
+
+  float max_abs(const Saved& sv, const Tensor& dy, int which, bool nan_wins) {
+    return max_abs_on(ex, dy, which == 1 ? &sv.scales : nullptr, sv.g, nan_wins);
+  }
+
+  // The search on a host copy of dY (which 0) or dY s_w[o] (which 1).
+  void refresh_clip(const Saved& sv, const Tensor& dy, int which, Int8GradState& st) {
+    std::vector<float> v = dy.to(Device::cpu).contiguous().to_vector();
+    if (which == 1) {
+      const std::vector<float> s = sv.scales.to(Device::cpu).to_vector();
+      for (size_t i = 0; i < v.size(); ++i) v[i] *= s[(static_cast<int64_t>(i) / sv.g.P()) % sv.g.o];
+    }
+    st.refresh_clip(which, v.data(), static_cast<int64_t>(v.size()));
+  }
+
+  Codes quantize(const Saved& sv, const Tensor& dy, int which, const int8_math::GradQuantizer& q) {
+    const Geometry& g = sv.g;
+    const int64_t O = g.o, M = g.M();
+    const float* pdy = ptr<float>(dy);
+    Codes c;
+    c.q = Tensor::zeros({O * M}, DType::i8, device);
+    if (which == 0) {
+      ex.each(O * M, QuantizeG{pdy, ptr<int8_t>(c.q), g, q});
+      c.chunks = int8_math::sum_chunks(M);
+      Tensor rs = words64<Exec>(3 * O * c.chunks);
+      c.gsum = words64<Exec>(O * c.chunks);
+      ex.each(O * c.chunks, GRowStats{pdy, ptr<int8_t>(c.q), as64<double, Exec>(rs), as64<int64_t, Exec>(c.gsum), g,
+                                      c.chunks});
+      c.stats = fold_stats(host64<double>(rs, 3 * O * c.chunks), O, c.chunks);
+    } else {
+      const float* ps = ptr<float>(sv.scales);
+      ex.each(M * O, QuantizeGx{pdy, ps, ptr<int8_t>(c.q), g, q});
+      const int64_t chunks = int8_math::sum_chunks(g.P() * O);
+      Tensor rs = words64<Exec>(3 * g.n * chunks);
+      ex.each(g.n * chunks, GxImageStats{pdy, ps, ptr<int8_t>(c.q), as64<double, Exec>(rs), g, chunks});
+      c.stats = fold_stats(host64<double>(rs, 3 * g.n * chunks), g.n, chunks);
+    }
+    return c;
+  }
+
+  Tensor weight_grad(const Saved& sv, const Codes& c, float scale) {
+    const Geometry& g = sv.g;
+    const int64_t O = g.o, K = g.K();
+    Tensor corr = words64<Exec>(O);
+    ex.each(O, WeightGradCorrection{as64<int64_t, Exec>(c.gsum), as64<double, Exec>(corr), 128.0 - sv.grid.zero,
+                                    c.chunks});
+    Tensor dw = Tensor::empty({O, K}, DType::f32, device);
+    const int8_math::NchwPatches patches{ptr<uint8_t>(sv.u), g, sv.pad};
+    ex.gemm(int_math::S8Rows{ptr<int8_t>(c.q), g.M()}, int8_math::PatchColumns{patches}, O, K, g.M(),
             int8_math::WeightGradStage{as64<double, Exec>(corr),
                                        static_cast<double>(scale) * static_cast<double>(sv.grid.scale),
-                                       Exec::template ptr<float>(dw), K});
-  } else {
-    dw = Tensor::zeros({O, K}, DType::f32, Exec::device);
+                                       ptr<float>(dw), K});
+    return dw;
   }
-  st.record(0, stats);
-  if (st.keep_last) {
-    const Tensor h = G.to(Device::cpu);
-    st.last_g.assign(h.data<int8_t>(), h.data<int8_t>() + h.numel());
-    st.last_scale_g = scale;
-  }
-  return dw;
-}
 
+  Tensor input_grad(const Saved& sv, const Codes& c, float scale) {
+    const Geometry& g = sv.g;
+    const int64_t K = g.K();
+    Tensor acc = Tensor::empty({g.M() * K}, DType::i32, device);
+    ex.gemm(int_math::S8Rows{ptr<int8_t>(c.q), g.o}, int_math::S8Columns{ptr<int8_t>(sv.w), K}, g.M(), K, g.o,
+            int8_math::StoreAcc{ptr<int32_t>(acc), K});
+    Tensor dx = Tensor::empty({g.n, g.c, g.h, g.w}, DType::f32, device);
+    ex.each(dx.numel(), Col2im{ptr<int32_t>(acc), ptr<float>(dx), g, static_cast<double>(scale)});
+    return dx;
+  }
+
+  Tensor bias_grad(const Saved& sv, const Tensor& dy) {
+    const int64_t chunks = int8_math::sum_chunks(sv.g.M());
+    const Tensor part = words64<Exec>(sv.g.o * chunks);
+    Tensor db = Tensor::empty(Shape{sv.g.o}, DType::f32, device);
+    ex.each(sv.g.o * chunks, BiasGradChunk{ptr<float>(dy), as64<double, Exec>(part), sv.g, chunks});
+    ex.each(sv.g.o, BiasFold{as64<double, Exec>(part), ptr<float>(db), chunks});
+    return db;
+  }
+
+  std::vector<int8_t> host_codes(const Codes& c) {
+    const Tensor h = c.q.to(Device::cpu);
+    return std::vector<int8_t>(h.data<int8_t>(), h.data<int8_t>() + h.numel());
+  }
+};
+
+// The saved state before the forward: the geometry, the grid and the weight's integers.
 template <class Exec>
-Tensor input_gradient(Exec& ex, const Saved& sv, const Tensor& dy, Int8GradState& st) {
-  const Geometry& g = sv.g;
-  const int64_t O = g.o, M = g.M(), K = g.K();
-  update_clip(ex, st, 1, dy, &sv.scales, g);
-  const float scale = st.grad_scale(1);
-  Tensor Gx = Tensor::zeros({M * O}, DType::i8, Exec::device);
-  GradQuantStats stats;
-  Tensor dx;
-  if (scale > 0.f) {
-    const float* pdy = Exec::template ptr<float>(dy);
-    const float* ps = Exec::template ptr<float>(sv.scales);
-    ex.each(M * O, QuantizeGx{pdy, ps, Exec::template ptr<int8_t>(Gx), g, grad_quantizer<Exec>(st, 1, scale)});
-    const int64_t chunks = int8_math::sum_chunks(g.P() * O);
-    Tensor rs = words64<Exec>(3 * g.n * chunks);
-    ex.each(g.n * chunks, GxImageStats{pdy, ps, Exec::template ptr<int8_t>(Gx), as64<double, Exec>(rs), g, chunks});
-    stats = fold_stats(host64<double>(rs, 3 * g.n * chunks), g.n, chunks);
-    Tensor acc = Tensor::empty({M * K}, DType::i32, Exec::device);
-    ex.gemm(int_math::S8Rows{Exec::template ptr<int8_t>(Gx), O}, int_math::S8Columns{Exec::template ptr<int8_t>(sv.w), K},
-            M, K, O, int8_math::StoreAcc{Exec::template ptr<int32_t>(acc), K});
-    dx = Tensor::empty({g.n, g.c, g.h, g.w}, DType::f32, Exec::device);
-    ex.each(dx.numel(), Col2im{Exec::template ptr<int32_t>(acc), Exec::template ptr<float>(dx), g,
-                               static_cast<double>(scale)});
-  } else {
-    dx = Tensor::zeros({g.n, g.c, g.h, g.w}, DType::f32, Exec::device);
-  }
-  st.record(1, stats);
-  if (st.keep_last) {
-    const Tensor h = Gx.to(Device::cpu);
-    st.last_gx.assign(h.data<int8_t>(), h.data<int8_t>() + h.numel());
-    st.last_scale_gx = scale;
-  }
-  return dx;
+typename DeviceStages<Exec>::Saved weight_saved(DeviceStages<Exec>& s, const ActGrid& grid, const Tensor& wq,
+                                                const Tensor& w_scale, const Geometry& g, const std::string& who) {
+  typename DeviceStages<Exec>::Saved sv;
+  sv.grid = grid, sv.g = g;
+  s.weight_integers(sv, wq, w_scale, who);
+  return sv;
 }
 
 // The forward of an integer layer: x (N, C, H, W) or (N, K) on `grid`, wq
 // (O, ...) the fake-quantized weight with w_scale (O) or (1) (either
 // device), bias (O) or undefined; all but w_scale on Exec's device. Returns
-// Y (N, O, OH, OW) (a linear layer's OH = OW = 1) and fills what the integer
-// backward keeps. Errors as the CPU op's, naming the layer (`who`).
-template <class Exec>
-Tensor integer_forward(Exec& ex, Saved& sv, const Tensor& x, const ActGrid& grid, const Tensor& wq,
-                       const Tensor& w_scale, const Tensor& bias, const Geometry& g,
-                       const std::function<uint8_t()>& pad_of, const std::string& who) {
-  const int64_t O = g.o, K = g.K(), M = g.M();
-  check_weight_scales(who, w_scale.numel(), O);
-  sv.grid = grid, sv.g = g;
-  sv.scales = channel_scales<Exec>(w_scale, O);
-  // The weight's integers (first, as the CPU op).
-  const Tensor wc = wq.contiguous();
-  sv.w = Tensor::empty({O, K}, DType::i8, Exec::device);
-  Tensor rowsum = words64<Exec>(O), row_ok = Tensor::empty({O}, DType::i32, Exec::device);
-  ex.each(O, WeightIntegers{Exec::template ptr<float>(wc), Exec::template ptr<float>(sv.scales),
-                            Exec::template ptr<int8_t>(sv.w), as64<int64_t, Exec>(rowsum),
-                            Exec::template ptr<int32_t>(row_ok), K, true});
-  const Tensor ok = row_ok.to(Device::cpu);
-  for (int64_t o = 0; o < O; ++o)
-    if (!ok.data<int32_t>()[o]) {
-      const std::vector<float> row = wc.view({O, K}).narrow(0, o, 1).to(Device::cpu).contiguous().to_vector();
-      fail_weight_row_off_grid(who, row.data(), K, o, sv.scales.to(Device::cpu).data<float>()[o]);
-    }
-  // The input's integers.
-  const Tensor xc = x.contiguous();
-  const int64_t n = xc.numel(), slots = std::min(kSlots, std::max<int64_t>(n, 1));
-  sv.u = Tensor::empty({n}, DType::u8, Exec::device);
-  Tensor first_bad = words64<Exec>(slots);
-  ex.each(slots, InputIntegers{Exec::template ptr<float>(xc), Exec::template ptr<uint8_t>(sv.u),
-                               as64<int64_t, Exec>(first_bad), n, slots, 1.0 / static_cast<double>(grid.scale),
-                               grid.zero, grid.levels});
-  int64_t bad = -1;
-  for (const int64_t b : host64<int64_t>(first_bad, slots))
-    if (b >= 0 && (bad < 0 || b < bad)) bad = b;
-  if (bad >= 0) fail_input_off_grid(who, xc.view({-1}).narrow(0, bad, 1).to(Device::cpu).data<float>()[0], bad, grid);
-  const uint8_t pad = sv.pad = pad_of();
-  // The forward GEMM.
-  Tensor s = words64<Exec>(O), corr = words64<Exec>(O);
-  ex.each(O, ForwardConstants{Exec::template ptr<float>(sv.scales), as64<int64_t, Exec>(rowsum),
-                              as64<double, Exec>(s), as64<double, Exec>(corr), grid.scale, grid.zero, true});
-  Tensor y = Tensor::empty({g.n, O, g.oh, g.ow}, DType::f32, Exec::device);
-  const Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
-  const int8_math::NchwPatches patches{Exec::template ptr<uint8_t>(sv.u), g, pad};
-  ex.gemm(int_math::ShiftedRows<int8_math::NchwPatches>{patches}, int_math::S8Rows{Exec::template ptr<int8_t>(sv.w), K},
-          M, O, K,
-          int8_math::ForwardStage{as64<int64_t, Exec>(rowsum), as64<double, Exec>(s), as64<double, Exec>(corr),
-                                  bc.defined() ? Exec::template ptr<float>(bc) : nullptr, Exec::template ptr<float>(y),
-                                  O, g.P()});
-  return y;
-}
-
-// The integer forward's values alone (no autograd history): the forward of
-// QAT layers under quant.integer_forward (int8_ops.h), whose backward is the
-// float op's.
+// Y (N, O, OH, OW) (a linear layer's OH = OW = 1), without autograd history:
+// the forward of QAT layers under quant.integer_forward (int8_ops.h), whose
+// backward is the float op's. Errors as the CPU op's, naming the layer (`who`).
 template <class Exec>
 Tensor integer_forward_values(Exec& ex, const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
-                              const Tensor& bias, const Geometry& g, const std::function<uint8_t()>& pad_of,
-                              const std::string& who) {
-  Saved sv;
-  return integer_forward(ex, sv, x, grid, wq, w_scale, bias, g, pad_of, who);
+                              const Tensor& bias, const Geometry& g, const std::string& who) {
+  DeviceStages<Exec> s{ex};
+  typename DeviceStages<Exec>::Saved sv = weight_saved(s, grid, wq, w_scale, g, who);
+  return int8_steps::forward(s, sv, x, bias, who);
 }
 
 // INT8 training's layer: the integer forward, and the integer backward.
 template <class Exec>
 Tensor int8_layer(Exec& ex, const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
-                  const Tensor& bias, const Geometry& g, const std::function<uint8_t()>& pad_of,
-                  const std::shared_ptr<Int8GradState>& state) {
-  Saved sv;
-  Tensor y = integer_forward(ex, sv, x, grid, wq, w_scale, bias, g, pad_of, int8_training_who(state->layer()));
-  return record(y, "int8_layer", {&x, &wq, &bias},
-                [ex, sv, state, xs = x.sizes(), ws = wq.sizes()](const Tensor& gy, const NeedGrad& need) mutable {
-                  detail::check_gradient_device(gy, Exec::device, "int8_layer backward");
-                  const Tensor dy = gy.contiguous();
-                  TensorList r(3);
-                  if (need[2]) {
-                    const int64_t chunks = int8_math::sum_chunks(sv.g.M());
-                    const Tensor part = words64<Exec>(sv.g.o * chunks);
-                    r[2] = Tensor::empty({sv.g.o}, DType::f32, Exec::device);
-                    ex.each(sv.g.o * chunks,
-                            BiasGradChunk{Exec::template ptr<float>(dy), as64<double, Exec>(part), sv.g, chunks});
-                    ex.each(sv.g.o, BiasFold{as64<double, Exec>(part), Exec::template ptr<float>(r[2]), chunks});
-                  }
-                  if (need[1]) r[1] = weight_gradient(ex, sv, dy, *state).view(ws);
-                  if (need[0]) r[0] = input_gradient(ex, sv, dy, *state).view(xs);
-                  state->finish_step(need[1], need[0]);
-                  return r;
-                });
+                  const Tensor& bias, const Geometry& g, const std::shared_ptr<Int8GradState>& state) {
+  DeviceStages<Exec> s{ex};
+  typename DeviceStages<Exec>::Saved sv = weight_saved(s, grid, wq, w_scale, g, int8_training_who(state->layer()));
+  return int8_steps::layer(s, std::move(sv), x, wq, bias, state);
 }
 
 }  // namespace qat::quant::int8_device

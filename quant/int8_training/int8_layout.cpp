@@ -53,19 +53,19 @@ constexpr int64_t kPlaneSlack = 16;
 // h + 2 pad_h, Wp = w + 2 pad_w), and kPlaneSlack bytes past the last: every
 // tap of every output position then reads inside.
 void pad_planes(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* planes) {
-  const int64_t Hp = g.h + 2 * g.p.pad_h, Wp = g.w + 2 * g.p.pad_w, NC = g.n * g.c;
+  const int64_t Hp = g.h + 2 * g.pad_h, Wp = g.w + 2 * g.pad_w, NC = g.n * g.c;
   std::memset(planes + NC * Hp * Wp, pad, kPlaneSlack);
 #pragma omp parallel for schedule(static)
   for (int64_t nc = 0; nc < NC; ++nc) {
     uint8_t* plane = planes + nc * Hp * Wp;
-    std::memset(plane, pad, static_cast<size_t>(g.p.pad_h * Wp));
+    std::memset(plane, pad, static_cast<size_t>(g.pad_h * Wp));
     for (int64_t y = 0; y < g.h; ++y) {
-      uint8_t* row = plane + (y + g.p.pad_h) * Wp;
-      std::memset(row, pad, static_cast<size_t>(g.p.pad_w));
-      std::memcpy(row + g.p.pad_w, u + (nc * g.h + y) * g.w, static_cast<size_t>(g.w));
-      std::memset(row + g.p.pad_w + g.w, pad, static_cast<size_t>(g.p.pad_w));
+      uint8_t* row = plane + (y + g.pad_h) * Wp;
+      std::memset(row, pad, static_cast<size_t>(g.pad_w));
+      std::memcpy(row + g.pad_w, u + (nc * g.h + y) * g.w, static_cast<size_t>(g.w));
+      std::memset(row + g.pad_w + g.w, pad, static_cast<size_t>(g.pad_w));
     }
-    std::memset(plane + (g.p.pad_h + g.h) * Wp, pad, static_cast<size_t>(g.p.pad_h * Wp));
+    std::memset(plane + (g.pad_h + g.h) * Wp, pad, static_cast<size_t>(g.pad_h * Wp));
   }
 }
 
@@ -77,20 +77,20 @@ void pad_planes(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* planes) {
 // strided copy (width dilation).
 template <int64_t Word>
 void im2row_padded(const uint8_t* planes, const Geom& g, uint8_t* rows) {
-  const int64_t K = g.K(), Hp = g.h + 2 * g.p.pad_h, Wp = g.w + 2 * g.p.pad_w;
-  const int64_t down = g.p.dil_h * Wp, next_plane = Hp * Wp - g.kh * down;
+  const int64_t K = g.K(), Hp = g.h + 2 * g.pad_h, Wp = g.w + 2 * g.pad_w;
+  const int64_t down = g.dil_h * Wp, next_plane = Hp * Wp - g.kh * down;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t n = 0; n < g.n; ++n)
     for (int64_t oy = 0; oy < g.oh; ++oy)
       for (int64_t ox = 0; ox < g.ow; ++ox) {
         uint8_t* r = rows + ((n * g.oh + oy) * g.ow + ox) * K;
         const uint8_t* const end = r + K;
-        const uint8_t* src = planes + (n * g.c * Hp + oy * g.p.stride_h) * Wp + ox * g.p.stride_w;
+        const uint8_t* src = planes + (n * g.c * Hp + oy * g.stride_h) * Wp + ox * g.stride_w;
         for (int64_t c = 0; c < g.c; ++c, src += next_plane)
           for (int64_t ki = 0; ki < g.kh; ++ki, r += g.kw, src += down) {
             if (Word > 0 && end - r >= Word) std::memcpy(r, src, Word);
             else
-              for (int64_t j = 0; j < g.kw; ++j) r[j] = src[j * g.p.dil_w];
+              for (int64_t j = 0; j < g.kw; ++j) r[j] = src[j * g.dil_w];
           }
       }
 }
@@ -100,10 +100,10 @@ void im2row_padded(const uint8_t* planes, const Geom& g, uint8_t* rows) {
 // rows (M x K): the im2row rows of u.
 void im2row(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* rows) {
   QAT_PROFILE("int8_train.im2row");
-  uint8_t* planes = scratch<uint8_t>(kPlanes, g.n * g.c * (g.h + 2 * g.p.pad_h) * (g.w + 2 * g.p.pad_w) + kPlaneSlack);
+  uint8_t* planes = scratch<uint8_t>(kPlanes, g.n * g.c * (g.h + 2 * g.pad_h) * (g.w + 2 * g.pad_w) + kPlaneSlack);
   pad_planes(u, g, pad, planes);
-  if (g.p.dil_w == 1 && g.kw <= 8) im2row_padded<8>(planes, g, rows);
-  else if (g.p.dil_w == 1 && g.kw <= 16) im2row_padded<16>(planes, g, rows);
+  if (g.dil_w == 1 && g.kw <= 8) im2row_padded<8>(planes, g, rows);
+  else if (g.dil_w == 1 && g.kw <= 16) im2row_padded<16>(planes, g, rows);
   else im2row_padded<0>(planes, g, rows);
 }
 
@@ -117,15 +117,15 @@ void im2col(const uint8_t* u, const Geom& g, uint8_t pad, int8_t* col) {
   for (int64_t k = 0; k < g.K(); ++k) {
     const int64_t c = k / (g.kh * g.kw), ki = (k / g.kw) % g.kh, kj = k % g.kw;
     int8_t* dst = col + k * M;
-    const int64_t x0 = kj * g.p.dil_w - g.p.pad_w;
+    const int64_t x0 = kj * g.dil_w - g.pad_w;
     for (int64_t n = 0; n < g.n; ++n)
       for (int64_t oy = 0; oy < g.oh; ++oy, dst += g.ow) {
-        const int64_t iy = oy * g.p.stride_h - g.p.pad_h + ki * g.p.dil_h;
+        const int64_t iy = oy * g.stride_h - g.pad_h + ki * g.dil_h;
         if (iy < 0 || iy >= g.h) {
           std::memset(dst, static_cast<unsigned char>(pad8), static_cast<size_t>(g.ow));
           continue;
         }
-        gather_run(u + ((n * g.c + c) * g.h + iy) * g.w, g.w, x0, g.p.stride_w, g.ow, pad, dst,
+        gather_run(u + ((n * g.c + c) * g.h + iy) * g.w, g.w, x0, g.stride_w, g.ow, pad, dst,
                    [](uint8_t v) { return static_cast<int8_t>(v ^ 0x80); });
       }
   }
@@ -134,8 +134,8 @@ void im2col(const uint8_t* u, const Geom& g, uint8_t pad, int8_t* col) {
 // The input planes padded on every side, so that each tap of an output
 // position lands inside (no bounds checks): rows h + 2 pad_h, columns
 // w + 2 pad_w.
-int64_t padded_plane_h(const Geom& g) { return g.h + 2 * g.p.pad_h; }
-int64_t padded_plane_w(const Geom& g) { return g.w + 2 * g.p.pad_w; }
+int64_t padded_plane_h(const Geom& g) { return g.h + 2 * g.pad_h; }
+int64_t padded_plane_w(const Geom& g) { return g.w + 2 * g.pad_w; }
 
 // One image's col2im: the rows of its GEMM result acc (P x K, row stride
 // ldc), each less off[k] = 128 * sums[k] when off is given (the packed
@@ -147,15 +147,15 @@ void col2im_image(const int32_t* acc, int64_t ldc, const int64_t* off, const Geo
   for (int64_t oy = 0; oy < g.oh; ++oy)
     for (int64_t ox = 0; ox < g.ow; ++ox) {
       const int32_t* row = acc + (oy * g.ow + ox) * ldc;
-      int64_t* corner = planes + oy * g.p.stride_h * Wp + ox * g.p.stride_w;
+      int64_t* corner = planes + oy * g.stride_h * Wp + ox * g.stride_w;
       for (int64_t c = 0; c < g.c; ++c)
         for (int64_t ki = 0; ki < g.kh; ++ki) {
           const int64_t k0 = c * KK + ki * g.kw;
-          int64_t* at = corner + (c * Hp + ki * g.p.dil_h) * Wp;
+          int64_t* at = corner + (c * Hp + ki * g.dil_h) * Wp;
           if (off)
-            for (int64_t kj = 0; kj < g.kw; ++kj) at[kj * g.p.dil_w] += int64_t{row[k0 + kj]} - off[k0 + kj];
+            for (int64_t kj = 0; kj < g.kw; ++kj) at[kj * g.dil_w] += int64_t{row[k0 + kj]} - off[k0 + kj];
           else
-            for (int64_t kj = 0; kj < g.kw; ++kj) at[kj * g.p.dil_w] += row[k0 + kj];
+            for (int64_t kj = 0; kj < g.kw; ++kj) at[kj * g.dil_w] += row[k0 + kj];
         }
     }
 }
@@ -165,7 +165,7 @@ void scale_to_float(const int64_t* planes, const Geom& g, double s, float* out) 
   const int64_t Hp = padded_plane_h(g), Wp = padded_plane_w(g);
   for (int64_t c = 0; c < g.c; ++c)
     for (int64_t y = 0; y < g.h; ++y) {
-      const int64_t* v = planes + (c * Hp + y + g.p.pad_h) * Wp + g.p.pad_w;
+      const int64_t* v = planes + (c * Hp + y + g.pad_h) * Wp + g.pad_w;
       float* o = out + (c * g.h + y) * g.w;
       for (int64_t x = 0; x < g.w; ++x) o[x] = static_cast<float>(s * static_cast<double>(v[x]));
     }

@@ -8,6 +8,7 @@
 #include "core/ops.h"
 #include "core/profiler.h"
 #include "quant/int8_training/int8_cpu.h"
+#include "quant/int8_training/int8_layer.h"
 #include "quant/int8_training/int8_math.h"
 #if QAT_WITH_CUDA
 #include "quant/int8_training/cuda_twins.h"
@@ -19,33 +20,28 @@ namespace {
 
 using int8_cpu::Geom;
 using int8_cpu::int_forward_who;
-using int8_cpu::is_1x1;
 using int8_cpu::packed_weight_grad;
-using int8_cpu::pad_integer;
+
+// The CPU stages' saved state before the forward: the geometry, the grid and
+// the weight's integers `wi`.
+int8_cpu::CpuStages::Saved cpu_saved(const ActGrid& grid, std::shared_ptr<const QuantCodes> wi, const Geom& g,
+                                     const std::string& who) {
+  QAT_CHECK(wi->rows == g.o && wi->cols == g.K(), who, ": weight codes of ", wi->rows, " x ", wi->cols,
+            " for a weight of ", g.o, " x ", g.K());
+  int8_cpu::CpuStages::Saved sv;
+  sv.g = g, sv.grid = grid, sv.wi = std::move(wi);
+  return sv;
+}
 
 // The layer on integer weights `wi`. w: the autograd input the weight
 // gradient goes to: wq itself (wi recovered from it), or the unquantized
-// weight (wi from forward_codes: the clipped STE applied here).
+// weight (wi from forward_codes: the clipped STE applied to its gradient).
 Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& w, std::shared_ptr<const QuantCodes> wi,
                   bool apply_ste, const Tensor& bias, const Geom& g, const std::shared_ptr<Int8GradState>& state) {
-  int8_cpu::IntForward f = int8_cpu::integer_forward(x, grid, *wi, bias, g, int8_training_who(state->layer()));
-  if (!(packed_weight_grad(g) && w.requires_grad())) f.rows = Tensor();  // not needed after the forward
-  return record(f.y, "int8_layer", {&x, &w, &bias},
-                [u = f.u, rows_t = f.rows, wi, apply_ste, grid, g, pad = f.pad, state, xs = x.sizes(),
-                 ws = w.sizes()](const Tensor& gy, const NeedGrad& need) {
-                  // (the kernel may have been changed since the forward: tests)
-                  const uint8_t* kept = !packed_weight_grad(g) ? nullptr
-                                        : rows_t.defined()     ? rows_t.data<uint8_t>()
-                                        : is_1x1(g)            ? u->data()
-                                                               : nullptr;
-                  TensorList r = int8_cpu::backward(gy, *u, kept, grid, *wi, g, pad, *state, need, xs, ws);
-                  if (apply_ste && r[1].defined() && !wi->clipped.empty()) {
-                    // dw = dwq * mask, as fake_quantize's backward (NaN * 0 stays NaN).
-                    float* pd = r[1].data<float>();
-                    for (const int64_t i : wi->clipped) pd[i] *= 0.f;
-                  }
-                  return r;
-                });
+  int8_cpu::CpuStages::Saved sv = cpu_saved(grid, std::move(wi), g, int8_training_who(state->layer()));
+  sv.apply_ste = apply_ste;
+  sv.keep_rows = packed_weight_grad(g) && w.requires_grad();
+  return int8_steps::layer(int8_cpu::CpuStages{}, std::move(sv), x, w, bias, state);
 }
 void check_k(const Geom& g, const std::string& who) {
   QAT_CHECK(g.K() <= (int64_t{1} << 16) && g.o <= (int64_t{1} << 16), who, ": K = ", g.K(), " and ", g.o,
@@ -56,7 +52,8 @@ Geom conv_geom(const Tensor& x, const Tensor& w, const Conv2dParams& p, const st
   QAT_CHECK(x.dim() == 4 && w.dim() == 4 && p.groups == 1 && x.size(1) == w.size(1), who,
             ": expected input (N,C,H,W) and weight (O,C,KH,KW) with groups 1, got ", x.sizes(), " and ", w.sizes(),
             " groups ", p.groups);
-  Geom g{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), 0, 0, p};
+  Geom g{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), 0,          0,
+         p.stride_h, p.stride_w, p.pad_h,   p.pad_w,   p.dil_h,   p.dil_w};
   g.oh = conv_out_size(g.h, g.kh, p.stride_h, p.pad_h, p.dil_h, "int8_conv2d");
   g.ow = conv_out_size(g.w, g.kw, p.stride_w, p.pad_w, p.dil_w, "int8_conv2d");
   check_k(g, who);
@@ -67,7 +64,7 @@ Geom conv_geom(const Tensor& x, const Tensor& w, const Conv2dParams& p, const st
 Geom linear_geom(const Tensor& x, const Tensor& w, const std::string& who) {
   QAT_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), who,
             ": expected input (N,K) and weight (O,K), got ", x.sizes(), " and ", w.sizes());
-  Geom g{x.size(0), x.size(1), 1, 1, w.size(0), 1, 1, 1, 1, Conv2dParams{}};
+  Geom g{x.size(0), x.size(1), 1, 1, w.size(0), 1, 1, 1, 1, 1, 1, 0, 0, 1, 1};
   check_k(g, who);
   return g;
 }
@@ -82,13 +79,6 @@ void check_one_device(const Tensor& x, const Tensor& wq, const Tensor& bias, con
 #endif
 }
 
-#if QAT_WITH_CUDA
-int8_math::Geometry device_geometry(const Geom& g) {
-  return {g.n,          g.c,          g.h,        g.w,        g.o,        g.kh,       g.kw,      g.oh,
-          g.ow,         g.p.stride_h, g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dil_h, g.p.dil_w};
-}
-#endif
-
 // The layer on the device (x on cuda): the CUDA twin (int8_device.h), after
 // the CPU op's checks.
 Tensor on_device(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
@@ -97,8 +87,7 @@ Tensor on_device(const Tensor& x, const ActGrid& grid, const Tensor& wq, const T
   check_one_device(x, wq, bias, who);
 #if QAT_WITH_CUDA
   // The padding's integer is checked after the weight and the input, as the CPU op does.
-  return cuda_twin::int8_layer(x, grid, wq, w_scale, bias, device_geometry(g),
-                               [&] { return pad_integer(grid, g, who); }, state);
+  return cuda_twin::int8_layer(x, grid, wq, w_scale, bias, g, state);
 #else
   return Tensor();  // (check_one_device refused it)
 #endif
@@ -119,11 +108,14 @@ std::shared_ptr<const QuantCodes> integers_of(const Tensor& wq, const Tensor& w_
 // Y of the integer forward (Note [integer forward of QAT layers]) on x's device.
 Tensor integer_forward_values(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
                               const Tensor& bias, const Geom& g, const std::string& who) {
-  if (x.device() == Device::cpu) return int8_cpu::integer_forward(x, grid, *integers_of(wq, w_scale, g, who), bias, g, who).y;
+  if (x.device() == Device::cpu) {
+    int8_cpu::CpuStages s;
+    int8_cpu::CpuStages::Saved sv = cpu_saved(grid, integers_of(wq, w_scale, g, who), g, who);
+    return int8_steps::forward(s, sv, x, bias, who);
+  }
   check_one_device(x, wq, bias, who);
 #if QAT_WITH_CUDA
-  return cuda_twin::int_forward_values(x, grid, wq, w_scale, bias, device_geometry(g),
-                                       [&] { return pad_integer(grid, g, who); }, who);
+  return cuda_twin::int_forward_values(x, grid, wq, w_scale, bias, g, who);
 #else
   return Tensor();  // (check_one_device refused it)
 #endif

@@ -7,17 +7,15 @@
 namespace qat::quant::cuda_twin {
 
 Tensor int8_layer(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
-                  const int8_math::Geometry& g, const std::function<uint8_t()>& pad_of,
-                  const std::shared_ptr<Int8GradState>& state) {
+                  const int8_math::Geometry& g, const std::shared_ptr<Int8GradState>& state) {
   cuda_exec::CudaExec ex;
-  return int8_device::int8_layer(ex, x, grid, wq, w_scale, bias, g, pad_of, state);
+  return int8_device::int8_layer(ex, x, grid, wq, w_scale, bias, g, state);
 }
 
 Tensor int_forward_values(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
-                          const Tensor& bias, const int8_math::Geometry& g, const std::function<uint8_t()>& pad_of,
-                          const std::string& who) {
+                          const Tensor& bias, const int8_math::Geometry& g, const std::string& who) {
   cuda_exec::CudaExec ex;
-  return int8_device::integer_forward_values(ex, x, grid, wq, w_scale, bias, g, pad_of, who);
+  return int8_device::integer_forward_values(ex, x, grid, wq, w_scale, bias, g, who);
 }
 
 }  // namespace qat::quant::cuda_twin

@@ -120,8 +120,7 @@ int8_math::Geometry geometry(const Case& c) {
 Tensor emulated_op(const Case& c, const Tensor& x, const Tensor& w, const Tensor& s, const Tensor& b,
                    const std::shared_ptr<Int8GradState>& st) {
   testing::HostExec ex;
-  const uint8_t pad = static_cast<uint8_t>(std::nearbyint(c.grid.zero));  // (the cases' zero points allow it)
-  Tensor y = int8_device::int8_layer(ex, x, c.grid, w, s, b, geometry(c), [pad] { return pad; }, st);
+  Tensor y = int8_device::int8_layer(ex, x, c.grid, w, s, b, geometry(c), st);
   return c.x.size() == 2 ? reshape(y, {c.x[0], c.w[0]}) : y;
 }
 

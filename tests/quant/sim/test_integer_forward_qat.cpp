@@ -136,9 +136,8 @@ Tensor emulated_values(const Case& c, const Operands& op) {
          conv_out_size(c.x[2], c.w[2], p.stride_h, p.pad_h, p.dil_h, "test"),
          conv_out_size(c.x[3], c.w[3], p.stride_w, p.pad_w, p.dil_w, "test"),
          p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dil_h, p.dil_w};
-  const uint8_t pad = static_cast<uint8_t>(std::nearbyint(c.grid.zero));
   Tensor y = int8_device::integer_forward_values(ex, op.x, c.grid, op.wq, op.scales, op.bias, g,
-                                                 [pad] { return pad; }, "quant.integer_forward: layer features.3");
+                                                 "quant.integer_forward: layer features.3");
   return c.linear() ? reshape(y, {c.x[0], c.w[0]}) : y;
 }
 
