@@ -1,7 +1,8 @@
 #pragma once
 // INT8 training's stages on the CPU (CpuStages; int8_layer.h runs the
-// layer's steps on them), its pieces by concern: the NCHW byte layouts
-// (int8_layout.cpp), the forward (int8_cpu_forward.cpp), the gradient
+// layer's steps on them), its pieces by concern: the forward
+// (int8_cpu_forward.cpp; the NCHW byte layouts are the integer model's,
+// quant/integer/byte_layout.h), the gradient
 // quantization and backward GEMMs (int8_cpu_backward.cpp), and what they
 // share: the geometry, the kernel choice and the per-thread buffers.
 // Internal to quant/int8_training.
@@ -16,6 +17,7 @@
 #include "core/window.h"
 #include "quant/int8_training/int8_math.h"
 #include "quant/int8_training/int8_ops.h"
+#include "quant/integer/byte_layout.h"
 #include "quant/integer/int8_gemm.h"
 
 namespace qat::quant::int8_cpu {
@@ -43,7 +45,7 @@ bool packed_weight_grad(const Geom& g);
 // Per-thread buffers reused across steps (AlexNet's classifier needs 150 MB
 // of accumulators: a fresh zeroed vector every step page-faults and clears
 // all of it). Contents are garbage on return.
-enum Slot { kRows, kAcc, kCol, kWt, kSum, kPlanes, kSlots };
+enum Slot { kRows, kAcc, kCol, kWt, kSum, kSlots };
 template <class T>
 inline T* scratch(Slot slot, int64_t n) {
   thread_local std::vector<unsigned char> bufs[kSlots];
@@ -53,20 +55,12 @@ inline T* scratch(Slot slot, int64_t n) {
   return reinterpret_cast<T*>(b.data());
 }
 
-// ---------------------------------------------------------------- layouts (int8_layout.cpp)
-// dst (cols, rows) = src (rows, cols)^T for bytes.
-void transpose_bytes(const int8_t* src, int64_t rows, int64_t cols, int8_t* dst);
-// rows (M x K): the im2row rows of u (N, C, H, W), `pad` outside.
-void im2row(const uint8_t* u, const Geom& g, uint8_t pad, uint8_t* rows);
-// col (K, M): the transpose of rows, stored as u - 128 (s8).
-void im2col(const uint8_t* u, const Geom& g, uint8_t pad, int8_t* col);
-// The input planes padded on every side (rows h + 2 pad_h, columns w + 2 pad_w).
-int64_t padded_plane_h(const Geom& g);
-int64_t padded_plane_w(const Geom& g);
-// One image's col2im of its GEMM rows acc (P x K, stride ldc, less off[k]
-// when given) into its padded planes in int64; then their inside times s.
-void col2im_image(const int32_t* acc, int64_t ldc, const int64_t* off, const Geom& g, int64_t* planes);
-void scale_to_float(const int64_t* planes, const Geom& g, double s, float* out);
+// ---------------------------------------------------------------- layouts
+// The layer's window as the byte layouts take it (quant/integer/byte_layout.h:
+// im2row_nchw, im2col_nchw, col2im_nchw, with g.n images).
+inline Im2RowShape window_of(const Geom& g) {
+  return {g.h, g.w, g.c, g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dil_h, g.dil_w, g.oh, g.ow};
+}
 
 // ---------------------------------------------------------------- stages (int8_layer.h)
 // How the integer forward's errors name a layer (INT8 training's: int8_training_who).

@@ -124,7 +124,7 @@ Tensor weight_grad_unpacked(const std::vector<uint8_t>& u, const ActGrid& grid, 
                             float scale_g, const Geom& g, uint8_t pad, GemmKernel kernel) {
   const int64_t M = g.M(), K = g.K(), O = g.o;
   int8_t* col = scratch<int8_t>(kCol, K * M);
-  im2col(u.data(), g, pad, col);
+  im2col_nchw(u.data(), window_of(g), g.n, pad, col);
   constexpr int64_t kChunk = int64_t{1} << 16;
   int32_t* acc = scratch<int32_t>(kAcc, O * K);
   std::vector<int32_t> colsum(static_cast<size_t>(K));
@@ -196,7 +196,7 @@ Tensor col2im_scaled(const int32_t* acc, int64_t ldc, const int32_t* sums, float
   Tensor dx = Tensor::empty({g.n, g.c, g.h, g.w});
   float* pd = dx.data<float>();
   const int64_t pixels = g.c * g.h * g.w, P = g.P(), K = g.K();
-  const int64_t padded = g.c * padded_plane_h(g) * padded_plane_w(g);
+  const int64_t padded = padded_planes_elems(window_of(g));
   const double s = static_cast<double>(scale_gx);
   std::vector<int64_t> off(sums ? static_cast<size_t>(K) : 0);
   for (int64_t k = 0; k < static_cast<int64_t>(off.size()); ++k) off[k] = 128 * int64_t{sums[k]};
@@ -204,8 +204,8 @@ Tensor col2im_scaled(const int32_t* acc, int64_t ldc, const int32_t* sums, float
   for (int64_t n = 0; n < g.n; ++n) {
     const int32_t* rows = tile(n, acc ? acc + n * P * ldc : nullptr);
     int64_t* planes = scratch<int64_t>(kSum, padded);
-    col2im_image(rows, ldc, sums ? off.data() : nullptr, g, planes);
-    scale_to_float(planes, g, s, pd + n * pixels);
+    col2im_nchw(rows, ldc, sums ? off.data() : nullptr, window_of(g), planes);
+    planes_to_float(planes, window_of(g), s, pd + n * pixels);
   }
   return dx;
 }

@@ -167,7 +167,7 @@ Tensor CpuStages::forward_gemm(Saved& sv, const Tensor& bias) const {
   Tensor kept;
   if (!is_1x1(g)) {
     kept = Tensor::empty({g.M() * g.K()}, DType::u8);
-    im2row(sv.u->data(), g, sv.pad, kept.data<uint8_t>());
+    im2row_nchw(sv.u->data(), window_of(g), g.n, sv.pad, kept.data<uint8_t>());
     rows = kept.data<uint8_t>();
   }
   Tensor y = forward_int(rows, sv.grid, *sv.wi, bias, g);

@@ -8,33 +8,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "quant/integer/byte_layout.h"
 #include "quant/integer/requant.h"
 
 namespace qat::quant {
 
-// Patches of an NHWC image as rows: row (oh, ow) holds the KH x KW x C window
-// in (kh, kw, c) order, `pad_value` (the input zero point: real 0) outside.
-struct Im2RowShape {
-  int64_t h, w, c, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, out_h, out_w;
-};
-void im2row_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_t* rows);
-// Output positions [first, first + count) only (rows[0] is position `first`).
-void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, int64_t first, int64_t count,
-                     uint8_t* rows);
-
-// The same patches from a copy of the image padded on every side
-// (pad_image_u8), for kernel rows of at most 64 contiguous bytes (dilation 1
-// along the width; AlexNet's conv1: 11 x 3 = 33 bytes) on CPUs with
-// AVX-512BW: each kernel row is one 64-byte load and store, no bounds checks.
-// A store's bytes past its kernel row are overwritten by the next row's, so
-// `rows` needs kIm2RowSlack bytes past the last patch, and the padded image
-// as many past its end (padded_image_bytes counts them).
-constexpr int64_t kIm2RowSlack = 64;
-bool im2row_padded_applies(const Im2RowShape& s);
-int64_t padded_image_bytes(const Im2RowShape& s);
-void pad_image_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_t* padded);
-void im2row_u8_padded_range(const uint8_t* padded, const Im2RowShape& s, int64_t first, int64_t count,
-                            uint8_t* rows);
+// (The patches of an NHWC image, im2row_u8 and its padded form: byte_layout.h.)
 
 // Output stage of one row of int32 accumulators (n output channels):
 //   out[c] = clamp(z_out + requant(acc[c] + bias[c], m0[c], shift[c], residual[c]), lo, hi)

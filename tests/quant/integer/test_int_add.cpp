@@ -174,7 +174,7 @@ TEST_CASE("integer add against the float fake-quant model: one step apart at mos
   }
 }
 
-TEST_CASE("integer add on the CPU executor: every element by the rule; shapes and grids checked",
+TEST_CASE("integer add on the CPU executor: every element by the rule, shapes and grids checked",
           "[quant][integer][add]") {
   const AddCase c = cases()[2];
   const AddRequant r = make_add_requant(c.a, c.b, c.y, false, "layer1.0.add");

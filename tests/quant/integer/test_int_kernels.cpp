@@ -165,10 +165,6 @@ TEST_CASE("im2row equals a per-element gather on random shapes", "[quant][intege
 // slack: conv1's shape, C = 1, rows of exactly 64 bytes, strides, padding
 // on one side, dilation along the height.
 TEST_CASE("im2row from a padded image equals the general im2row", "[quant][integer]") {
-  if (!cpu_has_avx512bw()) {
-    WARN("no AVX-512BW here: the padded-image im2row is not used on this CPU, nothing to compare");
-    return;
-  }
   std::mt19937 rng(11);
   std::vector<Im2RowShape> shapes = {
       {35, 35, 3, 11, 11, 4, 4, 2, 2, 1, 1, 8, 8},   // conv1-like
@@ -200,6 +196,64 @@ TEST_CASE("im2row from a padded image equals the general im2row", "[quant][integ
       std::vector<uint8_t> got(static_cast<size_t>(count * K + kIm2RowSlack), 0xEE);
       im2row_u8_padded_range(padded.data(), s, first, count, got.data());
       REQUIRE(std::equal(got.begin(), got.begin() + count * K, want.begin() + first * K));
+      REQUIRE(std::all_of(got.begin() + count * K, got.end(), [](uint8_t v) { return v == 0xEE; }));  // (inside)
     }
+  }
+}
+
+// The NCHW layouts of INT8 training (byte_layout.h) against the definition,
+// element by element: kernel rows of 1 to 80 bytes (each word size of the
+// shared window copy, and the exact copies past 64), dilation along both
+// sides, padding, strides, two images.
+TEST_CASE("NCHW im2row, im2col and col2im equal their definitions", "[quant][integer]") {
+  std::mt19937 rng(12);
+  const std::vector<Im2RowShape> shapes = {
+      {6, 9, 3, 3, 3, 1, 1, 1, 1, 1, 1, 6, 9},       // 3-byte runs, padded
+      {12, 12, 2, 2, 11, 2, 1, 1, 5, 1, 1, 7, 12},   // 11 bytes: 16-byte words
+      {5, 40, 1, 2, 24, 1, 3, 0, 4, 1, 1, 4, 9},     // 24 bytes: 32-byte words
+      {4, 70, 2, 1, 64, 1, 2, 0, 0, 1, 1, 4, 4},     // exactly 64
+      {3, 90, 1, 2, 80, 1, 5, 1, 0, 1, 1, 4, 3},     // 80: exact copies
+      {11, 13, 2, 3, 3, 2, 2, 2, 3, 2, 3, 6, 7},     // dilation on both sides
+  };
+  for (const Im2RowShape& s : shapes) {
+    INFO("image " << s.h << "x" << s.w << "x" << s.c << " kernel " << s.kh << "x" << s.kw);
+    const int64_t n = 2, K = s.c * s.kh * s.kw, P = s.out_h * s.out_w, M = n * P;
+    REQUIRE((s.h + 2 * s.pad_h - s.dil_h * (s.kh - 1) - 1) / s.stride_h + 1 == s.out_h);
+    REQUIRE((s.w + 2 * s.pad_w - s.dil_w * (s.kw - 1) - 1) / s.stride_w + 1 == s.out_w);
+    std::vector<uint8_t> u(static_cast<size_t>(n * s.c * s.h * s.w));
+    for (auto& v : u) v = static_cast<uint8_t>(rng());
+    const uint8_t pad = 77;
+    auto at = [&](int64_t m, int64_t k) -> uint8_t {  // the definition
+      const int64_t i = m / P, oy = (m % P) / s.out_w, ox = m % s.out_w;
+      const int64_t c = k / (s.kh * s.kw), ki = (k / s.kw) % s.kh, kj = k % s.kw;
+      const int64_t y = oy * s.stride_h - s.pad_h + ki * s.dil_h, x = ox * s.stride_w - s.pad_w + kj * s.dil_w;
+      return y < 0 || y >= s.h || x < 0 || x >= s.w ? pad : u[((i * s.c + c) * s.h + y) * s.w + x];
+    };
+    std::vector<uint8_t> rows(static_cast<size_t>(M * K));
+    im2row_nchw(u.data(), s, n, pad, rows.data());
+    std::vector<int8_t> col(static_cast<size_t>(K * M));
+    im2col_nchw(u.data(), s, n, pad, col.data());
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) {
+        REQUIRE(rows[m * K + k] == at(m, k));
+        REQUIRE(col[k * M + m] == static_cast<int8_t>(at(m, k) - 128));
+      }
+    // col2im of image 1's rows of values: each input pixel sums the values of
+    // the (position, tap) pairs that read it.
+    std::vector<int32_t> acc(static_cast<size_t>(P * K));
+    for (auto& v : acc) v = static_cast<int32_t>(rng() % 2001) - 1000;
+    std::vector<int64_t> planes(static_cast<size_t>(padded_planes_elems(s)));
+    col2im_nchw(acc.data(), K, nullptr, s, planes.data());
+    std::vector<float> dx(static_cast<size_t>(s.c * s.h * s.w));
+    planes_to_float(planes.data(), s, 0.5, dx.data());
+    std::vector<int64_t> want(dx.size(), 0);
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t c = k / (s.kh * s.kw), ki = (k / s.kw) % s.kh, kj = k % s.kw;
+        const int64_t y = (p / s.out_w) * s.stride_h - s.pad_h + ki * s.dil_h;
+        const int64_t x = (p % s.out_w) * s.stride_w - s.pad_w + kj * s.dil_w;
+        if (y >= 0 && y < s.h && x >= 0 && x < s.w) want[(c * s.h + y) * s.w + x] += acc[p * K + k];
+      }
+    for (size_t i = 0; i < dx.size(); ++i) REQUIRE(dx[i] == static_cast<float>(0.5 * static_cast<double>(want[i])));
   }
 }

@@ -1,0 +1,269 @@
+// The byte layouts (Note [byte layouts]): NHWC for the integer model, NCHW
+// for INT8 training, on one padding and one window copy.
+#include "quant/integer/byte_layout.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/error.h"
+#include "core/profiler.h"
+
+namespace qat::quant {
+
+namespace {
+
+// n <= 64 bytes in one masked load/store (no call, no overrun).
+__attribute__((target("avx512f,avx512bw"))) inline void copy_upto64(uint8_t* dst, const uint8_t* src, int64_t n) {
+  const __mmask64 m = n >= 64 ? ~0ULL : (1ULL << n) - 1;
+  _mm512_mask_storeu_epi8(dst, m, _mm512_maskz_loadu_epi8(m, src));
+}
+
+// Bytes read past the last padded plane by the word copies of window_rows.
+constexpr int64_t kPlaneSlack = 64;
+
+// One kernel row of `run` contiguous bytes: a copy of Word bytes (its bytes
+// past the run are overwritten by the next runs' copies) unless fewer than
+// Word bytes are left to the row's end, then exact, so that no copy reaches
+// into the next row (which another thread may have written already).
+template <int64_t Word>
+inline void copy_run(uint8_t* r, const uint8_t* src, int64_t run, const uint8_t* end) {
+  if (end - r >= Word) std::memcpy(r, src, Word);
+  else std::memcpy(r, src, static_cast<size_t>(run));
+}
+
+// Word 0: each of the kw chunks copied exactly (width dilation, or long runs).
+template <int64_t Word>
+void window_rows_t(const uint8_t* planes, const PaddedPlanes& pp, int64_t first, int64_t count, uint8_t* rows) {
+  const int64_t K = pp.row_len(), run = pp.run_bytes(), next_plane = pp.plane_bytes() - pp.kh * pp.down;
+  for (int64_t p = first; p < first + count; ++p) {
+    uint8_t* r = rows + (p - first) * K;
+    const uint8_t* const end = r + K;
+    const uint8_t* src = planes + (p / pp.out_w) * pp.step_y + (p % pp.out_w) * pp.step_x;
+    for (int64_t c = 0; c < pp.planes; ++c, src += next_plane)
+      for (int64_t ki = 0; ki < pp.kh; ++ki, r += run, src += pp.down) {
+        if constexpr (Word > 0) {
+          copy_run<Word>(r, src, run, end);
+        } else {
+          if (pp.chunk == 1)
+            for (int64_t j = 0; j < pp.kw; ++j) r[j] = src[j * pp.gap];
+          else
+            for (int64_t j = 0; j < pp.kw; ++j)
+              std::memcpy(r + j * pp.chunk, src + j * pp.gap, static_cast<size_t>(pp.chunk));
+        }
+      }
+  }
+}
+
+// dst[j] = f(xrow[x0 + j step]) for j < count, f(pad) where x0 + j step falls
+// outside [0, w): one input row's run of a window, copied whole when it is
+// contiguous and inside.
+template <class T, class F>
+inline void gather_run(const uint8_t* xrow, int64_t w, int64_t x0, int64_t step, int64_t count, uint8_t pad, T* dst,
+                       F f) {
+  if (step == 1 && x0 >= 0 && x0 + count <= w) {
+    for (int64_t j = 0; j < count; ++j) dst[j] = f(xrow[x0 + j]);
+    return;
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t ix = x0 + j * step;
+    dst[j] = f(ix >= 0 && ix < w ? xrow[ix] : pad);
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- shared
+PaddedPlanes nhwc_planes(const Im2RowShape& s) {
+  const int64_t row_bytes = (s.w + 2 * s.pad_w) * s.c;
+  return {1,           s.h + 2 * s.pad_h,     row_bytes, s.kw, s.c, s.dil_w * s.c, s.kh, s.dil_h * row_bytes,
+          s.stride_w * s.c, s.stride_h * row_bytes, s.out_w};
+}
+
+PaddedPlanes nchw_planes(const Im2RowShape& s) {
+  const int64_t row_bytes = s.w + 2 * s.pad_w;
+  return {s.c,        s.h + 2 * s.pad_h,     row_bytes, s.kw, 1, s.dil_w, s.kh, s.dil_h * row_bytes,
+          s.stride_w, s.stride_h * row_bytes, s.out_w};
+}
+
+void pad_plane_u8(const uint8_t* src, int64_t rows, int64_t row_bytes, int64_t pad_rows, int64_t pad_bytes,
+                  uint8_t value, uint8_t* dst) {
+  const int64_t width = row_bytes + 2 * pad_bytes;
+  std::memset(dst, value, static_cast<size_t>(pad_rows * width));
+  for (int64_t y = 0; y < rows; ++y) {
+    uint8_t* row = dst + (y + pad_rows) * width;
+    std::memset(row, value, static_cast<size_t>(pad_bytes));
+    std::memcpy(row + pad_bytes, src + y * row_bytes, static_cast<size_t>(row_bytes));
+    std::memset(row + pad_bytes + row_bytes, value, static_cast<size_t>(pad_bytes));
+  }
+  std::memset(dst + (pad_rows + rows) * width, value, static_cast<size_t>(pad_rows * width));
+}
+
+void window_rows(const uint8_t* planes, const PaddedPlanes& pp, int64_t first, int64_t count, uint8_t* rows) {
+  const int64_t run = pp.run_bytes();
+  if (!pp.contiguous() || run > 64) return window_rows_t<0>(planes, pp, first, count, rows);
+  if (run <= 8) return window_rows_t<8>(planes, pp, first, count, rows);
+  if (run <= 16) return window_rows_t<16>(planes, pp, first, count, rows);
+  if (run <= 32) return window_rows_t<32>(planes, pp, first, count, rows);
+  window_rows_t<64>(planes, pp, first, count, rows);
+}
+
+// ---------------------------------------------------------------- NHWC
+void im2row_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_t* rows) {
+  im2row_u8_range(x, s, pad_value, 0, s.out_h * s.out_w, rows);
+}
+
+void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, int64_t first, int64_t count,
+                     uint8_t* rows) {
+  const int64_t K = s.kh * s.kw * s.c, span = s.kw * s.c;
+  const bool small_span = span <= 64 && cpu_has_avx512bw();
+  for (int64_t p = first; p < first + count; ++p) {
+    const int64_t oh = p / s.out_w, ow = p % s.out_w;
+    uint8_t* row = rows + (p - first) * K;
+    const int64_t iw0 = ow * s.stride_w - s.pad_w;
+    // With dilation 1 a kernel row is kw adjacent pixels: one copy of kw*C
+    // bytes when it lies inside the image (small C would otherwise mean
+    // thousands of tiny copies per output).
+    const bool row_inside = s.dil_w == 1 && iw0 >= 0 && iw0 + s.kw <= s.w;
+    for (int64_t i = 0; i < s.kh; ++i) {
+      const int64_t ih = oh * s.stride_h - s.pad_h + i * s.dil_h;
+      uint8_t* dst = row + i * span;
+      if (ih < 0 || ih >= s.h) {
+        std::memset(dst, pad_value, static_cast<size_t>(span));
+        continue;
+      }
+      const uint8_t* src = x + ih * s.w * s.c;
+      if (row_inside) {
+        if (small_span) copy_upto64(dst, src + iw0 * s.c, span);
+        else std::memcpy(dst, src + iw0 * s.c, static_cast<size_t>(span));
+        continue;
+      }
+      for (int64_t j = 0; j < s.kw; ++j) {
+        const int64_t iw = iw0 + j * s.dil_w;
+        if (iw < 0 || iw >= s.w) std::memset(dst + j * s.c, pad_value, static_cast<size_t>(s.c));
+        else std::memcpy(dst + j * s.c, src + iw * s.c, static_cast<size_t>(s.c));
+      }
+    }
+  }
+}
+
+bool im2row_padded_applies(const Im2RowShape& s) { return s.dil_w == 1 && s.kw * s.c <= 64; }
+
+int64_t padded_image_bytes(const Im2RowShape& s) {
+  return (s.h + 2 * s.pad_h) * (s.w + 2 * s.pad_w) * s.c + kIm2RowSlack;
+}
+
+void pad_image_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_t* padded) {
+  pad_plane_u8(x, s.h, s.w * s.c, s.pad_h, s.pad_w * s.c, pad_value, padded);
+  std::memset(padded + padded_image_bytes(s) - kIm2RowSlack, pad_value, kIm2RowSlack);
+}
+
+void im2row_u8_padded_range(const uint8_t* padded, const Im2RowShape& s, int64_t first, int64_t count,
+                            uint8_t* rows) {
+  QAT_CHECK(im2row_padded_applies(s), "im2row_u8_padded_range: kernel rows of ", s.kw * s.c,
+            " bytes with width dilation ", s.dil_w, " need the general im2row");
+  window_rows(padded, nhwc_planes(s), first, count, rows);
+}
+
+// ---------------------------------------------------------------- NCHW
+int64_t padded_planes_elems(const Im2RowShape& s) { return s.c * (s.h + 2 * s.pad_h) * (s.w + 2 * s.pad_w); }
+
+void im2row_nchw(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, uint8_t* rows) {
+  QAT_PROFILE("int8_train.im2row");
+  // The (n, c) planes padded, and kPlaneSlack bytes past the last: every tap
+  // of every output position then reads inside.
+  const PaddedPlanes pp = nchw_planes(s);
+  const int64_t planes_bytes = n * s.c * pp.plane_bytes();
+  thread_local std::vector<uint8_t> buffer;
+  if (buffer.size() < static_cast<size_t>(planes_bytes + kPlaneSlack))
+    buffer.resize(static_cast<size_t>(planes_bytes + kPlaneSlack));
+  uint8_t* planes = buffer.data();
+  std::memset(planes + planes_bytes, pad, kPlaneSlack);
+#pragma omp parallel for schedule(static)
+  for (int64_t nc = 0; nc < n * s.c; ++nc)
+    pad_plane_u8(u + nc * s.h * s.w, s.h, s.w, s.pad_h, s.pad_w, pad, planes + nc * pp.plane_bytes());
+  const int64_t K = pp.row_len();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t oy = 0; oy < s.out_h; ++oy)
+      window_rows(planes + i * s.c * pp.plane_bytes(), pp, oy * s.out_w, s.out_w,
+                  rows + (i * s.out_h + oy) * s.out_w * K);
+}
+
+// Built directly, stored as u - 128 (s8) for the s8 x s8 weight-gradient
+// GEMM (u ^ 0x80 is u - 128 in two's complement).
+void im2col_nchw(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, int8_t* col) {
+  QAT_PROFILE("int8_train.im2col");
+  const int64_t M = n * s.out_h * s.out_w, K = s.c * s.kh * s.kw;
+  const int8_t pad8 = static_cast<int8_t>(pad ^ 0x80);
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t c = k / (s.kh * s.kw), ki = (k / s.kw) % s.kh, kj = k % s.kw;
+    int8_t* dst = col + k * M;
+    const int64_t x0 = kj * s.dil_w - s.pad_w;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t oy = 0; oy < s.out_h; ++oy, dst += s.out_w) {
+        const int64_t iy = oy * s.stride_h - s.pad_h + ki * s.dil_h;
+        if (iy < 0 || iy >= s.h) {
+          std::memset(dst, static_cast<unsigned char>(pad8), static_cast<size_t>(s.out_w));
+          continue;
+        }
+        gather_run(u + ((i * s.c + c) * s.h + iy) * s.w, s.w, x0, s.stride_w, s.out_w, pad, dst,
+                   [](uint8_t v) { return static_cast<int8_t>(v ^ 0x80); });
+      }
+  }
+}
+
+void col2im_nchw(const int32_t* acc, int64_t ldc, const int64_t* off, const Im2RowShape& s, int64_t* planes) {
+  const int64_t Hp = s.h + 2 * s.pad_h, Wp = s.w + 2 * s.pad_w, KK = s.kh * s.kw;
+  std::fill(planes, planes + s.c * Hp * Wp, int64_t{0});
+  for (int64_t oy = 0; oy < s.out_h; ++oy)
+    for (int64_t ox = 0; ox < s.out_w; ++ox) {
+      const int32_t* row = acc + (oy * s.out_w + ox) * ldc;
+      int64_t* corner = planes + oy * s.stride_h * Wp + ox * s.stride_w;
+      for (int64_t c = 0; c < s.c; ++c)
+        for (int64_t ki = 0; ki < s.kh; ++ki) {
+          const int64_t k0 = c * KK + ki * s.kw;
+          int64_t* at = corner + (c * Hp + ki * s.dil_h) * Wp;
+          if (off)
+            for (int64_t kj = 0; kj < s.kw; ++kj) at[kj * s.dil_w] += int64_t{row[k0 + kj]} - off[k0 + kj];
+          else
+            for (int64_t kj = 0; kj < s.kw; ++kj) at[kj * s.dil_w] += row[k0 + kj];
+        }
+    }
+}
+
+void planes_to_float(const int64_t* planes, const Im2RowShape& s, double scale, float* out) {
+  const int64_t Hp = s.h + 2 * s.pad_h, Wp = s.w + 2 * s.pad_w;
+  for (int64_t c = 0; c < s.c; ++c)
+    for (int64_t y = 0; y < s.h; ++y) {
+      const int64_t* v = planes + (c * Hp + y + s.pad_h) * Wp + s.pad_w;
+      float* o = out + (c * s.h + y) * s.w;
+      for (int64_t x = 0; x < s.w; ++x) o[x] = static_cast<float>(scale * static_cast<double>(v[x]));
+    }
+}
+
+// 64 x 64 tiles read by rows into a local block and written by rows, so both
+// sides stream (the strided element-wise version cost 160 ms a step on
+// AlexNet's classifier).
+void transpose_bytes(const int8_t* src, int64_t rows, int64_t cols, int8_t* dst) {
+  constexpr int64_t B = 64;
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < cols; c0 += B) {
+    alignas(64) int8_t tile[B][B];
+    const int64_t cn = std::min(B, cols - c0);
+    for (int64_t r0 = 0; r0 < rows; r0 += B) {
+      const int64_t rn = std::min(B, rows - r0);
+      for (int64_t r = 0; r < rn; ++r) std::memcpy(tile[r], src + (r0 + r) * cols + c0, static_cast<size_t>(cn));
+      for (int64_t c = 0; c < cn; ++c) {
+        int8_t* d = dst + (c0 + c) * rows + r0;
+        for (int64_t r = 0; r < rn; ++r) d[r] = tile[r][c];
+      }
+    }
+  }
+}
+
+}  // namespace qat::quant

@@ -1,0 +1,86 @@
+#pragma once
+// The byte layouts of u8 activations around the integer GEMMs, one set for
+// the integer model (NHWC images) and INT8 training (NCHW batches).
+//
+// Note [byte layouts]
+// Both layouts are padded planes read through a window. An NHWC image is
+// one plane of h rows of w*c bytes, and an output position's window is kh
+// runs of kw*c bytes in it; an NCHW image is c planes of h rows of w bytes,
+// the window kh runs of kw bytes in each. So one padding (pad_plane_u8) and
+// one window copy (window_rows: each run one word-sized move, exact at a
+// row's end) serve both: PaddedPlanes says which layout's planes they are.
+// Only INT8 training's backward needs the rest (NCHW): the transposed rows
+// (im2col), their scatter back (col2im) and the byte transpose.
+#include <cstdint>
+
+namespace qat::quant {
+
+// One image's convolution window: input h x w x c, kernel kh x kw, the output
+// out_h x out_w.
+struct Im2RowShape {
+  int64_t h, w, c, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, out_h, out_w;
+};
+
+// ---------------------------------------------------------------- NHWC (integer model)
+// Patches of an NHWC image as rows: row (oh, ow) holds the KH x KW x C window
+// in (kh, kw, c) order, `pad_value` (the input zero point: real 0) outside.
+void im2row_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_t* rows);
+// Output positions [first, first + count) only (rows[0] is position `first`).
+void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, int64_t first, int64_t count,
+                     uint8_t* rows);
+
+// The same patches from a copy of the image padded on every side
+// (pad_image_u8), for kernel rows of at most 64 contiguous bytes (dilation 1
+// along the width; AlexNet's conv1: 11 x 3 = 33 bytes): each kernel row one
+// word-sized copy, no bounds checks. The padded image needs kIm2RowSlack
+// bytes past its end (padded_image_bytes counts them); `rows` as many past
+// the last patch (kept for the callers' buffers; the copies stay inside).
+constexpr int64_t kIm2RowSlack = 64;
+bool im2row_padded_applies(const Im2RowShape& s);
+int64_t padded_image_bytes(const Im2RowShape& s);
+void pad_image_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_t* padded);
+void im2row_u8_padded_range(const uint8_t* padded, const Im2RowShape& s, int64_t first, int64_t count,
+                            uint8_t* rows);
+
+// ---------------------------------------------------------------- NCHW (INT8 training), n images
+// rows (n oh ow x c kh kw): the im2row rows of u (n, c, h, w), `pad` outside;
+// row m = (n, oy, ox), column k = (c, ki, kj).
+void im2row_nchw(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, uint8_t* rows);
+// col (K x M): the transpose of those rows, stored as u - 128 (s8).
+void im2col_nchw(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, int8_t* col);
+// The padded planes of one image (c x (h + 2 pad_h) x (w + 2 pad_w)), in elements.
+int64_t padded_planes_elems(const Im2RowShape& s);
+// One image's col2im of its GEMM rows acc (oh ow x K, stride ldc, less
+// off[k] when given) into its padded planes in int64 (exact, any order);
+// then their inside times s as floats (c x h x w).
+void col2im_nchw(const int32_t* acc, int64_t ldc, const int64_t* off, const Im2RowShape& s, int64_t* planes);
+void planes_to_float(const int64_t* planes, const Im2RowShape& s, double scale, float* out);
+// dst (cols, rows) = src (rows, cols)^T for bytes.
+void transpose_bytes(const int8_t* src, int64_t rows, int64_t cols, int8_t* dst);
+
+// ---------------------------------------------------------------- shared (Note [byte layouts])
+// The padded planes of one image in either layout, and its window in them.
+struct PaddedPlanes {
+  int64_t planes;           // per image: 1 (NHWC) or c (NCHW)
+  int64_t rows, row_bytes;  // of one padded plane
+  int64_t kw, chunk, gap;   // a kernel row: kw chunks of `chunk` bytes, `gap` bytes apart
+  int64_t kh, down;         // kernel rows, `down` bytes apart
+  int64_t step_x, step_y;   // bytes between output columns, output rows
+  int64_t out_w;
+  int64_t plane_bytes() const { return rows * row_bytes; }
+  int64_t run_bytes() const { return kw * chunk; }  // what one kernel row writes
+  bool contiguous() const { return gap == chunk; }
+  int64_t row_len() const { return planes * kh * run_bytes(); }  // K
+};
+PaddedPlanes nhwc_planes(const Im2RowShape& s);
+PaddedPlanes nchw_planes(const Im2RowShape& s);
+
+// A plane of `rows` x `row_bytes` bytes padded with `value`: pad_rows rows
+// above and below, pad_bytes bytes on each side of every row.
+void pad_plane_u8(const uint8_t* src, int64_t rows, int64_t row_bytes, int64_t pad_rows, int64_t pad_bytes,
+                  uint8_t value, uint8_t* dst);
+// The window rows of output positions [first, first + count) of one image
+// from its padded planes (which need 64 readable bytes past their end).
+void window_rows(const uint8_t* planes, const PaddedPlanes& pp, int64_t first, int64_t count, uint8_t* rows);
+
+}  // namespace qat::quant
