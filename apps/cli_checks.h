@@ -11,8 +11,25 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace qat::apps {
+
+// The experiment config: the first positional of every command that reads one.
+inline void add_config(CLI::App* cmd, std::string& config, const std::string& help) {
+  cmd->add_option("config", config, help)->required()->check(CLI::ExistingFile);
+}
+
+// --checkpoint FILE (required, existing).
+inline void add_checkpoint(CLI::App* cmd, std::string& checkpoint, const std::string& help) {
+  cmd->add_option("--checkpoint", checkpoint, help)->required()->check(CLI::ExistingPath);
+}
+
+// --set KEY=VALUE, repeatable: config overrides.
+inline void add_overrides(CLI::App* cmd, std::vector<std::string>& overrides,
+                          const std::string& help = "Override a config key (repeatable)") {
+  cmd->add_option("--set", overrides, help);
+}
 
 // A number > 0 (strict) or >= 0.
 inline CLI::Validator number_above_zero(bool strict) {

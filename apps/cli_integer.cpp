@@ -17,8 +17,8 @@ Command export_command(CLI::App& app) {
   auto args = std::make_shared<ExportArgs>();
   ExportArgs& exp = *args;
   auto* ex = app.add_subcommand("export", "Freeze a QAT checkpoint into an integer model and write it to a folder");
-  ex->add_option("config", exp.config, "Experiment config (YAML) with a quant: section")->required()->check(CLI::ExistingFile);
-  ex->add_option("--checkpoint", exp.checkpoint, "QAT checkpoint (.safetensors)")->required()->check(CLI::ExistingPath);
+  add_config(ex, exp.config, "Experiment config (YAML) with a quant: section");
+  add_checkpoint(ex, exp.checkpoint, "QAT checkpoint (.safetensors)");
   ex->add_option("--out", exp.out_dir, "Output folder (manifest.yaml + weights.safetensors), or the .onnx file")
       ->required();
   ex->add_option("--format", exp.format, "qat (qat's own folder) or onnx (QDQ, opset 13)")->capture_default_str();
@@ -27,7 +27,7 @@ Command export_command(CLI::App& app) {
       ->capture_default_str();
   ex->add_flag("--onnx-int32-bias", exp.onnx_int32_bias,
                "int32 biases + DequantizeLinear (ONNX Runtime's integer kernels; drops qat's bias fraction)");
-  ex->add_option("--set", exp.overrides, "Override a config key (repeatable)");
+  add_overrides(ex, exp.overrides);
   return {ex, [args] { return run_export(*args); }};
 }
 
@@ -56,10 +56,10 @@ Command compare_layers_command(CLI::App& app) {
   CompareLayersArgs& cl = *args;
   auto* cls = app.add_subcommand("compare-layers",
                                  "Fake-quant vs integer model, layer by layer: output differences in LSBs");
-  cls->add_option("config", cl.config, "Experiment config (YAML) with a quant: section")->required()->check(CLI::ExistingFile);
-  cls->add_option("--checkpoint", cl.checkpoint, "QAT checkpoint (.safetensors)")->required()->check(CLI::ExistingPath);
+  add_config(cls, cl.config, "Experiment config (YAML) with a quant: section");
+  add_checkpoint(cls, cl.checkpoint, "QAT checkpoint (.safetensors)");
   cls->add_option("--images", cl.images, "Validation images to compare (0: all)")->capture_default_str()->check(kNonNegative);
-  cls->add_option("--set", cl.overrides, "Override a config key (repeatable)");
+  add_overrides(cls, cl.overrides);
   return {cls, [args] { return run_compare_layers(*args); }};
 }
 

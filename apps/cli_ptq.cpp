@@ -31,8 +31,8 @@ Command calibrate_command(CLI::App& app) {
   auto* ca = app.add_subcommand("calibrate",
                                 "Post-training quantization: calibrate activation ranges of an FP32 checkpoint on "
                                 "training images (TensorRT's calibrators and cache)");
-  ca->add_option("config", cal.config, "Experiment config (YAML) with a quant: section")->required()->check(CLI::ExistingFile);
-  ca->add_option("--checkpoint", cal.checkpoint, "FP32 checkpoint (.safetensors)")->required()->check(CLI::ExistingPath);
+  add_config(ca, cal.config, "Experiment config (YAML) with a quant: section");
+  add_checkpoint(ca, cal.checkpoint, "FP32 checkpoint (.safetensors)");
   ca->add_option("--calibrator", calibrator,
                  "Threshold choice: " + qat::enum_name_list<qat::quant::Calibrator>() + " (default entropy)");
   ca->add_option("--percentile", cal.percentile, "Percentile of the percentile calibrator")
@@ -45,7 +45,7 @@ Command calibrate_command(CLI::App& app) {
                  "Calibration cache: read when it exists (calibration skipped), else written (default OUT/calibration.cache)");
   ca->add_option("--out", cal.out_dir, "Output folder (default <output.dir>-ptq)");
   ca->add_flag("--compare", cal.compare, "Every calibrator on the same images: val accuracy table and chart");
-  ca->add_option("--set", cal.overrides, "Override a config key (repeatable)");
+  add_overrides(ca, cal.overrides);
   return {ca, [args, calibrator_text] {
             if (!calibrator_text->empty()) args->calibrator = calibrator_of("calibrate", *calibrator_text);
             return run_calibrate(*args);
@@ -60,8 +60,8 @@ Command sensitivity_command(CLI::App& app) {
   auto* se = app.add_subcommand("sensitivity",
                                 "Which layers can go to low bits: each layer alone at --bits (post-training), a "
                                 "ranking, and a mixed-precision config within a budget");
-  se->add_option("config", sens.config, "Experiment config (YAML) with a quant: section")->required()->check(CLI::ExistingFile);
-  se->add_option("--checkpoint", sens.checkpoint, "FP32 checkpoint (.safetensors)")->required()->check(CLI::ExistingPath);
+  add_config(se, sens.config, "Experiment config (YAML) with a quant: section");
+  add_checkpoint(se, sens.checkpoint, "FP32 checkpoint (.safetensors)");
   se->add_option("--bits", sens.bits, "Low bit width tried per layer")->capture_default_str()->check(CLI::Range(2, 7));
   se->add_option("--high-bits", sens.high_bits, "Bit width of every other layer")->capture_default_str()->check(CLI::Range(3, 8));
   se->add_option("--images", sens.images, "Validation images scored (balanced across classes)")
@@ -80,7 +80,7 @@ Command sensitivity_command(CLI::App& app) {
       ->check(kNonNegative);
   se->add_option("--size-mb", sens.size_mb, "Budget instead: MB of weights (1 MB = 10^6 bytes)")->check(kPositive);
   se->add_option("--out", sens.out_dir, "Output folder (default <output.dir>-sensitivity)");
-  se->add_option("--set", sens.overrides, "Override a config key (repeatable)");
+  add_overrides(se, sens.overrides);
   return {se, [args, calibrator_text] {
             if (!calibrator_text->empty()) args->calibrator = calibrator_of("sensitivity", *calibrator_text);
             return run_sensitivity(*args);

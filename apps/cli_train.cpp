@@ -16,8 +16,8 @@ Command train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   TrainArgs& train = *args;
   auto* t = app.add_subcommand("train", "Train a model from a YAML experiment config");
-  t->add_option("config", train.config, "Experiment config (YAML)")->required()->check(CLI::ExistingFile);
-  t->add_option("--set", train.overrides, "Override a config key, e.g. --set train.lr=0.01 (repeatable)");
+  add_config(t, train.config, "Experiment config (YAML)");
+  add_overrides(t, train.overrides, "Override a config key, e.g. --set train.lr=0.01 (repeatable)");
   t->add_option("--resume", train.resume_dir, "Continue the run in RUN_DIR from its last.safetensors")
       ->check(CLI::ExistingDirectory);
   t->add_option("--stop-after-steps", train.stop_after_steps,
@@ -34,11 +34,9 @@ Command eval_command(CLI::App& app) {
   auto args = std::make_shared<EvalArgs>();
   EvalArgs& eval = *args;
   auto* ev = app.add_subcommand("eval", "Evaluate a checkpoint on the config's validation set");
-  ev->add_option("config", eval.config, "Experiment config (YAML)")->required()->check(CLI::ExistingFile);
-  ev->add_option("--checkpoint", eval.checkpoint, "Checkpoint file (.safetensors), or a `qat export` folder")
-      ->required()
-      ->check(CLI::ExistingPath);
-  ev->add_option("--set", eval.overrides, "Override a config key (repeatable)");
+  add_config(ev, eval.config, "Experiment config (YAML)");
+  add_checkpoint(ev, eval.checkpoint, "Checkpoint file (.safetensors), or a `qat export` folder");
+  add_overrides(ev, eval.overrides);
   return {ev, [args] { return run_eval(*args); }};
 }
 
@@ -46,8 +44,8 @@ Command sweep_command(CLI::App& app) {
   auto args = std::make_shared<SweepArgs>();
   SweepArgs& sweep = *args;
   auto* sw = app.add_subcommand("sweep", "Train every combination of a config's sweep: lists (resumable)");
-  sw->add_option("config", sweep.config, "Experiment config with a sweep: section")->required()->check(CLI::ExistingFile);
-  sw->add_option("--set", sweep.overrides, "Override a config key for every run (repeatable)");
+  add_config(sw, sweep.config, "Experiment config with a sweep: section");
+  add_overrides(sw, sweep.overrides, "Override a config key for every run (repeatable)");
   sw->add_option("--baseline", sweep.baselines, "Run directories to add to the final table (e.g. the FP32 run)")
       ->check(CLI::ExistingDirectory);
   return {sw, [args] { return run_sweep(*args); }};

@@ -101,6 +101,8 @@ void emit_layer(YAML::Emitter& e, const IntLayer& l) {
     emit_pair(e, "stride", l.conv.stride_h, l.conv.stride_w);
     emit_pair(e, "padding", l.conv.pad_h, l.conv.pad_w);
     emit_pair(e, "dilation", l.conv.dil_h, l.conv.dil_w);
+    // (written only when depthwise: exports of dense models read by any qat)
+    if (l.conv.groups != 1) e << YAML::Key << "groups" << YAML::Value << l.conv.groups;
   }
   e << YAML::Key << "relu" << YAML::Value << l.relu << YAML::Key << "dequantize" << YAML::Value << l.dequantize;
   e << YAML::Key << "weight_bits" << YAML::Value << l.weight_bits << YAML::Key << "weight_signed" << YAML::Value
@@ -235,6 +237,12 @@ void read_conv_or_linear(const YamlValue& v, IntLayer& l, const WeightsFile& wei
     read_pair(v.get("stride"), l.conv.stride_h, l.conv.stride_w);
     read_pair(v.get("padding"), l.conv.pad_h, l.conv.pad_w);
     read_pair(v.get("dilation"), l.conv.dil_h, l.conv.dil_w);
+    if (const std::optional<YamlValue> groups = v.find("groups")) {
+      l.conv.groups = groups->as<int64_t>();
+      if (l.conv.groups != l.in_channels || l.conv.groups != l.out_channels)
+        groups->fail(detail::cat("must equal in_channels and out_channels (a depthwise convolution), got ",
+                                l.conv.groups, " for ", l.in_channels, " -> ", l.out_channels));
+    }
     if (l.kernel_h < 1 || l.kernel_w < 1 || l.conv.stride_h < 1 || l.conv.stride_w < 1 || l.conv.dil_h < 1 ||
         l.conv.dil_w < 1 || l.conv.pad_h < 0 || l.conv.pad_w < 0)
       v.fail("kernel, stride and dilation must be >= 1, padding >= 0");
@@ -273,7 +281,8 @@ void read_conv_or_linear(const YamlValue& v, IntLayer& l, const WeightsFile& wei
   } catch (const Error& e) {
     v.fail(e.what());
   }
-  const Shape oihw = is_conv(l) ? Shape{C, l.in_channels, l.kernel_h, l.kernel_w} : Shape{C, l.in_channels};
+  const Shape oihw =
+      is_conv(l) ? Shape{C, l.in_channels / l.conv.groups, l.kernel_h, l.kernel_w} : Shape{C, l.in_channels};
   Tensor w = Tensor::empty(oihw, DType::i8);
   if (packed(l)) {
     const Tensor& p = expect_tensor(weights.tensors, weights.path, l.name + ".weight", DType::u8, {C, (K + 1) / 2});

@@ -181,6 +181,7 @@ std::string matmul_layer(Builder& b, const IntLayer& l, const std::string& x, co
     Builder::ints(n, "strides", {l.conv.stride_h, l.conv.stride_w});
     Builder::ints(n, "pads", {l.conv.pad_h, l.conv.pad_w, l.conv.pad_h, l.conv.pad_w});
     Builder::ints(n, "dilations", {l.conv.dil_h, l.conv.dil_w});
+    if (l.conv.groups != 1) Builder::one_int(n, "group", l.conv.groups);
   } else {
     Builder::one_int(b.node("Gemm", {x, w, bias}, l.name, &y), "transB", 1);
   }

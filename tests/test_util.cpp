@@ -2,6 +2,7 @@
 
 #include "apps/backend_config.h"
 #include "apps/train.h"
+#include "layers/layers.h"
 
 #include <atomic>
 #include <cstring>
@@ -239,5 +240,23 @@ TempDir::~TempDir() {
 }
 
 quant::Backend test_backend(const std::string& name) { return apps::load_backend(name, "."); }
+
+ModulePtr depthwise_chain(uint64_t seed) {
+  Generator gen(seed);
+  auto m = std::make_shared<Sequential>();
+  auto block = [&](int64_t in, int64_t out, int64_t k, int64_t stride, int64_t dilation, int64_t groups) {
+    m->push_back(std::make_shared<Conv2d>(Conv2dOptions{in, out, k, stride, dilation * (k / 2), dilation, groups, false}, gen));
+    m->push_back(std::make_shared<BatchNorm2d>(out));
+    m->push_back(std::make_shared<ReLU>());
+  };
+  block(3, 8, 3, 1, 1, 1);
+  block(8, 8, 3, 2, 1, 8);
+  block(8, 16, 1, 1, 1, 1);
+  block(16, 16, 3, 1, 2, 16);
+  m->push_back(std::make_shared<AdaptiveAvgPool2d>(1, 1));
+  m->push_back(std::make_shared<Flatten>());
+  m->push_back(std::make_shared<Linear>(16, 10, gen));
+  return m;
+}
 
 }  // namespace qat::testing

@@ -11,6 +11,7 @@
 #include "core/ops.h"
 #include "core/safetensors.h"
 #include "core/threads.h"
+#include "layers/module.h"
 #include "quant/backend.h"
 #include "quant/integer/int8_gemm.h"
 
@@ -58,6 +59,11 @@ struct TempDir {
 // A shipped backend, configs/backends/<name>.yaml: the quantization tests run
 // on what ships.
 quant::Backend test_backend(const std::string& name);
+
+// A chain with depthwise blocks (MobileNetV1's): conv-BN-ReLU 3 -> 8, then
+// depthwise 3x3 (stride 2) and pointwise 1x1 blocks, a depthwise 3x3 with
+// dilation 2, global average pooling, flatten, linear to 10 classes.
+ModulePtr depthwise_chain(uint64_t seed);
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 

@@ -36,6 +36,12 @@ inline void check_f32_any_device(const Tensor& t, const char* op, const char* wh
   QAT_CHECK(t.dtype() == DType::f32, op, ": expected ", what, " float32, got ", dtype_name(t.dtype()));
 }
 
+// ... with `nd` dimensions: "op: expected <what>, got <shape>".
+inline void check_f32_dims_any_device(const Tensor& t, int64_t nd, const char* op, const char* what) {
+  check_f32_any_device(t, op, "input");
+  QAT_CHECK(t.dim() == nd, op, ": expected ", what, ", got ", t.sizes());
+}
+
 // A defined float32 tensor on the CPU: ops without a CUDA twin refuse a
 // device tensor here, naming themselves, before any pointer is taken.
 inline void check_f32(const Tensor& t, const char* op, const char* what) {

@@ -118,28 +118,41 @@ RunFn run_kernel() {
   return cpu_has_avx512bw() ? &run_avx512<Add> : &run_generic<Add>;
 }
 
+// Every (image n < count, channel cl of a group) plane on the threads, each
+// with this thread's phase plane: body(plane, n, cl).
+template <class Body>
+void each_plane(const Geometry& g, const Conv2dParams& p, int64_t count, Body body) {
+#pragma omp parallel
+  {
+    PhasePlane plane(g, p);
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t n = 0; n < count; ++n)
+      for (int64_t cl = 0; cl < g.cg(); ++cl) body(plane, n, cl);
+  }
+}
+
+// Each output row of each tap of channel cl: fn(the row's start in the
+// plane, its offset in col (K, NP) from image n's first column).
+template <class Fn>
+void each_tap_row(PhasePlane& plane, const Geometry& g, int64_t cl, int64_t NP, Fn fn) {
+  for (int64_t ki = 0; ki < g.kh; ++ki)
+    for (int64_t kj = 0; kj < g.kw; ++kj) {
+      float* tap = plane.tap(ki, kj);
+      const int64_t k = (cl * g.kh + ki) * g.kw + kj;
+      for (int64_t oy = 0; oy < g.oh; ++oy) fn(tap + oy * plane.row_step(), k * NP + oy * g.ow);
+    }
+}
+
 // col (K, count*P) for group `gi` and images [n0, n0 + count): row r =
 // (c, ki, kj), column = (n - n0)*P + oy*OW + ox.
 void im2col(const float* x, const Geometry& g, const Conv2dParams& p, int64_t gi, float* col, int64_t n0,
             int64_t count) {
   const int64_t P = g.p(), NP = count * P;
   const RunFn copy = run_kernel<false>();
-#pragma omp parallel
-  {
-    PhasePlane plane(g, p);
-#pragma omp for collapse(2) schedule(static)
-    for (int64_t n = 0; n < count; ++n) {
-      for (int64_t cl = 0; cl < g.cg(); ++cl) {
-        plane.load(x + ((n0 + n) * g.c + gi * g.cg() + cl) * g.h * g.w);
-        for (int64_t ki = 0; ki < g.kh; ++ki)
-          for (int64_t kj = 0; kj < g.kw; ++kj) {
-            const float* src = plane.tap(ki, kj);
-            float* dst = col + ((cl * g.kh + ki) * g.kw + kj) * NP + n * P;
-            for (int64_t oy = 0; oy < g.oh; ++oy) copy(dst + oy * g.ow, src + oy * plane.row_step(), g.ow);
-          }
-      }
-    }
-  }
+  each_plane(g, p, count, [&](PhasePlane& plane, int64_t n, int64_t cl) {
+    plane.load(x + ((n0 + n) * g.c + gi * g.cg() + cl) * g.h * g.w);
+    each_tap_row(plane, g, cl, NP, [&](float* row, int64_t at) { copy(col + at + n * P, row, g.ow); });
+  });
 }
 
 // dx (+=) from dcol (K, count*P) for group gi and images [n0, n0 + count);
@@ -149,23 +162,11 @@ void col2im(const float* dcol, const Geometry& g, const Conv2dParams& p, int64_t
             int64_t count) {
   const int64_t P = g.p(), NP = count * P;
   const RunFn add = run_kernel<true>();
-#pragma omp parallel
-  {
-    PhasePlane plane(g, p);
-#pragma omp for collapse(2) schedule(static)
-    for (int64_t n = 0; n < count; ++n) {
-      for (int64_t cl = 0; cl < g.cg(); ++cl) {
-        plane.zero();
-        for (int64_t ki = 0; ki < g.kh; ++ki)
-          for (int64_t kj = 0; kj < g.kw; ++kj) {
-            float* dst = plane.tap(ki, kj);
-            const float* src = dcol + ((cl * g.kh + ki) * g.kw + kj) * NP + n * P;
-            for (int64_t oy = 0; oy < g.oh; ++oy) add(dst + oy * plane.row_step(), src + oy * g.ow, g.ow);
-          }
-        plane.add_into(dx + ((n0 + n) * g.c + gi * g.cg() + cl) * g.h * g.w);
-      }
-    }
-  }
+  each_plane(g, p, count, [&](PhasePlane& plane, int64_t n, int64_t cl) {
+    plane.zero();
+    each_tap_row(plane, g, cl, NP, [&](float* row, int64_t at) { add(row, dcol + at + n * P, g.ow); });
+    plane.add_into(dx + ((n0 + n) * g.c + gi * g.cg() + cl) * g.h * g.w);
+  });
 }
 
 // out[n0 + n, gi*Og + o, :] = y[o, n*P : (n+1)*P] (+ bias), n < count

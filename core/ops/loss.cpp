@@ -14,8 +14,8 @@ namespace qat {
 namespace {
 
 void check_scores(const Tensor& x, const char* op) {
-  detail::check_f32_any_device(x, op, "input");
-  QAT_CHECK(x.dim() == 2 && x.size(1) >= 1, op, ": expected scores (N,C), got ", x.sizes());
+  detail::check_f32_dims_any_device(x, 2, op, "scores (N,C)");
+  QAT_CHECK(x.size(1) >= 1, op, ": expected scores (N,C), got ", x.sizes());
 }
 
 // The targets' range is checked on the host: device targets are copied here

@@ -20,11 +20,6 @@ namespace qat {
 
 namespace {
 
-void check_pool_input(const Tensor& x, const char* op) {
-  detail::check_f32_any_device(x, op, "input");
-  QAT_CHECK(x.dim() == 4, op, ": expected input (N,C,H,W), got ", x.sizes());
-}
-
 void check_pool_params(const Pool2dParams& p, const char* op) {
   QAT_CHECK(p.kernel_h >= 1 && p.kernel_w >= 1 && p.stride_h >= 1 && p.stride_w >= 1, op, ": kernel (", p.kernel_h,
             ",", p.kernel_w, ") and stride (", p.stride_h, ",", p.stride_w, ") must be >= 1");
@@ -32,10 +27,6 @@ void check_pool_params(const Pool2dParams& p, const char* op) {
             ": padding (", p.pad_h, ",", p.pad_w, ") must be at most half the kernel (", p.kernel_h, ",", p.kernel_w,
             ")");
 }
-
-}  // namespace
-
-namespace {
 
 // One output row of one plane: best[ox] = the window maximum, arg[ox] its
 // index in the plane (the first in row-major order among equal maxima; a NaN
@@ -149,7 +140,7 @@ bool has_avx512f() {
 
 Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
   QAT_PROFILE("max_pool2d.forward");
-  check_pool_input(x, "max_pool2d");
+  detail::check_f32_dims_any_device(x, 4, "max_pool2d", "input (N,C,H,W)");
   check_pool_params(p, "max_pool2d");
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const int64_t OH = conv_out_size(H, p.kernel_h, p.stride_h, p.pad_h, 1, "max_pool2d");
@@ -259,7 +250,7 @@ Tensor window_average(const Tensor& x, const char* name, const Windows& windows)
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p, bool count_include_pad) {
   QAT_PROFILE("avg_pool2d");
-  check_pool_input(x, "avg_pool2d");
+  detail::check_f32_dims_any_device(x, 4, "avg_pool2d", "input (N,C,H,W)");
   check_pool_params(p, "avg_pool2d");
   const int64_t H = x.size(2), W = x.size(3);
   const int64_t OH = conv_out_size(H, p.kernel_h, p.stride_h, p.pad_h, 1, "avg_pool2d");
@@ -272,7 +263,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p, bool count_include_pad
 
 Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
   QAT_PROFILE("adaptive_avg_pool2d");
-  check_pool_input(x, "adaptive_avg_pool2d");
+  detail::check_f32_dims_any_device(x, 4, "adaptive_avg_pool2d", "input (N,C,H,W)");
   QAT_CHECK(out_h >= 1 && out_w >= 1, "adaptive_avg_pool2d: output size (", out_h, ",", out_w, ") must be >= 1");
   const int64_t H = x.size(2), W = x.size(3);
   QAT_CHECK(H >= 1 && W >= 1, "adaptive_avg_pool2d: empty input plane ", x.sizes());

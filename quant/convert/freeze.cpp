@@ -173,13 +173,14 @@ struct Freezer {
     l.in = cur;
     l.conv = c.params;
     l.out_channels = c.weight.size(0);
-    l.in_channels = c.weight.size(1);
+    l.in_channels = c.weight.size(1) * c.params.groups;
     l.kernel_h = c.weight.size(2);
     l.kernel_w = c.weight.size(3);
     l.relu = c.relu;
     QAT_CHECK(!c.relu6, "freeze: conv '", name, "' has a fused ReLU6, which has no integer kernel yet");
-    QAT_CHECK(c.params.groups == 1, "freeze: conv '", name, "' has groups ", c.params.groups,
-              "; only groups = 1 has an integer kernel");
+    QAT_CHECK(c.params.groups == 1 || (c.params.groups == l.in_channels && c.params.groups == l.out_channels),
+              "freeze: conv '", name, "' has groups ", c.params.groups, " (", l.in_channels, " -> ", l.out_channels,
+              " channels); the integer model has dense (groups 1) and depthwise (groups = channels) kernels");
     quantize_weights(l, c.folded_weight(), *c.weight_fake_quant);
     set_output(l, c.folded_bias(), c.activation_post_process.get());
     finish(std::move(l));

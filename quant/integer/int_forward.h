@@ -93,6 +93,28 @@ struct RowSums {
   QAT_HOST_DEVICE void operator()(int64_t r) const { out[r] = int_math::row_sum_at(r, rows, k); }
 };
 
+// Note [integer depthwise convolution]: output (r, c) of a depthwise layer
+// sums its own channel's window, dot = Σ_t (x_t - 128) w[c][t] and xs =
+// Σ_t x_t (outside the image: the input zero point), then takes the conv's
+// output stage with xs as its input sum: the same integers as a dense
+// convolution of the block-diagonal weight.
+struct DepthwiseConv {
+  int_math::ConvPatches patches;  // the layer's input; patches.c: its channels
+  const int8_t* w;                // (C, taps)
+  int64_t taps;
+  int_math::OutputStage stage;
+  QAT_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t c = i % patches.c, r = i / patches.c;
+    int32_t dot = 0, xs = 0;
+    for (int64_t t = 0; t < taps; ++t) {
+      const uint8_t x = patches.at(r, t * patches.c + c);
+      dot += static_cast<int32_t>(static_cast<int8_t>(x ^ 0x80u)) * w[c * taps + t];
+      xs += x;
+    }
+    stage.finish(r, c, dot, xs);
+  }
+};
+
 }  // namespace int_kernels
 
 namespace exec_detail {
@@ -199,6 +221,13 @@ Tensor run_generic_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, c
                                        p.pad_h, p.pad_w, p.dil_h, p.dil_w, out.h, out.w,
                                        static_cast<uint8_t>(l.in.zero_point + l.in.offset())};
       const int64_t positions = out.h * out.w;
+      if (l.depthwise()) {
+        Tensor y = exec_detail::empty_on<Exec>({n, out.h, out.w, out.c}, DType::u8);
+        const int_math::OutputStage stage =
+            exec_detail::output_stage<Exec>(*k, nullptr, positions, Exec::template ptr<uint8_t>(y), nullptr);
+        ex.each(y.numel(), int_kernels::DepthwiseConv{rows, Exec::template ptr<int8_t>(k->weight), k->k, stage});
+        return y;
+      }
       return exec_detail::matmul_layer(ex, *k, rows, n * positions, positions, {n, out.h, out.w, out.c},
                                   {n, out.c, out.h, out.w});
     }

@@ -36,14 +36,9 @@ QAT_HOST_DEVICE inline int32_t requantize_value64(int32_t acc, int32_t m0, int32
 
 // Round half to even (std::nearbyint under the default rounding mode), on
 // the host and the device.
-QAT_HOST_DEVICE inline float round_half_even(float x) {
-#if defined(__CUDA_ARCH__)
-  return nearbyintf(x);
-#else
-  return std::nearbyint(x);
-#endif
-}
-QAT_HOST_DEVICE inline double round_half_even(double x) {
+// (float or double: CUDA's device nearbyint has both overloads.)
+template <class T>
+QAT_HOST_DEVICE inline T round_half_even(T x) {
 #if defined(__CUDA_ARCH__)
   return nearbyint(x);
 #else
@@ -188,14 +183,21 @@ struct OutputStage {
   int32_t zx, out_zero, lo, hi;
 
   QAT_HOST_DEVICE void operator()(int64_t r, int64_t c, int32_t dot) const {
+    if (row_sums) return finish(r, c, dot, row_sums[r]);
+    finish_without_sums(r, c, dot);
+  }
+  // Output (r, c) from its dot and xs = Σ_k x_k of its own inputs (a
+  // depthwise output's window: its own channel's, not the row's).
+  QAT_HOST_DEVICE void finish(int64_t r, int64_t c, int32_t dot, int32_t xs) const {
     uint32_t a = static_cast<uint32_t>(dot) + static_cast<uint32_t>(bias[c]);
-    int64_t centred = 0;  // Σ_k (x_k - z_x)
-    if (row_sums) {
-      const int32_t xs = row_sums[r];
-      if (weight_zero) a -= static_cast<uint32_t>(weight_zero[c]) * static_cast<uint32_t>(xs);
-      centred = xs - k * zx;
-    }
-    const int32_t ab = static_cast<int32_t>(a);
+    if (weight_zero) a -= static_cast<uint32_t>(weight_zero[c]) * static_cast<uint32_t>(xs);
+    store(r, c, static_cast<int32_t>(a), xs - k * zx);
+  }
+  QAT_HOST_DEVICE void finish_without_sums(int64_t r, int64_t c, int32_t dot) const {
+    store(r, c, static_cast<int32_t>(static_cast<uint32_t>(dot) + static_cast<uint32_t>(bias[c])), 0);
+  }
+  // ab: the corrected sum plus bias; centred = Σ_k (x_k - z_x).
+  QAT_HOST_DEVICE void store(int64_t r, int64_t c, int32_t ab, int64_t centred) const {
     if (dequant) {
       const int64_t n = r / positions, p = r % positions;
       fout[(n * channels + c) * positions + p] =

@@ -14,9 +14,12 @@ int64_t IntLayer::products_per_output() const {
   QAT_CHECK(in_channels >= 1 && out_channels >= 1 && kernel_h >= 1 && kernel_w >= 1, "layer '", name,
             "': in_channels, out_channels and kernel must be >= 1, got ", in_channels, ", ", out_channels, ", ",
             kernel_h, "x", kernel_w);
+  QAT_CHECK(conv.groups >= 1 && in_channels % conv.groups == 0, "layer '", name, "': ", in_channels,
+            " input channels in ", conv.groups, " groups");
+  const int64_t per_group = in_channels / conv.groups;
   int64_t k = 0;
-  const bool wraps = __builtin_mul_overflow(kernel_h, kernel_w, &k) || __builtin_mul_overflow(k, in_channels, &k);
-  QAT_CHECK(!wraps && k <= kMaxProducts, "layer '", name, "': ", kernel_h, "x", kernel_w, "x", in_channels,
+  const bool wraps = __builtin_mul_overflow(kernel_h, kernel_w, &k) || __builtin_mul_overflow(k, per_group, &k);
+  QAT_CHECK(!wraps && k <= kMaxProducts, "layer '", name, "': ", kernel_h, "x", kernel_w, "x", per_group,
             " products per output could overflow the int32 accumulator (at most ", kMaxProducts, ")");
   return k;
 }
@@ -55,6 +58,7 @@ GemmRanges gemm_ranges(const IntLayer& l) {
 
 std::string IntegerModel::layer_kernel(const IntLayer& l) const {
   if (!int_op_def(l.op).has(kMatmul)) return "";
+  if (l.depthwise()) return "direct depthwise";
   std::string name = gemm_kernel_name(kernel);
   if (runs_packed(l, kernel)) name += ", packed weights";
   if (runs_maddubs(kernel, gemm_ranges(l))) name += ", vpmaddubsw (pair sums fit int16)";

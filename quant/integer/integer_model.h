@@ -2,7 +2,7 @@
 // IntegerModel: the frozen network (what freeze() builds and `qat export`
 // writes). A flat list of integer layers run in order:
 //   quantize_input  float NCHW -> u8 NHWC (the only float input)
-//   conv            u8 NHWC -> u8 NHWC   int8 weights (any 2..8 bits), int32 bias,
+//   conv            u8 NHWC -> u8 NHWC   int8 weights (any 2..8 bits), int32 bias, dense or depthwise,
 //                                        per-channel fixed-point requantization,
 //                                        ReLU as the lower clamp
 //   linear          u8 (N, K) -> u8 (N, C), or float logits when it is the
@@ -62,7 +62,11 @@ struct IntLayer {
   ActQuant in, out;  // out unused when dequantize
   // conv / linear
   int64_t in_channels = 0, out_channels = 0, kernel_h = 1, kernel_w = 1;
-  Conv2dParams conv;  // groups == 1
+  // groups 1, or depthwise: groups = in_channels = out_channels (weights
+  // (C, KH, KW, 1); one window of its own channel per output, Note [integer
+  // depthwise convolution])
+  Conv2dParams conv;
+  bool depthwise() const { return conv.groups > 1; }
   int weight_bits = 8;
   bool weight_signed = true;  // the weight grid: [-2^(b-1), 2^(b-1)-1] or [0, 2^b - 1]
   int32_t weight_qmin() const { return weight_signed ? -(1 << (weight_bits - 1)) : 0; }
@@ -87,7 +91,7 @@ struct IntLayer {
   // than the best one (--int8-kernel, the tests) runs packed too.
   std::vector<int32_t> weight_row_sums;
   PackedB packed_weight;
-  // K = kernel_h * kernel_w * in_channels of a conv / linear layer; throws
+  // K = kernel_h * kernel_w * in_channels / groups of a conv / linear layer; throws
   // naming the layer when a size is < 1 or K exceeds kMaxProducts.
   int64_t products_per_output() const;
   void finalize();  // its op's finalize (int_op.h): validates the fields, fills the derived ones

@@ -3,6 +3,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include "core/aligned_vector.h"
 #include "quant/integer/int_op.h"
@@ -13,11 +15,83 @@ namespace qat::quant::ops {
 
 namespace {
 
+// Note [integer depthwise convolution] on the CPU: an output row's channels
+// side by side (NHWC), each tap adding its run of C inputs times its C
+// weights less their zero points, in int32 (|acc| <= taps 255 255 < 2^30);
+// padding taps add nothing (x = z_x). The rows are then requantized as a
+// dense convolution's, or output by output where fractional weight zero
+// points (LSQ+) add a term that depends on the window's input sum.
+Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
+  const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3), KH = l.kernel_h, KW = l.kernel_w;
+  const auto& p = l.conv;
+  const int64_t OH = conv_out_size(H, KH, p.stride_h, p.pad_h, p.dil_h, "integer conv");
+  const int64_t OW = conv_out_size(W, KW, p.stride_w, p.pad_w, p.dil_w, "integer conv");
+  const int64_t taps = KH * KW;
+  const int8_t* w = l.weight.data<int8_t>();
+  const int32_t* zw = l.weight_zero_point.data<int32_t>();
+  std::vector<int32_t> wt(static_cast<size_t>(taps * C));  // (tap, channel): w - z_w
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t t = 0; t < taps; ++t) wt[t * C + c] = w[c * taps + t] - zw[c];
+  const int32_t zx = l.in.zero_point + l.in.offset(), off = l.out.offset();
+  const RequantParams rq{l.bias.data<int32_t>(),
+                         l.multiplier.data<int32_t>(),
+                         l.shift.data<int32_t>(),
+                         l.bias_residual.data<int32_t>(),
+                         l.out.zero_point + off,
+                         (l.relu ? std::max(l.out.qmin(), l.out.zero_point) : l.out.qmin()) + off,
+                         l.out.qmax() + off};
+  const RequantPlan plan = make_requant_plan(rq, C);
+  const float* fw = l.weight_zero_frac.data<float>();
+  const bool frac = std::any_of(fw, fw + C, [](float f) { return f != 0.f; });
+  std::vector<int64_t> frac_m0(frac ? static_cast<size_t>(C) : 0);
+  for (int64_t c = 0; c < static_cast<int64_t>(frac_m0.size()); ++c)
+    frac_m0[c] = std::llround(static_cast<double>(fw[c]) * rq.m0[c]);
+  Tensor y = Tensor::empty({N, OH, OW, C}, DType::u8);
+  const uint8_t* xd = x.data<uint8_t>();
+  uint8_t* yd = y.data<uint8_t>();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      thread_local std::vector<int32_t> acc, sums;
+      acc.assign(static_cast<size_t>(OW * C), 0);
+      if (frac) sums.assign(acc.size(), 0);
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        int32_t* a = acc.data() + ow * C;
+        for (int64_t ki = 0; ki < KH; ++ki) {
+          const int64_t ih = oh * p.stride_h - p.pad_h + ki * p.dil_h;
+          if (ih < 0 || ih >= H) continue;
+          for (int64_t kj = 0; kj < KW; ++kj) {
+            const int64_t iw = ow * p.stride_w - p.pad_w + kj * p.dil_w;
+            if (iw < 0 || iw >= W) continue;
+            const uint8_t* xr = xd + ((n * H + ih) * W + iw) * C;
+            const int32_t* wr = wt.data() + (ki * KW + kj) * C;
+            for (int64_t c = 0; c < C; ++c) a[c] += (static_cast<int32_t>(xr[c]) - zx) * wr[c];
+            if (frac)
+              for (int64_t c = 0; c < C; ++c) sums[ow * C + c] += static_cast<int32_t>(xr[c]) - zx;
+          }
+        }
+      }
+      uint8_t* out = yd + (n * OH + oh) * OW * C;
+      if (!frac) {
+        requantize_rows(acc.data(), OW, plan, out);
+        continue;
+      }
+      for (int64_t i = 0; i < OW * C; ++i) {
+        const int64_t c = i % C;
+        const int64_t extra = rq.residual[c] - frac_m0[c] * sums[i];
+        const int32_t v = rq.out_zero + requantize_value64(acc[i] + rq.bias[c], rq.m0[c], rq.shift[c], extra);
+        out[i] = static_cast<uint8_t>(std::clamp(v, rq.lo, rq.hi));
+      }
+    }
+  return y;
+}
+
 Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   check_u8(l, x, 4);
   const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
   QAT_CHECK(C == l.in_channels, "integer conv '", l.name, "': input has ", C, " channels, the layer expects ",
             l.in_channels);
+  if (l.depthwise()) return run_depthwise(l, x);
   const auto& p = l.conv;
   const int64_t OH = conv_out_size(H, l.kernel_h, p.stride_h, p.pad_h, p.dil_h, "integer conv");
   const int64_t OW = conv_out_size(W, l.kernel_w, p.stride_w, p.pad_w, p.dil_w, "integer conv");

@@ -48,7 +48,7 @@ void check_integer_ranges(const IntLayer& l) {
 void finalize_matmul(IntLayer& l) {
   const int64_t K = l.products_per_output();
   const Shape wshape = int_op_def(l.op).has(kConvGeometry)
-                           ? Shape{l.out_channels, l.kernel_h, l.kernel_w, l.in_channels}
+                           ? Shape{l.out_channels, l.kernel_h, l.kernel_w, l.in_channels / l.conv.groups}
                            : Shape{l.out_channels, l.in_channels};
   auto check = [&](const Tensor& t, const char* field, DType dt, const Shape& shape) {
     QAT_CHECK(t.defined() && t.dtype() == dt && t.sizes() == shape, "layer '", l.name, "': ", field, " must be ",
@@ -79,11 +79,15 @@ void finalize_matmul(IntLayer& l) {
                 r, " exceeds half the multiplier ", m);
     }
   }
-  QAT_CHECK(l.conv.groups == 1, "layer '", l.name, "': grouped convolution has no integer kernel (groups ",
-            l.conv.groups, ")");
+  QAT_CHECK(l.conv.groups == 1 || (l.conv.groups == l.in_channels && l.conv.groups == l.out_channels),
+            "layer '", l.name, "': grouped convolution has an integer kernel only when depthwise (groups = in = out "
+            "channels), got groups ", l.conv.groups, " for ", l.in_channels, " -> ", l.out_channels, " channels");
+  QAT_CHECK(!l.depthwise() || !l.dequantize, "layer '", l.name,
+            "': a depthwise convolution cannot dequantize (it is never the network's last layer)");
   // Packed when any kernel here takes it (the layout is the same for all:
-  // amx_emulated, avx2 and avx_vnni read the best kernel's packing).
-  l.packed_weight = any_packed_kernel_here(l.out_channels)
+  // amx_emulated, avx2 and avx_vnni read the best kernel's packing); the
+  // depthwise kernel reads the weights as they are.
+  l.packed_weight = !l.depthwise() && any_packed_kernel_here(l.out_channels)
                         ? pack_b_vnni(l.weight.data<int8_t>(), l.out_channels, K, K)
                         : PackedB{};
   l.weight_row_sums.assign(static_cast<size_t>(l.out_channels), 0);

@@ -182,6 +182,58 @@ TEST_CASE("frozen models agree with their fake-quant models on every backend", "
   }
 }
 
+namespace {
+ModulePtr trained_depthwise_chain(const Backend& b, const QConfig& q) {
+  ModulePtr m = testing::depthwise_chain(3);
+  prepare(*m, b, q);
+  m->train();
+  Generator g(7);
+  NoGradGuard ng;
+  for (int i = 0; i < 4; ++i) m->forward(Tensor::randn({8, 3, 16, 16}, g));
+  m->eval();
+  return m;
+}
+}  // namespace
+
+TEST_CASE("depthwise convolutions freeze and agree with their fake-quant models", "[quant][freeze]") {
+  Generator g(12);
+  const Tensor x = Tensor::randn({6, 3, 16, 16}, g);
+  auto depthwise_layers = [](const IntegerModel& im) {
+    int64_t n = 0;
+    for (const IntLayer& l : im.layers) n += l.op == IntOp::conv && l.depthwise();
+    return n;
+  };
+  SECTION("default: uint8 affine activations, int8 per-channel weights") {
+    ModulePtr m = trained_depthwise_chain(testing::test_backend("default"), QConfig{});
+    const IntegerModel im = freeze(*m);
+    REQUIRE(depthwise_layers(im) == 2);
+    require_agreement(*m, im, x);
+  }
+  SECTION("tensorrt: int8 symmetric activations, narrow-range weights") {
+    ModulePtr m = trained_depthwise_chain(testing::test_backend("tensorrt"), QConfig{});
+    require_agreement(*m, freeze(*m), x);
+  }
+  SECTION("affine per-tensor weights (non-zero weight zero point)") {
+    QConfig q;
+    q.weight_symmetric = false;
+    q.weight_per_channel = false;
+    ModulePtr m = trained_depthwise_chain(testing::test_backend("default"), q);
+    const IntegerModel im = freeze(*m);
+    bool nonzero = false;
+    for (const IntLayer& l : im.layers)
+      if (l.op == IntOp::conv && l.depthwise()) nonzero |= l.weight_zero_point.data<int32_t>()[0] != 0;
+    REQUIRE(nonzero);
+    require_agreement(*m, im, x);
+  }
+  SECTION("4-bit LSQ") {
+    QConfig q;
+    q.method = QuantMethod::lsq;
+    q.weight_bits = q.activation_bits = 4;
+    ModulePtr m = trained_depthwise_chain(testing::test_backend("default"), q);
+    require_agreement(*m, freeze(*m), x);
+  }
+}
+
 TEST_CASE("AlexNet-BN freezes, every GEMM kernel (AMX emulated included) gives the same integers", "[quant][freeze]") {
   ModulePtr m = trained_qat_model("alexnet_bn", testing::test_backend("default"), QConfig{}, 64);
   IntegerModel im = freeze(*m);

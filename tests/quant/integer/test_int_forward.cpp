@@ -224,6 +224,20 @@ TEST_CASE("the device integer forward, emulated on the host, equals the CPU inte
     q.weight_bits = q.activation_bits = 4;
     require_layers_equal(frozen("small_cnn", "default", q, 16), x);
   }
+  SECTION("depthwise convolutions (Note [integer depthwise convolution]), with and without weight zero points") {
+    for (const bool affine : {false, true}) {
+      QConfig q;
+      q.weight_symmetric = q.weight_per_channel = !affine;
+      ModulePtr m = testing::depthwise_chain(3);
+      prepare(*m, testing::test_backend("default"), q);
+      m->train();
+      Generator gt(7);
+      NoGradGuard ng;
+      for (int i = 0; i < 4; ++i) m->forward(Tensor::randn({8, 3, 16, 16}, gt));
+      m->eval();
+      require_layers_equal(freeze(*m), x);
+    }
+  }
   SECTION("a conv that dequantizes (logits per position, NCHW), as the last layer") {
     for (const bool affine : {false, true}) {
       QConfig q;
