@@ -11,7 +11,10 @@
 
 #include "apps/integer_cmd.h"
 #include "apps/integer_io.h"
+#include "apps/onnx_export.h"
 #include "apps/train.h"
+#include "quant/convert/freeze.h"
+#include "quant/sim/prepare.h"
 #include "data/image.h"
 #include "data/transforms.h"
 
@@ -187,4 +190,62 @@ TEST_CASE("ONNX export refuses what QDQ or the tensorrt profile cannot express, 
                         Contains("--onnx-profile") && Contains("openvino"));
   }
   REQUIRE(!fs::exists(dir / "m.onnx"));  // nothing written
+}
+
+// A frozen chain with depthwise convolutions (groups = channels): the qat
+// export reads back to the same logits bit for bit, its manifest records the
+// groups, and the ONNX QDQ export (Conv with its group) computes them in ONNX
+// Runtime within the bound above.
+TEST_CASE("depthwise convolutions export, read back and run in ONNX Runtime", "[e2e][onnx][export]") {
+  ModulePtr m = testing::depthwise_chain(3);
+  quant::prepare(*m, testing::test_backend("default"), quant::QConfig{});
+  m->train();
+  Generator g(7);
+  {
+    NoGradGuard ng;
+    for (int i = 0; i < 4; ++i) m->forward(Tensor::randn({8, 3, 16, 16}, g));
+  }
+  m->eval();
+  ExportedModel ex;
+  ex.model = quant::freeze(*m);
+  ex.model_name = "depthwise_chain";
+  for (int c = 0; c < 10; ++c) ex.classes.push_back("class" + std::to_string(c));
+  ex.image_size = ex.resize = 16;
+  ex.mean = {0.5f, 0.5f, 0.5f}, ex.std = {0.25f, 0.25f, 0.25f};
+  const fs::path dir = testing::fresh_temp_dir("qat_onnx_", "depthwise");
+  save_export((dir / "export").string(), ex);
+  std::ifstream manifest(dir / "export" / kExportManifest);
+  const std::string text((std::istreambuf_iterator<char>(manifest)), std::istreambuf_iterator<char>());
+  REQUIRE(text.find("groups: 8") != std::string::npos);
+  REQUIRE(text.find("groups: 16") != std::string::npos);
+  const ExportedModel back = load_export((dir / "export").string());
+  const Tensor x = Tensor::randn({16, 3, 16, 16}, g);
+  const Tensor want = ex.model.forward(x);
+  REQUIRE(testing::same_bits(back.model.forward(x), want));
+
+  const std::string onnx = (dir / "model.onnx").string(), in = (dir / "input.f32").string(),
+                    out = (dir / "ort.f32").string();
+  OnnxExportOptions opt;
+  opt.image_size = 16;
+  export_onnx(ex.model, opt, onnx);
+  {
+    std::ofstream f(in, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(x.data<float>()), static_cast<std::streamsize>(x.numel() * 4));
+  }
+  std::ostringstream cmd;
+  cmd << venv_python() << " " << QAT_SOURCE_DIR << "/tests/onnx/ort_run.py " << onnx << " " << in << " 16 3 16 16 "
+      << out;
+  REQUIRE(std::system(cmd.str().c_str()) == 0);
+  std::vector<float> got(static_cast<size_t>(want.numel()));
+  std::ifstream f(out, std::ios::binary);
+  f.read(reinterpret_cast<char*>(got.data()), static_cast<std::streamsize>(got.size() * 4));
+  REQUIRE(f.gcount() == static_cast<std::streamsize>(got.size() * 4));
+  const quant::IntLayer& last = ex.model.layers.back();
+  double worst = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double lsb = static_cast<double>(last.in.scale) * last.weight_scale.data<float>()[i % 10];
+    worst = std::max(worst, std::abs(static_cast<double>(want.data<float>()[i]) - got[static_cast<size_t>(i)]) / lsb);
+  }
+  INFO("largest logit difference " << worst << " LSB");
+  REQUIRE(worst <= kMaxLsb);
 }
