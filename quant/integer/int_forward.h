@@ -61,17 +61,15 @@ struct QuantizeInput {
   int_math::QuantizeInputGeometry g;
   QAT_HOST_DEVICE void operator()(int64_t i) const { y[i] = int_math::quantize_input_at(i, x, g); }
 };
-struct MaxPool {
+// Max pooling, or (average) adaptive average pooling.
+struct U8Pool {
   const uint8_t* x;
   uint8_t* y;
   int_math::U8PoolGeometry g;
-  QAT_HOST_DEVICE void operator()(int64_t i) const { y[i] = int_math::max_pool_u8_at(i, x, g); }
-};
-struct AdaptiveAvgPool {
-  const uint8_t* x;
-  uint8_t* y;
-  int_math::U8PoolGeometry g;
-  QAT_HOST_DEVICE void operator()(int64_t i) const { y[i] = int_math::adaptive_avg_pool_u8_at(i, x, g); }
+  bool average;
+  QAT_HOST_DEVICE void operator()(int64_t i) const {
+    y[i] = average ? int_math::adaptive_avg_pool_u8_at(i, x, g) : int_math::max_pool_u8_at(i, x, g);
+  }
 };
 struct Flatten {
   const uint8_t* x;
@@ -238,15 +236,16 @@ Tensor run_generic_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, c
     case IntOp::max_pool: {
       Tensor y = exec_detail::empty_on<Exec>({n, out.h, out.w, out.c}, DType::u8);
       const auto& p = l.pool;
-      ex.each(y.numel(), int_kernels::MaxPool{Exec::template ptr<uint8_t>(x), Exec::template ptr<uint8_t>(y),
-                                              exec_detail::pool_geometry(x, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w,
-                                                                    p.pad_h, p.pad_w, out)});
+      ex.each(y.numel(), int_kernels::U8Pool{Exec::template ptr<uint8_t>(x), Exec::template ptr<uint8_t>(y),
+                                             exec_detail::pool_geometry(x, p.kernel_h, p.kernel_w, p.stride_h,
+                                                                        p.stride_w, p.pad_h, p.pad_w, out),
+                                             false});
       return y;
     }
     case IntOp::adaptive_avg_pool: {
       Tensor y = exec_detail::empty_on<Exec>({n, out.h, out.w, out.c}, DType::u8);
-      ex.each(y.numel(), int_kernels::AdaptiveAvgPool{Exec::template ptr<uint8_t>(x), Exec::template ptr<uint8_t>(y),
-                                                      exec_detail::pool_geometry(x, 1, 1, 1, 1, 0, 0, out)});
+      ex.each(y.numel(), int_kernels::U8Pool{Exec::template ptr<uint8_t>(x), Exec::template ptr<uint8_t>(y),
+                                             exec_detail::pool_geometry(x, 1, 1, 1, 1, 0, 0, out), true});
       return y;
     }
     case IntOp::flatten: {

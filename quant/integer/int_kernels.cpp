@@ -31,26 +31,11 @@ void requantize_row_reference(const int32_t* acc, int64_t n, const RequantParams
 
 namespace {
 
-// 16 channels at a time: p = acc * m0 + add (64-bit, even and odd lanes apart),
-// then an arithmetic shift by t; add = bias * m0 + residual + 2^(t-1) was
-// folded per channel by make_requant_plan.
-__attribute__((target("avx512f,avx512bw"))) void requantize_rows_shift_avx512(const int32_t* acc, int64_t rows,
-                                                                              const RequantPlan& q, uint8_t* out) {
-  const __m512i zero = _mm512_set1_epi32(q.params.out_zero), lo = _mm512_set1_epi32(q.params.lo),
-                hi = _mm512_set1_epi32(q.params.hi);
-  const int64_t n = q.n;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < n; c += 16) {
-      const __mmask16 m = n - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - c)) - 1);
-      const __m512i x = _mm512_maskz_loadu_epi32(m, acc + r * n + c);
-      __m512i v = _mm512_srav_epi32(_mm512_add_epi32(x, _mm512_loadu_si512(q.add32.data() + c)),
-                                    _mm512_loadu_si512(q.e.data() + c));
-      v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zero), lo), hi);
-      _mm512_mask_cvtepi32_storeu_epi8(out + r * n + c, m, v);
-    }
-  }
-}
-
+// 16 channels at a time. kShift (every multiplier 2^30, make_requant_plan):
+// (acc + add32) >> e in 32 bits. Otherwise p = acc * m0 + add (64-bit, even
+// and odd lanes apart), then an arithmetic shift by t; add = bias * m0 +
+// residual + 2^(t-1) was folded per channel by make_requant_plan.
+template <bool kShift>
 __attribute__((target("avx512f,avx512bw"))) void requantize_rows_avx512(const int32_t* acc, int64_t rows,
                                                                         const RequantPlan& q, uint8_t* out) {
   const __m512i zero = _mm512_set1_epi32(q.params.out_zero), lo = _mm512_set1_epi32(q.params.lo),
@@ -62,15 +47,21 @@ __attribute__((target("avx512f,avx512bw"))) void requantize_rows_avx512(const in
     for (int64_t c = 0, blk = 0; c < n; c += 16, blk += 8) {
       const __mmask16 m = n - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - c)) - 1);
       const __m512i x = _mm512_maskz_loadu_epi32(m, a + c);
-      const __m512i m0 = _mm512_loadu_si512(q.m0.data() + c);
-      const __m512i even = _mm512_srav_epi64(
-          _mm512_add_epi64(_mm512_mul_epi32(x, m0), _mm512_loadu_si512(q.add_even.data() + blk)),
-          _mm512_loadu_si512(q.t_even.data() + blk));
-      const __m512i odd = _mm512_srav_epi64(
-          _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m0, 32)),
-                           _mm512_loadu_si512(q.add_odd.data() + blk)),
-          _mm512_loadu_si512(q.t_odd.data() + blk));
-      __m512i v = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+      __m512i v;
+      if constexpr (kShift) {
+        v = _mm512_srav_epi32(_mm512_add_epi32(x, _mm512_loadu_si512(q.add32.data() + c)),
+                              _mm512_loadu_si512(q.e.data() + c));
+      } else {
+        const __m512i m0 = _mm512_loadu_si512(q.m0.data() + c);
+        const __m512i even = _mm512_srav_epi64(
+            _mm512_add_epi64(_mm512_mul_epi32(x, m0), _mm512_loadu_si512(q.add_even.data() + blk)),
+            _mm512_loadu_si512(q.t_even.data() + blk));
+        const __m512i odd = _mm512_srav_epi64(
+            _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m0, 32)),
+                             _mm512_loadu_si512(q.add_odd.data() + blk)),
+            _mm512_loadu_si512(q.t_odd.data() + blk));
+        v = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+      }
       v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zero), lo), hi);
       _mm512_mask_cvtepi32_storeu_epi8(o + c, m, v);
     }
@@ -93,22 +84,7 @@ QAT_AVX2_TARGET inline void store_u8x8(__m256i v, __m256i lo, __m256i hi, uint8_
   std::memcpy(o, tmp, static_cast<size_t>(live));
 }
 
-// requantize_rows_shift_avx512 with 8 channels at a time.
-QAT_AVX2_TARGET void requantize_rows_shift_avx2(const int32_t* acc, int64_t rows, const RequantPlan& q,
-                                                uint8_t* out) {
-  const __m256i zero = _mm256_set1_epi32(q.params.out_zero), lo = _mm256_set1_epi32(q.params.lo),
-                hi = _mm256_set1_epi32(q.params.hi);
-  const int64_t n = q.n;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < n; c += 8) {
-      const __m256i x = _mm256_maskload_epi32(acc + r * n + c, simd::live_lanes(n - c));
-      const __m256i v = _mm256_srav_epi32(_mm256_add_epi32(x, load(q.add32.data() + c)), load(q.e.data() + c));
-      store_u8x8(_mm256_add_epi32(v, zero), lo, hi, out + r * n + c, n - c);
-    }
-  }
-}
-
-// The 64-bit lanes p of requantize_rows_avx512 shifted right by t: AVX2 has
+// The 64-bit lanes p of requantize_rows_avx512<false> shifted right by t: AVX2 has
 // no arithmetic 64-bit shift, so p + 2^63 (p's sign bit flipped: in
 // [0, 2^64) for every int64 p) is shifted logically and 2^(63 - t) comes
 // off, which is floor(p / 2^t) exactly (2^t divides 2^63 for t <= 62).
@@ -118,6 +94,7 @@ QAT_AVX2_TARGET inline __m256i floor_shift64(__m256i p, __m256i t) {
 }
 
 // requantize_rows_avx512 with 8 channels at a time.
+template <bool kShift>
 QAT_AVX2_TARGET void requantize_rows_avx2(const int32_t* acc, int64_t rows, const RequantPlan& q, uint8_t* out) {
   const __m256i zero = _mm256_set1_epi32(q.params.out_zero), lo = _mm256_set1_epi32(q.params.lo),
                 hi = _mm256_set1_epi32(q.params.hi);
@@ -125,15 +102,21 @@ QAT_AVX2_TARGET void requantize_rows_avx2(const int32_t* acc, int64_t rows, cons
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t* a = acc + r * n;
     for (int64_t c = 0; c < n; c += 8) {
-      const __m256i x = _mm256_maskload_epi32(a + c, simd::live_lanes(n - c)), m0 = load(q.m0.data() + c);
-      const int64_t blk = c / 2;  // the even (odd) channels c, c + 2, .. as 4 consecutive 64-bit entries
-      const __m256i even = floor_shift64(_mm256_add_epi64(_mm256_mul_epi32(x, m0), load(q.add_even.data() + blk)),
-                                         load(q.t_even.data() + blk));
-      const __m256i odd = floor_shift64(
-          _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(m0, 32)),
-                           load(q.add_odd.data() + blk)),
-          load(q.t_odd.data() + blk));
-      const __m256i v = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+      const __m256i x = _mm256_maskload_epi32(a + c, simd::live_lanes(n - c));
+      __m256i v;
+      if constexpr (kShift) {
+        v = _mm256_srav_epi32(_mm256_add_epi32(x, load(q.add32.data() + c)), load(q.e.data() + c));
+      } else {
+        const __m256i m0 = load(q.m0.data() + c);
+        const int64_t blk = c / 2;  // the even (odd) channels c, c + 2, .. as 4 consecutive 64-bit entries
+        const __m256i even = floor_shift64(_mm256_add_epi64(_mm256_mul_epi32(x, m0), load(q.add_even.data() + blk)),
+                                           load(q.t_even.data() + blk));
+        const __m256i odd = floor_shift64(
+            _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(m0, 32)),
+                             load(q.add_odd.data() + blk)),
+            load(q.t_odd.data() + blk));
+        v = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+      }
       store_u8x8(_mm256_add_epi32(v, zero), lo, hi, out + r * n + c, n - c);
     }
   }
@@ -178,11 +161,11 @@ RequantPlan make_requant_plan(const RequantParams& p, int64_t n) {
 
 void requantize_rows(const int32_t* acc, int64_t rows, const RequantPlan& q, uint8_t* out) {
   if (q.vector && q.avx512) {
-    if (q.pure_shift) return requantize_rows_shift_avx512(acc, rows, q, out);
-    return requantize_rows_avx512(acc, rows, q, out);
+    if (q.pure_shift) return requantize_rows_avx512<true>(acc, rows, q, out);
+    return requantize_rows_avx512<false>(acc, rows, q, out);
   }
-  if (q.vector && q.pure_shift) return requantize_rows_shift_avx2(acc, rows, q, out);
-  if (q.vector) return requantize_rows_avx2(acc, rows, q, out);
+  if (q.vector && q.pure_shift) return requantize_rows_avx2<true>(acc, rows, q, out);
+  if (q.vector) return requantize_rows_avx2<false>(acc, rows, q, out);
   for (int64_t r = 0; r < rows; ++r) requantize_row_reference(acc + r * q.n, q.n, q.params, out + r * q.n);
 }
 
@@ -202,15 +185,7 @@ void max_pool_u8(const uint8_t* x, const PoolShape& s, uint8_t* y) {
       for (int64_t ow = 0; ow < s.out_w; ++ow) {
         uint8_t* dst = y + ((b * s.out_h + oh) * s.out_w + ow) * s.c;
         std::memset(dst, 0, static_cast<size_t>(s.c));
-        for (int64_t i = 0; i < s.kh; ++i) {
-          const int64_t ih = oh * s.stride_h - s.pad_h + i;
-          if (ih < 0 || ih >= s.h) continue;
-          for (int64_t j = 0; j < s.kw; ++j) {
-            const int64_t iw = ow * s.stride_w - s.pad_w + j;
-            if (iw < 0 || iw >= s.w) continue;
-            max_into(dst, img + (ih * s.w + iw) * s.c, s.c);
-          }
-        }
+        int_math::each_pool_tap(oh, ow, s, [&](int64_t ih, int64_t iw) { max_into(dst, img + (ih * s.w + iw) * s.c, s.c); });
       }
     }
   }

@@ -82,23 +82,31 @@ QAT_HOST_DEVICE inline uint8_t quantize_input_at(int64_t i, const float* x, cons
 struct U8PoolGeometry {
   int64_t h, w, c, kh, kw, stride_h, stride_w, pad_h, pad_w, out_h, out_w;
 };
-// Output i of max pooling: the largest value in the window, padding never
-// counted (the CPU starts from 0, the lowest u8).
-QAT_HOST_DEVICE inline uint8_t max_pool_u8_at(int64_t i, const uint8_t* x, const U8PoolGeometry& g) {
-  const int64_t ch = i % g.c, pix = i / g.c;
-  const int64_t ow = pix % g.out_w, oh = (pix / g.out_w) % g.out_h, n = pix / (g.out_w * g.out_h);
-  const uint8_t* img = x + n * g.h * g.w * g.c;
-  uint8_t m = 0;
+// fn(ih, iw) for each tap of output (oh, ow)'s max-pooling window that lies
+// inside the image (padding is never counted); G: any pooling geometry.
+template <class G, class Fn>
+QAT_HOST_DEVICE inline void each_pool_tap(int64_t oh, int64_t ow, const G& g, Fn fn) {
   for (int64_t a = 0; a < g.kh; ++a) {
     const int64_t ih = oh * g.stride_h - g.pad_h + a;
     if (ih < 0 || ih >= g.h) continue;
     for (int64_t b = 0; b < g.kw; ++b) {
       const int64_t iw = ow * g.stride_w - g.pad_w + b;
-      if (iw < 0 || iw >= g.w) continue;
-      const uint8_t v = img[(ih * g.w + iw) * g.c + ch];
-      m = v > m ? v : m;
+      if (iw >= 0 && iw < g.w) fn(ih, iw);
     }
   }
+}
+
+// Output i of max pooling: the largest value in the window (the CPU starts
+// from 0, the lowest u8).
+QAT_HOST_DEVICE inline uint8_t max_pool_u8_at(int64_t i, const uint8_t* x, const U8PoolGeometry& g) {
+  const int64_t ch = i % g.c, pix = i / g.c;
+  const int64_t ow = pix % g.out_w, oh = (pix / g.out_w) % g.out_h, n = pix / (g.out_w * g.out_h);
+  const uint8_t* img = x + n * g.h * g.w * g.c;
+  uint8_t m = 0;
+  each_pool_tap(oh, ow, g, [&](int64_t ih, int64_t iw) {
+    const uint8_t v = img[(ih * g.w + iw) * g.c + ch];
+    m = v > m ? v : m;
+  });
   return m;
 }
 

@@ -32,14 +32,8 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
   std::vector<int32_t> wt(static_cast<size_t>(taps * C));  // (tap, channel): w - z_w
   for (int64_t c = 0; c < C; ++c)
     for (int64_t t = 0; t < taps; ++t) wt[t * C + c] = w[c * taps + t] - zw[c];
-  const int32_t zx = l.in.zero_point + l.in.offset(), off = l.out.offset();
-  const RequantParams rq{l.bias.data<int32_t>(),
-                         l.multiplier.data<int32_t>(),
-                         l.shift.data<int32_t>(),
-                         l.bias_residual.data<int32_t>(),
-                         l.out.zero_point + off,
-                         (l.relu ? std::max(l.out.qmin(), l.out.zero_point) : l.out.qmin()) + off,
-                         l.out.qmax() + off};
+  const int32_t zx = l.in.zero_point + l.in.offset();
+  const RequantParams rq = requant_params(l, l.bias.data<int32_t>());
   const RequantPlan plan = make_requant_plan(rq, C);
   const float* fw = l.weight_zero_frac.data<float>();
   const bool frac = std::any_of(fw, fw + C, [](float f) { return f != 0.f; });

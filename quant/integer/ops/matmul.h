@@ -17,6 +17,19 @@ inline bool any_nonzero(const Tensor& t) {
   return std::any_of(p, p + t.numel(), [](int32_t v) { return v != 0; });
 }
 
+// The layer's requantization of accumulators plus `bias` (per channel):
+// multipliers, the output grid's zero point and clamp (a ReLU: from the zero point).
+inline RequantParams requant_params(const IntLayer& l, const int32_t* bias) {
+  const int32_t off = l.out.offset();
+  return {bias,
+          l.multiplier.data<int32_t>(),
+          l.shift.data<int32_t>(),
+          l.bias_residual.data<int32_t>(),
+          l.out.zero_point + off,
+          (l.relu ? std::max(l.out.qmin(), l.out.zero_point) : l.out.qmin()) + off,
+          l.out.qmax() + off};
+}
+
 // The output stage of conv and linear: zero-point corrections, then
 // requantization to u8 or (last layer) dequantization to float.
 struct OutputStage {
@@ -42,14 +55,7 @@ struct OutputStage {
       for (int64_t c = 0; c < C; ++c)
         dequant[c] = static_cast<float>(static_cast<double>(l.in.scale) * l.weight_scale.data<float>()[c]);
     } else {
-      const int32_t off = l.out.offset();
-      rq = {bias.data(),
-            l.multiplier.data<int32_t>(),
-            l.shift.data<int32_t>(),
-            l.bias_residual.data<int32_t>(),
-            l.out.zero_point + off,
-            (l.relu ? std::max(l.out.qmin(), l.out.zero_point) : l.out.qmin()) + off,
-            l.out.qmax() + off};
+      rq = requant_params(l, bias.data());
       plan = make_requant_plan(rq, C);
     }
     const float* fw = l.weight_zero_frac.data<float>();
