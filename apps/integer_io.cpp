@@ -104,7 +104,10 @@ void emit_layer(YAML::Emitter& e, const IntLayer& l) {
     // (written only when depthwise: exports of dense models read by any qat)
     if (l.conv.groups != 1) e << YAML::Key << "groups" << YAML::Value << l.conv.groups;
   }
-  e << YAML::Key << "relu" << YAML::Value << l.relu << YAML::Key << "dequantize" << YAML::Value << l.dequantize;
+  e << YAML::Key << "relu" << YAML::Value << l.relu;
+  // (a ReLU6's upper clamp, written only where there is one)
+  if (l.clamp_max != INT32_MAX) e << YAML::Key << "clamp_max" << YAML::Value << l.clamp_max;
+  e << YAML::Key << "dequantize" << YAML::Value << l.dequantize;
   e << YAML::Key << "weight_bits" << YAML::Value << l.weight_bits << YAML::Key << "weight_signed" << YAML::Value
     << l.weight_signed << YAML::Key << "weight_packing" << YAML::Value
     << (packed(l) ? "int4x2" : "int8");
@@ -249,6 +252,7 @@ void read_conv_or_linear(const YamlValue& v, IntLayer& l, const WeightsFile& wei
   }
   const YamlValue relu = v.get("relu");
   l.relu = relu.as<bool>();
+  if (const std::optional<YamlValue> clamp = v.find("clamp_max")) l.clamp_max = clamp->as<int32_t>();
   l.dequantize = v.get("dequantize").as<bool>();
   // The ReLU lives in the requantization's clamp; a dequantized float output has none (freeze never writes this).
   if (l.relu && l.dequantize) relu.fail("a dequantizing layer (float logits) has no fused ReLU: must be false");

@@ -185,7 +185,15 @@ std::string matmul_layer(Builder& b, const IntLayer& l, const std::string& x, co
   } else {
     Builder::one_int(b.node("Gemm", {x, w, bias}, l.name, &y), "transB", 1);
   }
-  if (l.relu) b.node("Relu", {y}, l.name + "_relu", &y);
+  if (l.clamp_max != INT32_MAX) {
+    // ReLU6 (Note [ReLU6 as a clamp]): clipped at the real value of the upper clamp's grid value, which
+    // QuantizeLinear then maps onto that value itself.
+    const float hi = static_cast<float>(l.clamp_max - l.out.zero_point) * l.out.scale;
+    b.node("Clip", {y, b.scalar_f32(l.name + "_relu6_min", 0.f), b.scalar_f32(l.name + "_relu6_max", hi)},
+           l.name + "_relu6", &y);
+  } else if (l.relu) {
+    b.node("Relu", {y}, l.name + "_relu", &y);
+  }
   if (l.dequantize) return y;  // float logits
   check_grid(l.out, l, "output", profile);
   return qdq(b, y, l.out, l.name + "_out");

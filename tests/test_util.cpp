@@ -241,13 +241,14 @@ TempDir::~TempDir() {
 
 quant::Backend test_backend(const std::string& name) { return apps::load_backend(name, "."); }
 
-ModulePtr depthwise_chain(uint64_t seed) {
+ModulePtr depthwise_chain(uint64_t seed, bool relu6) {
   Generator gen(seed);
   auto m = std::make_shared<Sequential>();
   auto block = [&](int64_t in, int64_t out, int64_t k, int64_t stride, int64_t dilation, int64_t groups) {
     m->push_back(std::make_shared<Conv2d>(Conv2dOptions{in, out, k, stride, dilation * (k / 2), dilation, groups, false}, gen));
     m->push_back(std::make_shared<BatchNorm2d>(out));
-    m->push_back(std::make_shared<ReLU>());
+    if (relu6) m->push_back(std::make_shared<ReLU6>());
+    else m->push_back(std::make_shared<ReLU>());
   };
   block(3, 8, 3, 1, 1, 1);
   block(8, 8, 3, 2, 1, 8);

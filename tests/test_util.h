@@ -62,8 +62,9 @@ quant::Backend test_backend(const std::string& name);
 
 // A chain with depthwise blocks (MobileNetV1's): conv-BN-ReLU 3 -> 8, then
 // depthwise 3x3 (stride 2) and pointwise 1x1 blocks, a depthwise 3x3 with
-// dilation 2, global average pooling, flatten, linear to 10 classes.
-ModulePtr depthwise_chain(uint64_t seed);
+// dilation 2, global average pooling, flatten, linear to 10 classes; relu6:
+// ReLU6 in every block instead of ReLU.
+ModulePtr depthwise_chain(uint64_t seed, bool relu6 = false);
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 

@@ -102,6 +102,17 @@ double centred_weight_sum(const IntLayer& l, int64_t c) {
          static_cast<double>(K) * l.weight_zero_frac.data<float>()[c];
 }
 
+// Note [ReLU6 as a clamp]: the fake-quant model quantizes min(max(y, 0), 6)
+// after the convolution; a quantizer is non-decreasing, so that is the
+// quantized y clamped to [q(0), q(6)]: the integer conv's ReLU clamp from
+// the zero point, and its upper clamp at the grid value the quantizer gives
+// 6.0 (its own arithmetic: apply_frozen, the frozen qparams).
+int32_t grid_value_of(const FakeQuantizer& fq, const ActQuant& a, float x) {
+  NoGradGuard ng;
+  const Tensor d = fq.apply_frozen(Tensor::full({1}, x)).to(Device::cpu);
+  return static_cast<int32_t>(std::nearbyint(d.data<float>()[0] / a.scale + a.zero_frac)) + a.zero_point;
+}
+
 void set_output(IntLayer& l, const Tensor& b_float, FakeQuantizer* out) {
   const int64_t C = l.out_channels;
   l.dequantize = out == nullptr;
@@ -177,12 +188,17 @@ struct Freezer {
     l.kernel_h = c.weight.size(2);
     l.kernel_w = c.weight.size(3);
     l.relu = c.relu;
-    QAT_CHECK(!c.relu6, "freeze: conv '", name, "' has a fused ReLU6, which has no integer kernel yet");
+    QAT_CHECK(!c.relu6 || c.activation_post_process, "freeze: conv '", name,
+              "' ends in a ReLU6 without an output quantizer: the integer model clamps on the output grid");
     QAT_CHECK(c.params.groups == 1 || (c.params.groups == l.in_channels && c.params.groups == l.out_channels),
               "freeze: conv '", name, "' has groups ", c.params.groups, " (", l.in_channels, " -> ", l.out_channels,
               " channels); the integer model has dense (groups 1) and depthwise (groups = channels) kernels");
     quantize_weights(l, c.folded_weight(), *c.weight_fake_quant);
     set_output(l, c.folded_bias(), c.activation_post_process.get());
+    if (c.relu6) {  // Note [ReLU6 as a clamp]
+      l.relu = true;
+      l.clamp_max = grid_value_of(*c.activation_post_process, l.out, 6.f);
+    }
     finish(std::move(l));
   }
 

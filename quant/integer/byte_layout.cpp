@@ -25,37 +25,63 @@ __attribute__((target("avx512f,avx512bw"))) inline void copy_upto64(uint8_t* dst
 // Bytes read past the last padded plane by the word copies of window_rows.
 constexpr int64_t kPlaneSlack = 64;
 
-// One kernel row of `run` contiguous bytes: a copy of Word bytes (its bytes
-// past the run are overwritten by the next runs' copies) unless fewer than
-// Word bytes are left to the row's end, then exact, so that no copy reaches
-// into the next row (which another thread may have written already).
-template <int64_t Word>
-inline void copy_run(uint8_t* r, const uint8_t* src, int64_t run, const uint8_t* end) {
-  if (end - r >= Word) std::memcpy(r, src, Word);
-  else std::memcpy(r, src, static_cast<size_t>(run));
-}
-
-// Word 0: each of the kw chunks copied exactly (width dilation, or long runs).
-template <int64_t Word>
-void window_rows_t(const uint8_t* planes, const PaddedPlanes& pp, int64_t first, int64_t count, uint8_t* rows) {
+// The window rows of positions [first, first + count): each kernel row's
+// bytes by copy(r, src, end), r its place in the row that ends at `end`.
+template <class Copy>
+[[gnu::always_inline]] inline void window_rows_with(const uint8_t* planes, const PaddedPlanes& pp, int64_t first,
+                                                    int64_t count, uint8_t* rows, const Copy& copy) {
   const int64_t K = pp.row_len(), run = pp.run_bytes(), next_plane = pp.plane_bytes() - pp.kh * pp.down;
   for (int64_t p = first; p < first + count; ++p) {
     uint8_t* r = rows + (p - first) * K;
     const uint8_t* const end = r + K;
     const uint8_t* src = planes + (p / pp.out_w) * pp.step_y + (p % pp.out_w) * pp.step_x;
     for (int64_t c = 0; c < pp.planes; ++c, src += next_plane)
-      for (int64_t ki = 0; ki < pp.kh; ++ki, r += run, src += pp.down) {
-        if constexpr (Word > 0) {
-          copy_run<Word>(r, src, run, end);
-        } else {
-          if (pp.chunk == 1)
-            for (int64_t j = 0; j < pp.kw; ++j) r[j] = src[j * pp.gap];
-          else
-            for (int64_t j = 0; j < pp.kw; ++j)
-              std::memcpy(r + j * pp.chunk, src + j * pp.gap, static_cast<size_t>(pp.chunk));
-        }
-      }
+      for (int64_t ki = 0; ki < pp.kh; ++ki, r += run, src += pp.down) copy(r, src, end);
   }
+}
+
+// A contiguous run: Word bytes at once (its bytes past the run are
+// overwritten by the next runs' copies) unless fewer than Word bytes are left
+// to the row's end, then exactly, so that no copy reaches into the next row
+// (which another thread may have written already).
+template <int64_t Word>
+struct WordCopy {
+  int64_t run;
+  void operator()(uint8_t* r, const uint8_t* src, const uint8_t* end) const {
+    if (end - r >= Word) std::memcpy(r, src, Word);
+    else std::memcpy(r, src, static_cast<size_t>(run));
+  }
+};
+
+// The same with 64-byte moves on AVX-512BW, the exact copies masked (no call).
+struct MaskedCopy64 {
+  int64_t run;
+  __attribute__((target("avx512f,avx512bw"))) void operator()(uint8_t* r, const uint8_t* src,
+                                                              const uint8_t* end) const {
+    if (end - r >= 64) _mm512_storeu_si512(r, _mm512_loadu_si512(src));
+    else copy_upto64(r, src, run);
+  }
+};
+
+// kw chunks of `chunk` bytes, `gap` apart (width dilation).
+struct ChunkCopy {
+  int64_t kw, chunk, gap;
+  void operator()(uint8_t* r, const uint8_t* src, const uint8_t*) const {
+    if (chunk == 1)
+      for (int64_t j = 0; j < kw; ++j) r[j] = src[j * gap];
+    else
+      for (int64_t j = 0; j < kw; ++j) std::memcpy(r + j * chunk, src + j * gap, static_cast<size_t>(chunk));
+  }
+};
+
+template <int64_t Word>
+void window_rows_words(const uint8_t* planes, const PaddedPlanes& pp, int64_t first, int64_t count, uint8_t* rows) {
+  window_rows_with(planes, pp, first, count, rows, WordCopy<Word>{pp.run_bytes()});
+}
+
+__attribute__((target("avx512f,avx512bw"))) void window_rows_avx512(const uint8_t* planes, const PaddedPlanes& pp,
+                                                                    int64_t first, int64_t count, uint8_t* rows) {
+  window_rows_with(planes, pp, first, count, rows, MaskedCopy64{pp.run_bytes()});
 }
 
 // dst[j] = f(xrow[x0 + j step]) for j < count, f(pad) where x0 + j step falls
@@ -104,11 +130,13 @@ void pad_plane_u8(const uint8_t* src, int64_t rows, int64_t row_bytes, int64_t p
 
 void window_rows(const uint8_t* planes, const PaddedPlanes& pp, int64_t first, int64_t count, uint8_t* rows) {
   const int64_t run = pp.run_bytes();
-  if (!pp.contiguous() || run > 64) return window_rows_t<0>(planes, pp, first, count, rows);
-  if (run <= 8) return window_rows_t<8>(planes, pp, first, count, rows);
-  if (run <= 16) return window_rows_t<16>(planes, pp, first, count, rows);
-  if (run <= 32) return window_rows_t<32>(planes, pp, first, count, rows);
-  window_rows_t<64>(planes, pp, first, count, rows);
+  if (!pp.contiguous() || run > 64)
+    return window_rows_with(planes, pp, first, count, rows, ChunkCopy{pp.kw, pp.chunk, pp.gap});
+  if (run <= 8) return window_rows_words<8>(planes, pp, first, count, rows);
+  if (run <= 16) return window_rows_words<16>(planes, pp, first, count, rows);
+  if (run > 32 && cpu_has_avx512bw()) return window_rows_avx512(planes, pp, first, count, rows);
+  if (run <= 32) return window_rows_words<32>(planes, pp, first, count, rows);
+  window_rows_words<64>(planes, pp, first, count, rows);
 }
 
 // ---------------------------------------------------------------- NHWC

@@ -20,6 +20,8 @@
 // output, a term that depends on the input row: those layers take a per-row
 // scalar output path (round(f_w M0) times the row sum, in 64 bits).
 // Signed activation grids are stored as u8 shifted by +128 (see int_kernels.h).
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -79,6 +81,10 @@ struct IntLayer {
   Tensor multiplier, shift;  // i32 (Cout); unused when dequantize
   Tensor bias_residual;      // i32 (Cout); unused when dequantize
   bool relu = false;         // folded into the lower clamp
+  // A ReLU6 (with relu): the upper clamp, the output grid's value of 6.0
+  // (Note [ReLU6 as a clamp]); INT32_MAX: none (the grid's qmax).
+  int32_t clamp_max = INT32_MAX;
+  int32_t out_hi() const { return std::min(out.qmax(), clamp_max); }
   bool dequantize = false;   // last layer: float logits = (acc + bias) * s_x * s_w[c]
   // pools
   Pool2dParams pool{};

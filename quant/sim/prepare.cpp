@@ -36,20 +36,24 @@ struct Rewriter {
       const std::string name = join(prefix, ch[i].first);
       if (auto conv = child_as<Conv2d>(ch, i)) {
         auto bn = child_as<BatchNorm2d>(ch, i + 1);
-        const bool relu_after = child_as<ReLU>(ch, i + (bn ? 2 : 1)) != nullptr;
+        const size_t act = i + (bn ? 2 : 1);
+        const bool relu_after = child_as<ReLU>(ch, act) != nullptr, relu6_after = child_as<ReLU6>(ch, act) != nullptr;
         Pattern p;
         size_t used;
         if (bn && relu_after && allowed(Pattern::conv_bn_relu)) p = Pattern::conv_bn_relu, used = 3;
+        else if (bn && relu6_after && allowed(Pattern::conv_bn_relu6)) p = Pattern::conv_bn_relu6, used = 3;
         else if (bn && allowed(Pattern::conv_bn)) p = Pattern::conv_bn, used = 2;
         else if (!bn && relu_after && allowed(Pattern::conv_relu)) p = Pattern::conv_relu, used = 2;
+        else if (!bn && relu6_after && allowed(Pattern::conv_relu6)) p = Pattern::conv_relu6, used = 2;
         else if (allowed(Pattern::conv)) p = Pattern::conv, used = 1;
         else {
           report.float_layers.push_back(name);
           continue;
         }
-        const bool has_bn = p == Pattern::conv_bn || p == Pattern::conv_bn_relu;
+        const bool has_bn = p == Pattern::conv_bn || p == Pattern::conv_bn_relu || p == Pattern::conv_bn_relu6;
         const bool has_relu = p == Pattern::conv_relu || p == Pattern::conv_bn_relu;
         auto qc = std::make_shared<QatConv2d>(*conv, has_bn ? bn : nullptr, has_relu, weight_cfg(name));
+        qc->relu6 = p == Pattern::conv_relu6 || p == Pattern::conv_bn_relu6;
         replace(m, ch, i, used, qc);
         add_layer(qc.get(), name, p, qc->weight_fake_quant->config().spec);
         i += used - 1;

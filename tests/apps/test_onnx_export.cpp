@@ -197,7 +197,9 @@ TEST_CASE("ONNX export refuses what QDQ or the tensorrt profile cannot express, 
 // groups, and the ONNX QDQ export (Conv with its group) computes them in ONNX
 // Runtime within the bound above.
 TEST_CASE("depthwise convolutions export, read back and run in ONNX Runtime", "[e2e][onnx][export]") {
-  ModulePtr m = testing::depthwise_chain(3);
+  const bool relu6 = GENERATE(false, true);  // ReLU6: clamp_max in the manifest, Clip in ONNX
+  INFO("ReLU6 " << relu6);
+  ModulePtr m = testing::depthwise_chain(3, relu6);
   quant::prepare(*m, testing::test_backend("default"), quant::QConfig{});
   m->train();
   Generator g(7);
@@ -218,8 +220,9 @@ TEST_CASE("depthwise convolutions export, read back and run in ONNX Runtime", "[
   const std::string text((std::istreambuf_iterator<char>(manifest)), std::istreambuf_iterator<char>());
   REQUIRE(text.find("groups: 8") != std::string::npos);
   REQUIRE(text.find("groups: 16") != std::string::npos);
+  REQUIRE((text.find("clamp_max:") != std::string::npos) == relu6);
   const ExportedModel back = load_export((dir / "export").string());
-  const Tensor x = Tensor::randn({16, 3, 16, 16}, g);
+  const Tensor x = mul(Tensor::randn({16, 3, 16, 16}, g), Tensor::scalar(relu6 ? 4.f : 1.f));
   const Tensor want = ex.model.forward(x);
   REQUIRE(testing::same_bits(back.model.forward(x), want));
 

@@ -27,7 +27,7 @@ inline RequantParams requant_params(const IntLayer& l, const int32_t* bias) {
           l.bias_residual.data<int32_t>(),
           l.out.zero_point + off,
           (l.relu ? std::max(l.out.qmin(), l.out.zero_point) : l.out.qmin()) + off,
-          l.out.qmax() + off};
+          l.out_hi() + off};
 }
 
 // The output stage of conv and linear: zero-point corrections, then

@@ -8,11 +8,13 @@
 #include "tests/test_util.h"
 
 #include "core/autograd.h"
+#include "layers/layers.h"
 #include "models/models.h"
 #include "quant/convert/compare_layers.h"
 #include "quant/convert/freeze.h"
 #include "quant/sim/fake_quantizer.h"
 #include "quant/sim/prepare.h"
+#include "quant/sim/qat_modules.h"
 
 using namespace qat;
 using namespace qat::quant;
@@ -183,8 +185,12 @@ TEST_CASE("frozen models agree with their fake-quant models on every backend", "
 }
 
 namespace {
-ModulePtr trained_depthwise_chain(const Backend& b, const QConfig& q) {
-  ModulePtr m = testing::depthwise_chain(3);
+// bn_gain: every BN's weight times this, before the observers see anything.
+ModulePtr trained_depthwise_chain(const Backend& b, const QConfig& q, bool relu6 = false, float bn_gain = 1.f) {
+  ModulePtr m = testing::depthwise_chain(3, relu6);
+  for (auto& [name, mod] : m->named_modules())
+    if (auto* bn = dynamic_cast<BatchNorm2d*>(mod))
+      for (int64_t c = 0; c < bn->weight.numel(); ++c) bn->weight.data<float>()[c] *= bn_gain;
   prepare(*m, b, q);
   m->train();
   Generator g(7);
@@ -231,6 +237,42 @@ TEST_CASE("depthwise convolutions freeze and agree with their fake-quant models"
     q.weight_bits = q.activation_bits = 4;
     ModulePtr m = trained_depthwise_chain(testing::test_backend("default"), q);
     require_agreement(*m, freeze(*m), x);
+  }
+}
+
+TEST_CASE("ReLU6 freezes as an upper clamp at the grid's value of 6 (Note [ReLU6 as a clamp])", "[quant][freeze]") {
+  Generator g(13);
+  const Tensor x = Tensor::randn({6, 3, 16, 16}, g);
+  for (const char* backend : {"default", "tensorrt"}) {
+    INFO(backend);
+    // BN's gains x16: every block's outputs pass 6.
+    ModulePtr m = trained_depthwise_chain(testing::test_backend(backend), QConfig{}, true, 16.f);
+    // The observers saw ReLU6's outputs, so 6.0 lies at the top of each grid and the clamp would be the
+    // grid's own: give each block's output grid room up to about 10 (a grid calibrated elsewhere),
+    // 6.0 then well inside it.
+    for (auto& [name, mod] : m->named_modules())
+      if (auto* qc = dynamic_cast<QatConv2d*>(mod)) {
+        const QParams q = qc->activation_post_process->qparams();
+        q.scale.data<float>()[0] = 10.f / static_cast<float>(qc->activation_post_process->config().spec.qmax() -
+                                                              q.zero_point.data<int32_t>()[0]);
+        qc->activation_post_process->set_qparams(q);
+      }
+    const IntegerModel im = freeze(*m);
+    // The clamps, and outputs that reach them.
+    const std::vector<Tensor> trace = im.forward_trace(x);
+    int64_t clamped_layers = 0;
+    for (size_t i = 0; i < im.layers.size(); ++i) {
+      const IntLayer& l = im.layers[i];
+      if (l.op != IntOp::conv) continue;
+      REQUIRE(l.relu);
+      REQUIRE(l.clamp_max < l.out.qmax() - 10);
+      const uint8_t top = static_cast<uint8_t>(l.clamp_max + l.out.offset());
+      const uint8_t* t = trace[i].data<uint8_t>();
+      REQUIRE(*std::max_element(t, t + trace[i].numel()) <= top);
+      clamped_layers += std::count(t, t + trace[i].numel(), top) > 0;
+    }
+    REQUIRE(clamped_layers == 4);
+    require_agreement(*m, im, x);
   }
 }
 
