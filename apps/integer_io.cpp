@@ -80,9 +80,22 @@ bool is_conv(const IntLayer& l) { return quant::int_op_def(l.op).has(quant::kCon
 Tensor weight_oihw(const IntLayer& l) { return is_conv(l) ? quant::weight_oihw_from_ohwi(l.weight) : l.weight; }
 
 // The fields of the layer's op (int_op.h: IntFields), in the format's order.
-void emit_layer(YAML::Emitter& e, const IntLayer& l) {
+void emit_layer(YAML::Emitter& e, const IntLayer& l, const std::vector<IntLayer>& layers) {
   const quant::IntOpDef& op = quant::int_op_def(l.op);
   e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << l.name << YAML::Key << "kind" << YAML::Value << op.name;
+  if (!l.inputs.empty()) {  // Note [integer model graph]: written only off a chain
+    e << YAML::Key << "inputs" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (const int64_t p : l.inputs) e << layers[static_cast<size_t>(p)].name;
+    e << YAML::EndSeq;
+  }
+  if (op.has(quant::kTwoInputs)) {
+    e << YAML::Key << "relu" << YAML::Value << l.relu;
+    emit_act(e, "input", l.in);
+    emit_act(e, "input2", l.in2);
+    emit_act(e, "output", l.out);
+    e << YAML::EndMap;
+    return;
+  }
   if (op.has(quant::kPoolGeometry)) {
     emit_pair(e, "kernel", l.pool.kernel_h, l.pool.kernel_w);
     emit_pair(e, "stride", l.pool.stride_h, l.pool.stride_w);
@@ -321,8 +334,16 @@ IntLayer read_layer(const YamlValue& v, const WeightsFile& weights) {
     read_pair(size, l.out_h, l.out_w);
     if (l.out_h < 1 || l.out_w < 1) size.fail("must be >= 1");
   }
-  if (op.has(quant::kMatmul)) read_conv_or_linear(v, l, weights);
-  else l.in = l.out = read_act(v.get("output"), l.name);  // kRoundsOntoInputGrid: the input is set by check_follows
+  if (op.has(quant::kTwoInputs)) {
+    l.relu = v.get("relu").as<bool>();
+    l.in = read_act(v.get("input"), l.name);
+    l.in2 = read_act(v.get("input2"), l.name);
+    l.out = read_act(v.get("output"), l.name);
+  } else if (op.has(quant::kMatmul)) {
+    read_conv_or_linear(v, l, weights);
+  } else {
+    l.in = l.out = read_act(v.get("output"), l.name);  // kRoundsOntoInputGrid: the input is set by check_follows
+  }
   return l;
 }
 
@@ -362,13 +383,31 @@ void read_input(const YamlValue& v, ExportedModel& m) {
 }
 
 // Each layer reads the grid the one before wrote.
-void check_follows(const YamlValue& v, IntLayer& l, const IntLayer& prev) {
+// The layer reads `prev` (its input k: 0, or an add's second).
+void check_follows(const YamlValue& v, IntLayer& l, const IntLayer& prev, size_t k = 0) {
   if (prev.dequantize) v.fail("comes after the dequantizing layer '" + prev.name + "'");
   const quant::IntOpDef& op = quant::int_op_def(l.op);
   if (op.has(quant::kRoundsOntoInputGrid)) l.in = prev.out;  // its output must then be the same grid
-  if (!(l.in == prev.out))
-    v.get(op.has(quant::kMatmul) ? "input" : "output")
+  if (!((k == 0 ? l.in : l.in2) == prev.out))
+    v.get(k == 1 ? "input2" : op.has(quant::kMatmul) || op.has(quant::kTwoInputs) ? "input" : "output")
         .fail("quantization differs from the output of '" + prev.name + "'");
+}
+
+// The layers named by `inputs`, as indices of the earlier ones (each name once among them).
+std::vector<int64_t> read_inputs(const YamlValue& v, const std::vector<IntLayer>& earlier) {
+  std::vector<int64_t> out;
+  for (const YamlValue& name : v.items("a list of earlier layers' names")) {
+    const std::string n = name.as<std::string>();
+    int64_t at = -1;
+    for (size_t i = 0; i < earlier.size(); ++i)
+      if (earlier[i].name == n) {
+        if (at >= 0) name.fail("more than one earlier layer is named '" + n + "'");
+        at = static_cast<int64_t>(i);
+      }
+    if (at < 0) name.fail("no earlier layer is named '" + n + "'");
+    out.push_back(at);
+  }
+  return out;
 }
 
 // `shape`: the input images'; every layer is checked against the shape the
@@ -384,14 +423,23 @@ void read_layers(const YamlValue& v, const WeightsFile& weights, quant::ActShape
     if (!model.layers.empty() && op.has(quant::kFloatInput))
       lv.get("kind").fail("layer " + std::to_string(model.layers.size()) + " '" + l.name + "' is " + op.name +
                           ", which reads the float images: only the first layer may be");
-    if (!model.layers.empty()) check_follows(lv, l, model.layers.back());
+    if (const std::optional<YamlValue> in = lv.find("inputs")) l.inputs = read_inputs(*in, model.layers);
+    model.layers.push_back(std::move(l));
+    IntLayer& added = model.layers.back();
+    std::vector<int64_t> from;
     try {
-      shape = op.infer(l, shape);
-      l.finalize();
+      from = quant::layer_inputs(model.layers, model.layers.size() - 1);
     } catch (const Error& ex) {
       lv.fail(ex.what());
     }
-    model.layers.push_back(std::move(l));
+    for (size_t k = 0; k < from.size(); ++k)
+      if (from[k] >= 0) check_follows(lv, added, model.layers[static_cast<size_t>(from[k])], k);
+    try {
+      quant::layer_shapes(model.layers, shape);  // every layer so far (an add's two inputs alike)
+      added.finalize();
+    } catch (const Error& ex) {
+      lv.fail(ex.what());
+    }
   }
   if (!model.layers.back().dequantize) layers.back().fail("the last layer must be a dequantizing conv/linear");
 }
@@ -453,7 +501,7 @@ std::string manifest_text(const ExportedModel& m, const std::string& weights_sha
   e << YAML::EndMap;
   e << YAML::Key << "classes" << YAML::Value << YAML::Flow << m.classes;
   e << YAML::Key << "layers" << YAML::Value << YAML::BeginSeq;
-  for (const IntLayer& l : m.model.layers) emit_layer(e, l);
+  for (const IntLayer& l : m.model.layers) emit_layer(e, l, m.model.layers);
   e << YAML::EndSeq << YAML::EndMap;
   QAT_CHECK(e.good(), "export: could not write the manifest: ", e.GetLastError());
   return std::string("# qat integer model export; format: docs/export_format.md\n") + e.c_str() + "\n";

@@ -289,19 +289,25 @@ void export_onnx(const quant::IntegerModel& model, const OnnxExportOptions& opt,
   set_tensor_type(g->add_input(), "input", {3, opt.image_size, opt.image_size});
 
   // Each layer's input shape (h, w, c) for the pools: the integer model's own inference.
+  const quant::ActShape input{opt.image_size, opt.image_size, 3, false};
+  const std::vector<quant::ActShape> outs = quant::layer_shapes(model.layers, input);
   std::vector<quant::ActShape> shapes;
-  quant::ActShape s{opt.image_size, opt.image_size, 3, false};
-  for (const IntLayer& l : model.layers) {
-    shapes.push_back(s);
-    s = quant::int_op_def(l.op).infer(l, s);
-  }
-
-  std::string x = "input";
+  std::vector<std::string> names(model.layers.size());  // each layer's output tensor
   bool logits = false;
   for (size_t i = 0; i < model.layers.size(); ++i) {
     const IntLayer& l = model.layers[i];
+    const std::vector<int64_t> from = quant::layer_inputs(model.layers, i);  // (Note [integer model graph])
+    shapes.push_back(from[0] < 0 ? input : outs[static_cast<size_t>(from[0])]);
+    std::string x = from[0] < 0 ? "input" : names[static_cast<size_t>(from[0])];
     QAT_CHECK(!logits, "export --format onnx: layer ", l.name, " follows the float output");
     switch (l.op) {
+      case IntOp::add: {  // the float sum of the two dequantized inputs, then onto the output grid
+        check_grid(l.out, l, "output", opt.profile);
+        b.node("Add", {x, names[static_cast<size_t>(from[1])]}, l.name, &x);
+        if (l.relu) b.node("Relu", {x}, l.name + "_relu", &x);
+        x = qdq(b, x, l.out, l.name + "_out");
+        break;
+      }
       case IntOp::quantize_input:
         check_grid(l.out, l, "output", opt.profile);
         x = qdq(b, x, l.out, l.name + "_in");
@@ -329,6 +335,7 @@ void export_onnx(const quant::IntegerModel& model, const OnnxExportOptions& opt,
       case IntOp::relu: b.node("Relu", {x}, l.name, &x); break;
       case IntOp::count_: QAT_FAIL("export --format onnx: bad layer op");
     }
+    names[i] = x;
   }
   QAT_CHECK(logits && model.layers.back().op == IntOp::linear,
             "export --format onnx: the model must end in a linear layer with float output (logits (N, classes)); "

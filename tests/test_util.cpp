@@ -3,6 +3,8 @@
 #include "apps/backend_config.h"
 #include "apps/train.h"
 #include "layers/layers.h"
+#include "quant/convert/freeze.h"
+#include "quant/sim/prepare.h"
 
 #include <atomic>
 #include <cstring>
@@ -259,5 +261,44 @@ ModulePtr depthwise_chain(uint64_t seed, bool relu6) {
   m->push_back(std::make_shared<Linear>(16, 10, gen));
   return m;
 }
+
+// The frozen depthwise chain (tests/test_util.h) with a residual add: its
+// pointwise conv (16 x 8 x 8) plus the dilated depthwise conv after it (the
+// same shape), ReLU, onto a grid of its own; the pooling after it reads the add.
+quant::IntegerModel residual_model() {
+  ModulePtr m = depthwise_chain(3);
+  quant::prepare(*m, test_backend("default"), quant::QConfig{});
+  m->train();
+  Generator g(7);
+  {
+    NoGradGuard ng;
+    for (int i = 0; i < 4; ++i) m->forward(Tensor::randn({8, 3, 16, 16}, g));
+  }
+  m->eval();
+  quant::IntegerModel chain = quant::freeze(*m);
+  // quantize_input, conv x4, pool, flatten, linear
+  REQUIRE(chain.layers.size() == 8);
+  quant::IntegerModel im;
+  for (int i = 0; i < 5; ++i) im.layers.push_back(chain.layers[i]);
+  quant::IntLayer add;
+  add.op = quant::IntOp::add;
+  add.name = "block.add";
+  add.inputs = {3, 4};
+  add.in = chain.layers[3].out, add.in2 = chain.layers[4].out;
+  add.out.scale = 1.5f * std::max(add.in.scale, add.in2.scale);
+  add.out.zero_point = 0;
+  add.relu = true;
+  add.finalize();
+  im.layers.push_back(add);
+  for (int i = 5; i < 8; ++i) {
+    quant::IntLayer l = chain.layers[i];
+    l.in = add.out;
+    if (l.op != quant::IntOp::linear) l.out = add.out;  // (pool and flatten keep their input's grid)
+    l.finalize();
+    im.layers.push_back(l);
+  }
+  return im;
+}
+
 
 }  // namespace qat::testing

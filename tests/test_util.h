@@ -14,6 +14,7 @@
 #include "layers/module.h"
 #include "quant/backend.h"
 #include "quant/integer/int8_gemm.h"
+#include "quant/integer/integer_model.h"
 
 namespace qat::testing {
 
@@ -65,6 +66,11 @@ quant::Backend test_backend(const std::string& name);
 // dilation 2, global average pooling, flatten, linear to 10 classes; relu6:
 // ReLU6 in every block instead of ReLU.
 ModulePtr depthwise_chain(uint64_t seed, bool relu6 = false);
+// depthwise_chain(3) prepared (default backend), observed, frozen, with a
+// residual add (Note [integer model graph]): its pointwise conv's output
+// plus the dilated depthwise conv's after it (16 x 8 x 8 each), ReLU, onto a
+// grid of its own, read by the pooling.
+quant::IntegerModel residual_model();
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "quant/integer/cpu_exec.h"
+#include "quant/integer/integer_model.h"
 
 namespace qat::quant {
 

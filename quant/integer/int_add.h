@@ -32,9 +32,10 @@
 
 #include "core/host_device.h"
 #include "core/tensor.h"
-#include "quant/integer/integer_model.h"
 
 namespace qat::quant {
+
+struct ActQuant;
 
 // The constants of one add; activations stored as q + offset (signed grids
 // +128), and the zero points and clamps here are stored values too.

@@ -195,9 +195,16 @@ inline ActShape activation_shape(const IntLayer& l, const Tensor& x) {
 // Exec's device (the float images for quantize_input), `out` its output
 // shape per image (infer), `k` the layer's constants (conv / linear only).
 template <class Exec>
-Tensor run_generic_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, const Tensor& x, const ActShape& out) {
+Tensor run_generic_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, const Tensor& x, const ActShape& out,
+                         const Tensor* x2 = nullptr) {
   const int64_t n = x.size(0);
   switch (l.op) {
+    case IntOp::add: {
+      QAT_CHECK(x2 && x.dtype() == DType::u8 && x2->dtype() == DType::u8 && x.sizes() == x2->sizes(),
+                "integer layer '", l.name, "' (add): expects two uint8 tensors of one shape, got ", x.sizes(), " and ",
+                x2 ? x2->sizes() : Shape{});
+      return integer_add(ex, x.contiguous(), x2->contiguous(), l.add);
+    }
     case IntOp::quantize_input: {
       Tensor y = exec_detail::empty_on<Exec>({n, out.h, out.w, out.c}, DType::u8);
       const int_math::QuantizeInputGeometry g{x.size(1),
@@ -271,9 +278,35 @@ Tensor run_generic_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, c
 // One layer on the executor: its tuned kernel there, else its generic code
 // (arguments as run_generic_layer's).
 template <class Exec>
-Tensor run_int_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, const Tensor& x, const ActShape& out) {
-  if (Tensor y = tuned_kernel(ex, l, x); y.defined()) return y;
-  return run_generic_layer(ex, l, k, x, out);
+Tensor run_int_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, const Tensor& x, const ActShape& out,
+                     const Tensor* x2 = nullptr) {
+  if (!x2)
+    if (Tensor y = tuned_kernel(ex, l, x); y.defined()) return y;
+  return run_generic_layer(ex, l, k, x, out, x2);
+}
+
+// Note [integer model graph]: layer i reads the outputs of the layers its
+// `inputs` name (earlier ones), or of layer i - 1 when it names none (the
+// first layer: the model's input). run(i, a, b) computes layer i from its
+// first input a and its second b (null but for an add). Every output is
+// kept (keep_all: a trace) or dropped after its last reader.
+template <class Run>
+std::vector<Tensor> run_layer_graph(const std::vector<IntLayer>& layers, const Tensor& x, bool keep_all, Run run) {
+  const size_t L = layers.size();
+  std::vector<size_t> last_read(L, 0);
+  for (size_t i = 0; i < L; ++i)
+    for (int64_t p : layer_inputs(layers, i))
+      if (p >= 0) last_read[p] = i;
+  std::vector<Tensor> outs(L);
+  for (size_t i = 0; i < L; ++i) {
+    const std::vector<int64_t> in = layer_inputs(layers, i);
+    const Tensor& a = in[0] < 0 ? x : outs[in[0]];
+    outs[i] = run(i, a, in.size() > 1 ? &outs[in[1]] : nullptr);
+    if (!keep_all)
+      for (int64_t p : in)
+        if (p >= 0 && last_read[p] == i && static_cast<size_t>(p) + 1 < L) outs[p] = Tensor();
+  }
+  return outs;
 }
 
 // The whole model: float images (N, C, H, W), contiguous on Exec's device, to
@@ -286,18 +319,17 @@ Tensor run_int_model(Exec& ex, const IntegerModel& m, const std::vector<LayerCon
   QAT_CHECK(x.dtype() == DType::f32 && x.dim() == 4 && x.is_contiguous(),
             "integer model input: expects contiguous float images (N, C, H, W), got ", dtype_name(x.dtype()), " with ",
             x.dim(), " dims");
-  const ActShape input{x.size(2), x.size(3), x.size(1), false};
-  infer_shapes(m.layers, input);
-  ActShape shape = input;
-  Tensor h = x;
+  const std::vector<ActShape> shapes = layer_shapes(m.layers, {x.size(2), x.size(3), x.size(1), false});
+  std::vector<const LayerConstants*> k(m.layers.size(), nullptr);
   size_t next = 0;
-  for (const IntLayer& l : m.layers) {
-    const IntOpDef& def = int_op_def(l.op);
-    shape = def.infer(l, shape);
-    QAT_CHECK(!def.has(kMatmul) || next < consts.size(), "integer model: no constants for layer '", l.name, "'");
-    h = run_int_layer(ex, l, def.has(kMatmul) ? &consts[next++] : nullptr, h, shape);
-  }
-  return h;
+  for (size_t i = 0; i < m.layers.size(); ++i)
+    if (int_op_def(m.layers[i].op).has(kMatmul)) {
+      QAT_CHECK(next < consts.size(), "integer model: no constants for layer '", m.layers[i].name, "'");
+      k[i] = &consts[next++];
+    }
+  return run_layer_graph(m.layers, x, false, [&](size_t i, const Tensor& a, const Tensor* b) {
+           return run_int_layer(ex, m.layers[i], k[i], a, shapes[i], b);
+         }).back();
 }
 
 }  // namespace qat::quant

@@ -8,12 +8,12 @@ namespace qat::quant {
 
 // Each defined beside its kernel in ops/.
 extern constinit const IntOpDef kQuantizeInputOp, kConvOp, kLinearOp, kMaxPoolOp, kAdaptiveAvgPoolOp, kFlattenOp,
-    kReluOp;
+    kReluOp, kAddOp;
 
 namespace {
 // In the order of IntOp.
 const IntOpDef* const kIntOps[] = {&kQuantizeInputOp,   &kConvOp,    &kLinearOp, &kMaxPoolOp,
-                                   &kAdaptiveAvgPoolOp, &kFlattenOp, &kReluOp};
+                                   &kAdaptiveAvgPoolOp, &kFlattenOp, &kReluOp,   &kAddOp};
 static_assert(std::size(kIntOps) == static_cast<size_t>(IntOp::count_), "every IntOp needs its entry in kIntOps");
 }  // namespace
 

@@ -18,7 +18,7 @@
 namespace qat::quant {
 
 // count_ is not an op: the number of ops (int_op.cpp checks that the table holds them all).
-enum class IntOp { quantize_input, conv, linear, max_pool, adaptive_avg_pool, flatten, relu, count_ };
+enum class IntOp { quantize_input, conv, linear, max_pool, adaptive_avg_pool, flatten, relu, add, count_ };
 
 struct IntLayer;
 
@@ -34,6 +34,8 @@ enum IntFields : unsigned {
   // float model rounds it onto that grid in the module after it (average
   // pooling).
   kRoundsOntoInputGrid = 1u << 5,
+  // Reads two activations (in, in2) of one shape: the residual add.
+  kTwoInputs = 1u << 6,
 };
 
 // One image's activation between integer layers: NHWC (h, w, c), or c
@@ -66,8 +68,14 @@ const IntOpDef& int_op_def(IntOp op);
 // elements (2^30: within every int32 index and far beyond any real network).
 constexpr int64_t kMaxActivationElems = int64_t{1} << 30;
 
+// The producers of layer i's inputs (Note [integer model graph]): its
+// `inputs`, or i - 1 (-1: the model's input); throws naming the layer when
+// one is not an earlier layer, or an add does not read two.
+std::vector<int64_t> layer_inputs(const std::vector<IntLayer>& layers, size_t i);
 // The shape after every layer, from the input's; throws naming the first
-// layer that does not fit.
+// layer that does not fit (an add: its two inputs' shapes differ).
+std::vector<ActShape> layer_shapes(const std::vector<IntLayer>& layers, ActShape input);
+// The last layer's.
 ActShape infer_shapes(const std::vector<IntLayer>& layers, ActShape input);
 
 // nullptr for an unknown name.

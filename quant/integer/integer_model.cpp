@@ -29,18 +29,49 @@ void IntLayer::finalize() {
   if (def.finalize) def.finalize(*this);
 }
 
-ActShape infer_shapes(const std::vector<IntLayer>& layers, ActShape shape) {
-  for (const IntLayer& l : layers) shape = int_op_def(l.op).infer(l, shape);
-  return shape;
+std::vector<int64_t> layer_inputs(const std::vector<IntLayer>& layers, size_t i) {
+  const IntLayer& l = layers[i];
+  const size_t want = int_op_def(l.op).has(kTwoInputs) ? 2 : 1;
+  if (l.inputs.empty()) {
+    QAT_CHECK(want == 1, "integer model: layer '", l.name, "' (", int_op_name(l.op), ") reads two inputs; it names none");
+    return {static_cast<int64_t>(i) - 1};
+  }
+  QAT_CHECK(l.inputs.size() == want, "integer model: layer '", l.name, "' (", int_op_name(l.op), ") reads ", want,
+            " input(s), it names ", l.inputs.size());
+  for (const int64_t p : l.inputs)
+    QAT_CHECK(p >= 0 && static_cast<size_t>(p) < i, "integer model: layer '", l.name, "' reads layer ", p,
+              ", which does not come before it (it is layer ", i, ")");
+  return l.inputs;
+}
+
+std::vector<ActShape> layer_shapes(const std::vector<IntLayer>& layers, ActShape input) {
+  std::vector<ActShape> shapes;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::vector<int64_t> in = layer_inputs(layers, i);
+    auto shape_of = [&](int64_t p) { return p < 0 ? input : shapes[p]; };
+    const ActShape a = shape_of(in[0]);
+    if (in.size() > 1) {
+      const ActShape b = shape_of(in[1]);
+      QAT_CHECK(a.h == b.h && a.w == b.w && a.c == b.c && a.flat == b.flat, "integer model: layer '", layers[i].name,
+                "' adds ", a.h, "x", a.w, "x", a.c, " and ", b.h, "x", b.w, "x", b.c, " activations");
+    }
+    shapes.push_back(int_op_def(layers[i].op).infer(layers[i], a));
+  }
+  return shapes;
+}
+
+ActShape infer_shapes(const std::vector<IntLayer>& layers, ActShape input) {
+  const std::vector<ActShape> shapes = layer_shapes(layers, input);
+  return shapes.empty() ? input : shapes.back();
 }
 
 // On the CPU executor (Note [integer ops over executors]): the op's tuned
 // kernel, which sizes its output from x, else its generic code.
-Tensor IntegerModel::run_layer(const IntLayer& l, const Tensor& x) const {
+Tensor IntegerModel::run_layer(const IntLayer& l, const Tensor& x, const Tensor* x2) const {
   QAT_PROFILE(l.name.c_str());
   CpuExec ex{kernel};
-  if (Tensor y = tuned_kernel(ex, l, x); y.defined()) return y;
-  return run_generic_layer(ex, l, nullptr, x, int_op_def(l.op).infer(l, activation_shape(l, x)));
+  if (Tensor y = x2 ? Tensor() : tuned_kernel(ex, l, x); y.defined()) return y;
+  return run_generic_layer(ex, l, nullptr, x, int_op_def(l.op).infer(l, activation_shape(l, x)), x2);
 }
 
 bool runs_packed(const IntLayer& l, GemmKernel k) {
@@ -78,14 +109,20 @@ void check_grid_chain(const std::vector<IntLayer>& layers) {
   QAT_CHECK(!layers.empty() && int_op_def(layers.front().op).has(kFloatInput),
             "integer model: the first layer must be quantize_input");
   for (size_t i = 1; i < layers.size(); ++i) {
-    QAT_CHECK(!int_op_def(layers[i].op).has(kFloatInput), "integer model: layer ", i, " '", layers[i].name, "' is ",
-              int_op_name(layers[i].op), ", which reads the float images: only the first layer may be");
-    QAT_CHECK(layers[i].in == layers[i - 1].out, "integer model: layer '", layers[i].name,
-              "' reads another grid than layer '", layers[i - 1].name, "' writes (", grid_str(layers[i].in), " vs ",
-              grid_str(layers[i - 1].out), ")");
-    // (the zero point is also the padding byte and the first layer's NaN)
-    QAT_CHECK(layers[i].in.valid(), "integer model: layer '", layers[i].name, "' reads an invalid grid (",
-              grid_str(layers[i].in), "): the zero point must lie on the grid, bits in 2..8, scale > 0");
+    const IntLayer& l = layers[i];
+    QAT_CHECK(!int_op_def(l.op).has(kFloatInput), "integer model: layer ", i, " '", l.name, "' is ",
+              int_op_name(l.op), ", which reads the float images: only the first layer may be");
+    const std::vector<int64_t> in = layer_inputs(layers, i);
+    for (size_t k = 0; k < in.size(); ++k) {
+      QAT_CHECK(in[k] >= 0, "integer model: layer '", l.name, "' reads the float images: only the first layer may");
+      const ActQuant& grid = k == 0 ? l.in : l.in2;
+      const IntLayer& from = layers[in[k]];
+      QAT_CHECK(grid == from.out, "integer model: layer '", l.name, "' reads another grid than layer '", from.name,
+                "' writes (", grid_str(grid), " vs ", grid_str(from.out), ")");
+      // (the zero point is also the padding byte and the first layer's NaN)
+      QAT_CHECK(grid.valid(), "integer model: layer '", l.name, "' reads an invalid grid (", grid_str(grid),
+                "): the zero point must lie on the grid, bits in 2..8, scale > 0");
+    }
   }
   // The last grid, read by no layer (unless the last layer dequantizes).
   const IntLayer& last = layers.back();
@@ -96,17 +133,16 @@ void check_grid_chain(const std::vector<IntLayer>& layers) {
 
 Tensor IntegerModel::forward(const Tensor& x) const {
   check_grid_chain(layers);
-  Tensor h = x;
-  for (const auto& l : layers) h = run_layer(l, h);
-  return h;
+  return run_layer_graph(layers, x, false, [&](size_t i, const Tensor& a, const Tensor* b) {
+           return run_layer(layers[i], a, b);
+         }).back();
 }
 
 std::vector<Tensor> IntegerModel::forward_trace(const Tensor& x) const {
   check_grid_chain(layers);
-  std::vector<Tensor> out;
-  Tensor h = x;
-  for (const auto& l : layers) out.push_back(h = run_layer(l, h));
-  return out;
+  return run_layer_graph(layers, x, true, [&](size_t i, const Tensor& a, const Tensor* b) {
+    return run_layer(layers[i], a, b);
+  });
 }
 
 int64_t IntegerModel::num_classes() const {

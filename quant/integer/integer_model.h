@@ -29,6 +29,7 @@
 #include "core/window.h"
 #include "quant/integer/int8_gemm.h"
 #include "quant/integer/int8_gemm_packed.h"
+#include "quant/integer/int_add.h"
 #include "quant/integer/int_op.h"
 
 namespace qat::quant {
@@ -62,6 +63,13 @@ struct IntLayer {
   IntOp op = IntOp::relu;
   std::string name;  // module name in the float/QAT model, e.g. "features.0"
   ActQuant in, out;  // out unused when dequantize
+  // Note [integer model graph]: the earlier layers whose outputs this one
+  // reads, by index; empty: the layer before it (a chain; the first layer
+  // reads the model's input). An add reads two: in is the first's grid, in2
+  // the second's.
+  std::vector<int64_t> inputs;
+  ActQuant in2;
+  AddRequant add;  // add: derived at finalize from in, in2, out and relu
   // conv / linear
   int64_t in_channels = 0, out_channels = 0, kernel_h = 1, kernel_w = 1;
   // groups 1, or depthwise: groups = in_channels = out_channels (weights
@@ -122,7 +130,8 @@ class IntegerModel {
   // x must hold values on l.in's grid (stored q + offset, q in [qmin, qmax]),
   // as the layer before writes them: a conv / linear layer's GEMM relies on
   // it (gemm_ranges; off-grid bytes give other sums on some kernels).
-  Tensor run_layer(const IntLayer& l, const Tensor& x) const;
+  // x2: an add's second input.
+  Tensor run_layer(const IntLayer& l, const Tensor& x, const Tensor* x2 = nullptr) const;
   int64_t num_classes() const;
   // The GEMM kernel a layer runs on, e.g. "amx, packed weights" or
   // "avx512_vnni"; empty for a layer without a GEMM.

@@ -252,3 +252,62 @@ TEST_CASE("depthwise convolutions export, read back and run in ONNX Runtime", "[
   INFO("largest logit difference " << worst << " LSB");
   REQUIRE(worst <= kMaxLsb);
 }
+
+// An integer model with a residual add (Note [integer model graph]): the qat
+// export names each add's inputs and reads back to the same logits bit for
+// bit; its ONNX QDQ graph (Add of the two dequantized inputs, then the
+// output's Q/DQ) gives them in ONNX Runtime within the bound above.
+TEST_CASE("an integer model with a residual add exports, reads back and runs in ONNX Runtime", "[e2e][onnx][export]") {
+  ExportedModel ex;
+  ex.model = testing::residual_model();
+  ex.model_name = "residual";
+  for (int c = 0; c < 10; ++c) ex.classes.push_back("class" + std::to_string(c));
+  ex.image_size = ex.resize = 16;
+  ex.mean = {0.5f, 0.5f, 0.5f}, ex.std = {0.25f, 0.25f, 0.25f};
+  const fs::path dir = testing::fresh_temp_dir("qat_onnx_", "residual");
+  save_export((dir / "export").string(), ex);
+  std::ifstream manifest(dir / "export" / kExportManifest);
+  const std::string text((std::istreambuf_iterator<char>(manifest)), std::istreambuf_iterator<char>());
+  REQUIRE(text.find("kind: add") != std::string::npos);
+  REQUIRE(text.find("inputs: [6, 9]") != std::string::npos);  // (layers 3 and 4, named by the chain's indices)
+  const ExportedModel back = load_export((dir / "export").string());
+  REQUIRE(back.model.layers[5].inputs == std::vector<int64_t>{3, 4});
+  Generator g(21);
+  const Tensor x = Tensor::randn({16, 3, 16, 16}, g);
+  const Tensor want = ex.model.forward(x);
+  REQUIRE(testing::same_bits(back.model.forward(x), want));
+  // A manifest whose add names a layer that is not before it is refused, naming the file and the name.
+  for (const std::string& bad : {std::string("inputs: [6, nope]"), std::string("inputs: [6, 13]")}) {
+    std::string edited = text;
+    edited.replace(edited.find("inputs: [6, 9]"), 14, bad);
+    std::ofstream(dir / "export" / kExportManifest) << edited;
+    REQUIRE_THROWS_WITH(load_export((dir / "export").string()),
+                        Contains("manifest.yaml") && Contains("no earlier layer is named"));
+  }
+
+  const std::string onnx = (dir / "model.onnx").string(), in = (dir / "input.f32").string(),
+                    out = (dir / "ort.f32").string();
+  OnnxExportOptions opt;
+  opt.image_size = 16;
+  export_onnx(ex.model, opt, onnx);
+  {
+    std::ofstream f(in, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(x.data<float>()), static_cast<std::streamsize>(x.numel() * 4));
+  }
+  std::ostringstream cmd;
+  cmd << venv_python() << " " << QAT_SOURCE_DIR << "/tests/onnx/ort_run.py " << onnx << " " << in << " 16 3 16 16 "
+      << out;
+  REQUIRE(std::system(cmd.str().c_str()) == 0);
+  std::vector<float> got(static_cast<size_t>(want.numel()));
+  std::ifstream f(out, std::ios::binary);
+  f.read(reinterpret_cast<char*>(got.data()), static_cast<std::streamsize>(got.size() * 4));
+  REQUIRE(f.gcount() == static_cast<std::streamsize>(got.size() * 4));
+  const quant::IntLayer& last = ex.model.layers.back();
+  double worst = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double lsb = static_cast<double>(last.in.scale) * last.weight_scale.data<float>()[i % 10];
+    worst = std::max(worst, std::abs(static_cast<double>(want.data<float>()[i]) - got[static_cast<size_t>(i)]) / lsb);
+  }
+  INFO("largest logit difference " << worst << " LSB");
+  REQUIRE(worst <= kMaxLsb);
+}

@@ -7,6 +7,7 @@
 #include "tests/test_util.h"
 
 #include "quant/integer/int_add.h"
+#include "quant/integer/integer_model.h"
 #include "quant/sim/math.h"
 
 using namespace qat;
