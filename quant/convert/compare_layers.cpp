@@ -4,6 +4,7 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "layers/graph.h"
 #include "quant/convert/freeze.h"
 #include "quant/sim/fake_quantizer.h"
 #include "quant/sim/qat_modules.h"
@@ -73,6 +74,9 @@ LayerDiff diff_logits(const IntLayer& l, const Tensor& fq, const Tensor& logits,
 
 std::vector<LayerDiff> compare_layers(Module& qat_model, const IntegerModel& im, const Tensor& x,
                                       const Tensor& labels) {
+  QAT_CHECK(dynamic_cast<Graph*>(&qat_model) == nullptr,
+            "compare-layers: this is a graph model; comparing its integer layers with the fake-quant graph's nodes "
+            "is not built yet (the export, eval and infer of its integer model are)");
   NoGradGuard ng;
   const std::vector<Tensor> trace = im.forward_trace(x);
   std::vector<LayerDiff> out;

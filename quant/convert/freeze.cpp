@@ -3,6 +3,8 @@
 #include "layers/graph.h"
 
 #include <cmath>
+#include <map>
+#include <set>
 
 #include "core/autograd.h"
 #include "core/error.h"
@@ -278,6 +280,98 @@ struct Freezer {
   }
 };
 
+// Note [freezing a graph]: the nodes in graph order, each node's value the
+// output of an integer layer (or the float input). A module node runs the
+// chain's steps (Freezer) from the grid and layout of the value it reads, and
+// its first layer names that value's layer when it is not the one before. An
+// add (prepare: pattern add or add+relu) is one layer with its two inputs'
+// grids, its output quantizer the node that reads it: "<add>_quant", or
+// Sequential(ReLU, quantizer) for add+relu; that node is the add's value.
+class GraphFreezer {
+ public:
+  explicit GraphFreezer(Graph& g) : g_(g) {}
+
+  IntegerModel run() {
+    for (const std::string& node : g_.order()) visit(node_named(node));
+    QAT_CHECK(f_.done, "freeze: the graph does not end in a quantized conv/linear with float output");
+    return std::move(f_.model);
+  }
+
+ private:
+  const GraphNode& node_named(const std::string& name) const {
+    for (const GraphNode& n : g_.nodes())
+      if (n.name == name) return n;
+    QAT_FAIL("freeze: no graph node '", name, "'");
+  }
+
+  int64_t value_of(const std::string& node) const {
+    if (node == Graph::kInput) return -1;
+    const auto it = value_.find(node);
+    QAT_CHECK(it != value_.end(), "freeze: graph node '", node, "' has no integer value");
+    return it->second;
+  }
+
+  void visit(const GraphNode& n) {
+    if (consumed_.count(n.name)) return;
+    QAT_CHECK(n.op != GraphOp::concat, "freeze: graph node '", n.name, "' concatenates; no integer kernel yet");
+    if (n.op == GraphOp::add) return add(n);
+    const int64_t from = value_of(n.inputs[0]);
+    if (from >= 0) {
+      f_.cur = f_.model.layers[static_cast<size_t>(from)].out;
+      f_.flat = flat_.at(from);
+      f_.have_input = true;
+    }
+    const size_t before = f_.model.layers.size();
+    std::vector<ExecStep> steps;
+    collect(*g_.module(n.name), n.name, steps);
+    for (const ExecStep& s : steps) f_.step(s);
+    std::vector<IntLayer>& layers = f_.model.layers;
+    if (layers.size() == before) {
+      value_[n.name] = from;  // (identity, dropout, a fused BN or ReLU)
+      return;
+    }
+    const size_t first = layers[before].op == IntOp::quantize_input ? before + 1 : before;
+    if (from >= 0 && first < layers.size() && static_cast<int64_t>(first) != from + 1) layers[first].inputs = {from};
+    value_[n.name] = static_cast<int64_t>(layers.size()) - 1;
+    for (size_t i = before; i < layers.size(); ++i) flat_[static_cast<int64_t>(i)] = f_.flat;
+  }
+
+  void add(const GraphNode& n) {
+    const std::vector<std::string> readers = g_.readers(n.name);
+    Module* q = readers.size() == 1 ? g_.module(readers[0]) : nullptr;
+    auto* out = dynamic_cast<FakeQuantizer*>(q);
+    bool relu = false;
+    if (auto* seq = dynamic_cast<Sequential*>(q); seq && seq->children().size() == 2 &&
+                                                   dynamic_cast<ReLU*>(seq->children()[0].second.get())) {
+      out = dynamic_cast<FakeQuantizer*>(seq->children()[1].second.get());
+      relu = true;
+    }
+    QAT_CHECK(out, "freeze: graph node '", n.name,
+              "' adds in float (the backend has no add pattern, or an input is float); no integer kernel for it");
+    IntLayer l;
+    l.op = IntOp::add;
+    l.name = n.name;
+    l.inputs = {value_of(n.inputs[0]), value_of(n.inputs[1])};
+    for (const int64_t i : l.inputs)
+      QAT_CHECK(i >= 0 && !flat_.at(i), "freeze: graph node '", n.name, "' adds the float input or flat features");
+    l.in = f_.model.layers[static_cast<size_t>(l.inputs[0])].out;
+    l.in2 = f_.model.layers[static_cast<size_t>(l.inputs[1])].out;
+    l.out = activation_of(*out, readers[0]);
+    l.relu = relu;
+    f_.emit(std::move(l));
+    const int64_t at = static_cast<int64_t>(f_.model.layers.size()) - 1;
+    value_[n.name] = value_[readers[0]] = at;
+    flat_[at] = false;
+    consumed_.insert(readers[0]);
+  }
+
+  Graph& g_;
+  Freezer f_;
+  std::map<std::string, int64_t> value_;  // node -> the layer whose output is its value (-1: the float input)
+  std::map<int64_t, bool> flat_;          // layer -> whether its output is flat features
+  std::set<std::string> consumed_;        // an add's quantizer node, frozen with it
+};
+
 }  // namespace
 
 std::vector<ExecStep> execution_order(Module& model) {
@@ -287,10 +381,6 @@ std::vector<ExecStep> execution_order(Module& model) {
 }
 
 IntegerModel freeze(Module& qat_model) {
-  QAT_CHECK(dynamic_cast<Graph*>(&qat_model) == nullptr,
-            "freeze: this is a graph model (residual adds, depthwise convolutions): quantization-aware training "
-            "runs on it, but freezing it into an integer model (and so export, infer, calibrate's integer check and "
-            "compare's speed of the integer model) is not built yet for graph models");
   qat_model.eval();
   NoGradGuard ng;
   const std::vector<ExecStep> order = execution_order(qat_model);
@@ -299,6 +389,7 @@ IntegerModel freeze(Module& qat_model) {
       throw Error("freeze: '" + s.name + "' (" + s.module->type_name() +
                   ") was left in float (its pattern is not in the backend); the integer model needs every layer "
                   "quantized");
+  if (auto* g = dynamic_cast<Graph*>(&qat_model)) return GraphFreezer(*g).run();
   Freezer f;
   for (const ExecStep& s : order) f.step(s);
   QAT_CHECK(f.done, "freeze: the model does not end in a quantized conv/linear with float output (is it prepared?)");

@@ -1,7 +1,8 @@
 // QAT of a graph model through `qat train` (Note [prepare on graphs]):
 // ResNet-20 with LSQ on the embedded sample, interrupted and resumed to the
-// same checkpoint bit for bit; qat eval reads it; freezing it (export) is
-// refused by name, as not built yet for graph models.
+// same checkpoint bit for bit; qat eval reads it; qat export freezes it
+// (Note [freezing a graph]) into both formats, and qat eval and infer run the
+// exported integer graph.
 #include "tests/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -31,7 +32,7 @@ std::string slurp(const fs::path& p) {
 
 }  // namespace
 
-TEST_CASE("qat train: LSQ QAT of ResNet-20 runs, resumes bit for bit and evaluates, and its export is refused by name",
+TEST_CASE("qat train: LSQ QAT of ResNet-20 runs, resumes bit for bit, evaluates, exports and its export evaluates",
           "[graph][quant][train]") {
   const fs::path dir = testing::fresh_temp_dir("qat_graph_qat_", "r20");
   const std::string cfg = (dir / "cfg.yaml").string(), bin = QAT_BINARY;
@@ -57,9 +58,17 @@ TEST_CASE("qat train: LSQ QAT of ResNet-20 runs, resumes bit for bit and evaluat
   }
   CHECK(run(bin + " eval " + cfg + " --checkpoint " + (dir / "whole" / "best.safetensors").string(),
             dir / "eval.log") == 0);
-  CHECK(run(bin + " export " + cfg + " --checkpoint " + (dir / "whole" / "best.safetensors").string() + " --out " +
-                (dir / "export").string(),
-            dir / "export.log") != 0);
-  CHECK(slurp(dir / "export.log").find("graph model") != std::string::npos);
-  CHECK_FALSE(fs::exists(dir / "export"));
+  const std::string ckpt = (dir / "whole" / "best.safetensors").string();
+  REQUIRE(run(bin + " export " + cfg + " --checkpoint " + ckpt + " --out " + (dir / "export").string(),
+              dir / "export.log") == 0);
+  CHECK(slurp(dir / "export" / "manifest.yaml").find("kind: add") != std::string::npos);
+  CHECK(run(bin + " export " + cfg + " --checkpoint " + ckpt + " --format onnx --out " + (dir / "model.onnx").string(),
+            dir / "onnx.log") == 0);
+  REQUIRE(run(bin + " eval " + cfg + " --checkpoint " + (dir / "export").string(), dir / "eval_export.log") == 0);
+  INFO(slurp(dir / "eval_export.log"));
+  CHECK(slurp(dir / "eval_export.log").find("top-1") != std::string::npos);
+  CHECK(run(bin + " infer " + (dir / "export").string() + " " + testing::sample_data_dir() + "/val --top 1",
+            dir / "infer.log") == 0);
+  CHECK(run(bin + " compare-layers " + cfg + " --checkpoint " + ckpt, dir / "cmp.log") != 0);
+  CHECK(slurp(dir / "cmp.log").find("graph model") != std::string::npos);
 }
