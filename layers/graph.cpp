@@ -209,7 +209,16 @@ void Graph::check() const {
   (void)topological_order(node_index());
 }
 
-Tensor Graph::forward(const Tensor& x) {
+Tensor Graph::forward(const Tensor& x) { return evaluate(x, false)[node_index().at(output_)]; }
+
+std::map<std::string, Tensor> Graph::node_values(const Tensor& x) {
+  const std::vector<Tensor> value = evaluate(x, true);
+  std::map<std::string, Tensor> out;
+  for (size_t i = 0; i < nodes_.size(); ++i) out[nodes_[i].name] = value[i];
+  return out;
+}
+
+std::vector<Tensor> Graph::evaluate(const Tensor& x, bool keep_all) {
   const std::map<std::string, size_t> index = node_index();
   const std::vector<size_t> order = topological_order(index);
   // Readers left per node: a value is dropped after its last reader.
@@ -222,7 +231,7 @@ Tensor Graph::forward(const Tensor& x) {
     if (in == kInput) return x;
     const size_t i = index.at(in);
     Tensor v = value[i];
-    if (--readers[i] == 0 && nodes_[i].name != output_) value[i] = Tensor();
+    if (--readers[i] == 0 && nodes_[i].name != output_ && !keep_all) value[i] = Tensor();
     return v;
   };
   for (const size_t i : order) {
@@ -256,7 +265,7 @@ Tensor Graph::forward(const Tensor& x) {
       }
     }
   }
-  return value[index.at(output_)];
+  return value;
 }
 
 std::string Graph::describe() const {

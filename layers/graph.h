@@ -70,6 +70,8 @@ class Graph : public Module {
   // The checks of Note [graph model]; throws naming the node.
   void check() const;
   Tensor forward(const Tensor& x) override;
+  // Every node's value for input x (none dropped): for comparisons node by node.
+  std::map<std::string, Tensor> node_values(const Tensor& x);
   std::string type_name() const override { return "Graph"; }
   std::string describe() const override;
 
@@ -79,6 +81,8 @@ class Graph : public Module {
   // Nodes in an order where every input comes before its reader (check()'s
   // sort; its refusals); `index` from node_index().
   std::vector<size_t> topological_order(const std::map<std::string, size_t>& index) const;
+  // The nodes' values (by node index); each dropped after its last reader unless keep_all.
+  std::vector<Tensor> evaluate(const Tensor& x, bool keep_all);
   Module& container_for(const std::string& path);
   Module* module_at(const std::string& path) const;
 

@@ -70,14 +70,36 @@ LayerDiff diff_logits(const IntLayer& l, const Tensor& fq, const Tensor& logits,
   return d;
 }
 
+// A graph (Note [freezing a graph]): each integer layer against the value
+// of the node it computes (an add's: its quantizer node's; a layer of a
+// node's Sequential, as the pooling's rounding: the node's).
+std::vector<LayerDiff> compare_graph_layers(Graph& g, const IntegerModel& im, const Tensor& x, const Tensor& labels) {
+  const std::vector<Tensor> trace = im.forward_trace(x);
+  const std::map<std::string, Tensor> v = g.node_values(x);
+  std::vector<LayerDiff> out;
+  for (size_t i = 0; i < im.layers.size(); ++i) {
+    const IntLayer& l = im.layers[i];
+    std::string node = l.op == IntOp::add ? g.readers(l.name).at(0) : l.name;
+    if (!v.count(node) && node.rfind('.') != std::string::npos) node = node.substr(0, node.rfind('.'));
+    QAT_CHECK(v.count(node), "compare-layers: integer layer '", l.name, "' matches no graph node");
+    Tensor fq = v.at(node);
+    if (int_op_def(l.op).has(kFloatInput)) {  // the quantizer on the input of the node's first layer
+      FakeQuantizer* in = nullptr;
+      if (auto* c = dynamic_cast<QatConv2d*>(g.module(node))) in = c->input_fake_quant.get();
+      QAT_CHECK(in, "compare-layers: '", node, "' quantizes no input");
+      fq = in->forward(x);
+    }
+    out.push_back(l.dequantize ? diff_logits(l, fq, trace[i], labels) : diff_grid(l, fq, trace[i]));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<LayerDiff> compare_layers(Module& qat_model, const IntegerModel& im, const Tensor& x,
                                       const Tensor& labels) {
-  QAT_CHECK(dynamic_cast<Graph*>(&qat_model) == nullptr,
-            "compare-layers: this is a graph model; comparing its integer layers with the fake-quant graph's nodes "
-            "is not built yet (the export, eval and infer of its integer model are)");
   NoGradGuard ng;
+  if (auto* g = dynamic_cast<Graph*>(&qat_model)) return compare_graph_layers(*g, im, x, labels);
   const std::vector<Tensor> trace = im.forward_trace(x);
   std::vector<LayerDiff> out;
   size_t i = 0;
