@@ -72,3 +72,35 @@ TEST_CASE("qat train: LSQ QAT of ResNet-20 runs, resumes bit for bit, evaluates,
   CHECK(run(bin + " compare-layers " + cfg + " --checkpoint " + ckpt, dir / "cmp.log") == 0);
   CHECK(slurp(dir / "cmp.log").find("layer1.0.add") != std::string::npos);
 }
+
+// Post-training quantization of a graph model: qat calibrate of an FP32
+// ResNet-20 checkpoint (entropy: every conv output, the network input and
+// each residual add's quantizer get a threshold), its export, and the
+// integer model's eval equal to the calibrated fake-quant model's.
+TEST_CASE("qat calibrate of ResNet-20: thresholds for the adds too, and its export evaluates as calibrated",
+          "[graph][quant][ptq]") {
+  const fs::path dir = testing::fresh_temp_dir("qat_graph_ptq_", "r20");
+  const std::string cfg = (dir / "cfg.yaml").string(), bin = QAT_BINARY;
+  std::ofstream(cfg) << "model: {name: resnet20, num_classes: 10}\ndata:\n  train: " << testing::sample_data_dir()
+                     << "/train\n  val: " << testing::sample_data_dir()
+                     << "/val\n  image_size: 32\n  resize: 36\n  workers: 1\n"
+                     << "train: {epochs: 1, batch_size: 16, lr: 0.05, seed: 3, threads: 1, max_steps_per_epoch: 6}\n"
+                     << "quant: {enabled: true}\noutput: {dir: unused}\n";
+  const std::string fp32 = (dir / "fp32").string();
+  REQUIRE(run(bin + " train " + cfg + " --set quant.enabled=false --set output.dir=" + fp32, dir / "fp32.log") == 0);
+  const fs::path ptq = dir / "ptq";
+  REQUIRE(run(bin + " calibrate " + cfg + " --checkpoint " + fp32 + "/best.safetensors --images 64 --out " +
+                  ptq.string(),
+              dir / "cal.log") == 0);
+  const std::string cal = slurp(dir / "cal.log");
+  INFO(cal);
+  CHECK(cal.find("layer1.0.relu_1.1") != std::string::npos);  // the add+relu's output quantizer
+  const std::string pcfg = (ptq / "config.yaml").string(), ckpt = (ptq / "calibrated.safetensors").string();
+  REQUIRE(run(bin + " export " + pcfg + " --checkpoint " + ckpt + " --out " + (dir / "export").string(),
+              dir / "export.log") == 0);
+  REQUIRE(run(bin + " eval " + pcfg + " --checkpoint " + ckpt, dir / "eval_fq.log") == 0);
+  REQUIRE(run(bin + " eval " + pcfg + " --checkpoint " + (dir / "export").string(), dir / "eval_int.log") == 0);
+  // "..., top-1 X%, top-5 Y%": the same figures from both models on the 100 sample images.
+  auto figures = [](const std::string& log) { return log.substr(log.find("top-1")); };
+  CHECK(figures(slurp(dir / "eval_fq.log")) == figures(slurp(dir / "eval_int.log")));
+}
