@@ -415,6 +415,7 @@ std::vector<int64_t> read_inputs(const YamlValue& v, const std::vector<IntLayer>
 void read_layers(const YamlValue& v, const WeightsFile& weights, quant::ActShape shape, quant::IntegerModel& model) {
   const auto layers = v.items("a non-empty list");
   if (layers.empty()) v.fail("expected a non-empty list");
+  std::vector<quant::ActShape> shapes;  // the layers' so far
   for (const YamlValue& lv : layers) {
     IntLayer l = read_layer(lv, weights);
     const quant::IntOpDef& op = quant::int_op_def(l.op);
@@ -435,7 +436,7 @@ void read_layers(const YamlValue& v, const WeightsFile& weights, quant::ActShape
     for (size_t k = 0; k < from.size(); ++k)
       if (from[k] >= 0) check_follows(lv, added, model.layers[static_cast<size_t>(from[k])], k);
     try {
-      quant::layer_shapes(model.layers, shape);  // every layer so far (an add's two inputs alike)
+      shapes.push_back(quant::next_shape(model.layers, shapes, shape));  // (an add's two inputs alike)
       added.finalize();
     } catch (const Error& ex) {
       lv.fail(ex.what());

@@ -122,6 +122,12 @@ std::vector<std::string> Graph::readers(const std::string& name) const {
   return out;
 }
 
+const GraphNode& Graph::node(const std::string& name) const {
+  for (const GraphNode& n : nodes_)
+    if (n.name == name) return n;
+  QAT_FAIL("graph: no node '", name, "'");
+}
+
 Module* Graph::module(const std::string& name) const {
   for (const GraphNode& n : nodes_)
     if (n.name == name) return n.op == GraphOp::module ? module_at(name) : nullptr;

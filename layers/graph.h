@@ -57,6 +57,9 @@ class Graph : public Module {
   std::vector<std::string> order() const;
   // The nodes that read node `name`, in definition order.
   std::vector<std::string> readers(const std::string& name) const;
+  // The node named `name`; throws naming it when there is none. (A
+  // reference into the node list: insert_after() may move it.)
+  const GraphNode& node(const std::string& name) const;
   // A module node's module (null for a function node or an unknown name).
   Module* module(const std::string& name) const;
   ModulePtr shared_module(const std::string& name) const;

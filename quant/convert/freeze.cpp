@@ -292,18 +292,12 @@ class GraphFreezer {
   explicit GraphFreezer(Graph& g) : g_(g) {}
 
   IntegerModel run() {
-    for (const std::string& node : g_.order()) visit(node_named(node));
+    for (const std::string& node : g_.order()) visit(g_.node(node));
     QAT_CHECK(f_.done, "freeze: the graph does not end in a quantized conv/linear with float output");
     return std::move(f_.model);
   }
 
  private:
-  const GraphNode& node_named(const std::string& name) const {
-    for (const GraphNode& n : g_.nodes())
-      if (n.name == name) return n;
-    QAT_FAIL("freeze: no graph node '", name, "'");
-  }
-
   int64_t value_of(const std::string& node) const {
     if (node == Graph::kInput) return -1;
     const auto it = value_.find(node);

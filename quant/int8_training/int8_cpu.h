@@ -45,7 +45,7 @@ bool packed_weight_grad(const Geom& g);
 // Per-thread buffers reused across steps (AlexNet's classifier needs 150 MB
 // of accumulators: a fresh zeroed vector every step page-faults and clears
 // all of it). Contents are garbage on return.
-enum Slot { kRows, kAcc, kCol, kWt, kSum, kSlots };
+enum Slot { kAcc, kCol, kWt, kSum, kSlots };
 template <class T>
 inline T* scratch(Slot slot, int64_t n) {
   thread_local std::vector<unsigned char> bufs[kSlots];

@@ -196,7 +196,8 @@ Tensor col2im_scaled(const int32_t* acc, int64_t ldc, const int32_t* sums, float
   Tensor dx = Tensor::empty({g.n, g.c, g.h, g.w});
   float* pd = dx.data<float>();
   const int64_t pixels = g.c * g.h * g.w, P = g.P(), K = g.K();
-  const int64_t padded = padded_planes_elems(window_of(g));
+  const Im2RowShape window = window_of(g);
+  const int64_t padded = padded_planes_elems(window);
   const double s = static_cast<double>(scale_gx);
   std::vector<int64_t> off(sums ? static_cast<size_t>(K) : 0);
   for (int64_t k = 0; k < static_cast<int64_t>(off.size()); ++k) off[k] = 128 * int64_t{sums[k]};
@@ -204,8 +205,8 @@ Tensor col2im_scaled(const int32_t* acc, int64_t ldc, const int32_t* sums, float
   for (int64_t n = 0; n < g.n; ++n) {
     const int32_t* rows = tile(n, acc ? acc + n * P * ldc : nullptr);
     int64_t* planes = scratch<int64_t>(kSum, padded);
-    col2im_nchw(rows, ldc, sums ? off.data() : nullptr, window_of(g), planes);
-    planes_to_float(planes, window_of(g), s, pd + n * pixels);
+    col2im_nchw(rows, ldc, sums ? off.data() : nullptr, window, planes);
+    planes_to_float(planes, window, s, pd + n * pixels);
   }
   return dx;
 }

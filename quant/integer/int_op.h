@@ -75,6 +75,8 @@ std::vector<int64_t> layer_inputs(const std::vector<IntLayer>& layers, size_t i)
 // The shape after every layer, from the input's; throws naming the first
 // layer that does not fit (an add: its two inputs' shapes differ).
 std::vector<ActShape> layer_shapes(const std::vector<IntLayer>& layers, ActShape input);
+// The shape after layer shapes.size(), given those of the layers before it.
+ActShape next_shape(const std::vector<IntLayer>& layers, const std::vector<ActShape>& shapes, ActShape input);
 // The last layer's.
 ActShape infer_shapes(const std::vector<IntLayer>& layers, ActShape input);
 

@@ -44,19 +44,22 @@ std::vector<int64_t> layer_inputs(const std::vector<IntLayer>& layers, size_t i)
   return l.inputs;
 }
 
+ActShape next_shape(const std::vector<IntLayer>& layers, const std::vector<ActShape>& shapes, ActShape input) {
+  const size_t i = shapes.size();
+  const std::vector<int64_t> in = layer_inputs(layers, i);
+  auto shape_of = [&](int64_t p) { return p < 0 ? input : shapes[static_cast<size_t>(p)]; };
+  const ActShape a = shape_of(in[0]);
+  if (in.size() > 1) {
+    const ActShape b = shape_of(in[1]);
+    QAT_CHECK(a.h == b.h && a.w == b.w && a.c == b.c && a.flat == b.flat, "integer model: layer '", layers[i].name,
+              "' adds ", a.h, "x", a.w, "x", a.c, " and ", b.h, "x", b.w, "x", b.c, " activations");
+  }
+  return int_op_def(layers[i].op).infer(layers[i], a);
+}
+
 std::vector<ActShape> layer_shapes(const std::vector<IntLayer>& layers, ActShape input) {
   std::vector<ActShape> shapes;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const std::vector<int64_t> in = layer_inputs(layers, i);
-    auto shape_of = [&](int64_t p) { return p < 0 ? input : shapes[p]; };
-    const ActShape a = shape_of(in[0]);
-    if (in.size() > 1) {
-      const ActShape b = shape_of(in[1]);
-      QAT_CHECK(a.h == b.h && a.w == b.w && a.c == b.c && a.flat == b.flat, "integer model: layer '", layers[i].name,
-                "' adds ", a.h, "x", a.w, "x", a.c, " and ", b.h, "x", b.w, "x", b.c, " activations");
-    }
-    shapes.push_back(int_op_def(layers[i].op).infer(layers[i], a));
-  }
+  while (shapes.size() < layers.size()) shapes.push_back(next_shape(layers, shapes, input));
   return shapes;
 }
 

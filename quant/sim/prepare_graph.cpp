@@ -169,7 +169,7 @@ class GraphPreparer {
 
   // Step 2 for one node.
   void place_quantizers(const std::string& node) {
-    const GraphNode n = node_named(node);  // a copy: insert_after() grows the node list
+    const GraphNode n = g_.node(node);  // a copy: insert_after() grows the node list
     if (n.op == GraphOp::add) return quantize_add(n);
     if (n.op == GraphOp::concat)
       QAT_FAIL("prepare: graph node '", node, "' concatenates ", n.inputs.size(),
@@ -223,12 +223,6 @@ class GraphPreparer {
       grid_[g_.insert_after(n.name, n.name + "_quant", out)] = out;
     }
     report_.adds.push_back({n.name, with_relu ? "add+relu" : "add", out->config().spec});
-  }
-
-  const GraphNode& node_named(const std::string& name) const {
-    for (const GraphNode& n : g_.nodes())
-      if (n.name == name) return n;
-    QAT_FAIL("prepare: no graph node '", name, "'");
   }
 
   Graph& g_;

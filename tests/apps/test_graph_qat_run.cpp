@@ -23,6 +23,15 @@ int run(const std::string& cmd, const fs::path& log) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
 }
 
+// A ResNet-20 config on the embedded sample at 32 px, with these epochs, steps per epoch and quant: section.
+void write_r20_config(const std::string& path, int epochs, int steps, const std::string& quant) {
+  std::ofstream(path) << "model: {name: resnet20, num_classes: 10}\ndata:\n  train: " << testing::sample_data_dir()
+                      << "/train\n  val: " << testing::sample_data_dir()
+                      << "/val\n  image_size: 32\n  resize: 36\n  workers: 1\n"
+                      << "train: {epochs: " << epochs << ", batch_size: 16, lr: 0.05, seed: 3, threads: 1, "
+                      << "max_steps_per_epoch: " << steps << "}\nquant: " << quant << "\noutput: {dir: unused}\n";
+}
+
 std::string slurp(const fs::path& p) {
   std::ifstream f(p);
   std::stringstream ss;
@@ -36,11 +45,7 @@ TEST_CASE("qat train: LSQ QAT of ResNet-20 runs, resumes bit for bit, evaluates,
           "[graph][quant][train]") {
   const fs::path dir = testing::fresh_temp_dir("qat_graph_qat_", "r20");
   const std::string cfg = (dir / "cfg.yaml").string(), bin = QAT_BINARY;
-  std::ofstream(cfg) << "model: {name: resnet20, num_classes: 10}\ndata:\n  train: " << testing::sample_data_dir()
-                     << "/train\n  val: " << testing::sample_data_dir()
-                     << "/val\n  image_size: 32\n  resize: 36\n  workers: 1\n"
-                     << "train: {epochs: 2, batch_size: 16, lr: 0.05, seed: 3, threads: 1, max_steps_per_epoch: 4}\n"
-                     << "quant: {enabled: true, method: lsq}\noutput: {dir: unused}\n";
+  write_r20_config(cfg, 2, 4, "{enabled: true, method: lsq}");
   REQUIRE(run(bin + " train " + cfg + " --set output.dir=" + (dir / "whole").string(), dir / "whole.log") == 0);
   const std::string log = slurp(dir / "whole.log");
   INFO(log);
@@ -81,11 +86,7 @@ TEST_CASE("qat calibrate of ResNet-20: thresholds for the adds too, and its expo
           "[graph][quant][ptq]") {
   const fs::path dir = testing::fresh_temp_dir("qat_graph_ptq_", "r20");
   const std::string cfg = (dir / "cfg.yaml").string(), bin = QAT_BINARY;
-  std::ofstream(cfg) << "model: {name: resnet20, num_classes: 10}\ndata:\n  train: " << testing::sample_data_dir()
-                     << "/train\n  val: " << testing::sample_data_dir()
-                     << "/val\n  image_size: 32\n  resize: 36\n  workers: 1\n"
-                     << "train: {epochs: 1, batch_size: 16, lr: 0.05, seed: 3, threads: 1, max_steps_per_epoch: 6}\n"
-                     << "quant: {enabled: true}\noutput: {dir: unused}\n";
+  write_r20_config(cfg, 1, 6, "{enabled: true}");
   const std::string fp32 = (dir / "fp32").string();
   REQUIRE(run(bin + " train " + cfg + " --set quant.enabled=false --set output.dir=" + fp32, dir / "fp32.log") == 0);
   const fs::path ptq = dir / "ptq";

@@ -50,6 +50,29 @@ Tensor val_images(const ExportedModel& ex) {
   return x;
 }
 
+// x (N, 3, H, W) through an ONNX file in ONNX Runtime: its logits, N x classes (files in dir).
+std::vector<float> ort_logits(const std::string& onnx, const Tensor& x, const fs::path& dir, int64_t classes) {
+  const std::string in = (dir / "input.f32").string(), out = (dir / "ort.f32").string();
+  {
+    std::ofstream f(in, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(x.data<float>()), static_cast<std::streamsize>(x.numel() * 4));
+  }
+  std::ostringstream cmd;  // (a stream: GCC 12 warns falsely on the chained string +)
+  cmd << venv_python() << " " << QAT_SOURCE_DIR << "/tests/onnx/ort_run.py " << onnx << " " << in << " "
+      << x.size(0) << " 3 " << x.size(2) << " " << x.size(3) << " " << out;
+  REQUIRE(std::system(cmd.str().c_str()) == 0);
+  std::vector<float> got(static_cast<size_t>(x.size(0) * classes));
+  std::ifstream f(out, std::ios::binary);
+  f.read(reinterpret_cast<char*>(got.data()), static_cast<std::streamsize>(got.size() * 4));
+  REQUIRE(f.gcount() == static_cast<std::streamsize>(got.size() * 4));
+  return got;
+}
+
+// One logit's LSB: the last layer's accumulator step for its class, s_x s_w[c].
+double logit_lsb(const quant::IntLayer& last, int64_t c) {
+  return static_cast<double>(last.in.scale) * last.weight_scale.data<float>()[c];
+}
+
 struct Agreement {
   int64_t images = 0, same_top1 = 0;
   double max_lsb = 0;  // largest |logit difference| in units of the output's LSB (s_x s_w[c])
@@ -67,20 +90,8 @@ Agreement compare_with_ort(const fs::path& dir, const std::string& cfg, const st
   Tensor x = val_images(ex);
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] *= gain;
   const Tensor want = ex.model.forward(x);
-  const std::string in = (dir / "input.f32").string(), out = (dir / "ort.f32").string();
-  {
-    std::ofstream f(in, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(x.data<float>()), static_cast<std::streamsize>(x.numel() * 4));
-  }
-  std::ostringstream cmd;  // (a stream: GCC 12 warns falsely on the chained string +)
-  cmd << venv_python() << " " << QAT_SOURCE_DIR << "/tests/onnx/ort_run.py " << onnx << " " << in << " "
-      << x.size(0) << " 3 " << x.size(2) << " " << x.size(3) << " " << out;
-  REQUIRE(std::system(cmd.str().c_str()) == 0);
   const int64_t n = want.size(0), C = want.size(1);
-  std::vector<float> got(static_cast<size_t>(n * C));
-  std::ifstream f(out, std::ios::binary);
-  f.read(reinterpret_cast<char*>(got.data()), static_cast<std::streamsize>(got.size() * 4));
-  REQUIRE(f.gcount() == static_cast<std::streamsize>(got.size() * 4));
+  const std::vector<float> got = ort_logits(onnx, x, dir, C);
   const quant::IntLayer& last = ex.model.layers.back();
   Agreement a;
   a.images = n;
@@ -90,8 +101,7 @@ Agreement compare_with_ort(const fs::path& dir, const std::string& cfg, const st
       const float q = want.data<float>()[i * C + c], o = got[static_cast<size_t>(i * C + c)];
       if (q > want.data<float>()[i * C + top_q]) top_q = c;
       if (o > got[static_cast<size_t>(i * C + top_o)]) top_o = c;
-      const double lsb = static_cast<double>(last.in.scale) * last.weight_scale.data<float>()[c];
-      a.max_lsb = std::max(a.max_lsb, std::abs(static_cast<double>(q) - o) / lsb);
+      a.max_lsb = std::max(a.max_lsb, std::abs(static_cast<double>(q) - o) / logit_lsb(last, c));
     }
     a.same_top1 += top_q == top_o;
   }
@@ -104,6 +114,38 @@ Agreement compare_with_ort(const fs::path& dir, const std::string& cfg, const st
 // summation order in ONNX Runtime against qat's integer sums); the bound
 // leaves a factor of ten.
 constexpr double kMaxLsb = 0.01;
+
+namespace {
+
+// The export of a 16 px, 10-class test model, written to dir/export; its manifest's text.
+std::string save_small_export(quant::IntegerModel model, const std::string& name, const fs::path& dir,
+                              ExportedModel& ex) {
+  ex.model = std::move(model);
+  ex.model_name = name;
+  for (int c = 0; c < 10; ++c) ex.classes.push_back("class" + std::to_string(c));
+  ex.image_size = ex.resize = 16;
+  ex.mean = {0.5f, 0.5f, 0.5f}, ex.std = {0.25f, 0.25f, 0.25f};
+  save_export((dir / "export").string(), ex);
+  std::ifstream manifest(dir / "export" / kExportManifest);
+  return std::string((std::istreambuf_iterator<char>(manifest)), std::istreambuf_iterator<char>());
+}
+
+// The largest difference between qat's logits and ONNX Runtime's on the model's QDQ export, in LSBs.
+double max_ort_difference(const quant::IntegerModel& model, const Tensor& x, const Tensor& want, const fs::path& dir) {
+  const std::string onnx = (dir / "model.onnx").string();
+  OnnxExportOptions opt;
+  opt.image_size = x.size(2);
+  export_onnx(model, opt, onnx);
+  const int64_t C = want.size(1);
+  const std::vector<float> got = ort_logits(onnx, x, dir, C);
+  double worst = 0;
+  for (int64_t i = 0; i < want.numel(); ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(want.data<float>()[i]) - got[static_cast<size_t>(i)]) /
+                                logit_lsb(model.layers.back(), i % C));
+  return worst;
+}
+
+}  // namespace
 
 TEST_CASE("ONNX exports compute qat's integer logits in ONNX Runtime", "[e2e][onnx]") {
   struct Case {
@@ -209,15 +251,8 @@ TEST_CASE("depthwise convolutions export, read back and run in ONNX Runtime", "[
   }
   m->eval();
   ExportedModel ex;
-  ex.model = quant::freeze(*m);
-  ex.model_name = "depthwise_chain";
-  for (int c = 0; c < 10; ++c) ex.classes.push_back("class" + std::to_string(c));
-  ex.image_size = ex.resize = 16;
-  ex.mean = {0.5f, 0.5f, 0.5f}, ex.std = {0.25f, 0.25f, 0.25f};
   const fs::path dir = testing::fresh_temp_dir("qat_onnx_", "depthwise");
-  save_export((dir / "export").string(), ex);
-  std::ifstream manifest(dir / "export" / kExportManifest);
-  const std::string text((std::istreambuf_iterator<char>(manifest)), std::istreambuf_iterator<char>());
+  const std::string text = save_small_export(quant::freeze(*m), "depthwise_chain", dir, ex);
   REQUIRE(text.find("groups: 8") != std::string::npos);
   REQUIRE(text.find("groups: 16") != std::string::npos);
   REQUIRE((text.find("clamp_max:") != std::string::npos) == relu6);
@@ -226,29 +261,7 @@ TEST_CASE("depthwise convolutions export, read back and run in ONNX Runtime", "[
   const Tensor want = ex.model.forward(x);
   REQUIRE(testing::same_bits(back.model.forward(x), want));
 
-  const std::string onnx = (dir / "model.onnx").string(), in = (dir / "input.f32").string(),
-                    out = (dir / "ort.f32").string();
-  OnnxExportOptions opt;
-  opt.image_size = 16;
-  export_onnx(ex.model, opt, onnx);
-  {
-    std::ofstream f(in, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(x.data<float>()), static_cast<std::streamsize>(x.numel() * 4));
-  }
-  std::ostringstream cmd;
-  cmd << venv_python() << " " << QAT_SOURCE_DIR << "/tests/onnx/ort_run.py " << onnx << " " << in << " 16 3 16 16 "
-      << out;
-  REQUIRE(std::system(cmd.str().c_str()) == 0);
-  std::vector<float> got(static_cast<size_t>(want.numel()));
-  std::ifstream f(out, std::ios::binary);
-  f.read(reinterpret_cast<char*>(got.data()), static_cast<std::streamsize>(got.size() * 4));
-  REQUIRE(f.gcount() == static_cast<std::streamsize>(got.size() * 4));
-  const quant::IntLayer& last = ex.model.layers.back();
-  double worst = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    const double lsb = static_cast<double>(last.in.scale) * last.weight_scale.data<float>()[i % 10];
-    worst = std::max(worst, std::abs(static_cast<double>(want.data<float>()[i]) - got[static_cast<size_t>(i)]) / lsb);
-  }
+  const double worst = max_ort_difference(ex.model, x, want, dir);
   INFO("largest logit difference " << worst << " LSB");
   REQUIRE(worst <= kMaxLsb);
 }
@@ -259,15 +272,8 @@ TEST_CASE("depthwise convolutions export, read back and run in ONNX Runtime", "[
 // output's Q/DQ) gives them in ONNX Runtime within the bound above.
 TEST_CASE("an integer model with a residual add exports, reads back and runs in ONNX Runtime", "[e2e][onnx][export]") {
   ExportedModel ex;
-  ex.model = testing::residual_model();
-  ex.model_name = "residual";
-  for (int c = 0; c < 10; ++c) ex.classes.push_back("class" + std::to_string(c));
-  ex.image_size = ex.resize = 16;
-  ex.mean = {0.5f, 0.5f, 0.5f}, ex.std = {0.25f, 0.25f, 0.25f};
   const fs::path dir = testing::fresh_temp_dir("qat_onnx_", "residual");
-  save_export((dir / "export").string(), ex);
-  std::ifstream manifest(dir / "export" / kExportManifest);
-  const std::string text((std::istreambuf_iterator<char>(manifest)), std::istreambuf_iterator<char>());
+  const std::string text = save_small_export(testing::residual_model(), "residual", dir, ex);
   REQUIRE(text.find("kind: add") != std::string::npos);
   REQUIRE(text.find("inputs: [6, 9]") != std::string::npos);  // (layers 3 and 4, named by the chain's indices)
   const ExportedModel back = load_export((dir / "export").string());
@@ -285,29 +291,7 @@ TEST_CASE("an integer model with a residual add exports, reads back and runs in 
                         Contains("manifest.yaml") && Contains("no earlier layer is named"));
   }
 
-  const std::string onnx = (dir / "model.onnx").string(), in = (dir / "input.f32").string(),
-                    out = (dir / "ort.f32").string();
-  OnnxExportOptions opt;
-  opt.image_size = 16;
-  export_onnx(ex.model, opt, onnx);
-  {
-    std::ofstream f(in, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(x.data<float>()), static_cast<std::streamsize>(x.numel() * 4));
-  }
-  std::ostringstream cmd;
-  cmd << venv_python() << " " << QAT_SOURCE_DIR << "/tests/onnx/ort_run.py " << onnx << " " << in << " 16 3 16 16 "
-      << out;
-  REQUIRE(std::system(cmd.str().c_str()) == 0);
-  std::vector<float> got(static_cast<size_t>(want.numel()));
-  std::ifstream f(out, std::ios::binary);
-  f.read(reinterpret_cast<char*>(got.data()), static_cast<std::streamsize>(got.size() * 4));
-  REQUIRE(f.gcount() == static_cast<std::streamsize>(got.size() * 4));
-  const quant::IntLayer& last = ex.model.layers.back();
-  double worst = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    const double lsb = static_cast<double>(last.in.scale) * last.weight_scale.data<float>()[i % 10];
-    worst = std::max(worst, std::abs(static_cast<double>(want.data<float>()[i]) - got[static_cast<size_t>(i)]) / lsb);
-  }
+  const double worst = max_ort_difference(ex.model, x, want, dir);
   INFO("largest logit difference " << worst << " LSB");
   REQUIRE(worst <= kMaxLsb);
 }

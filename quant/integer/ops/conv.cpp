@@ -35,11 +35,8 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
   const int32_t zx = l.in.zero_point + l.in.offset();
   const RequantParams rq = requant_params(l, l.bias.data<int32_t>());
   const RequantPlan plan = make_requant_plan(rq, C);
-  const float* fw = l.weight_zero_frac.data<float>();
-  const bool frac = std::any_of(fw, fw + C, [](float f) { return f != 0.f; });
-  std::vector<int64_t> frac_m0(frac ? static_cast<size_t>(C) : 0);
-  for (int64_t c = 0; c < static_cast<int64_t>(frac_m0.size()); ++c)
-    frac_m0[c] = std::llround(static_cast<double>(fw[c]) * rq.m0[c]);
+  const std::vector<int64_t> frac_m0 = fractional_weight_m0(l);
+  const bool frac = !frac_m0.empty();
   Tensor y = Tensor::empty({N, OH, OW, C}, DType::u8);
   const uint8_t* xd = x.data<uint8_t>();
   uint8_t* yd = y.data<uint8_t>();

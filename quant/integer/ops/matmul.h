@@ -30,6 +30,22 @@ inline RequantParams requant_params(const IntLayer& l, const int32_t* bias) {
           l.out_hi() + off};
 }
 
+// Whether a fractional weight zero point (LSQ+) is not 0.
+inline bool has_weight_frac(const IntLayer& l) {
+  const float* fw = l.weight_zero_frac.data<float>();
+  return std::any_of(fw, fw + l.out_channels, [](float f) { return f != 0.f; });
+}
+
+// round(f_w[c] M0[c]) per channel: that term in the requantization's units
+// (times the window's Σ (x - z_x)); empty when every f_w is 0.
+inline std::vector<int64_t> fractional_weight_m0(const IntLayer& l) {
+  if (!has_weight_frac(l)) return {};
+  std::vector<int64_t> out(static_cast<size_t>(l.out_channels));
+  for (int64_t c = 0; c < l.out_channels; ++c)
+    out[c] = std::llround(static_cast<double>(l.weight_zero_frac.data<float>()[c]) * l.multiplier.data<int32_t>()[c]);
+  return out;
+}
+
 // The output stage of conv and linear: zero-point corrections, then
 // requantization to u8 or (last layer) dequantization to float.
 struct OutputStage {
@@ -58,12 +74,8 @@ struct OutputStage {
       rq = requant_params(l, bias.data());
       plan = make_requant_plan(rq, C);
     }
-    const float* fw = l.weight_zero_frac.data<float>();
-    weight_frac = std::any_of(fw, fw + C, [](float f) { return f != 0.f; });
-    if (weight_frac && !l.dequantize) {
-      frac_m0.resize(C);
-      for (int64_t c = 0; c < C; ++c) frac_m0[c] = std::llround(static_cast<double>(fw[c]) * rq.m0[c]);
-    }
+    weight_frac = has_weight_frac(l);
+    if (weight_frac && !l.dequantize) frac_m0 = fractional_weight_m0(l);
   }
 
   // Rows of accumulators (C each) for the input rows A (K each): zero-point
