@@ -48,7 +48,7 @@ optim_math::AdamWCoefs adamw_coefs(const ParamGroup& group, const AdamWOptions& 
 
 }  // namespace
 
-AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer(std::move(groups)), opt_(options) {
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : ElementwiseOptimizer(std::move(groups), options) {
   QAT_CHECK(opt_.beta1 >= 0.0 && opt_.beta1 < 1.0 && opt_.beta2 >= 0.0 && opt_.beta2 < 1.0,
             "AdamW: betas must be in [0, 1), got (", opt_.beta1, ", ", opt_.beta2, ")");
   QAT_CHECK(opt_.eps >= 0.0, "AdamW: eps must be >= 0, got ", opt_.eps);
@@ -69,8 +69,7 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer(s
 // elements (the others belong to another span, perhaps being written by
 // another thread); the lanes are independent, so each element gets what it
 // gets in a whole vector.
-void AdamW::update_span(const ParamGroup& group, float* p, const float* g, int64_t begin, int64_t end,
-                        ParamState& s) {
+void AdamW::update_span(const ParamGroup& group, float* p, const float* g, int64_t begin, int64_t end, ParamState& s) {
   const optim_math::AdamWCoefs c = adamw_coefs(group, opt_, s);
   float* m = s.buffers[0].data<float>();
   float* v = s.buffers[1].data<float>();

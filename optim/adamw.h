@@ -17,26 +17,19 @@ struct AdamWOptions {
   double eps = 1e-8;
 };
 
-class AdamW : public Optimizer {
+class AdamW : public ElementwiseOptimizer<AdamWOptions> {
  public:
   // Note: torch's AdamW default weight_decay is 1e-2; here it is the group's.
   AdamW(std::vector<ParamGroup> groups, AdamWOptions options = {});
-  const AdamWOptions& options() const { return opt_; }
 
  protected:
   std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
-  // Element by element: the base's update runs spans of it on the threads,
-  // and an update hook gets the rows as they are done (Note [update hooks]).
-  bool updates_spans() const override { return true; }
   void update_span(const ParamGroup& group, float* p, const float* g, int64_t begin, int64_t end,
                    ParamState& s) override;
 #if QAT_WITH_CUDA
   void update_on_device(const ParamGroup& group, const Tensor& p, const Tensor& g, ParamState& s) override;
 #endif
   const char* name() const override { return "AdamW"; }
-
- private:
-  AdamWOptions opt_;
 };
 
 }  // namespace qat

@@ -99,6 +99,22 @@ class Optimizer {
   int64_t steps_ = 0;
 };
 
+// An optimizer whose rule is element by element (SGD, AdamW), with its own
+// hyperparameters beyond the groups' (Options): the base runs spans of it on
+// the threads, and an update hook gets the rows as they are done.
+template <class Options>
+class ElementwiseOptimizer : public Optimizer {
+ public:
+  const Options& options() const { return opt_; }
+
+ protected:
+  ElementwiseOptimizer(std::vector<ParamGroup> groups, const Options& options)
+      : Optimizer(std::move(groups)), opt_(options) {}
+  bool updates_spans() const override { return true; }
+
+  Options opt_;
+};
+
 // Groups for an optimizer from a module's named parameters (those that do not
 // require grad are left out). Without the flag: one group "default". With it:
 // group 0 "default" holds the parameters with dim() >= 2 (weights) and group 1

@@ -22,7 +22,7 @@ optim_math::SgdCoefs sgd_coefs(const ParamGroup& group, const SGDOptions& opt, c
 
 }  // namespace
 
-SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options) : Optimizer(std::move(groups)), opt_(options) {
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options) : ElementwiseOptimizer(std::move(groups), options) {
   QAT_CHECK(opt_.momentum >= 0.0, "SGD: momentum must be >= 0, got ", opt_.momentum);
   QAT_CHECK(!opt_.nesterov || (opt_.momentum > 0.0 && opt_.dampening == 0.0),
             "SGD: nesterov needs momentum > 0 and dampening 0, got momentum ", opt_.momentum, ", dampening ",

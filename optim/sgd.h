@@ -17,23 +17,18 @@ struct SGDOptions {
   bool nesterov = false;  // needs momentum > 0 and dampening == 0 (as in PyTorch)
 };
 
-class SGD : public Optimizer {
+class SGD : public ElementwiseOptimizer<SGDOptions> {
  public:
   SGD(std::vector<ParamGroup> groups, SGDOptions options = {});
-  const SGDOptions& options() const { return opt_; }
 
  protected:
   std::vector<std::string> buffer_names() const override;
-  bool updates_spans() const override { return true; }
   void update_span(const ParamGroup& group, float* p, const float* g, int64_t begin, int64_t end,
                    ParamState& s) override;
 #if QAT_WITH_CUDA
   void update_on_device(const ParamGroup& group, const Tensor& p, const Tensor& g, ParamState& s) override;
 #endif
   const char* name() const override { return "SGD"; }
-
- private:
-  SGDOptions opt_;
 };
 
 }  // namespace qat
