@@ -57,11 +57,16 @@ const char* kWeights = kExportWeights;
 bool packed(const IntLayer& l) { return l.weight_bits <= 4; }
 
 // ---------------------------------------------------------------- writing
-void emit_act(YAML::Emitter& e, const char* key, const ActQuant& a) {
-  e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "scale" << YAML::Value
+void emit_act_value(YAML::Emitter& e, const ActQuant& a) {
+  e << YAML::Flow << YAML::BeginMap << YAML::Key << "scale" << YAML::Value
     << a.scale << YAML::Key << "zero_point" << YAML::Value << a.zero_point << YAML::Key << "zero_point_frac"
     << YAML::Value << a.zero_frac << YAML::Key << "bits" << YAML::Value
     << a.bits << YAML::Key << "signed" << YAML::Value << a.is_signed << YAML::EndMap;
+}
+
+void emit_act(YAML::Emitter& e, const char* key, const ActQuant& a) {
+  e << YAML::Key << key << YAML::Value;
+  emit_act_value(e, a);
 }
 
 template <class T>
@@ -87,6 +92,14 @@ void emit_layer(YAML::Emitter& e, const IntLayer& l, const std::vector<IntLayer>
     e << YAML::Key << "inputs" << YAML::Value << YAML::Flow << YAML::BeginSeq;
     for (const int64_t p : l.inputs) e << layers[static_cast<size_t>(p)].name;
     e << YAML::EndSeq;
+  }
+  if (op.has(quant::kManyInputs)) {  // Note [integer concat]
+    e << YAML::Key << "input_grids" << YAML::Value << YAML::BeginSeq;
+    for (const ActQuant& g : l.concat_in) emit_act_value(e, g);
+    e << YAML::EndSeq;
+    emit_act(e, "output", l.out);
+    e << YAML::EndMap;
+    return;
   }
   if (op.has(quant::kTwoInputs)) {
     e << YAML::Key << "relu" << YAML::Value << l.relu;
@@ -334,7 +347,12 @@ IntLayer read_layer(const YamlValue& v, const WeightsFile& weights) {
     read_pair(size, l.out_h, l.out_w);
     if (l.out_h < 1 || l.out_w < 1) size.fail("must be >= 1");
   }
-  if (op.has(quant::kTwoInputs)) {
+  if (op.has(quant::kManyInputs)) {
+    for (const YamlValue& g : v.get("input_grids").items("a list of the inputs' grids"))
+      l.concat_in.push_back(read_act(g, l.name));
+    if (!l.concat_in.empty()) l.in = l.concat_in[0];
+    l.out = read_act(v.get("output"), l.name);
+  } else if (op.has(quant::kTwoInputs)) {
     l.relu = v.get("relu").as<bool>();
     l.in = read_act(v.get("input"), l.name);
     l.in2 = read_act(v.get("input2"), l.name);
@@ -388,6 +406,11 @@ void check_follows(const YamlValue& v, IntLayer& l, const IntLayer& prev, size_t
   if (prev.dequantize) v.fail("comes after the dequantizing layer '" + prev.name + "'");
   const quant::IntOpDef& op = quant::int_op_def(l.op);
   if (op.has(quant::kRoundsOntoInputGrid)) l.in = prev.out;  // its output must then be the same grid
+  if (op.has(quant::kManyInputs)) {
+    if (!(l.input_grid(k) == prev.out))
+      v.get("input_grids").fail("grid " + std::to_string(k) + " differs from the output of '" + prev.name + "'");
+    return;
+  }
   if (!((k == 0 ? l.in : l.in2) == prev.out))
     v.get(k == 1 ? "input2" : op.has(quant::kMatmul) || op.has(quant::kTwoInputs) ? "input" : "output")
         .fail("quantization differs from the output of '" + prev.name + "'");

@@ -308,6 +308,14 @@ void export_onnx(const quant::IntegerModel& model, const OnnxExportOptions& opt,
         x = qdq(b, x, l.out, l.name + "_out");
         break;
       }
+      case IntOp::concat: {  // the dequantized inputs joined on channels, then onto the output grid
+        check_grid(l.out, l, "output", opt.profile);
+        std::vector<std::string> parts;
+        for (const int64_t p : from) parts.push_back(names[static_cast<size_t>(p)]);
+        Builder::one_int(b.node("Concat", parts, l.name, &x), "axis", 1);
+        x = qdq(b, x, l.out, l.name + "_out");
+        break;
+      }
       case IntOp::quantize_input:
         check_grid(l.out, l, "output", opt.profile);
         x = qdq(b, x, l.out, l.name + "_in");

@@ -16,7 +16,9 @@ namespace qat::quant {
 
 // conv+bn+relu6 and conv+relu6: MobileNetV2's blocks; add and add+relu: a
 // residual add of two quantized tensors with one output quantizer (after
-// the ReLU when one follows), as integer runtimes run it (graph models).
+// the ReLU when one follows), as integer runtimes run it (graph models);
+// concat: a concat of quantized branches with its own output quantizer
+// (Note [integer concat]).
 enum class Pattern {
   conv,
   conv_relu,
@@ -27,7 +29,8 @@ enum class Pattern {
   conv_relu6,
   conv_bn_relu6,
   add,
-  add_relu
+  add_relu,
+  concat
 };
 constexpr auto enum_names(Pattern) {
   return std::to_array<EnumName<Pattern>>({{Pattern::conv, "conv"},
@@ -39,7 +42,8 @@ constexpr auto enum_names(Pattern) {
                                            {Pattern::conv_relu6, "conv+relu6"},
                                            {Pattern::conv_bn_relu6, "conv+bn+relu6"},
                                            {Pattern::add, "add"},
-                                           {Pattern::add_relu, "add+relu"}});
+                                           {Pattern::add_relu, "add+relu"},
+                                           {Pattern::concat, "concat"}});
 }
 const char* pattern_name(Pattern p);
 

@@ -2,6 +2,7 @@
 
 #include "apps/backend_config.h"
 #include "apps/train.h"
+#include "layers/graph.h"
 #include "layers/layers.h"
 #include "quant/convert/freeze.h"
 #include "quant/sim/prepare.h"
@@ -265,6 +266,37 @@ ModulePtr depthwise_chain(uint64_t seed, bool relu6) {
 // The frozen depthwise chain (tests/test_util.h) with a residual add: its
 // pointwise conv (16 x 8 x 8) plus the dilated depthwise conv after it (the
 // same shape), ReLU, onto a grid of its own; the pooling after it reads the add.
+ModulePtr concat_model(bool concat_pattern) {
+  Generator gen(5);
+  auto g = std::make_shared<Graph>();
+  g->add("stem", std::make_shared<Conv2d>(Conv2dOptions{3, 4, 3, 1, 1}, gen), Graph::kInput);
+  g->add("stem_relu", std::make_shared<ReLU>(), "stem");
+  g->add("a", std::make_shared<Conv2d>(Conv2dOptions{4, 4, 3, 1, 1}, gen), "stem_relu");
+  g->add("a_relu", std::make_shared<ReLU>(), "a");
+  g->add("b", std::make_shared<Conv2d>(Conv2dOptions{4, 6, 1, 1, 0, 1, 1, false}, gen), "stem_relu");
+  g->add("b_bn", std::make_shared<BatchNorm2d>(6), "b");
+  g->add("b_relu6", std::make_shared<ReLU6>(), "b_bn");
+  g->add("a_pool", std::make_shared<MaxPool2d>(3, 1, 1), "a_relu");
+  g->add_op("cat", GraphOp::concat, {"a_relu", "b_relu6", "a_pool"});
+  g->add("c", std::make_shared<Conv2d>(Conv2dOptions{14, 8, 3, 1, 1}, gen), "cat");
+  g->add("c_relu", std::make_shared<ReLU>(), "c");
+  g->add("pool", std::make_shared<AdaptiveAvgPool2d>(1, 1), "c_relu");
+  g->add("flat", std::make_shared<Flatten>(), "pool");
+  g->add("fc", std::make_shared<Linear>(8, 10, gen), "flat");
+  g->set_output("fc");
+  quant::Backend backend = test_backend("default");
+  if (!concat_pattern) backend.patterns.erase(quant::Pattern::concat);
+  quant::prepare(*g, backend, quant::QConfig{});
+  g->train();
+  Generator data(7);
+  {
+    NoGradGuard ng;
+    for (int i = 0; i < 4; ++i) g->forward(Tensor::randn({8, 3, 16, 16}, data));
+  }
+  g->eval();
+  return g;
+}
+
 quant::IntegerModel residual_model() {
   ModulePtr m = depthwise_chain(3);
   quant::prepare(*m, test_backend("default"), quant::QConfig{});

@@ -71,6 +71,13 @@ ModulePtr depthwise_chain(uint64_t seed, bool relu6 = false);
 // plus the dilated depthwise conv's after it (16 x 8 x 8 each), ReLU, onto a
 // grid of its own, read by the pooling.
 quant::IntegerModel residual_model();
+// A graph with a concat (Note [integer concat]), prepared (default backend),
+// observed on 4 batches of 16 px noise and in eval mode: a stem conv-ReLU
+// 3 -> 4, then conv-ReLU 4 -> 4 (3x3), conv-BN-ReLU6 4 -> 6 (1x1) and a
+// 3x3 max pool (stride 1) of the first, joined into 14 channels "cat", then conv-ReLU
+// 14 -> 8, global average pooling, flatten, linear to 10 classes.
+// concat_pattern false: the backend without its concat pattern.
+ModulePtr concat_model(bool concat_pattern = true);
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 

@@ -79,7 +79,7 @@ std::vector<LayerDiff> compare_graph_layers(Graph& g, const IntegerModel& im, co
   std::vector<LayerDiff> out;
   for (size_t i = 0; i < im.layers.size(); ++i) {
     const IntLayer& l = im.layers[i];
-    std::string node = l.op == IntOp::add ? g.readers(l.name).at(0) : l.name;
+    std::string node = l.op == IntOp::add || l.op == IntOp::concat ? g.readers(l.name).at(0) : l.name;
     if (!v.count(node) && node.rfind('.') != std::string::npos) node = node.substr(0, node.rfind('.'));
     QAT_CHECK(v.count(node), "compare-layers: integer layer '", l.name, "' matches no graph node");
     Tensor fq = v.at(node);

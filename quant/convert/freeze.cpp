@@ -307,8 +307,8 @@ class GraphFreezer {
 
   void visit(const GraphNode& n) {
     if (consumed_.count(n.name)) return;
-    QAT_CHECK(n.op != GraphOp::concat, "freeze: graph node '", n.name, "' concatenates; no integer kernel yet");
     if (n.op == GraphOp::add) return add(n);
+    if (n.op == GraphOp::concat) return concat(n);
     const int64_t from = value_of(n.inputs[0]);
     if (from >= 0) {
       f_.cur = f_.model.layers[static_cast<size_t>(from)].out;
@@ -352,11 +352,36 @@ class GraphFreezer {
     l.in2 = f_.model.layers[static_cast<size_t>(l.inputs[1])].out;
     l.out = activation_of(*out, readers[0]);
     l.relu = relu;
+    emit_joined(std::move(l), n.name, readers[0]);
+  }
+
+  // Note [integer concat]: the concat and its quantizer node after it.
+  void concat(const GraphNode& n) {
+    const std::vector<std::string> readers = g_.readers(n.name);
+    auto* out = readers.size() == 1 ? dynamic_cast<FakeQuantizer*>(g_.module(readers[0])) : nullptr;
+    QAT_CHECK(out, "freeze: graph node '", n.name,
+              "' concatenates in float (the backend has no concat pattern, or a branch is float); no integer kernel "
+              "for it");
+    IntLayer l;
+    l.op = IntOp::concat;
+    l.name = n.name;
+    for (const std::string& in : n.inputs) {
+      const int64_t i = value_of(in);
+      QAT_CHECK(i >= 0 && !flat_.at(i), "freeze: graph node '", n.name, "' concatenates the float input or flat features");
+      l.inputs.push_back(i);
+      l.concat_in.push_back(f_.model.layers[static_cast<size_t>(i)].out);
+    }
+    l.out = activation_of(*out, readers[0]);
+    emit_joined(std::move(l), n.name, readers[0]);
+  }
+
+  // An add or concat, and the node after it whose quantizer it includes.
+  void emit_joined(IntLayer l, const std::string& node, const std::string& quantizer_node) {
     f_.emit(std::move(l));
     const int64_t at = static_cast<int64_t>(f_.model.layers.size()) - 1;
-    value_[n.name] = value_[readers[0]] = at;
+    value_[node] = value_[quantizer_node] = at;
     flat_[at] = false;
-    consumed_.insert(readers[0]);
+    consumed_.insert(quantizer_node);
   }
 
   Graph& g_;

@@ -62,6 +62,10 @@ QAT_HOST_DEVICE inline int64_t shift_round_half_even(int64_t p, int32_t t) {
   return q;
 }
 
+// One input on grid a onto grid y, the same arithmetic with M_b = 0 (a
+// concat's branch, Note [integer concat]): add_requant_value(x, r.b_zero, r).
+AddRequant make_requant(const ActQuant& a, const ActQuant& y, const std::string& who);
+
 // One output value from the stored inputs a and b.
 QAT_HOST_DEVICE inline uint8_t add_requant_value(int32_t a, int32_t b, const AddRequant& r) {
   const int64_t p = static_cast<int64_t>(a - r.a_zero) * r.ma + static_cast<int64_t>(b - r.b_zero) * r.mb + r.extra;
@@ -76,6 +80,21 @@ struct AddBody {
   uint8_t* y;
   AddRequant r;
   QAT_HOST_DEVICE void operator()(int64_t i) const { y[i] = add_requant_value(a[i], b[i], r); }
+};
+
+// One input of a concat into its channels [offset, offset + c_in) of y
+// (c_out channels), requantized onto y's grid, or copied (Note [integer
+// concat]); the per-index body over the input's elements.
+struct ConcatSlice {
+  const uint8_t* x;
+  uint8_t* y;
+  int64_t c_in, c_out, offset;
+  bool copy;
+  AddRequant r;
+  QAT_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t pixel = i / c_in, c = i - pixel * c_in;
+    y[pixel * c_out + offset + c] = copy ? x[i] : add_requant_value(x[i], r.b_zero, r);
+  }
 };
 
 // y = the add of two u8 tensors of one shape, on the executor's device.

@@ -173,6 +173,29 @@ inline int_math::U8PoolGeometry pool_geometry(const Tensor& x, int64_t kh, int64
   return {x.size(1), x.size(2), x.size(3), kh, kw, sh, sw, ph, pw, out.h, out.w};
 }
 
+// A concat (Note [integer concat]): the images x and `more`, (N, H, W, C_k)
+// u8 each, joined on channels into (N, H, W, out.c), one pass per input.
+template <class Exec>
+Tensor concat_layer(Exec& ex, const IntLayer& l, const Tensor& x, const MoreInputs& more, const ActShape& out) {
+  QAT_CHECK(more.size() + 1 == l.concat_requant.size(), "integer layer '", l.name, "' (concat): joins ",
+            l.concat_requant.size(), " inputs, got ", more.size() + 1);
+  Tensor y = empty_on<Exec>({x.size(0), out.h, out.w, out.c}, DType::u8);
+  int64_t offset = 0;
+  for (size_t k = 0; k < l.concat_requant.size(); ++k) {
+    const Tensor part = (k == 0 ? x : *more[k - 1]).contiguous();
+    QAT_CHECK(part.dtype() == DType::u8 && part.dim() == 4 && part.size(0) == x.size(0) && part.size(1) == out.h &&
+                  part.size(2) == out.w && offset + part.size(3) <= out.c,
+              "integer layer '", l.name, "' (concat): input ", k, " is ", dtype_name(part.dtype()), " ", part.sizes(),
+              ", not uint8 images of ", out.h, "x", out.w, " within ", out.c, " channels");
+    ex.each(part.numel(), ConcatSlice{Exec::template ptr<uint8_t>(part), Exec::template ptr<uint8_t>(y), part.size(3),
+                                      out.c, offset, l.concat_in[k] == l.out, l.concat_requant[k]});
+    offset += part.size(3);
+  }
+  QAT_CHECK(offset == out.c, "integer layer '", l.name, "' (concat): inputs hold ", offset, " channels, expected ",
+            out.c);
+  return y;
+}
+
 }  // namespace exec_detail
 
 // No tuned kernel: the generic code runs (an executor's overload says otherwise).
@@ -196,15 +219,17 @@ inline ActShape activation_shape(const IntLayer& l, const Tensor& x) {
 // shape per image (infer), `k` the layer's constants (conv / linear only).
 template <class Exec>
 Tensor run_generic_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, const Tensor& x, const ActShape& out,
-                         const Tensor* x2 = nullptr) {
+                         const MoreInputs& more = {}) {
   const int64_t n = x.size(0);
   switch (l.op) {
     case IntOp::add: {
+      const Tensor* x2 = more.size() == 1 ? more[0] : nullptr;
       QAT_CHECK(x2 && x.dtype() == DType::u8 && x2->dtype() == DType::u8 && x.sizes() == x2->sizes(),
                 "integer layer '", l.name, "' (add): expects two uint8 tensors of one shape, got ", x.sizes(), " and ",
                 x2 ? x2->sizes() : Shape{});
       return integer_add(ex, x.contiguous(), x2->contiguous(), l.add);
     }
+    case IntOp::concat: return exec_detail::concat_layer(ex, l, x, more, out);
     case IntOp::quantize_input: {
       Tensor y = exec_detail::empty_on<Exec>({n, out.h, out.w, out.c}, DType::u8);
       const int_math::QuantizeInputGeometry g{x.size(1),
@@ -279,16 +304,16 @@ Tensor run_generic_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, c
 // (arguments as run_generic_layer's).
 template <class Exec>
 Tensor run_int_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, const Tensor& x, const ActShape& out,
-                     const Tensor* x2 = nullptr) {
-  if (!x2)
+                     const MoreInputs& more = {}) {
+  if (more.empty())
     if (Tensor y = tuned_kernel(ex, l, x); y.defined()) return y;
-  return run_generic_layer(ex, l, k, x, out, x2);
+  return run_generic_layer(ex, l, k, x, out, more);
 }
 
 // Note [integer model graph]: layer i reads the outputs of the layers its
 // `inputs` name (earlier ones), or of layer i - 1 when it names none (the
 // first layer: the model's input). run(i, a, b) computes layer i from its
-// first input a and its second b (null but for an add). Every output is
+// first input a and the others, `more` (an add's second, a concat's). Every output is
 // kept (keep_all: a trace) or dropped after its last reader.
 template <class Run>
 std::vector<Tensor> run_layer_graph(const std::vector<IntLayer>& layers, const Tensor& x, bool keep_all, Run run) {
@@ -301,7 +326,9 @@ std::vector<Tensor> run_layer_graph(const std::vector<IntLayer>& layers, const T
   for (size_t i = 0; i < L; ++i) {
     const std::vector<int64_t> in = layer_inputs(layers, i);
     const Tensor& a = in[0] < 0 ? x : outs[in[0]];
-    outs[i] = run(i, a, in.size() > 1 ? &outs[in[1]] : nullptr);
+    MoreInputs more;
+    for (size_t k = 1; k < in.size(); ++k) more.push_back(&outs[static_cast<size_t>(in[k])]);
+    outs[i] = run(i, a, more);
     if (!keep_all)
       for (int64_t p : in)
         if (p >= 0 && last_read[p] == i && static_cast<size_t>(p) + 1 < L) outs[p] = Tensor();
@@ -327,8 +354,8 @@ Tensor run_int_model(Exec& ex, const IntegerModel& m, const std::vector<LayerCon
       QAT_CHECK(next < consts.size(), "integer model: no constants for layer '", m.layers[i].name, "'");
       k[i] = &consts[next++];
     }
-  return run_layer_graph(m.layers, x, false, [&](size_t i, const Tensor& a, const Tensor* b) {
-           return run_int_layer(ex, m.layers[i], k[i], a, shapes[i], b);
+  return run_layer_graph(m.layers, x, false, [&](size_t i, const Tensor& a, const MoreInputs& more) {
+           return run_int_layer(ex, m.layers[i], k[i], a, shapes[i], more);
          }).back();
 }
 

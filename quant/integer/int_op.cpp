@@ -8,12 +8,12 @@ namespace qat::quant {
 
 // Each defined beside its kernel in ops/.
 extern constinit const IntOpDef kQuantizeInputOp, kConvOp, kLinearOp, kMaxPoolOp, kAdaptiveAvgPoolOp, kFlattenOp,
-    kReluOp, kAddOp;
+    kReluOp, kAddOp, kConcatOp;
 
 namespace {
 // In the order of IntOp.
 const IntOpDef* const kIntOps[] = {&kQuantizeInputOp,   &kConvOp,    &kLinearOp, &kMaxPoolOp,
-                                   &kAdaptiveAvgPoolOp, &kFlattenOp, &kReluOp,   &kAddOp};
+                                   &kAdaptiveAvgPoolOp, &kFlattenOp, &kReluOp,   &kAddOp, &kConcatOp};
 static_assert(std::size(kIntOps) == static_cast<size_t>(IntOp::count_), "every IntOp needs its entry in kIntOps");
 }  // namespace
 

@@ -18,7 +18,7 @@
 namespace qat::quant {
 
 // count_ is not an op: the number of ops (int_op.cpp checks that the table holds them all).
-enum class IntOp { quantize_input, conv, linear, max_pool, adaptive_avg_pool, flatten, relu, add, count_ };
+enum class IntOp { quantize_input, conv, linear, max_pool, adaptive_avg_pool, flatten, relu, add, concat, count_ };
 
 struct IntLayer;
 
@@ -36,6 +36,9 @@ enum IntFields : unsigned {
   kRoundsOntoInputGrid = 1u << 5,
   // Reads two activations (in, in2) of one shape: the residual add.
   kTwoInputs = 1u << 6,
+  // Reads two or more images of one height and width (each on its grid in
+  // concat_in), joined on channels in order: the concat.
+  kManyInputs = 1u << 7,
 };
 
 // One image's activation between integer layers: NHWC (h, w, c), or c

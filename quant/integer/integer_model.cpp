@@ -29,11 +29,22 @@ void IntLayer::finalize() {
   if (def.finalize) def.finalize(*this);
 }
 
+const ActQuant& IntLayer::input_grid(size_t k) const {
+  if (k == 0) return in;
+  if (int_op_def(op).has(kManyInputs)) {
+    QAT_CHECK(k < concat_in.size(), "layer '", name, "' (concat): no grid for input ", k);
+    return concat_in[k];
+  }
+  return in2;
+}
+
 std::vector<int64_t> layer_inputs(const std::vector<IntLayer>& layers, size_t i) {
   const IntLayer& l = layers[i];
-  const size_t want = int_op_def(l.op).has(kTwoInputs) ? 2 : 1;
+  const IntOpDef& def = int_op_def(l.op);
+  const size_t want = def.has(kTwoInputs) ? 2 : def.has(kManyInputs) ? std::max<size_t>(l.concat_in.size(), 2) : 1;
   if (l.inputs.empty()) {
-    QAT_CHECK(want == 1, "integer model: layer '", l.name, "' (", int_op_name(l.op), ") reads two inputs; it names none");
+    QAT_CHECK(want == 1, "integer model: layer '", l.name, "' (", int_op_name(l.op), ") reads ",
+              want == 2 ? std::string("two") : std::to_string(want), " inputs; it names none");
     return {static_cast<int64_t>(i) - 1};
   }
   QAT_CHECK(l.inputs.size() == want, "integer model: layer '", l.name, "' (", int_op_name(l.op), ") reads ", want,
@@ -48,11 +59,14 @@ ActShape next_shape(const std::vector<IntLayer>& layers, const std::vector<ActSh
   const size_t i = shapes.size();
   const std::vector<int64_t> in = layer_inputs(layers, i);
   auto shape_of = [&](int64_t p) { return p < 0 ? input : shapes[static_cast<size_t>(p)]; };
-  const ActShape a = shape_of(in[0]);
-  if (in.size() > 1) {
-    const ActShape b = shape_of(in[1]);
-    QAT_CHECK(a.h == b.h && a.w == b.w && a.c == b.c && a.flat == b.flat, "integer model: layer '", layers[i].name,
-              "' adds ", a.h, "x", a.w, "x", a.c, " and ", b.h, "x", b.w, "x", b.c, " activations");
+  ActShape a = shape_of(in[0]);
+  const bool joins = int_op_def(layers[i].op).has(kManyInputs);  // on channels; an add: one shape
+  for (size_t k = 1; k < in.size(); ++k) {
+    const ActShape b = shape_of(in[k]);
+    QAT_CHECK(a.h == b.h && a.w == b.w && (joins || a.c == b.c) && a.flat == b.flat, "integer model: layer '",
+              layers[i].name, "' ", joins ? "concatenates" : "adds", " ", a.h, "x", a.w, "x", a.c, " and ", b.h, "x",
+              b.w, "x", b.c, " activations");
+    if (joins) a.c += b.c;
   }
   return int_op_def(layers[i].op).infer(layers[i], a);
 }
@@ -70,11 +84,21 @@ ActShape infer_shapes(const std::vector<IntLayer>& layers, ActShape input) {
 
 // On the CPU executor (Note [integer ops over executors]): the op's tuned
 // kernel, which sizes its output from x, else its generic code.
-Tensor IntegerModel::run_layer(const IntLayer& l, const Tensor& x, const Tensor* x2) const {
+namespace {
+// The input shape infer() takes: x's, with a concat's other inputs' channels added.
+ActShape joined_shape(const IntLayer& l, const Tensor& x, const MoreInputs& more) {
+  ActShape s = activation_shape(l, x);
+  if (int_op_def(l.op).has(kManyInputs))
+    for (const Tensor* t : more) s.c += activation_shape(l, *t).c;
+  return s;
+}
+}  // namespace
+
+Tensor IntegerModel::run_layer(const IntLayer& l, const Tensor& x, const MoreInputs& more) const {
   QAT_PROFILE(l.name.c_str());
   CpuExec ex{kernel};
-  if (Tensor y = x2 ? Tensor() : tuned_kernel(ex, l, x); y.defined()) return y;
-  return run_generic_layer(ex, l, nullptr, x, int_op_def(l.op).infer(l, activation_shape(l, x)), x2);
+  if (Tensor y = more.empty() ? tuned_kernel(ex, l, x) : Tensor(); y.defined()) return y;
+  return run_generic_layer(ex, l, nullptr, x, int_op_def(l.op).infer(l, joined_shape(l, x, more)), more);
 }
 
 bool runs_packed(const IntLayer& l, GemmKernel k) {
@@ -118,7 +142,7 @@ void check_grid_chain(const std::vector<IntLayer>& layers) {
     const std::vector<int64_t> in = layer_inputs(layers, i);
     for (size_t k = 0; k < in.size(); ++k) {
       QAT_CHECK(in[k] >= 0, "integer model: layer '", l.name, "' reads the float images: only the first layer may");
-      const ActQuant& grid = k == 0 ? l.in : l.in2;
+      const ActQuant& grid = l.input_grid(k);
       const IntLayer& from = layers[in[k]];
       QAT_CHECK(grid == from.out, "integer model: layer '", l.name, "' reads another grid than layer '", from.name,
                 "' writes (", grid_str(grid), " vs ", grid_str(from.out), ")");
@@ -136,15 +160,15 @@ void check_grid_chain(const std::vector<IntLayer>& layers) {
 
 Tensor IntegerModel::forward(const Tensor& x) const {
   check_grid_chain(layers);
-  return run_layer_graph(layers, x, false, [&](size_t i, const Tensor& a, const Tensor* b) {
-           return run_layer(layers[i], a, b);
+  return run_layer_graph(layers, x, false, [&](size_t i, const Tensor& a, const MoreInputs& more) {
+           return run_layer(layers[i], a, more);
          }).back();
 }
 
 std::vector<Tensor> IntegerModel::forward_trace(const Tensor& x) const {
   check_grid_chain(layers);
-  return run_layer_graph(layers, x, true, [&](size_t i, const Tensor& a, const Tensor* b) {
-    return run_layer(layers[i], a, b);
+  return run_layer_graph(layers, x, true, [&](size_t i, const Tensor& a, const MoreInputs& more) {
+    return run_layer(layers[i], a, more);
   });
 }
 

@@ -59,6 +59,9 @@ struct ActQuant {
   bool valid() const;
 };
 
+// A layer's inputs after its first: an add's second, a concat's others.
+using MoreInputs = std::vector<const Tensor*>;
+
 struct IntLayer {
   IntOp op = IntOp::relu;
   std::string name;  // module name in the float/QAT model, e.g. "features.0"
@@ -70,6 +73,12 @@ struct IntLayer {
   std::vector<int64_t> inputs;
   ActQuant in2;
   AddRequant add;  // add: derived at finalize from in, in2, out and relu
+  // concat (Note [integer concat]): each input's grid (in: the first's), and
+  // derived at finalize, each one's requantization onto out.
+  std::vector<ActQuant> concat_in;
+  std::vector<AddRequant> concat_requant;
+  // The grid of input k (0: in; an add's second: in2; a concat's: concat_in).
+  const ActQuant& input_grid(size_t k) const;
   // conv / linear
   int64_t in_channels = 0, out_channels = 0, kernel_h = 1, kernel_w = 1;
   // groups 1, or depthwise: groups = in_channels = out_channels (weights
@@ -130,8 +139,8 @@ class IntegerModel {
   // x must hold values on l.in's grid (stored q + offset, q in [qmin, qmax]),
   // as the layer before writes them: a conv / linear layer's GEMM relies on
   // it (gemm_ranges; off-grid bytes give other sums on some kernels).
-  // x2: an add's second input.
-  Tensor run_layer(const IntLayer& l, const Tensor& x, const Tensor* x2 = nullptr) const;
+  // more: the inputs after x (an add's second, a concat's others).
+  Tensor run_layer(const IntLayer& l, const Tensor& x, const MoreInputs& more = {}) const;
   int64_t num_classes() const;
   // The GEMM kernel a layer runs on, e.g. "amx, packed weights" or
   // "avx512_vnni"; empty for a layer without a GEMM.

@@ -32,11 +32,12 @@ struct PreparedLayer {
   std::optional<QuantSpec> output;  // unset: float output (the last layer)
 };
 
-// A residual add quantized as one op (graph models): its output quantizer,
-// after the ReLU that follows it where the backend fuses add+relu.
+// A residual add or a concat quantized as one op (graph models): its output
+// quantizer, after the ReLU that follows an add where the backend fuses
+// add+relu.
 struct PreparedAdd {
-  std::string name;     // the add node, e.g. "layer1.0.add"
-  std::string pattern;  // "add" or "add+relu"
+  std::string name;     // the add or concat node, e.g. "layer1.0.add"
+  std::string pattern;  // "add", "add+relu" or "concat"
   QuantSpec output;
 };
 

@@ -16,10 +16,12 @@
 //     (a SharedFakeQuantizer, as on chains); an add of two quantized values
 //     is one quantized op (backend pattern add, or add+relu when a ReLU node
 //     alone reads it): its output quantizer goes after the ReLU, or on a
-//     node inserted after the add, "<add>_quant". A concat's branches must
-//     share one grid, which is not built yet: refused, naming the node.
+//     node inserted after the add, "<add>_quant". A concat of quantized
+//     branches is one quantized op too (backend pattern concat): its output
+//     quantizer on a node "<concat>_quant" after it (Note [integer concat]).
 // An output quantizer takes the activation bits of the one QAT layer that
 // reads it (Note [activation overrides]), else its producer's.
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -171,9 +173,7 @@ class GraphPreparer {
   void place_quantizers(const std::string& node) {
     const GraphNode n = g_.node(node);  // a copy: insert_after() grows the node list
     if (n.op == GraphOp::add) return quantize_add(n);
-    if (n.op == GraphOp::concat)
-      QAT_FAIL("prepare: graph node '", node, "' concatenates ", n.inputs.size(),
-               " branches; in a quantized graph they must share one grid, which is not built yet");
+    if (n.op == GraphOp::concat) return quantize_concat(n);
     if (const auto it = layers_.find(node); it != layers_.end()) return quantize_layer(n, it->second);
     Module* m = g_.module(node);
     const std::shared_ptr<FakeQuantizer> in = grid(n.inputs[0]);
@@ -223,6 +223,18 @@ class GraphPreparer {
       grid_[g_.insert_after(n.name, n.name + "_quant", out)] = out;
     }
     report_.adds.push_back({n.name, with_relu ? "add+relu" : "add", out->config().spec});
+  }
+
+  void quantize_concat(const GraphNode& n) {
+    const bool inputs_quantized =
+        std::all_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) { return grid(in) != nullptr; });
+    if (!inputs_quantized || !allowed(Pattern::concat)) {
+      report_.float_layers.push_back(n.name + " (concat)");
+      return;
+    }
+    auto out = output_quantizer(n.name, n.name);
+    grid_[g_.insert_after(n.name, n.name + "_quant", out)] = out;
+    report_.adds.push_back({n.name, "concat", out->config().spec});
   }
 
   Graph& g_;

@@ -60,7 +60,7 @@ TEST_CASE("backend_config: the shipped backends load by name", "[backend_config]
     INFO(name);
     const quant::Backend b = load_backend(name, ".");
     CHECK(b.name == name);
-    CHECK(b.patterns.size() == 10);  // the chain patterns and conv+bn+relu6, conv+relu6, add+relu, add
+    CHECK(b.patterns.size() == 11);  // the chain patterns and conv+bn+relu6, conv+relu6, add+relu, add, concat
   }
   CHECK(load_backend("tensorrt", ".").weight.narrow_range);
 }

@@ -36,7 +36,7 @@ TEST_CASE("enum tables: every enum's names, and name -> value -> name", "[enum_n
   check_table<quant::SteKind>("clipped, plain");
   check_table<quant::ScaleFormula>("minmax, power_of_two, amax_over_qmax");
   check_table<quant::Pattern>(
-      "conv, conv+relu, conv+bn, conv+bn+relu, linear, linear+relu, conv+relu6, conv+bn+relu6, add, add+relu");
+      "conv, conv+relu, conv+bn, conv+bn+relu, linear, linear+relu, conv+relu6, conv+bn+relu6, add, add+relu, concat");
   check_table<quant::GemmKernel>("reference, avx2, avx_vnni, avx512_vnni, amx, amx_emulated");
   check_table<apps::OptimizerKind>("sgd, adamw");
   check_table<LrScheduleKind>("constant, step, multistep, cosine");

@@ -27,8 +27,9 @@ TEST_CASE("an integer model with a residual add runs its graph: each layer on th
   for (size_t i = 1; i < im.layers.size(); ++i) {
     INFO("layer " << im.layers[i].name);
     const std::vector<int64_t> in = layer_inputs(im.layers, i);
-    const Tensor* b = in.size() > 1 ? &trace[in[1]] : nullptr;
-    REQUIRE(testing::same_bits(im.run_layer(im.layers[i], trace[in[0]], b), trace[i]));
+    MoreInputs more;
+    for (size_t k = 1; k < in.size(); ++k) more.push_back(&trace[in[k]]);
+    REQUIRE(testing::same_bits(im.run_layer(im.layers[i], trace[in[0]], more), trace[i]));
   }
   // The add: element by element, its first input from the pointwise conv, its second from the depthwise one.
   const Tensor& a = trace[3];

@@ -25,7 +25,7 @@ namespace {
 
 Backend all_patterns() {
   Backend b = testing::test_backend("default");
-  for (int p = 0; p < static_cast<int>(Pattern::add_relu) + 1; ++p) b.patterns.insert(static_cast<Pattern>(p));
+  for (int p = 0; p < static_cast<int>(Pattern::concat) + 1; ++p) b.patterns.insert(static_cast<Pattern>(p));
   return b;
 }
 
@@ -140,7 +140,7 @@ TEST_CASE("prepare: MobileNetV2's conv+bn+relu6 and its adds without ReLU get a 
   CHECK(m->forward(Tensor::randn({2, 3, 32, 32}, gen)).sizes() == Shape({2, 10}));
 }
 
-TEST_CASE("prepare on graphs: what the backend lacks stays float and is named, and concat and unknown overrides are refused",
+TEST_CASE("prepare on graphs: what the backend lacks stays float and is named, and unknown overrides are refused",
           "[quant][prepare][graph]") {
   SECTION("no add pattern: the adds stay float, and the layers after them quantize their input") {
     Backend b = testing::test_backend("default");
@@ -172,8 +172,16 @@ nodes:
   - {name: fc, op: linear, in: 8, out: 2}
 )";
     ModulePtr m = apps::load_model_file((t.dir / "cat.yaml").string(), 2, 0);
-    REQUIRE_THROWS_WITH(prepare(*m, testing::test_backend("default"), qconfig8()),
-                        Contains("graph node 'cat'") && Contains("share one grid"));
+    Backend b = testing::test_backend("default");
+    b.patterns.erase(Pattern::concat);
+    const PrepareReport r = prepare(*m, b, qconfig8());
+    CHECK(std::count(r.float_layers.begin(), r.float_layers.end(), "cat (concat)") == 1);
+    CHECK(layer(r, "fc").input.has_value());  // the layer after the float concat quantizes its input
+    // with the pattern: one op, its quantizer on a node after it
+    ModulePtr q = apps::load_model_file((t.dir / "cat.yaml").string(), 2, 0);
+    const PrepareReport rq = prepare(*q, testing::test_backend("default"), qconfig8());
+    CHECK(count(rq, "concat") == 1);
+    CHECK(dynamic_cast<FakeQuantizer*>(dynamic_cast<Graph&>(*q).module("cat_quant")) != nullptr);
   }
   SECTION("an override naming no layer") {
     QConfig q = qconfig8();
