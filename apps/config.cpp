@@ -117,15 +117,6 @@ void check_across_keys(const ExperimentConfig& cfg, const Values& values) {
     value_of(values, file, "data.image_size")
         .fail("must be >= " + std::to_string(least) + " for model.name " + cfg.model.name +
               " (its convolutions and pools need that many pixels), got " + std::to_string(cfg.data.image_size));
-  // Note [prepare on graphs]: QAT runs on graph models; their integer paths do not yet.
-  if (cfg.quant.enabled && cfg.model.is_graph() && cfg.quant.int8_training.enabled)
-    value_of(values, file, "quant.int8_training.enabled")
-        .fail("model " + cfg.model.name + " is a graph model: INT8 training of graph models (depthwise and "
-              "residual layers on the integer GEMMs) is not built yet; fake-quantized QAT runs on it");
-  if (cfg.quant.enabled && cfg.model.is_graph() && cfg.quant.integer_forward)
-    value_of(values, file, "quant.integer_forward")
-        .fail("model " + cfg.model.name + " is a graph model: its integer forward is not built yet; "
-              "fake-quantized QAT runs on it");
   if (cfg.quant.integer_forward && !cfg.quant.enabled)
     value_of(values, file, "quant.integer_forward")
         .fail("the integer forward is that of a quantized model: it needs quant.enabled: true");

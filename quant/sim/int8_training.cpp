@@ -1,9 +1,12 @@
 #include "quant/sim/int8_training.h"
 
+#include <map>
 #include <optional>
 #include <set>
 
 #include "core/error.h"
+#include "layers/graph.h"
+#include "layers/layers.h"
 #include "quant/sim/qat_modules.h"
 
 namespace qat::quant {
@@ -86,12 +89,62 @@ uint64_t layer_seed(uint64_t seed, size_t index) {
   return (seed + 1) * 0xBF58476D1CE4E5B9ull + static_cast<uint64_t>(index) * 0x94D049BB133111EBull;
 }
 
+// The grid a value lies on: the quantizer that wrote it (null: float) and
+// the dropouts it went through since.
+struct GridSource {
+  std::shared_ptr<FakeQuantizer> q;
+  std::vector<const Dropout*> dropouts;
+};
+
+// A graph node's grid from its input's, through module m (not a QAT layer):
+// quantizers set it, modules that keep values on their input's grid pass it,
+// anything else makes the value float. Note [INT8 layer inputs].
+GridSource grid_after(const ModulePtr& m, GridSource in) {
+  if (auto q = std::dynamic_pointer_cast<FakeQuantizer>(m)) return {q, {}};
+  if (auto* sh = dynamic_cast<SharedFakeQuantizer*>(m.get())) return {sh->source(), {}};
+  if (auto* d = dynamic_cast<Dropout*>(m.get())) {
+    in.dropouts.push_back(d);
+    return in;
+  }
+  if (dynamic_cast<Sequential*>(m.get())) {  // add+relu's ReLU and quantizer; a pool and its shared quantizer
+    for (const auto& child : m->children()) in = grid_after(child.second, std::move(in));
+    return in;
+  }
+  if (dynamic_cast<Identity*>(m.get()) || dynamic_cast<MaxPool2d*>(m.get()) || dynamic_cast<Flatten*>(m.get()) ||
+      dynamic_cast<ReLU*>(m.get()) || dynamic_cast<ReLU6*>(m.get()))
+    return in;
+  return {};
+}
+
+// walk_quantized_layers on a graph: its nodes in order, each QAT layer's
+// source found along its input edge; an add or concat is float until the
+// quantizer node after it.
+template <class F>
+void walk_graph_layers(Graph& g, F&& f) {
+  std::map<std::string, GridSource> grid;  // node -> the grid of its value
+  size_t index = 0;
+  for (const std::string& name : g.order()) {
+    const GraphNode& n = g.node(name);
+    if (n.op != GraphOp::module) continue;
+    const auto it = grid.find(n.inputs[0]);
+    const GridSource in = it == grid.end() ? GridSource{} : it->second;  // (the graph's input: float)
+    GridSource out;
+    const bool layer = with_qat_layer(g.module(name), [&](auto& l) {
+      const bool own = l.input_fake_quant != nullptr;
+      f(name, l, own ? l.input_fake_quant : in.q, own ? std::vector<const Dropout*>{} : in.dropouts, index++);
+      out = {l.activation_post_process, {}};
+    });
+    grid[name] = layer ? out : grid_after(g.shared_module(name), in);
+  }
+}
+
 // Walks the quantized layers in order (Note [INT8 layer inputs]): f(name,
 // layer, source, dropouts, index) with the quantizer whose grid the layer
 // reads (null: none) and the dropouts in between (none when the layer has an
 // input quantizer of its own).
 template <class F>
 void walk_quantized_layers(Module& model, F&& f) {
+  if (auto* g = dynamic_cast<Graph*>(&model)) return walk_graph_layers(*g, f);
   std::shared_ptr<FakeQuantizer> last;  // the quantizer whose grid the next layer reads
   std::vector<const Dropout*> dropouts;
   std::string inside;  // a QAT layer's name while its children are walked

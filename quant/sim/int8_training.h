@@ -10,7 +10,9 @@
 // keep values on that grid may sit: max pooling, flatten, ReLU, identity, an
 // average pool followed by its SharedFakeQuantize, and dropout, whose
 // training-time factor 1/(1-p) scales the grid. The walk below follows the
-// model's modules in order (sequential models: AlexNet, SmallCNN); the op
+// model's modules in order (sequential models: AlexNet, SmallCNN), or in a
+// graph each layer's input edge back to the quantizer that wrote it (a
+// layer's output quantizer, an add's or concat's quantizer node); the op
 // checks every value against the grid at run time, so a model the walk
 // misreads fails loudly, naming the layer, instead of training on wrong integers.
 #include <map>
