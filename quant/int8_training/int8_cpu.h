@@ -69,6 +69,15 @@ std::string int_forward_who(const std::string& layer);
 std::shared_ptr<QuantCodes> weight_integers(const Tensor& wq, const Tensor& w_scale, int64_t O, int64_t K,
                                             const std::string& who);
 
+// Depthwise layers' three products as direct loops (int8_cpu_depthwise.cpp,
+// Note [INT8 training of depthwise layers]): u the input's integers (NCHW),
+// G (O, M) and Gx (M, O) the gradients' as the dense layers lay them out.
+Tensor depthwise_forward(const std::vector<uint8_t>& u, uint8_t pad, const ActGrid& grid, const QuantCodes& wi,
+                         const Tensor& bias, const Geom& g);
+Tensor depthwise_weight_grad(const std::vector<uint8_t>& u, uint8_t pad, const ActGrid& grid, const int8_t* G,
+                             const int64_t* gsum, float scale_g, const Geom& g);
+Tensor depthwise_input_grad(const int8_t* Gx, float scale_gx, const QuantCodes& wi, const Geom& g);
+
 // INT8 training's stages on the CPU (Note [INT8 training over executors]):
 // the tuned GEMM kernels (int8_gemm.h: AMX / VNNI / AVX-VNNI / AVX2, packed
 // where it pays) and the vectorised gradient quantization (grad_rows.h), on

@@ -15,7 +15,7 @@
 namespace qat::quant::int8_cpu {
 
 bool packed_weight_grad(const Geom& g) {
-  return packed_backward() && g.M() <= (int64_t{1} << 16);
+  return packed_backward() && g.M() <= (int64_t{1} << 16) && !g.depthwise();
 }
 
 namespace {
@@ -344,7 +344,9 @@ Tensor CpuStages::weight_grad(const Saved& sv, const Codes& c, float scale) cons
                         : sv.rows.defined()    ? sv.rows.data<uint8_t>()
                         : is_1x1(g)            ? sv.u->data()
                                                : nullptr;
-  Tensor dw = int8_cpu::weight_grad(*sv.u, rows, sv.grid, c.q.data(), c.gsum.data(), scale, g, sv.pad);
+  Tensor dw = g.depthwise()
+                  ? depthwise_weight_grad(*sv.u, sv.pad, sv.grid, c.q.data(), c.gsum.data(), scale, g)
+                  : int8_cpu::weight_grad(*sv.u, rows, sv.grid, c.q.data(), c.gsum.data(), scale, g, sv.pad);
   if (sv.apply_ste) {
     // dw = dwq * mask, as fake_quantize's backward (NaN * 0 stays NaN).
     float* pd = dw.data<float>();
@@ -354,6 +356,7 @@ Tensor CpuStages::weight_grad(const Saved& sv, const Codes& c, float scale) cons
 }
 
 Tensor CpuStages::input_grad(const Saved& sv, const Codes& c, float scale) const {
+  if (sv.g.depthwise()) return depthwise_input_grad(c.q.data(), scale, *sv.wi, sv.g);
   return int8_cpu::input_grad(c.q.data(), scale, *sv.wi, sv.g);
 }
 

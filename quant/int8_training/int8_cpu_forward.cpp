@@ -163,6 +163,7 @@ void CpuStages::input_integers(Saved& sv, const Tensor& x, const std::string& wh
 // its memory).
 Tensor CpuStages::forward_gemm(Saved& sv, const Tensor& bias) const {
   const Geom& g = sv.g;
+  if (g.depthwise()) return depthwise_forward(*sv.u, sv.pad, sv.grid, *sv.wi, bias, g);
   const uint8_t* rows = sv.u->data();
   Tensor kept;
   if (!is_1x1(g)) {

@@ -18,10 +18,14 @@
 
 namespace qat::quant::int8_math {
 
-// A layer's geometry (a linear layer: h = w = kh = kw = 1, no padding).
+// A layer's geometry (a linear layer: h = w = kh = kw = 1, no padding;
+// groups 1, or a depthwise convolution: groups = c = o, Note [INT8 training
+// of depthwise layers]).
 struct Geometry {
   int64_t n, c, h, w, o, kh, kw, oh, ow, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
-  QAT_HOST_DEVICE int64_t K() const { return c * kh * kw; }
+  int64_t groups = 1;
+  QAT_HOST_DEVICE bool depthwise() const { return groups > 1; }
+  QAT_HOST_DEVICE int64_t K() const { return c / groups * kh * kw; }
   QAT_HOST_DEVICE int64_t P() const { return oh * ow; }
   QAT_HOST_DEVICE int64_t M() const { return n * P(); }
 };

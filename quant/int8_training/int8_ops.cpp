@@ -49,11 +49,14 @@ void check_k(const Geom& g, const std::string& who) {
 }
 
 Geom conv_geom(const Tensor& x, const Tensor& w, const Conv2dParams& p, const std::string& who) {
-  QAT_CHECK(x.dim() == 4 && w.dim() == 4 && p.groups == 1 && x.size(1) == w.size(1), who,
-            ": expected input (N,C,H,W) and weight (O,C,KH,KW) with groups 1, got ", x.sizes(), " and ", w.sizes(),
-            " groups ", p.groups);
+  const bool depthwise = p.groups > 1 && x.dim() == 4 && p.groups == x.size(1) && w.dim() == 4 &&
+                         w.size(0) == p.groups && w.size(1) == 1;
+  QAT_CHECK(x.dim() == 4 && w.dim() == 4 && (depthwise || (p.groups == 1 && x.size(1) == w.size(1))), who,
+            ": expected input (N,C,H,W) and weight (O,C,KH,KW) with groups 1, or a depthwise weight (C,1,KH,KW) "
+            "with groups C, got ",
+            x.sizes(), " and ", w.sizes(), " groups ", p.groups);
   Geom g{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), 0,          0,
-         p.stride_h, p.stride_w, p.pad_h,   p.pad_w,   p.dil_h,   p.dil_w};
+         p.stride_h, p.stride_w, p.pad_h,   p.pad_w,   p.dil_h,   p.dil_w,   p.groups};
   g.oh = conv_out_size(g.h, g.kh, p.stride_h, p.pad_h, p.dil_h, "int8_conv2d");
   g.ow = conv_out_size(g.w, g.kw, p.stride_w, p.pad_w, p.dil_w, "int8_conv2d");
   check_k(g, who);
@@ -70,7 +73,8 @@ Geom linear_geom(const Tensor& x, const Tensor& w, const std::string& who) {
 }
 
 // The device layers' operands: all on x's device.
-void check_one_device(const Tensor& x, const Tensor& wq, const Tensor& bias, const std::string& who) {
+void check_one_device(const Tensor& x, const Tensor& wq, const Tensor& bias, const Geom& g, const std::string& who) {
+  QAT_CHECK(!g.depthwise(), who, ": a depthwise layer's INT8 kernels run on the CPU only (no CUDA twin yet)");
   QAT_CHECK(wq.device() == x.device() && (!bias.defined() || bias.device() == x.device()), who,
             ": the input is on ", device_name(x.device()), ", the weight on ", device_name(wq.device()),
             bias.defined() ? std::string(" and the bias on ") + device_name(bias.device()) : std::string());
@@ -84,7 +88,7 @@ void check_one_device(const Tensor& x, const Tensor& wq, const Tensor& bias, con
 Tensor on_device(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
                  const Geom& g, const std::shared_ptr<Int8GradState>& state) {
   const std::string who = int8_training_who(state->layer());
-  check_one_device(x, wq, bias, who);
+  check_one_device(x, wq, bias, g, who);
 #if QAT_WITH_CUDA
   // The padding's integer is checked after the weight and the input, as the CPU op does.
   return cuda_twin::int8_layer(x, grid, wq, w_scale, bias, g, state);
@@ -113,7 +117,7 @@ Tensor integer_forward_values(const Tensor& x, const ActGrid& grid, const Tensor
     int8_cpu::CpuStages::Saved sv = cpu_saved(grid, integers_of(wq, w_scale, g, who), g, who);
     return int8_steps::forward(s, sv, x, bias, who);
   }
-  check_one_device(x, wq, bias, who);
+  check_one_device(x, wq, bias, g, who);
 #if QAT_WITH_CUDA
   return cuda_twin::int_forward_values(x, grid, wq, w_scale, bias, g, who);
 #else

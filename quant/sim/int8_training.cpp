@@ -59,8 +59,9 @@ OperandRefusal operand_refusal(const L& l, const std::shared_ptr<FakeQuantizer>&
   if (!source) return {OperandRefusal::no_input};
   const QuantSpec& a = source->config().spec;
   if (a.per_channel || a.bits > 8) return {OperandRefusal::input, a.bits, a.per_channel};
-  if constexpr (std::is_same_v<L, QatConv2d>)
-    if (l.params.groups != 1) return {OperandRefusal::grouped, 0, false, l.params.groups};
+  if constexpr (std::is_same_v<L, QatConv2d>)  // dense, or depthwise (Note [INT8 training of depthwise layers])
+    if (l.params.groups != 1 && !(l.weight.size(0) == l.params.groups && l.weight.size(1) == 1))
+      return {OperandRefusal::grouped, 0, false, l.params.groups};
   return {};
 }
 

@@ -220,6 +220,61 @@ TEST_CASE("INT8 conv gradients equal the double backward of the quantized intege
   }
 }
 
+// Note [INT8 training of depthwise layers]: the forward against the float
+// depthwise conv of the fake-quantized values; both gradients against the
+// double backward of the integers the layer quantized, bit for bit (stride,
+// padding, dilation; zx an integer, so every double sum is exact).
+TEST_CASE("INT8 depthwise conv: forward as the float conv, gradients equal the double backward exactly",
+          "[quant][int8train]") {
+  Generator g(23);
+  const ActGrid grid{0.04f, 9.0, 256};
+  const int64_t N = 2, C = 6, H = 9, W = 7, KH = 3, KW = 3;
+  for (const Conv2dParams& p : {Conv2dParams{1, 1, 1, 1, 1, 1, C}, Conv2dParams{2, 2, 1, 1, 1, 1, C},
+                                Conv2dParams{1, 2, 2, 1, 2, 2, C}}) {
+    INFO("stride " << p.stride_h << "," << p.stride_w << " pad " << p.pad_h << "," << p.pad_w << " dilation "
+                   << p.dil_h << "," << p.dil_w);
+    OnGrid in = on_grid({N, C, H, W}, grid, g);
+    Weights w = int8_weights({C, 1, KH, KW}, g);
+    Tensor bias = Tensor::randn({C}, g);
+    testing::require_close(int8_conv2d(in.x, grid, w.wq, w.scale, bias, p, state_keeping_integers()),
+                           conv2d(in.x, w.wq, bias, p), 1e-5, 1e-5, "int8 depthwise forward");
+    Tensor x = in.x.clone().set_requires_grad(true);
+    Tensor wq = w.wq.clone().set_requires_grad(true);
+    auto st = state_keeping_integers();
+    Tensor y = int8_conv2d(x, grid, wq, w.scale, Tensor(), p, st);
+    const int64_t OH = y.size(2), OW = y.size(3), P = OH * OW, M = N * P, K = KH * KW;
+    Tensor gy = Tensor::randn(y.sizes(), g);
+    for (int64_t i = 0; i < gy.numel(); i += 5) gy.data<float>()[i] *= 20.f;
+    sum(mul(y, gy)).backward();
+    REQUIRE(st->last_g.size() == static_cast<size_t>(C * M));
+    REQUIRE(st->last_gx.size() == static_cast<size_t>(M * C));
+    std::vector<float> dw_want(static_cast<size_t>(C * K)), dx_want(static_cast<size_t>(N * C * H * W));
+    std::vector<int64_t> dx_sum(dx_want.size(), 0);
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t ki = 0; ki < KH; ++ki)
+        for (int64_t kj = 0; kj < KW; ++kj) {
+          double acc = 0;
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t oy = 0; oy < OH; ++oy)
+              for (int64_t ox = 0; ox < OW; ++ox) {
+                const int64_t m = (n * OH + oy) * OW + ox;
+                const int64_t iy = oy * p.stride_h - p.pad_h + ki * p.dil_h, ix = ox * p.stride_w - p.pad_w + kj * p.dil_w;
+                const bool inside = iy >= 0 && iy < H && ix >= 0 && ix < W;
+                const double u = inside ? static_cast<double>(in.u[((n * C + c) * H + iy) * W + ix]) : grid.zero;
+                acc += st->last_g[c * M + m] * (u - grid.zero);
+                if (inside)
+                  dx_sum[((n * C + c) * H + iy) * W + ix] += int64_t{st->last_gx[m * C + c]} * w.w[c * K + ki * KW + kj];
+              }
+          const double s = static_cast<double>(st->last_scale_g) * static_cast<double>(grid.scale);
+          dw_want[c * K + ki * KW + kj] = static_cast<float>(s * acc);
+        }
+    for (size_t i = 0; i < dx_sum.size(); ++i)
+      dx_want[i] = static_cast<float>(static_cast<double>(st->last_scale_gx) * static_cast<double>(dx_sum[i]));
+    REQUIRE(wq.grad().to_vector() == dw_want);
+    REQUIRE(x.grad().to_vector() == dx_want);
+  }
+}
+
 // The forward's im2row copies each kernel row as an 8- or 16-byte word whose
 // bytes past the row the next row's copy overwrites; rows of other threads
 // must never be reached. The layer on two threads equals it on one, bit for

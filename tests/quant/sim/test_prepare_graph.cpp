@@ -269,10 +269,19 @@ TEST_CASE("INT8 training of ResNet-20: every conv and the classifier on integers
   }
 }
 
-TEST_CASE("INT8 training of MobileNetV2 names its first depthwise layer, and trains with them kept float",
+// Its 17 depthwise layers on their direct integer kernels (Note [INT8
+// training of depthwise layers]), the adds' quantizer nodes read by the
+// layers after them.
+TEST_CASE("INT8 training of MobileNetV2: every conv, depthwise ones included, and the classifier on integers",
           "[quant][int8train][graph]") {
   ModulePtr m = make_model("mobilenet_v2", 10, 1, ModelOptions{ResNetStem::small});
   prepare(*m, testing::test_backend("default"), qconfig8());
-  REQUIRE_THROWS_WITH(enable_int8_training(*m, Int8GradConfig{}, {}, 0),
-                      Contains("features.1.conv.0.0") && Contains("grouped convolution") && Contains("keep_float"));
+  const Int8Run r = int8_steps(*m, 16, 10);
+  CHECK(r.layers.size() == 53);  // 35 conv+bn+relu6 (17 depthwise), 17 projections, the classifier
+  for (const float l : r.losses) CHECK(std::isfinite(l));
+  ModulePtr f = make_model("mobilenet_v2", 10, 1, ModelOptions{ResNetStem::small});
+  prepare(*f, testing::test_backend("default"), qconfig8());
+  const std::vector<IntegerForwardLayer> layers = enable_integer_forward(*f);
+  CHECK(layers.size() == 53);
+  for (const IntegerForwardLayer& l : layers) CHECK(l.float_because.empty());
 }
