@@ -9,6 +9,8 @@
 #include <string>
 
 #include "apps/config.h"
+#include "apps/train.h"
+#include "quant/sim/int8_training.h"
 #include "core/error.h"
 
 namespace fs = std::filesystem;
@@ -575,4 +577,23 @@ TEST_CASE("config: a graph model quantizes (QAT), trains in INT8 and runs the in
   CHECK(load_config(t.write("q.yaml", text + "quant:\n  enabled: true\n  int8_training:\n    enabled: true\n"))
             .quant.int8_training.enabled);
   CHECK(load_config(t.write("q.yaml", text + "quant:\n  enabled: true\n  integer_forward: true\n")).quant.integer_forward);
+}
+
+// Every experiment config shipped in configs/ loads, and its model builds
+// (prepared for QAT where quant.enabled: its overrides and keep_float name
+// real layers, its patterns are the backend's; INT8 training takes its
+// layers), with temporary data roots.
+TEST_CASE("config: every shipped experiment config loads and builds its model", "[config]") {
+  TempDir t;
+  int checked = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(fs::path(QAT_SOURCE_DIR) / "configs")) {
+    if (e.path().extension() != ".yaml") continue;
+    INFO(e.path().filename().string());
+    const ExperimentConfig c = load_config(
+        e.path().string(), {"data.train=" + (t.dir / "train").string(), "data.val=" + (t.dir / "val").string()});
+    const qat::ModulePtr m = qat::apps::build_model(c, false, false);  // (INT8 training switched on where enabled)
+    if (c.quant.enabled && c.quant.int8_training.enabled) CHECK_FALSE(qat::quant::int8_layers(*m).empty());
+    ++checked;
+  }
+  CHECK(checked >= 20);
 }
