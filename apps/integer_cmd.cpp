@@ -236,26 +236,31 @@ int run_compare_layers(const CompareLayersArgs& args, LayerComparison* result) {
   const std::vector<quant::LayerDiff>& total = c.layers;
   std::printf("fake-quant vs integer model, %lld images of %s\n", static_cast<long long>(c.images),
               c.images_of.c_str());
-  std::printf("%-30s %-18s %10s %10s %10s\n", "layer", "op", "max LSB", "mean LSB", "differ");
+  // "alone": the layer fed the fake-quant model's values of its inputs (its own differences).
+  std::printf("%-30s %-18s %10s %10s %10s %12s %12s\n", "layer", "op", "max LSB", "mean LSB", "differ", "alone: max",
+              "alone: differ");
   std::string first_drift;
   for (const auto& d : total) {
     const double share = d.count ? 100.0 * static_cast<double>(d.differ) / static_cast<double>(d.count) : 0.0;
+    const double own_share = d.count ? 100.0 * static_cast<double>(d.own_differ) / static_cast<double>(d.count) : 0.0;
     if (d.logits) {
-      std::printf("%-30s %-18s %10.4g %10.4g %9.2f%%  (float logits: absolute differences)\n", d.name.c_str(),
-                  d.op.c_str(), d.max_diff, d.mean_diff(), share);
+      std::printf("%-30s %-18s %10.4g %10.4g %9.2f%% %12.4g %11.2f%%  (float logits: absolute differences)\n",
+                  d.name.c_str(), d.op.c_str(), d.max_diff, d.mean_diff(), share, d.own_max_diff, own_share);
       continue;
     }
     // Drift: an output more than one LSB off (rounding alone gives 1), or
     // more than 10% of outputs off (1-LSB differences piling up).
     const bool drifts = d.max_diff > 1 || share > 10.0;
     if (drifts && first_drift.empty()) first_drift = d.name;
-    std::printf("%-30s %-18s %10.0f %10.4f %9.2f%%%s\n", d.name.c_str(), d.op.c_str(), d.max_diff, d.mean_diff(), share,
+    std::printf("%-30s %-18s %10.0f %10.4f %9.2f%% %12.0f %11.4f%%%s\n", d.name.c_str(), d.op.c_str(), d.max_diff,
+                d.mean_diff(), share, d.own_max_diff, own_share,
                 drifts && first_drift == d.name ? "  <- first layer that drifts" : "");
   }
   const quant::LayerDiff& out = total.back();
-  std::printf("top-1 agreement: %lld of %lld images (%.2f%%)\n", static_cast<long long>(out.top1_agree),
-              static_cast<long long>(out.rows),
-              100.0 * static_cast<double>(out.top1_agree) / std::max<int64_t>(1, out.rows));
+  std::printf("top-1 agreement: %lld of %lld images (%.2f%%); the last layer alone on the fake-quant features: %lld\n",
+              static_cast<long long>(out.top1_agree), static_cast<long long>(out.rows),
+              100.0 * static_cast<double>(out.top1_agree) / std::max<int64_t>(1, out.rows),
+              static_cast<long long>(out.own_top1_agree));
   std::printf("top-1 accuracy: fake-quant %.2f%%, integer %.2f%%\n",
               100.0 * static_cast<double>(out.correct_reference) / std::max<int64_t>(1, out.rows),
               100.0 * static_cast<double>(out.correct_integer) / std::max<int64_t>(1, out.rows));

@@ -1,5 +1,6 @@
 #include "quant/convert/compare_layers.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/autograd.h"
@@ -20,6 +21,9 @@ void LayerDiff::merge(const LayerDiff& o) {
   top1_agree += o.top1_agree;
   correct_reference += o.correct_reference;
   correct_integer += o.correct_integer;
+  own_differ += o.own_differ;
+  own_max_diff = std::max(own_max_diff, o.own_max_diff);
+  own_top1_agree += o.own_top1_agree;
 }
 
 namespace {
@@ -70,6 +74,41 @@ LayerDiff diff_logits(const IntLayer& l, const Tensor& fq, const Tensor& logits,
   return d;
 }
 
+// Note [a layer's own differences]: a fake-quant value (float, on grid q)
+// as the integer model stores it: q's integers (+ offset), NHWC images or
+// (N, K) features, so that an integer layer can be fed it.
+Tensor stored_from_values(const Tensor& fq, const ActQuant& q) {
+  const Tensor c = fq.contiguous();
+  const int64_t N = c.size(0), C = c.size(1), HW = c.dim() == 4 ? c.size(2) * c.size(3) : 1;
+  Tensor s = Tensor::empty(c.dim() == 4 ? Shape{N, c.size(2), c.size(3), C} : Shape{N, C}, DType::u8);
+  const float* f = c.data<float>();
+  uint8_t* out = s.data<uint8_t>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t ch = 0; ch < C; ++ch)
+      for (int64_t p = 0; p < HW; ++p) {
+        const double v = std::nearbyint(static_cast<double>(f[(n * C + ch) * HW + p]) / q.scale + q.zero_frac) +
+                         q.zero_point;
+        out[(n * HW + p) * C + ch] = static_cast<uint8_t>(std::clamp<double>(v, q.qmin(), q.qmax()) + q.offset());
+      }
+  return s;
+}
+
+// Layer i alone on the fake-quant values `fq` of its inputs' layers: its
+// own differences added to d.
+void add_own(LayerDiff& d, const IntegerModel& im, size_t i, const std::vector<Tensor>& fq, const Tensor& want,
+             const Tensor& labels) {
+  const IntLayer& l = im.layers[i];
+  const std::vector<int64_t> in = layer_inputs(im.layers, i);
+  if (in[0] < 0) return;  // (the input quantizer reads the images themselves)
+  std::vector<Tensor> stored;
+  for (const int64_t p : in) stored.push_back(stored_from_values(fq[static_cast<size_t>(p)], im.layers[p].out));
+  MoreInputs more;
+  for (size_t k = 1; k < stored.size(); ++k) more.push_back(&stored[k]);
+  const Tensor y = im.run_layer(l, stored[0], more);
+  const LayerDiff own = l.dequantize ? diff_logits(l, want, y, labels) : diff_grid(l, want, y);
+  d.own_differ = own.differ, d.own_max_diff = own.max_diff, d.own_top1_agree = own.top1_agree;
+}
+
 // A graph (Note [freezing a graph]): each integer layer against the value
 // of the node it computes (an add's: its quantizer node's; a layer of a
 // node's Sequential, as the pooling's rounding: the node's).
@@ -77,6 +116,7 @@ std::vector<LayerDiff> compare_graph_layers(Graph& g, const IntegerModel& im, co
   const std::vector<Tensor> trace = im.forward_trace(x);
   const std::map<std::string, Tensor> v = g.node_values(x);
   std::vector<LayerDiff> out;
+  std::vector<Tensor> fqs;  // each layer's fake-quant value
   for (size_t i = 0; i < im.layers.size(); ++i) {
     const IntLayer& l = im.layers[i];
     std::string node = l.op == IntOp::add || l.op == IntOp::concat ? g.readers(l.name).at(0) : l.name;
@@ -90,6 +130,8 @@ std::vector<LayerDiff> compare_graph_layers(Graph& g, const IntegerModel& im, co
       fq = in->forward(x);
     }
     out.push_back(l.dequantize ? diff_logits(l, fq, trace[i], labels) : diff_grid(l, fq, trace[i]));
+    fqs.push_back(fq);
+    add_own(out.back(), im, i, fqs, fq, labels);
   }
   return out;
 }
@@ -102,10 +144,13 @@ std::vector<LayerDiff> compare_layers(Module& qat_model, const IntegerModel& im,
   if (auto* g = dynamic_cast<Graph*>(&qat_model)) return compare_graph_layers(*g, im, x, labels);
   const std::vector<Tensor> trace = im.forward_trace(x);
   std::vector<LayerDiff> out;
+  std::vector<Tensor> fqs;
   size_t i = 0;
   auto compare = [&](const Tensor& fq) {
     const IntLayer& l = im.layers[i];
     out.push_back(l.dequantize ? diff_logits(l, fq, trace[i], labels) : diff_grid(l, fq, trace[i]));
+    fqs.push_back(fq);
+    add_own(out.back(), im, i, fqs, fq, labels);
     ++i;
   };
   const std::vector<ExecStep> order = execution_order(qat_model);

@@ -21,6 +21,12 @@ struct LayerDiff {
   double sum_diff = 0;       // for the mean
   int64_t rows = 0, top1_agree = 0;  // logits only: images and argmax agreements
   int64_t correct_reference = 0, correct_integer = 0;  // logits with labels: top-1 hits of each model
+  // The layer alone: fed the fake-quant model's values of its inputs (on
+  // their grids), so that only its own arithmetic differs; not what it
+  // inherits from the layers before (Note [a layer's own differences]).
+  int64_t own_differ = 0;
+  double own_max_diff = 0;
+  int64_t own_top1_agree = 0;  // logits only
   void merge(const LayerDiff& o);
   double mean_diff() const { return count ? sum_diff / static_cast<double>(count) : 0.0; }
 };

@@ -309,6 +309,8 @@ TEST_CASE("graph models freeze: ResNet-20 and MobileNetV2 agree with their fake-
       }
       const bool pool = d.op == "adaptive_avg_pool" || d.op == "flatten";
       REQUIRE(d.max_diff <= (pool ? 1 : 0));
+      // Each layer alone on the fake-quant model's inputs (Note [a layer's own differences]): the pool's ties only.
+      REQUIRE(d.own_max_diff <= (d.op == "adaptive_avg_pool" ? 1 : 0));
       // (ResNet-20's final 4x4 windows: a mean lands on a tie about 1 time in 16; measured 18 of 256)
       CHECK(d.differ <= d.count / 10);
     }
