@@ -383,6 +383,12 @@ struct DeviceStages {
     ex.each(O, ForwardConstants{ptr<float>(sv.scales), as64<int64_t, Exec>(sv.rowsum), as64<double, Exec>(s),
                                 as64<double, Exec>(corr), sv.grid.scale, sv.grid.zero, true});
     Tensor y = Tensor::empty({g.n, O, g.oh, g.ow}, DType::f32, device);
+    if (g.depthwise()) {  // Note [INT8 training of depthwise layers]
+      ex.each(y.numel(), int8_math::DepthwiseForward{ptr<uint8_t>(sv.u), ptr<int8_t>(sv.w), as64<double, Exec>(s),
+                                                     as64<double, Exec>(corr), bias.defined() ? ptr<float>(bias) : nullptr,
+                                                     ptr<float>(y), g, sv.pad});
+      return y;
+    }
     const int8_math::NchwPatches patches{ptr<uint8_t>(sv.u), g, sv.pad};
     ex.gemm(int_math::ShiftedRows<int8_math::NchwPatches>{patches}, int_math::S8Rows{ptr<int8_t>(sv.w), g.K()},
             g.M(), O, g.K(),
@@ -437,17 +443,27 @@ struct DeviceStages {
     ex.each(O, WeightGradCorrection{as64<int64_t, Exec>(c.gsum), as64<double, Exec>(corr), 128.0 - sv.grid.zero,
                                     c.chunks});
     Tensor dw = Tensor::empty({O, K}, DType::f32, device);
+    const double s = static_cast<double>(scale) * static_cast<double>(sv.grid.scale);
+    if (g.depthwise()) {
+      ex.each(dw.numel(), int8_math::DepthwiseWeightGrad{ptr<uint8_t>(sv.u), ptr<int8_t>(c.q), as64<double, Exec>(corr),
+                                                         s, ptr<float>(dw), g, sv.pad});
+      return dw;
+    }
     const int8_math::NchwPatches patches{ptr<uint8_t>(sv.u), g, sv.pad};
     ex.gemm(int_math::S8Rows{ptr<int8_t>(c.q), g.M()}, int8_math::PatchColumns{patches}, O, K, g.M(),
-            int8_math::WeightGradStage{as64<double, Exec>(corr),
-                                       static_cast<double>(scale) * static_cast<double>(sv.grid.scale),
-                                       ptr<float>(dw), K});
+            int8_math::WeightGradStage{as64<double, Exec>(corr), s, ptr<float>(dw), K});
     return dw;
   }
 
   Tensor input_grad(const Saved& sv, const Codes& c, float scale) {
     const Geometry& g = sv.g;
     const int64_t K = g.K();
+    if (g.depthwise()) {
+      Tensor dx = Tensor::empty({g.n, g.c, g.h, g.w}, DType::f32, device);
+      ex.each(dx.numel(), int8_math::DepthwiseInputGrad{ptr<int8_t>(c.q), ptr<int8_t>(sv.w), ptr<float>(dx), g,
+                                                        static_cast<double>(scale)});
+      return dx;
+    }
     Tensor acc = Tensor::empty({g.M() * K}, DType::i32, device);
     ex.gemm(int_math::S8Rows{ptr<int8_t>(c.q), g.o}, int_math::S8Columns{ptr<int8_t>(sv.w), K}, g.M(), K, g.o,
             int8_math::StoreAcc{ptr<int32_t>(acc), K});

@@ -166,6 +166,87 @@ QAT_HOST_DEVICE inline float col2im_at(int64_t i, const int32_t* acc, const Geom
   return static_cast<float>(s * static_cast<double>(sum));
 }
 
+// ---------------------------------------------------------------- depthwise layers
+// Note [INT8 training of depthwise layers]: a depthwise layer's three
+// products as per-index bodies, for the CPU (a parallel loop) and any
+// executor alike. u: the input's integers (NCHW); W (C, K), K = kh kw; G
+// (C, M) and Gx (M, C) as the dense layers lay them out.
+
+// The integer that tap t of output position p reads in plane (n, c), or pad.
+QAT_HOST_DEVICE inline int32_t depthwise_tap(const uint8_t* u, const Geometry& g, int64_t n, int64_t c, int64_t p,
+                                             int64_t t, uint8_t pad) {
+  const int64_t iy = (p / g.ow) * g.stride_h - g.pad_h + (t / g.kw) * g.dil_h;
+  const int64_t ix = (p % g.ow) * g.stride_w - g.pad_w + (t % g.kw) * g.dil_w;
+  if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) return pad;
+  return u[((n * g.c + c) * g.h + iy) * g.w + ix];
+}
+
+// Y[i], i = (n, c, p): float(s[c] (sum_t u W[c][t] - corr[c])) + b[c]
+// (s and corr as the dense forward's, ForwardStage); the sum exact in int32.
+struct DepthwiseForward {
+  const uint8_t* u;
+  const int8_t* w;
+  const double* s;
+  const double* corr;
+  const float* bias;  // or null
+  float* y;
+  Geometry g;
+  uint8_t pad;
+  QAT_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t P = g.P(), K = g.K(), p = i % P, c = (i / P) % g.c, n = i / (P * g.c);
+    int32_t acc = 0;
+    for (int64_t t = 0; t < K; ++t) acc += depthwise_tap(u, g, n, c, p, t, pad) * int32_t{w[c * K + t]};
+    y[i] = static_cast<float>(s[c] * (static_cast<double>(acc) - corr[c])) + (bias ? bias[c] : 0.f);
+  }
+};
+
+// dW[i], i = (c, t): float(s (sum_m G[c][m] (u - 128) + corr[c])), corr[c] =
+// (128 - z) sum_m G[c][m] (WeightGradStage's); the sum exact in int64.
+struct DepthwiseWeightGrad {
+  const uint8_t* u;
+  const int8_t* G;
+  const double* corr;
+  double s;
+  float* dw;
+  Geometry g;
+  uint8_t pad;
+  QAT_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t K = g.K(), P = g.P(), M = g.M(), c = i / K, t = i % K;
+    int64_t acc = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      const int64_t gv = G[c * M + m];
+      if (gv != 0) acc += gv * (depthwise_tap(u, g, m / P, c, m % P, t, pad) - 128);
+    }
+    dw[i] = static_cast<float>(s * (static_cast<double>(acc) + corr[c]));
+  }
+};
+
+// dX[i], i = (n, c, y, x): float(s sum Gx[m][c] W[c][t]) over the (position,
+// tap) pairs whose window reads that pixel (col2im_at's gather); exact in int64.
+struct DepthwiseInputGrad {
+  const int8_t* gx;
+  const int8_t* w;
+  float* dx;
+  Geometry g;
+  double s;
+  QAT_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t x = i % g.w, y = (i / g.w) % g.h, c = (i / (g.w * g.h)) % g.c, n = i / (g.w * g.h * g.c);
+    const int64_t K = g.K();
+    int64_t sum = 0;
+    for (int64_t ki = 0; ki < g.kh; ++ki) {
+      const int64_t ty = y + g.pad_h - ki * g.dil_h;
+      if (ty < 0 || ty % g.stride_h != 0 || ty / g.stride_h >= g.oh) continue;
+      for (int64_t kj = 0; kj < g.kw; ++kj) {
+        const int64_t tx = x + g.pad_w - kj * g.dil_w;
+        if (tx < 0 || tx % g.stride_w != 0 || tx / g.stride_w >= g.ow) continue;
+        const int64_t m = n * g.P() + (ty / g.stride_h) * g.ow + tx / g.stride_w;
+        sum += int64_t{gx[m * g.c + c]} * w[c * K + ki * g.kw + kj];
+      }
+    }
+    dx[i] = static_cast<float>(s * static_cast<double>(sum));
+  }
+};
+
 // ---------------------------------------------------------------- gradients
 struct GradQuantizer {
   float inv;

@@ -73,8 +73,7 @@ Geom linear_geom(const Tensor& x, const Tensor& w, const std::string& who) {
 }
 
 // The device layers' operands: all on x's device.
-void check_one_device(const Tensor& x, const Tensor& wq, const Tensor& bias, const Geom& g, const std::string& who) {
-  QAT_CHECK(!g.depthwise(), who, ": a depthwise layer's INT8 kernels run on the CPU only (no CUDA twin yet)");
+void check_one_device(const Tensor& x, const Tensor& wq, const Tensor& bias, const std::string& who) {
   QAT_CHECK(wq.device() == x.device() && (!bias.defined() || bias.device() == x.device()), who,
             ": the input is on ", device_name(x.device()), ", the weight on ", device_name(wq.device()),
             bias.defined() ? std::string(" and the bias on ") + device_name(bias.device()) : std::string());
@@ -88,7 +87,7 @@ void check_one_device(const Tensor& x, const Tensor& wq, const Tensor& bias, con
 Tensor on_device(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale, const Tensor& bias,
                  const Geom& g, const std::shared_ptr<Int8GradState>& state) {
   const std::string who = int8_training_who(state->layer());
-  check_one_device(x, wq, bias, g, who);
+  check_one_device(x, wq, bias, who);
 #if QAT_WITH_CUDA
   // The padding's integer is checked after the weight and the input, as the CPU op does.
   return cuda_twin::int8_layer(x, grid, wq, w_scale, bias, g, state);
@@ -117,7 +116,7 @@ Tensor integer_forward_values(const Tensor& x, const ActGrid& grid, const Tensor
     int8_cpu::CpuStages::Saved sv = cpu_saved(grid, integers_of(wq, w_scale, g, who), g, who);
     return int8_steps::forward(s, sv, x, bias, who);
   }
-  check_one_device(x, wq, bias, g, who);
+  check_one_device(x, wq, bias, who);
 #if QAT_WITH_CUDA
   return cuda_twin::int_forward_values(x, grid, wq, w_scale, bias, g, who);
 #else

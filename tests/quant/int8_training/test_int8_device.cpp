@@ -113,7 +113,7 @@ int8_math::Geometry geometry(const Case& c) {
   const int64_t oh = conv_out_size(c.x[2], c.w[2], p.stride_h, p.pad_h, p.dil_h, "test");
   const int64_t ow = conv_out_size(c.x[3], c.w[3], p.stride_w, p.pad_w, p.dil_w, "test");
   return {c.x[0], c.x[1], c.x[2], c.x[3], c.w[0], c.w[2], c.w[3], oh, ow,
-          p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dil_h, p.dil_w};
+          p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dil_h, p.dil_w, p.groups};
 }
 
 // The twin on the host executor (the CUDA twin's code, int8_device.h).
@@ -163,6 +163,10 @@ std::vector<Case> cases() {
        {2, 4, 31, 29}, {8, 4, 3, 3}, {1, 1, 1, 1, 1, 1, 1}, u8, true, true, true, config(stochastic, max), true, 1},
       {"linear whose weight takes no gradient (the input's only), an all-zero gradient on step 0", {4, 50}, {9, 50},
        Conv2dParams{}, u8, true, false, true, config(stochastic, direction_sensitive), false, 0},
+      {"depthwise 3x3, stride 2, padding 1, per-channel weights, bias (Note [INT8 training of depthwise layers])",
+       {2, 6, 9, 8}, {6, 1, 3, 3}, {2, 2, 1, 1, 1, 1, 6}, u8, true, true, true, config(stochastic, direction_sensitive)},
+      {"depthwise 3x3, dilation 2, padding 2, per-tensor weight, nearest rounding, max clipping", {3, 4, 7, 7},
+       {4, 1, 3, 3}, {1, 1, 2, 2, 2, 2, 4}, centred, false, false, true, config(nearest, max)},
   };
 }
 
