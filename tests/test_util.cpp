@@ -1,5 +1,7 @@
 #include "tests/test_util.h"
 
+#include "tests/graph_checks.h"
+
 #include "apps/backend_config.h"
 #include "apps/train.h"
 #include "layers/graph.h"
@@ -295,6 +297,20 @@ ModulePtr concat_model(bool concat_pattern) {
   }
   g->eval();
   return g;
+}
+
+void require_graph_layers_exact(const std::vector<quant::LayerDiff>& diffs) {
+  for (const quant::LayerDiff& d : diffs) {
+    INFO("layer " << d.name << " (" << d.op << "): " << d.differ << " of " << d.count << " differ, alone "
+                  << d.own_differ);
+    if (d.logits) {
+      REQUIRE(d.top1_agree == d.rows);
+      continue;
+    }
+    const bool pool = d.op == "adaptive_avg_pool" || d.op == "flatten";
+    REQUIRE(d.max_diff <= (pool ? 1 : 0));
+    REQUIRE(d.own_max_diff <= (d.op == "adaptive_avg_pool" ? 1 : 0));
+  }
 }
 
 quant::IntegerModel residual_model() {

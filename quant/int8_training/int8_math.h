@@ -147,11 +147,11 @@ struct StoreAcc {
   QAT_HOST_DEVICE void operator()(int64_t m, int64_t kk, int32_t v) const { acc[m * k + kk] = v; }
 };
 
-// dX[n][c][y][x] = float(s * sum), the sum in int64 over the (output
-// position, tap) pairs whose patch reads that pixel: col2im as a gather.
-QAT_HOST_DEVICE inline float col2im_at(int64_t i, const int32_t* acc, const Geometry& g, double s) {
+// The int64 sum of term(n, c, m, ki, kj) over the (output position m, tap)
+// pairs whose window reads input pixel i = (n, c, y, x): col2im as a gather.
+template <class Term>
+QAT_HOST_DEVICE inline int64_t sum_over_readers(int64_t i, const Geometry& g, const Term& term) {
   const int64_t x = i % g.w, y = (i / g.w) % g.h, c = (i / (g.w * g.h)) % g.c, n = i / (g.w * g.h * g.c);
-  const int64_t K = g.K();
   int64_t sum = 0;
   for (int64_t ki = 0; ki < g.kh; ++ki) {
     const int64_t ty = y + g.pad_h - ki * g.dil_h;
@@ -159,10 +159,19 @@ QAT_HOST_DEVICE inline float col2im_at(int64_t i, const int32_t* acc, const Geom
     for (int64_t kj = 0; kj < g.kw; ++kj) {
       const int64_t tx = x + g.pad_w - kj * g.dil_w;
       if (tx < 0 || tx % g.stride_w != 0 || tx / g.stride_w >= g.ow) continue;
-      const int64_t m = n * g.P() + (ty / g.stride_h) * g.ow + tx / g.stride_w;
-      sum += acc[m * K + (c * g.kh + ki) * g.kw + kj];
+      sum += term(n, c, n * g.P() + (ty / g.stride_h) * g.ow + tx / g.stride_w, ki, kj);
     }
   }
+  return sum;
+}
+
+// dX[n][c][y][x] = float(s * sum), the sum in int64 over the (output
+// position, tap) pairs whose patch reads that pixel: col2im as a gather.
+QAT_HOST_DEVICE inline float col2im_at(int64_t i, const int32_t* acc, const Geometry& g, double s) {
+  const int64_t K = g.K();
+  const int64_t sum = sum_over_readers(i, g, [&](int64_t, int64_t c, int64_t m, int64_t ki, int64_t kj) {
+    return int64_t{acc[m * K + (c * g.kh + ki) * g.kw + kj]};
+  });
   return static_cast<float>(s * static_cast<double>(sum));
 }
 
@@ -230,19 +239,13 @@ struct DepthwiseInputGrad {
   Geometry g;
   double s;
   QAT_HOST_DEVICE void operator()(int64_t i) const {
-    const int64_t x = i % g.w, y = (i / g.w) % g.h, c = (i / (g.w * g.h)) % g.c, n = i / (g.w * g.h * g.c);
-    const int64_t K = g.K();
-    int64_t sum = 0;
-    for (int64_t ki = 0; ki < g.kh; ++ki) {
-      const int64_t ty = y + g.pad_h - ki * g.dil_h;
-      if (ty < 0 || ty % g.stride_h != 0 || ty / g.stride_h >= g.oh) continue;
-      for (int64_t kj = 0; kj < g.kw; ++kj) {
-        const int64_t tx = x + g.pad_w - kj * g.dil_w;
-        if (tx < 0 || tx % g.stride_w != 0 || tx / g.stride_w >= g.ow) continue;
-        const int64_t m = n * g.P() + (ty / g.stride_h) * g.ow + tx / g.stride_w;
-        sum += int64_t{gx[m * g.c + c]} * w[c * K + ki * g.kw + kj];
-      }
-    }
+    const int64_t K = g.K(), C = g.c;
+    const int8_t* pg = gx;
+    const int8_t* pw = w;
+    const int64_t kw = g.kw;
+    const int64_t sum = sum_over_readers(i, g, [=](int64_t, int64_t c, int64_t m, int64_t ki, int64_t kj) {
+      return int64_t{pg[m * C + c]} * pw[c * K + ki * kw + kj];
+    });
     dx[i] = static_cast<float>(s * static_cast<double>(sum));
   }
 };

@@ -2,6 +2,7 @@
 // the output grid against a long-double reference, a branch on that grid
 // copied; a graph with a concat prepared, frozen and exported.
 #include "tests/host_exec.h"
+#include "tests/graph_checks.h"
 #include "tests/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -99,15 +100,7 @@ TEST_CASE("a graph with a concat prepares, freezes and agrees with its fake-quan
   const Tensor x = Tensor::randn({4, 3, 16, 16}, gen);
   const std::vector<LayerDiff> diffs = compare_layers(*m, im, x);
   REQUIRE(diffs.size() == im.layers.size());
-  for (const LayerDiff& d : diffs) {
-    INFO("layer " << d.name << " (" << d.op << "): " << d.differ << " of " << d.count << " differ");
-    if (d.logits) {
-      REQUIRE(d.top1_agree == d.rows);
-      continue;
-    }
-    const bool pool = d.op == "adaptive_avg_pool" || d.op == "flatten";
-    REQUIRE(d.max_diff <= (pool ? 1 : 0));
-  }
+  testing::require_graph_layers_exact(diffs);
   // The executors' generic code (the CUDA twin's) on the host: the same logits.
   testing::HostExec ex;
   REQUIRE(testing::same_bits(run_int_model(ex, im, model_constants(im, Device::cpu), x.contiguous()), im.forward(x)));

@@ -1,0 +1,15 @@
+#pragma once
+// Checks of frozen graph models shared by the freeze and integer tests.
+#include <vector>
+
+#include "quant/convert/compare_layers.h"
+
+namespace qat::testing {
+
+// compare_layers of a frozen graph (Note [freezing a graph]): every layer
+// exact against its node's value, and alone on the fake-quant inputs (Note
+// [a layer's own differences]), but for the average pool's ties (1 LSB);
+// the logits' top-1 the same on every image.
+void require_graph_layers_exact(const std::vector<quant::LayerDiff>& diffs);
+
+}  // namespace qat::testing
