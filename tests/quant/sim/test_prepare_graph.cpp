@@ -58,6 +58,21 @@ const PreparedLayer& layer(const PrepareReport& r, const std::string& name) {
   return r.layers.front();
 }
 
+// small_cnn (5 classes, seed 3) and the same layers as a graph
+// (kSmallCnnGraph, written into dir), both prepared W8A8 on the default backend.
+struct ChainAndGraph {
+  ModulePtr chain, graph;
+  PrepareReport chain_report, graph_report;
+};
+ChainAndGraph prepared_chain_and_graph(const fs::path& dir) {
+  std::ofstream(dir / "net.yaml") << kSmallCnnGraph;
+  ChainAndGraph r{make_model("small_cnn", 5, 3), apps::load_model_file((dir / "net.yaml").string(), 5, 3), {}, {}};
+  const Backend b = testing::test_backend("default");
+  r.chain_report = prepare(*r.chain, b, qconfig8());
+  r.graph_report = prepare(*r.graph, b, qconfig8());
+  return r;
+}
+
 int count(const PrepareReport& r, const std::string& pattern) {
   int n = 0;
   for (const PreparedLayer& l : r.layers) n += l.pattern == pattern;
@@ -70,12 +85,9 @@ int count(const PrepareReport& r, const std::string& pattern) {
 TEST_CASE("prepare: a chain written as a graph becomes the same QAT model, outputs and state bit for bit",
           "[quant][prepare][graph]") {
   const testing::TempDir t("qat_prepare_graph_");
-  std::ofstream(t.dir / "net.yaml") << kSmallCnnGraph;
-  ModulePtr chain = make_model("small_cnn", 5, 3);
-  ModulePtr graph = apps::load_model_file((t.dir / "net.yaml").string(), 5, 3);
-  const Backend b = testing::test_backend("default");
-  const PrepareReport rc = prepare(*chain, b, qconfig8()), rg = prepare(*graph, b, qconfig8());
-  CHECK(rc.to_string() == rg.to_string());
+  const ChainAndGraph p = prepared_chain_and_graph(t.dir);
+  const ModulePtr &chain = p.chain, &graph = p.graph;
+  CHECK(p.chain_report.to_string() == p.graph_report.to_string());
   Generator gen(9);
   for (int step = 0; step < 3; ++step) {  // training mode: observers and BN statistics move
     const Tensor x = Tensor::randn({4, 3, 12, 12}, gen);
@@ -229,13 +241,8 @@ Int8Run int8_steps(Module& m, int64_t res, int64_t classes) {
 TEST_CASE("INT8 training: a chain written as a graph trains as the chain, losses and state bit for bit",
           "[quant][int8train][graph]") {
   const testing::TempDir t("qat_int8_graph_");
-  std::ofstream(t.dir / "net.yaml") << kSmallCnnGraph;
-  ModulePtr chain = make_model("small_cnn", 5, 3);
-  ModulePtr graph = apps::load_model_file((t.dir / "net.yaml").string(), 5, 3);
-  const Backend b = testing::test_backend("default");
-  prepare(*chain, b, qconfig8());
-  prepare(*graph, b, qconfig8());
-  const Int8Run c = int8_steps(*chain, 12, 5), g = int8_steps(*graph, 12, 5);
+  const ChainAndGraph p = prepared_chain_and_graph(t.dir);
+  const Int8Run c = int8_steps(*p.chain, 12, 5), g = int8_steps(*p.graph, 12, 5);
   CHECK(g.layers == std::vector<std::string>{"features.0", "features.4", "fc"});
   CHECK(c.layers == g.layers);
   REQUIRE(c.losses == g.losses);
