@@ -299,6 +299,15 @@ ModulePtr concat_model(bool concat_pattern) {
   return g;
 }
 
+void require_same_tensors(const TensorMap& a, const TensorMap& b) {
+  REQUIRE(a.size() == b.size());
+  for (const auto& [name, t] : a) {
+    INFO(name);
+    REQUIRE(b.count(name));
+    CHECK(same_bits(t, b.at(name)));
+  }
+}
+
 void require_graph_layers_exact(const std::vector<quant::LayerDiff>& diffs) {
   for (const quant::LayerDiff& d : diffs) {
     INFO("layer " << d.name << " (" << d.op << "): " << d.differ << " of " << d.count << " differ, alone "

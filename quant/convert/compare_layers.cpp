@@ -28,6 +28,11 @@ void LayerDiff::merge(const LayerDiff& o) {
 
 namespace {
 
+// The grid integer q (not stored) of a fake-quant value f on grid g.
+double grid_integer(float f, const ActQuant& g) {
+  return std::nearbyint(static_cast<double>(f) / g.scale + g.zero_frac) + g.zero_point;
+}
+
 // Fake-quant values (float, on the layer's grid) against the integer layer's output.
 LayerDiff diff_grid(const IntLayer& l, const Tensor& fq, const Tensor& stored) {
   const Tensor qi = activation_values_nchw(stored, l.out);
@@ -37,8 +42,7 @@ LayerDiff diff_grid(const IntLayer& l, const Tensor& fq, const Tensor& stored) {
   LayerDiff d{l.name, int_op_name(l.op)};
   const int32_t* q = qi.data<int32_t>();
   for (size_t i = 0; i < f.size(); ++i) {
-    const double lsb = std::nearbyint(static_cast<double>(f[i]) / l.out.scale + l.out.zero_frac) + l.out.zero_point;
-    const double diff = std::abs(lsb - q[i]);
+    const double diff = std::abs(grid_integer(f[i], l.out) - q[i]);
     d.differ += diff != 0;
     d.max_diff = std::max(d.max_diff, diff);
     d.sum_diff += diff;
@@ -86,8 +90,7 @@ Tensor stored_from_values(const Tensor& fq, const ActQuant& q) {
   for (int64_t n = 0; n < N; ++n)
     for (int64_t ch = 0; ch < C; ++ch)
       for (int64_t p = 0; p < HW; ++p) {
-        const double v = std::nearbyint(static_cast<double>(f[(n * C + ch) * HW + p]) / q.scale + q.zero_frac) +
-                         q.zero_point;
+        const double v = grid_integer(f[(n * C + ch) * HW + p], q);
         out[(n * HW + p) * C + ch] = static_cast<uint8_t>(std::clamp<double>(v, q.qmin(), q.qmax()) + q.offset());
       }
   return s;

@@ -27,6 +27,8 @@
 namespace qat::quant::int8_cpu {
 
 namespace {
+// Always on the threads (CpuExec::each runs short loops serially): an index
+// of the weight gradient sums over all N x OH x OW outputs of its channel.
 template <class Body>
 void each(int64_t n, const Body& body) {
 #pragma omp parallel for schedule(static)

@@ -3,6 +3,7 @@
 // same checkpoint bit for bit; qat eval reads it; qat export freezes it
 // (Note [freezing a graph]) into both formats, qat eval and infer run the
 // exported integer graph, and compare-layers compares it node by node.
+#include "tests/graph_checks.h"
 #include "tests/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -55,12 +56,7 @@ TEST_CASE("qat train: LSQ QAT of ResNet-20 runs, resumes bit for bit, evaluates,
   REQUIRE(run(bin + " train " + cfg + " --resume " + (dir / "cut").string(), dir / "cut2.log") == 0);
   const SafetensorsFile a = load_safetensors((dir / "whole" / "last.safetensors").string());
   const SafetensorsFile b = load_safetensors((dir / "cut" / "last.safetensors").string());
-  REQUIRE(a.tensors.size() == b.tensors.size());
-  for (const auto& [name, t] : a.tensors) {
-    INFO(name);
-    REQUIRE(b.tensors.count(name));
-    CHECK(testing::same_bits(t, b.tensors.at(name)));
-  }
+  testing::require_same_tensors(a.tensors, b.tensors);
   CHECK(run(bin + " eval " + cfg + " --checkpoint " + (dir / "whole" / "best.safetensors").string(),
             dir / "eval.log") == 0);
   const std::string ckpt = (dir / "whole" / "best.safetensors").string();
@@ -136,9 +132,5 @@ TEST_CASE("qat sensitivity and INT8 training of ResNet-20 through the commands",
   REQUIRE(run(bin + " train " + cfg + int8 + " --resume " + (dir / "cut").string(), dir / "cut2.log") == 0);
   const SafetensorsFile a = load_safetensors((dir / "int8" / "last.safetensors").string());
   const SafetensorsFile b = load_safetensors((dir / "cut" / "last.safetensors").string());
-  REQUIRE(a.tensors.size() == b.tensors.size());
-  for (const auto& [name, t] : a.tensors) {
-    INFO(name);
-    CHECK(testing::same_bits(t, b.tensors.at(name)));
-  }
+  testing::require_same_tensors(a.tensors, b.tensors);
 }

@@ -145,6 +145,17 @@ double max_ort_difference(const quant::IntegerModel& model, const Tensor& x, con
   return worst;
 }
 
+// The export in dir/export reads back to ex.model's logits on x bit for bit,
+// and its ONNX QDQ form gives them in ONNX Runtime within kMaxLsb.
+void require_reads_back_and_runs_in_ort(const ExportedModel& ex, const fs::path& dir, const Tensor& x) {
+  const ExportedModel back = load_export((dir / "export").string());
+  const Tensor want = ex.model.forward(x);
+  REQUIRE(testing::same_bits(back.model.forward(x), want));
+  const double worst = max_ort_difference(ex.model, x, want, dir);
+  INFO("largest logit difference " << worst << " LSB");
+  REQUIRE(worst <= kMaxLsb);
+}
+
 }  // namespace
 
 TEST_CASE("ONNX exports compute qat's integer logits in ONNX Runtime", "[e2e][onnx]") {
@@ -256,14 +267,8 @@ TEST_CASE("depthwise convolutions export, read back and run in ONNX Runtime", "[
   REQUIRE(text.find("groups: 8") != std::string::npos);
   REQUIRE(text.find("groups: 16") != std::string::npos);
   REQUIRE((text.find("clamp_max:") != std::string::npos) == relu6);
-  const ExportedModel back = load_export((dir / "export").string());
   const Tensor x = mul(Tensor::randn({16, 3, 16, 16}, g), Tensor::scalar(relu6 ? 4.f : 1.f));
-  const Tensor want = ex.model.forward(x);
-  REQUIRE(testing::same_bits(back.model.forward(x), want));
-
-  const double worst = max_ort_difference(ex.model, x, want, dir);
-  INFO("largest logit difference " << worst << " LSB");
-  REQUIRE(worst <= kMaxLsb);
+  require_reads_back_and_runs_in_ort(ex, dir, x);
 }
 
 // An integer model with a residual add (Note [integer model graph]): the qat
@@ -276,12 +281,9 @@ TEST_CASE("an integer model with a residual add exports, reads back and runs in 
   const std::string text = save_small_export(testing::residual_model(), "residual", dir, ex);
   REQUIRE(text.find("kind: add") != std::string::npos);
   REQUIRE(text.find("inputs: [6, 9]") != std::string::npos);  // (layers 3 and 4, named by the chain's indices)
-  const ExportedModel back = load_export((dir / "export").string());
-  REQUIRE(back.model.layers[5].inputs == std::vector<int64_t>{3, 4});
+  REQUIRE(load_export((dir / "export").string()).model.layers[5].inputs == std::vector<int64_t>{3, 4});
   Generator g(21);
-  const Tensor x = Tensor::randn({16, 3, 16, 16}, g);
-  const Tensor want = ex.model.forward(x);
-  REQUIRE(testing::same_bits(back.model.forward(x), want));
+  require_reads_back_and_runs_in_ort(ex, dir, Tensor::randn({16, 3, 16, 16}, g));
   // A manifest whose add names a layer that is not before it is refused, naming the file and the name.
   for (const std::string& bad : {std::string("inputs: [6, nope]"), std::string("inputs: [6, 13]")}) {
     std::string edited = text;
@@ -290,10 +292,6 @@ TEST_CASE("an integer model with a residual add exports, reads back and runs in 
     REQUIRE_THROWS_WITH(load_export((dir / "export").string()),
                         Contains("manifest.yaml") && Contains("no earlier layer is named"));
   }
-
-  const double worst = max_ort_difference(ex.model, x, want, dir);
-  INFO("largest logit difference " << worst << " LSB");
-  REQUIRE(worst <= kMaxLsb);
 }
 
 // A graph with a concat (Note [integer concat]): the qat export writes each
@@ -307,12 +305,6 @@ TEST_CASE("an integer model with a concat exports, reads back and runs in ONNX R
   const std::string text = save_small_export(quant::freeze(*m), "concat", dir, ex);
   REQUIRE(text.find("kind: concat") != std::string::npos);
   REQUIRE(text.find("input_grids") != std::string::npos);
-  const ExportedModel back = load_export((dir / "export").string());
   Generator g(21);
-  const Tensor x = Tensor::randn({16, 3, 16, 16}, g);
-  const Tensor want = ex.model.forward(x);
-  REQUIRE(testing::same_bits(back.model.forward(x), want));
-  const double worst = max_ort_difference(ex.model, x, want, dir);
-  INFO("largest logit difference " << worst << " LSB");
-  REQUIRE(worst <= kMaxLsb);
+  require_reads_back_and_runs_in_ort(ex, dir, Tensor::randn({16, 3, 16, 16}, g));
 }

@@ -2,6 +2,7 @@
 // graph prepares to the same QAT model, bit for bit; ResNet's and
 // MobileNetV2's patterns, where their quantizers go, what a backend lacking a
 // pattern leaves float, and the refusals.
+#include "tests/graph_checks.h"
 #include "tests/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -97,13 +98,7 @@ TEST_CASE("prepare: a chain written as a graph becomes the same QAT model, outpu
   graph->eval();
   const Tensor x = Tensor::randn({2, 3, 12, 12}, gen);
   CHECK(chain->forward(x).to_vector() == graph->forward(x).to_vector());
-  const TensorMap sc = chain->state_dict(), sg = graph->state_dict();
-  REQUIRE(sc.size() == sg.size());
-  for (auto ic = sc.begin(), ig = sg.begin(); ic != sc.end(); ++ic, ++ig) {
-    INFO(ic->first << " / " << ig->first);
-    CHECK(ic->first == ig->first);
-    CHECK(testing::same_bits(ic->second, ig->second));
-  }
+  testing::require_same_tensors(chain->state_dict(), graph->state_dict());
 }
 
 TEST_CASE("prepare: ResNet-20's patterns, its residual adds with ReLU quantized once, float logits",
@@ -246,11 +241,7 @@ TEST_CASE("INT8 training: a chain written as a graph trains as the chain, losses
   CHECK(g.layers == std::vector<std::string>{"features.0", "features.4", "fc"});
   CHECK(c.layers == g.layers);
   REQUIRE(c.losses == g.losses);
-  REQUIRE(c.state.size() == g.state.size());
-  for (auto ic = c.state.begin(), ig = g.state.begin(); ic != c.state.end(); ++ic, ++ig) {
-    INFO(ic->first);
-    CHECK(testing::same_bits(ic->second, ig->second));
-  }
+  testing::require_same_tensors(c.state, g.state);
 }
 
 // ResNet-20: the layers after a residual add read the add's quantizer (on
