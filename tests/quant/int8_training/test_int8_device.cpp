@@ -167,6 +167,8 @@ std::vector<Case> cases() {
        {2, 6, 9, 8}, {6, 1, 3, 3}, {2, 2, 1, 1, 1, 1, 6}, u8, true, true, true, config(stochastic, direction_sensitive)},
       {"depthwise 3x3, dilation 2, padding 2, per-tensor weight, nearest rounding, max clipping", {3, 4, 7, 7},
        {4, 1, 3, 3}, {1, 1, 2, 2, 2, 2, 4}, centred, false, false, true, config(nearest, max)},
+      {"depthwise 5x5, stride 1x2, padding 2x1 (two column phases of the CPU's planes), bias", {2, 5, 11, 10},
+       {5, 1, 5, 5}, {1, 2, 2, 1, 1, 1, 5}, u8, true, true, true, config(stochastic, direction_sensitive)},
   };
 }
 
