@@ -12,8 +12,8 @@ void require_same_tensors(const TensorMap& a, const TensorMap& b);
 
 // compare_layers of a frozen graph (Note [freezing a graph]): every layer
 // exact against its node's value, and alone on the fake-quant inputs (Note
-// [a layer's own differences]), but for the average pool's ties (1 LSB);
-// the logits' top-1 the same on every image.
+// [a layer's own differences]), the average pool's ties included (Note [a
+// mean rounded onto its grid]); the logits' top-1 the same on every image.
 void require_graph_layers_exact(const std::vector<quant::LayerDiff>& diffs);
 
 }  // namespace qat::testing

@@ -316,9 +316,8 @@ void require_graph_layers_exact(const std::vector<quant::LayerDiff>& diffs) {
       REQUIRE(d.top1_agree == d.rows);
       continue;
     }
-    const bool pool = d.op == "adaptive_avg_pool" || d.op == "flatten";
-    REQUIRE(d.max_diff <= (pool ? 1 : 0));
-    REQUIRE(d.own_max_diff <= (d.op == "adaptive_avg_pool" ? 1 : 0));
+    REQUIRE(d.max_diff == 0);
+    REQUIRE(d.own_max_diff == 0);
   }
 }
 

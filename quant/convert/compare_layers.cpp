@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "layers/graph.h"
 #include "quant/convert/freeze.h"
+#include "quant/sim/avg_pool_on_grid.h"
 #include "quant/sim/fake_quantizer.h"
 #include "quant/sim/qat_modules.h"
 
@@ -141,6 +142,16 @@ std::vector<LayerDiff> compare_graph_layers(Graph& g, const IntegerModel& im, co
 
 }  // namespace
 
+namespace {
+// The AvgPoolOnGrid whose first child is the pool named `pool`.
+AvgPoolOnGrid& pool_on_grid(Module& model, const std::string& pool) {
+  const std::string parent = pool.substr(0, pool.rfind('.'));
+  for (auto& [name, m] : model.named_modules())
+    if (auto* p = dynamic_cast<AvgPoolOnGrid*>(m); p && name == parent) return *p;
+  throw Error("compare-layers: the average pool '" + pool + "' is not the first of an AvgPoolOnGrid");
+}
+}  // namespace
+
 std::vector<LayerDiff> compare_layers(Module& qat_model, const IntegerModel& im, const Tensor& x,
                                       const Tensor& labels) {
   NoGradGuard ng;
@@ -164,12 +175,15 @@ std::vector<LayerDiff> compare_layers(Module& qat_model, const IntegerModel& im,
     if (auto* c = dynamic_cast<QatConv2d*>(m)) in = c->input_fake_quant.get();
     if (auto* c = dynamic_cast<QatLinear*>(m)) in = c->input_fake_quant.get();
     if (in && i < im.layers.size() && int_op_def(im.layers[i].op).has(kFloatInput)) compare(in->forward(h));
+    const Tensor before = h;
     h = m->forward(h);
     if (i >= im.layers.size() || im.layers[i].name != order[s].name) continue;
-    // Average pooling is rounded onto its grid by the SharedFakeQuantizer that follows it.
+    // Average pooling is rounded onto its grid by the SharedFakeQuantizer
+    // that follows it, as their AvgPoolOnGrid runs them (Note [a mean
+    // rounded onto its grid]).
     const bool requant_next = int_op_def(im.layers[i].op).has(kRoundsOntoInputGrid) && s + 1 < order.size() &&
                               dynamic_cast<SharedFakeQuantizer*>(order[s + 1].module);
-    if (requant_next) h = order[++s].module->forward(h);
+    if (requant_next) h = pool_on_grid(qat_model, order[s].name).forward(before), ++s;
     compare(h);
   }
   QAT_CHECK(i == im.layers.size(), "compare-layers: matched ", i, " of ", im.layers.size(),

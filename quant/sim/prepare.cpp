@@ -1,6 +1,7 @@
 #include "quant/sim/prepare.h"
 
 #include "layers/graph.h"
+#include "quant/sim/avg_pool_on_grid.h"
 #include "quant/sim/prepare_detail.h"
 #include "quant/sim/qat_modules.h"
 
@@ -185,8 +186,7 @@ PrepareReport prepare(Module& model, const Backend& backend, const QConfig& qcon
     ModulePtr pool;
     for (auto& [n, c] : parent->children())
       if (n == child) pool = c;
-    auto seq = std::make_shared<Sequential>(
-        std::vector<ModulePtr>{pool, std::make_shared<SharedFakeQuantizer>(outputs[before - 1])});
+    auto seq = std::make_shared<AvgPoolOnGrid>(pool, std::make_shared<SharedFakeQuantizer>(outputs[before - 1]));
     parent->replace_child(child, seq);
   }
   return rw.report;

@@ -13,7 +13,7 @@
 //     quantized unless it is the graph's output (the logits stay float);
 //     Identity, max-pool, flatten, dropout and a ReLU/ReLU6 keep their
 //     input's grid; adaptive average pooling rounds onto its input's grid
-//     (a SharedFakeQuantizer, as on chains); an add of two quantized values
+//     (AvgPoolOnGrid: the pool and a SharedFakeQuantizer, as on chains); an add of two quantized values
 //     is one quantized op (backend pattern add, or add+relu when a ReLU node
 //     alone reads it): its output quantizer goes after the ReLU, or on a
 //     node inserted after the add, "<add>_quant". A concat of quantized
@@ -26,6 +26,7 @@
 #include <set>
 
 #include "layers/layers.h"
+#include "quant/sim/avg_pool_on_grid.h"
 #include "quant/sim/prepare_detail.h"
 #include "quant/sim/qat_modules.h"
 
@@ -179,8 +180,7 @@ class GraphPreparer {
     const std::shared_ptr<FakeQuantizer> in = grid(n.inputs[0]);
     if (keeps_grid(m)) grid_[node] = in;  // the fused BN/ReLU nodes too: they are Identity now
     else if (as<AdaptiveAvgPool2d>(m) && in) {
-      g_.replace_module(node, std::make_shared<Sequential>(std::vector<ModulePtr>{
-                                  shared_of(node), std::make_shared<SharedFakeQuantizer>(in)}));
+      g_.replace_module(node, std::make_shared<AvgPoolOnGrid>(shared_of(node), std::make_shared<SharedFakeQuantizer>(in)));
       grid_[node] = in;
     }
   }

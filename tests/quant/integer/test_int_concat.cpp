@@ -83,7 +83,7 @@ TEST_CASE("integer concat: each branch onto the output grid with one rounding, a
 
 // prepare: the concat's own quantizer on "cat_quant"; freeze: one concat
 // layer reading the three branches' grids; every integer layer against its
-// node's value in the fake-quant graph: exact but for the average pool's ties.
+// node's value in the fake-quant graph: exact, the average pool included.
 TEST_CASE("a graph with a concat prepares, freezes and agrees with its fake-quant model", "[quant][freeze][graph]") {
   ModulePtr m = testing::concat_model();
   const IntegerModel im = freeze(*m);

@@ -11,6 +11,7 @@
 #include "models/checkpoint.h"
 #include "models/models.h"
 #include "quant/observe/minmax.h"
+#include "quant/sim/avg_pool_on_grid.h"
 #include "quant/sim/lsq.h"
 #include "quant/sim/prepare.h"
 #include "quant/sim/qat_modules.h"
@@ -288,4 +289,56 @@ TEST_CASE("a shared LSQ+ quantizer puts its outputs on the LSQ+ grid", "[quant][
     REQUIRE(std::nearbyint(q) >= 0);
     REQUIRE(std::nearbyint(q) <= 15);
   }
+}
+
+// Note [a mean rounded onto its grid]: the fake-quant average pool rounds a
+// window's mean as the integer kernel does, floor(sum / count + 1/2) of the
+// integers, ties included; its gradient is the plain pool's.
+TEST_CASE("the average pool on a grid rounds a mean's tie up, as the integer kernel, with the pool's gradient",
+          "[quant][qat]") {
+  const auto source = make_fake_quantizer(QuantizerConfig{}, 1);
+  source->set_qparams({Tensor::from_vector({0.1f}, {1}), Tensor::from_vector_i32({3}, {1})});
+  auto pool = std::make_shared<AdaptiveAvgPool2d>(2, 2);  // 5x5 -> 2x2: overlapping 3x3 windows (count 9)
+  AvgPoolOnGrid on_grid(pool, std::make_shared<SharedFakeQuantizer>(source));
+  Generator g(5);
+  const int64_t C = 64, H = 5, W = 5;
+  std::vector<int32_t> u(static_cast<size_t>(C * H * W));
+  std::vector<float> values(u.size());
+  for (size_t i = 0; i < u.size(); ++i) {
+    u[i] = static_cast<int32_t>(g.next_u64() % 40);
+    values[i] = 0.1f * static_cast<float>(u[i] - 3);
+  }
+  const Tensor x = source->apply_frozen(Tensor::from_vector(values, {1, C, H, W})).set_requires_grad(true);
+  const Tensor y = on_grid.forward(x);
+  std::vector<float> want_q;
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 2; ++j) {
+        int64_t sum = 0;
+        for (int64_t a = 2 * i; a < 2 * i + 3; ++a)
+          for (int64_t b = 2 * j; b < 2 * j + 3; ++b) sum += u[static_cast<size_t>((c * H + a) * W + b)];
+        want_q.push_back(0.1f * static_cast<float>((2 * sum + 9) / 18 - 3));
+      }
+  REQUIRE(y.to_vector() == source->apply_frozen(Tensor::from_vector(want_q, {1, C, 2, 2})).to_vector());
+  // A 4x4 global pool (count 16): a mean on k + 1/2 one time in 16.
+  auto global = std::make_shared<AdaptiveAvgPool2d>(1, 1);
+  AvgPoolOnGrid on_grid16(global, std::make_shared<SharedFakeQuantizer>(source));
+  const Tensor x16 = source->apply_frozen(Tensor::from_vector(
+      std::vector<float>(values.begin(), values.begin() + C * 16), {1, C, 4, 4})).set_requires_grad(true);
+  const Tensor y16 = on_grid16.forward(x16);
+  std::vector<float> want16;
+  int64_t ties = 0;
+  for (int64_t c = 0; c < C; ++c) {
+    int64_t sum = 0;
+    for (int64_t k = 0; k < 16; ++k) sum += u[static_cast<size_t>(c * 16 + k)];
+    ties += sum % 16 == 8;
+    want16.push_back(0.1f * static_cast<float>((2 * sum + 16) / 32 - 3));
+  }
+  REQUIRE(ties >= 3);
+  REQUIRE(y16.to_vector() == source->apply_frozen(Tensor::from_vector(want16, {1, C, 1, 1})).to_vector());
+  // The gradient: the pool's (every mean lies inside the grid's range).
+  sum(y16).backward();
+  Tensor plain = x16.detach().set_requires_grad(true);
+  sum(global->forward(plain)).backward();
+  REQUIRE(x16.grad().to_vector() == plain.grad().to_vector());
 }
