@@ -86,6 +86,17 @@ pid_t start_qat(const std::vector<std::string>& args, const fs::path& log, rlim_
   return pid;
 }
 
+// LLVM's OpenMP runtime (the Clang build's) registers each process in
+// /dev/shm/__KMP_REGISTERED_LIB_<pid>_<uid> and removes the file at exit. A
+// process killed before that leaves it behind, and one killed between
+// creating and sizing it leaves it empty: a later process given the same pid
+// reads the empty file at start-up and dies of SIGBUS (seen in CI, in
+// unrelated tests). So the file of a child that a signal ended goes with it.
+void forget_registration(pid_t pid) {
+  std::error_code ec;
+  fs::remove("/dev/shm/__KMP_REGISTERED_LIB_" + std::to_string(pid) + "_" + std::to_string(::getuid()), ec);
+}
+
 // start_qat, then `sig` after `after` (0: none); returns the wait status.
 int spawn_qat(const std::vector<std::string>& args, std::chrono::microseconds after, int sig, const fs::path& log,
               rlim_t max_file_bytes = 0) {
@@ -96,6 +107,7 @@ int spawn_qat(const std::vector<std::string>& args, std::chrono::microseconds af
   }
   int status = 0;
   REQUIRE(::waitpid(pid, &status, 0) == pid);
+  if (WIFSIGNALED(status)) forget_registration(pid);
   return status;
 }
 
@@ -168,7 +180,10 @@ TEST_CASE("a calibrate killed at any moment leaves the old calibration whole or 
   // In the middle of each file it writes (the report, the config, the
   // checkpoint, the cache, its record): stopped by the file size limit.
   int stopped = 0;
-  for (rlim_t limit = 512; limit <= 32768; limit += 512) {
+  // (From 1 kB: LLVM's OpenMP runtime, which the Clang build links, sizes a
+  // 1 kB registration file at start-up; a lower limit kills the process
+  // there, before qat runs; see forget_registration.)
+  for (rlim_t limit = 1024; limit <= 32768; limit += 512) {
     const int status = spawn_qat(args, {}, 0, dir / "limited.log", limit);
     INFO("files limited to " << limit << " bytes, wait status " << status);
     stopped += WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ;
