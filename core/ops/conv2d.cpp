@@ -53,6 +53,64 @@ bool is_pointwise(const Geometry& g, const Conv2dParams& p) {
          g.groups == 1;
 }
 
+// Note [1x1 convolutions]: a 1x1 convolution is one GEMM an image on the
+// image itself (no im2col). An image of at least 512 positions is a GEMM
+// wide enough for OpenBLAS's threads; smaller ones (MobileNetV2's 8x8 and
+// 4x4 stages at 32 px: 64 and 16 columns) are mostly the threads' hand-off,
+// so those run an image a thread, each GEMM single-threaded, the weight
+// gradient summed per thread and then across threads in thread order. On
+// one thread both are the same loop, in the same order.
+bool images_on_threads(const Geometry& g) { return g.p() < 512 && g.n >= num_threads() && num_threads() > 1; }
+
+void pointwise_forward(const float* px, const float* pw, const Geometry& g, float* po) {
+  const int64_t P = g.p();
+  if (!images_on_threads(g)) {
+    for (int64_t n = 0; n < g.n; ++n)
+      sgemm(false, false, g.o, P, g.c, 1.f, pw, g.c, px + n * g.c * P, P, 0.f, po + n * g.o * P, P);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < g.n; ++n)
+    sgemm(false, false, g.o, P, g.c, 1.f, pw, g.c, px + n * g.c * P, P, 0.f, po + n * g.o * P, P);
+}
+
+// One image's gradients: dW += gy x^T, dx = W^T gy.
+void pointwise_image_backward(const float* gyn, const float* xn, const float* pw, const Geometry& g, float* dw,
+                              float* dxn) {
+  const int64_t P = g.p();
+  if (dw) sgemm(false, true, g.o, g.c, P, 1.f, gyn, P, xn, P, 1.f, dw, g.c);
+  if (dxn) sgemm(true, false, g.c, P, g.o, 1.f, pw, g.c, gyn, P, 0.f, dxn, P);
+}
+
+void pointwise_backward(const float* pgy, const float* px, const float* pw, const Geometry& g, float* pdw,
+                        float* pdx) {
+  const int64_t P = g.p(), wsize = g.o * g.c;
+  auto image = [&](int64_t n, float* dw) {
+    pointwise_image_backward(pgy + n * g.o * P, px + n * g.c * P, pw, g, dw, pdx ? pdx + n * g.c * P : nullptr);
+  };
+  if (!images_on_threads(g)) {
+    for (int64_t n = 0; n < g.n; ++n) image(n, pdw);
+    return;
+  }
+  const int threads = num_threads();
+  std::vector<std::vector<float>> dw_parts(static_cast<size_t>(threads));
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    float* dw = pdw;
+    if (pdw && t > 0) {
+      dw_parts[t].assign(static_cast<size_t>(wsize), 0.f);
+      dw = dw_parts[t].data();
+    }
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.n; ++n) image(n, dw);
+  }
+  if (pdw)
+    for (const auto& part : dw_parts)
+      if (!part.empty())
+        for (int64_t i = 0; i < wsize; ++i) pdw[i] += part[static_cast<size_t>(i)];
+}
+
 // Images per chunk at most: GEMMs at least ~512 columns wide (a 7x7 output
 // is 49 columns an image), columns at most ~4 MB.
 int64_t max_images_per_chunk(const Geometry& g) {
@@ -254,8 +312,7 @@ Tensor forward_impl(const Tensor& xc, const Tensor& wc, const Tensor& bias, cons
   const int64_t K = g.k(), P = g.p(), NP = g.n * P, Og = g.og();
   if (is_pointwise(g, p)) {
     QAT_PROFILE("1x1 (in conv2d.forward)");
-    for (int64_t n = 0; n < g.n; ++n)
-      sgemm(false, false, g.o, P, g.c, 1.f, pw, g.c, px + n * g.c * P, P, 0.f, po + n * g.o * P, P);
+    pointwise_forward(px, pw, g, po);
     if (pb) {
 #pragma omp parallel for collapse(2) schedule(static)
       for (int64_t n = 0; n < g.n; ++n)
@@ -328,11 +385,7 @@ TensorList backward_impl(const Tensor& gy, const Tensor& xc, const Tensor& wc, c
   }
   if (is_pointwise(g, p)) {
     QAT_PROFILE("1x1 (in conv2d.backward)");
-    for (int64_t n = 0; n < g.n; ++n) {
-      const float* gyn = pgy + n * g.o * P;
-      if (pdw) sgemm(false, true, g.o, g.c, P, 1.f, gyn, P, px + n * g.c * P, P, 1.f, pdw, g.c);
-      if (pdx) sgemm(true, false, g.c, P, g.o, 1.f, pw, g.c, gyn, P, 0.f, pdx + n * g.c * P, P);
-    }
+    pointwise_backward(pgy, px, pw, g, pdw, pdx);
     return r;
   }
   if (conv_detail::is_depthwise(g)) {
