@@ -51,6 +51,15 @@ ModelOptions bench_model_options(const BenchOptions& opt) {
   return {stem};
 }
 
+// The bench's network in a config: --model, --classes and --stem, so that
+// the quantized model is the FP32 one's network (a config's model.stem: small
+// at --stem imagenet would time a network 16 times larger at 128 px).
+void bench_network_into(ExperimentConfig& cfg, const BenchOptions& opt) {
+  cfg.model.name = opt.model;
+  cfg.model.num_classes = opt.classes;
+  cfg.model.stem = bench_model_options(opt).stem;
+}
+
 // --model: a built-in's name, a model file (.yaml) or an ONNX model (.onnx).
 ModulePtr bench_model(const BenchOptions& opt) {
   const bool model_file = opt.model.ends_with(".yaml"), onnx = opt.model.ends_with(".onnx");
@@ -229,10 +238,9 @@ double time_inference(const std::function<Tensor(const Tensor&)>& forward, const
 
 namespace {
 
-// The QAT model the integer model is frozen from: the config's (and its
-// checkpoint) or the default backend at 8 bits, observers set by a few
-// training-mode batches of random images.
-ModulePtr qat_model_for_bench(const BenchOptions& opt) {
+}  // namespace
+
+ExperimentConfig bench_config(const BenchOptions& opt) {
   ExperimentConfig cfg;
   if (!opt.config.empty()) {
     cfg = load_config(opt.config, {}, DataPaths::as_recorded);  // synthetic data: its data paths may be absent
@@ -241,12 +249,24 @@ ModulePtr qat_model_for_bench(const BenchOptions& opt) {
     cfg.quant.enabled = true;
     cfg.source_path = std::string(QAT_SOURCE_DIR) + "/configs/bench.yaml";
   }
-  QAT_CHECK(opt.checkpoint.empty() || (cfg.model.name == opt.model && cfg.model.num_classes == opt.classes),
+  const ResNetStem stem = bench_model_options(opt).stem;
+  QAT_CHECK(opt.checkpoint.empty() ||
+                (cfg.model.name == opt.model && cfg.model.num_classes == opt.classes && cfg.model.stem == stem),
             "bench: --checkpoint ", opt.checkpoint, " goes with its config's model, ", cfg.model.name, " with ",
-            cfg.model.num_classes, " classes (", opt.config, "); the bench builds ", opt.model, " with ", opt.classes,
-            ": give --model ", cfg.model.name, " --classes ", cfg.model.num_classes);
-  cfg.model.name = opt.model;
-  cfg.model.num_classes = opt.classes;
+            cfg.model.num_classes, " classes, stem ", enum_name(cfg.model.stem), " (", opt.config,
+            "); the bench builds ", opt.model, " with ", opt.classes, ", stem ", opt.stem, ": give --model ",
+            cfg.model.name, " --classes ", cfg.model.num_classes, " --stem ", enum_name(cfg.model.stem));
+  bench_network_into(cfg, opt);
+  return cfg;
+}
+
+namespace {
+
+// The QAT model the integer model is frozen from: the config's (and its
+// checkpoint) or the default backend at 8 bits, observers set by a few
+// training-mode batches of random images.
+ModulePtr qat_model_for_bench(const BenchOptions& opt) {
+  ExperimentConfig cfg = bench_config(opt);
   ModulePtr m = build_model(cfg, false, false);
   if (!opt.checkpoint.empty()) {
     load_run_state(opt.checkpoint, *m, nullptr, &cfg, ConfigMatch::quant);
@@ -414,10 +434,7 @@ int run_bench(const BenchOptions& opt, BenchFigures* figures) {
     time_in_turn({&fp32}, opt.steps);
     measured.fp32 = fp32.images_per_second();
   } else {
-    ExperimentConfig cfg = load_config(opt.config, {}, DataPaths::as_recorded);  // synthetic data, as above
-    QAT_CHECK(cfg.quant.enabled, "bench: ", opt.config, " has no enabled quant: section");
-    cfg.model.name = opt.model;
-    cfg.model.num_classes = opt.classes;
+    ExperimentConfig cfg = bench_config(opt);
     cfg.train.seed = 0;
     // An INT8-training config times the integer GEMMs (forward and backward).
     const char* kind = cfg.quant.int8_training.enabled ? "int8" : "qat";

@@ -4,6 +4,7 @@
 #include <functional>
 #include <string>
 
+#include "apps/config.h"
 #include "core/tensor.h"
 
 namespace qat::apps {
@@ -41,6 +42,11 @@ struct BenchFigures {
   int weight_bits = 0;   // --infer: the narrowest integer weights
   std::string gemm_kernel;  // --infer: the GEMM kernel the integer model ran on
 };
+
+// The config the quantized model is built from: --config's (or 8 bits on
+// the default backend), its network the FP32 one's: --model, --classes and
+// --stem. With --checkpoint, the config's network must be that one already.
+ExperimentConfig bench_config(const BenchOptions& opt);
 
 // Prints the figures; `figures`, when given, receives them.
 int run_bench(const BenchOptions& opt, BenchFigures* figures = nullptr);

@@ -658,3 +658,29 @@ TEST_CASE("qat bench --infer --device cuda times both models on the GPU, or refu
   CHECK(f.quantized > 0);
   CHECK(f.gemm_kernel == "cuda dp4a");
 }
+
+// A config whose model.stem is not --stem's (the MobileNetV2 CIFAR configs:
+// small) timed the FP32 network against a quantized one 16 times larger at
+// 128 px: the quantized model takes --model, --classes and --stem, and a
+// checkpoint must come from that network.
+TEST_CASE("qat bench builds the quantized model as the FP32 one: --model, --classes and --stem over the config's",
+          "[e2e][export]") {
+  BenchOptions opt;
+  opt.model = "mobilenet_v2";
+  opt.classes = 7;
+  opt.config = (std::filesystem::path(QAT_SOURCE_DIR) / "configs" / "mobilenet_v2_w8a8_cifar10.yaml").string();
+  REQUIRE(load_config(opt.config, {}, DataPaths::as_recorded).model.stem == ResNetStem::small);
+  const ExperimentConfig imagenet = bench_config(opt);
+  CHECK(imagenet.model.name == "mobilenet_v2");
+  CHECK(imagenet.model.num_classes == 7);
+  CHECK(imagenet.model.stem == ResNetStem::imagenet);
+  opt.stem = "small";
+  CHECK(bench_config(opt).model.stem == ResNetStem::small);
+  opt.stem = "imagenet";
+  opt.classes = 10;
+  opt.infer = true;
+  opt.checkpoint = "w8a8.safetensors";
+  REQUIRE_THROWS_WITH(bench_config(opt), Contains("bench: --checkpoint w8a8.safetensors goes with its config's "
+                                                  "model, mobilenet_v2 with 10 classes, stem small") &&
+                                             Contains("give --model mobilenet_v2 --classes 10 --stem small"));
+}
