@@ -15,6 +15,7 @@ targets=${FUZZ_TARGETS:-"safetensors image config export calibration"}
 cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DQAT_FUZZ=ON -DQAT_BUILD_TESTS=OFF >/dev/null
 for t in $targets; do cmake --build build-fuzz -j"${JOBS:-2}" --target "fuzz_$t"; done
+bash scripts/clean_omp_registrations.sh  # (Clang's OpenMP runtime: the script says why)
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 for t in $targets; do

@@ -29,16 +29,9 @@ else
   dir=build
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
-# LLVM's OpenMP runtime (the Clang tree's) leaves an empty registration file
-# in /dev/shm when a process dies between creating and sizing it; a later
-# process given the same pid then dies of SIGBUS at start-up. Remove the empty
-# ones whose process is gone (left by earlier runs on this machine), before
-# the build, whose test discovery runs the test binary.
-for f in /dev/shm/__KMP_REGISTERED_LIB_*; do
-  [ -f "$f" ] && [ ! -s "$f" ] || continue
-  pid=${f#/dev/shm/__KMP_REGISTERED_LIB_}
-  kill -0 "${pid%%_*}" 2>/dev/null || rm -f "$f"
-done
+# Empty OpenMP registration files crash Clang binaries at start-up (the
+# script says why); the build's test discovery runs the test binary.
+bash scripts/clean_omp_registrations.sh
 cmake --build "$dir" -j"$jobs"
 # Two ctest jobs on two cores: each test runs single-threaded (QAT_TEST_THREADS).
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
