@@ -18,6 +18,7 @@
 #include "layers/layers.h"
 #include "models/checkpoint.h"
 #include "models/models.h"
+#include "quant/sim/avg_pool_on_grid.h"
 #include "quant/sim/qat_modules.h"
 
 namespace qat::apps {
@@ -30,7 +31,9 @@ Tensor trace_into(Module& m, const Tensor& x, const std::string& prefix, std::ma
   Tensor h = x;
   for (auto& [name, child] : m.children()) {
     const std::string full = prefix.empty() ? name : prefix + "." + name;
-    h = dynamic_cast<Sequential*>(child.get()) ? trace_into(*child, h, full, out) : child->forward(h);
+    // (an AvgPoolOnGrid's two children run together: its forward rounds as the model does)
+    const bool walk = dynamic_cast<Sequential*>(child.get()) && !dynamic_cast<quant::AvgPoolOnGrid*>(child.get());
+    h = walk ? trace_into(*child, h, full, out) : child->forward(h);
     out[full] = h;
   }
   return h;

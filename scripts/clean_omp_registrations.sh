@@ -6,8 +6,10 @@
 # of SIGBUS. This removes the empty ones whose process is gone (left by
 # earlier runs on this machine); run before the Clang binaries start.
 set -euo pipefail
-for f in /dev/shm/__KMP_REGISTERED_LIB_*; do
+# Only this user's files: the name ends in the uid, so our processes never
+# read another user's (which we could not remove anyway).
+for f in /dev/shm/__KMP_REGISTERED_LIB_*_"$(id -u)"; do
   [ -f "$f" ] && [ ! -s "$f" ] || continue
   pid=${f#/dev/shm/__KMP_REGISTERED_LIB_}
-  kill -0 "${pid%%_*}" 2>/dev/null || rm -f "$f"
+  kill -0 "${pid%%_*}" 2>/dev/null || rm -f "$f" || true
 done

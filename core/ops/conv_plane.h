@@ -80,6 +80,7 @@ class PhasePlaneOf {
     }
   }
 
+  // Every value 0, the padding included (the input gradient's accumulator).
   void zero() { std::fill(data_.begin(), data_.end(), T{}); }
 
   // Tap (ki, kj)'s run for output row 0; row oy is oy * row_step() further.

@@ -11,15 +11,17 @@
 //
 // AvgPoolOnGrid runs the same two children (the pool, then the shared
 // quantizer: freeze, compare-layers and INT8 training see them as before)
-// and settles the ties as the integer kernel does: with a the mean rounded
-// to nearest and d = (mean - a) / s in steps, a mean with |d| within
-// 1 / (4 count) of 1/2 is a tie (any other mean of count integers is at
-// least 1 / (2 count) away from one; the float mean's error is far below
-// 1 / (4 count) for the windows qat pools: at most 7x7, 1e-4 of a step by
-// the summation bound), and is moved a quarter step up before the
-// quantizer rounds it, which then gives k + 1. The move is a constant:
-// the gradient is the pool's through the quantizer's straight-through
-// estimator, as before.
+// and rounds as the integer kernel does. Its input is on the grid, so each
+// window's mean in double is the exact mean of the integers to far below a
+// step (each value's float error, at most 2^-24 of 255 steps). With a the
+// float mean rounded to nearest and d = (exact mean - a) / s in steps, the
+// integer rounding is k = floor(d + 1/2) steps from a: d = 1/2 on a tie, and
+// any other mean of count integers lies at least 1 / (2 count) from a half
+// step, so floor(d + 1/2 + 1 / (4 count)) gives k for windows of up to
+// thousands of values. The mean is moved onto that grid point before the
+// quantizer, which returns it exactly. The move is a constant: the gradient
+// is the pool's through the quantizer's straight-through estimator, as
+// before.
 #include <memory>
 
 #include "layers/layers.h"

@@ -336,6 +336,23 @@ TEST_CASE("the average pool on a grid rounds a mean's tie up, as the integer ker
   }
   REQUIRE(ties >= 3);
   REQUIRE(y16.to_vector() == source->apply_frozen(Tensor::from_vector(want16, {1, C, 1, 1})).to_vector());
+  // A 16x16 window (count 256): the exact mean decides, not the float one.
+  AvgPoolOnGrid on_grid256(std::make_shared<AdaptiveAvgPool2d>(1, 1), std::make_shared<SharedFakeQuantizer>(source));
+  std::vector<int32_t> u256(static_cast<size_t>(C * 256));
+  std::vector<float> values256(u256.size());
+  for (size_t i = 0; i < u256.size(); ++i) {
+    u256[i] = static_cast<int32_t>(g.next_u64() % 120);  // (inside the grid: values up to 11.6)
+    values256[i] = 0.1f * static_cast<float>(u256[i] - 3);
+  }
+  const Tensor y256 =
+      on_grid256.forward(source->apply_frozen(Tensor::from_vector(values256, {1, C, 16, 16})));
+  std::vector<float> want256;
+  for (int64_t c = 0; c < C; ++c) {
+    int64_t sum = 0;
+    for (int64_t k = 0; k < 256; ++k) sum += u256[static_cast<size_t>(c * 256 + k)];
+    want256.push_back(0.1f * static_cast<float>((2 * sum + 256) / 512 - 3));
+  }
+  REQUIRE(y256.to_vector() == source->apply_frozen(Tensor::from_vector(want256, {1, C, 1, 1})).to_vector());
   // The gradient: the pool's (every mean lies inside the grid's range).
   sum(y16).backward();
   Tensor plain = x16.detach().set_requires_grad(true);
