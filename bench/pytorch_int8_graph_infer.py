@@ -10,12 +10,10 @@ no FBGEMM: the engine is oneDNN (x86 int8 kernels).
 """
 import argparse
 import copy
-import statistics
-import time
-
 import torch
-import torch.ao.quantization as tq
 from torchvision.models import quantization as qm
+
+from pytorch_int8_infer_bench import calibrate_and_convert, time_infer
 
 
 def fp32_model(name, classes):
@@ -27,27 +25,7 @@ def int8_model(fp32, engine, res, batch, calib):
     torch.backends.quantized.engine = engine
     model = copy.deepcopy(fp32).eval()
     model.fuse_model()
-    model.qconfig = tq.get_default_qconfig(engine)
-    tq.prepare(model, inplace=True)
-    with torch.no_grad():
-        for _ in range(calib):
-            model(torch.randn(batch, 3, res, res))
-    tq.convert(model, inplace=True)
-    return model
-
-
-def images_per_second(model, x, iters, warmup, repeats):
-    """Median images/s over `repeats` runs of `iters` forward passes."""
-    rates = []
-    with torch.no_grad():
-        for _ in range(warmup):
-            model(x)
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                model(x)
-            rates.append(iters * x.shape[0] / (time.perf_counter() - t0))
-    return statistics.median(rates)
+    return calibrate_and_convert(model, engine, res, batch, calib)
 
 
 def main():
@@ -69,8 +47,8 @@ def main():
     fp32 = fp32_model(a.model, a.classes)
     x = torch.randn(a.batch, 3, a.res, a.res)
     int8 = int8_model(fp32, a.engine, a.res, min(a.batch, 8), a.calib)
-    f = images_per_second(fp32, x, iters, a.warmup, a.repeats)
-    q = images_per_second(int8, x, iters, a.warmup, a.repeats)
+    f = time_infer(fp32, x, iters, a.warmup, a.repeats)
+    q = time_infer(int8, x, iters, a.warmup, a.repeats)
     print(f"pytorch {torch.__version__} {a.model} {a.res} px batch {a.batch}, {a.threads} threads, engine {a.engine}")
     print(f"infer fp32: {f:.1f} img/s")
     print(f"infer int8: {q:.1f} img/s  (int8/fp32 {q / f:.2f})")

@@ -45,8 +45,9 @@ def pick_engine(requested):
     sys.exit(f"no quantized engine available (supported: {supported})")
 
 
-def int8_model(fp32_model, engine, res, batch, calib):
-    model = Wrapped(fuse(copy.deepcopy(fp32_model).eval())).eval()
+def calibrate_and_convert(model, engine, res, batch, calib):
+    """Eager post-training INT8 of a fused eval-mode model: the engine's
+    default qconfig, `calib` random batches, converted in place."""
     model.qconfig = tq.get_default_qconfig(engine)
     tq.prepare(model, inplace=True)
     with torch.no_grad():
@@ -54,6 +55,11 @@ def int8_model(fp32_model, engine, res, batch, calib):
             model(torch.randn(batch, 3, res, res))
     tq.convert(model, inplace=True)
     return model
+
+
+def int8_model(fp32_model, engine, res, batch, calib):
+    model = Wrapped(fuse(copy.deepcopy(fp32_model).eval())).eval()
+    return calibrate_and_convert(model, engine, res, batch, calib)
 
 
 def time_infer(model, x, iters, warmup, repeats):
