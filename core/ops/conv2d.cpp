@@ -62,16 +62,45 @@ bool is_pointwise(const Geometry& g, const Conv2dParams& p) {
 // one thread both are the same loop, in the same order.
 bool images_on_threads(const Geometry& g) { return g.p() < 512 && g.n >= num_threads() && num_threads() > 1; }
 
+// Per-thread weight-gradient sums (Note [1x1 convolutions], backward_chunked):
+// thread 0 adds into dw itself, every other thread into a zeroed copy of its
+// own, which add_parts then adds to dw in thread order (static schedules:
+// the same sums every run). dw null: no weight gradient.
+class ThreadWeightGrads {
+ public:
+  ThreadWeightGrads(float* dw, int64_t size, int threads) : dw_(dw), size_(size), parts_(static_cast<size_t>(threads)) {}
+  // Where thread t (inside the parallel region) adds its sums.
+  float* of_thread(int t) {
+    if (!dw_ || t == 0) return dw_;
+    parts_[t].assign(static_cast<size_t>(size_), 0.f);
+    return parts_[t].data();
+  }
+  void add_parts() const {
+    if (!dw_) return;
+    for (const auto& part : parts_)
+      if (!part.empty())
+        for (int64_t i = 0; i < size_; ++i) dw_[i] += part[static_cast<size_t>(i)];
+  }
+
+ private:
+  float* dw_;
+  int64_t size_;
+  std::vector<std::vector<float>> parts_;
+};
+
+// (Not on the threads: outside any parallel region, where each GEMM runs on
+// OpenBLAS's threads; inside even a team of one it runs on one, measured.)
 void pointwise_forward(const float* px, const float* pw, const Geometry& g, float* po) {
   const int64_t P = g.p();
+  auto image = [&](int64_t n) {
+    sgemm(false, false, g.o, P, g.c, 1.f, pw, g.c, px + n * g.c * P, P, 0.f, po + n * g.o * P, P);
+  };
   if (!images_on_threads(g)) {
-    for (int64_t n = 0; n < g.n; ++n)
-      sgemm(false, false, g.o, P, g.c, 1.f, pw, g.c, px + n * g.c * P, P, 0.f, po + n * g.o * P, P);
+    for (int64_t n = 0; n < g.n; ++n) image(n);
     return;
   }
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < g.n; ++n)
-    sgemm(false, false, g.o, P, g.c, 1.f, pw, g.c, px + n * g.c * P, P, 0.f, po + n * g.o * P, P);
+  for (int64_t n = 0; n < g.n; ++n) image(n);
 }
 
 // One image's gradients: dW += gy x^T, dx = W^T gy.
@@ -84,7 +113,7 @@ void pointwise_image_backward(const float* gyn, const float* xn, const float* pw
 
 void pointwise_backward(const float* pgy, const float* px, const float* pw, const Geometry& g, float* pdw,
                         float* pdx) {
-  const int64_t P = g.p(), wsize = g.o * g.c;
+  const int64_t P = g.p();
   auto image = [&](int64_t n, float* dw) {
     pointwise_image_backward(pgy + n * g.o * P, px + n * g.c * P, pw, g, dw, pdx ? pdx + n * g.c * P : nullptr);
   };
@@ -93,22 +122,14 @@ void pointwise_backward(const float* pgy, const float* px, const float* pw, cons
     return;
   }
   const int threads = num_threads();
-  std::vector<std::vector<float>> dw_parts(static_cast<size_t>(threads));
+  ThreadWeightGrads parts(pdw, g.o * g.c, threads);
 #pragma omp parallel num_threads(threads)
   {
-    const int t = omp_get_thread_num();
-    float* dw = pdw;
-    if (pdw && t > 0) {
-      dw_parts[t].assign(static_cast<size_t>(wsize), 0.f);
-      dw = dw_parts[t].data();
-    }
+    float* dw = parts.of_thread(omp_get_thread_num());
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < g.n; ++n) image(n, dw);
   }
-  if (pdw)
-    for (const auto& part : dw_parts)
-      if (!part.empty())
-        for (int64_t i = 0; i < wsize; ++i) pdw[i] += part[static_cast<size_t>(i)];
+  parts.add_parts();
 }
 
 // Images per chunk at most: GEMMs at least ~512 columns wide (a 7x7 output
@@ -262,15 +283,10 @@ void backward_chunked(const float* pgy, const float* px, const float* pw, const 
   const int64_t K = g.k(), P = g.p();
   const int threads = num_threads();
   const ChunkPlan plan = plan_chunks(g, threads);
-  std::vector<std::vector<float>> dw_parts(static_cast<size_t>(threads));
+  ThreadWeightGrads parts(pdw, g.o * K, threads);
 #pragma omp parallel num_threads(threads)
   {
-    const int t = omp_get_thread_num();
-    float* dw = pdw;
-    if (pdw && t > 0) {
-      dw_parts[t].assign(static_cast<size_t>(g.o * K), 0.f);
-      dw = dw_parts[t].data();
-    }
+    float* dw = parts.of_thread(omp_get_thread_num());
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < plan.chunks; ++i) {
       const int64_t n0 = plan.begin(i), count = plan.count(i), cnp = count * P;
@@ -291,10 +307,7 @@ void backward_chunked(const float* pgy, const float* px, const float* pw, const 
       }
     }
   }
-  if (!pdw) return;
-  for (const auto& part : dw_parts)
-    if (!part.empty())
-      for (int64_t i = 0; i < g.o * K; ++i) pdw[i] += part[static_cast<size_t>(i)];
+  parts.add_parts();
 }
 
 bool use_chunks(const Geometry& g) {

@@ -47,12 +47,13 @@ Tensor moves_to_integer_rounding(const Tensor& x, const Tensor& y, const Tensor&
   const std::vector<double> mean = window_means(x, oh, ow);
   const float* py = y.data<float>();
   const float* pa = a.data<float>();
+  std::vector<double> tolerance(static_cast<size_t>(oh * ow));  // 1 / (4 count), per output position
+  for (int64_t k = 0; k < oh * ow; ++k)
+    tolerance[k] = 0.25 / static_cast<double>(adaptive_window(k / ow, H, oh).size() * adaptive_window(k % ow, W, ow).size());
   std::vector<float> moves(static_cast<size_t>(y.numel()));
   for (int64_t i = 0; i < y.numel(); ++i) {
-    const int64_t k = i % (oh * ow);
-    const double count = static_cast<double>(adaptive_window(k / ow, H, oh).size() * adaptive_window(k % ow, W, ow).size());
     const double d = (mean[static_cast<size_t>(i)] - static_cast<double>(pa[i])) / static_cast<double>(s);
-    const double steps = std::floor(d + 0.5 + 0.25 / count);
+    const double steps = std::floor(d + 0.5 + tolerance[i % (oh * ow)]);
     moves[static_cast<size_t>(i)] = static_cast<float>(static_cast<double>(pa[i]) + steps * s - py[i]);
   }
   return Tensor::from_vector(moves, y.sizes());
