@@ -22,17 +22,15 @@ Command bench_command(CLI::App& app) {
   for (auto& n : qat::model_names()) models += (models.empty() ? "" : ", ") + n;
   cmd->add_option("--model", bench.model, "Model name (" + models + "), a model file (.yaml) or an ONNX model (.onnx)")
       ->capture_default_str();
-  cmd->add_option("--stem", bench.stem, "model.stem of resnet18 and mobilenet_v2: imagenet, or small for 32 px")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"imagenet", "small"}));
-  cmd->add_option("--res", bench.res, "Input resolution (square)")->capture_default_str()->check(CLI::Range(32, 4096));
-  cmd->add_option("--batch", bench.batch, "Batch size")->capture_default_str()->check(CLI::Range(1, 4096));
-  cmd->add_option("--classes", bench.classes, "Number of classes")->capture_default_str()->check(kPositive);
-  cmd->add_option("--threads", bench.threads, "Threads for OpenMP and OpenBLAS (0: all cores)")
-      ->capture_default_str()
-      ->check(count_up_to(kMaxThreads));
-  cmd->add_option("--steps", bench.steps, "Timed steps")->capture_default_str()->check(kPositive);
-  cmd->add_option("--warmup", bench.warmup, "Untimed warm-up steps")->capture_default_str()->check(kNonNegative);
+  add_checked(cmd.sub, "--stem", bench.stem, "model.stem of resnet18 and mobilenet_v2: imagenet, or small for 32 px",
+              CLI::IsMember({"imagenet", "small"}));
+  add_checked(cmd.sub, "--res", bench.res, "Input resolution (square)", CLI::Range(32, 4096));
+  add_checked(cmd.sub, "--batch", bench.batch, "Batch size", CLI::Range(1, 4096));
+  add_checked(cmd.sub, "--classes", bench.classes, "Number of classes", kPositive);
+  add_checked(cmd.sub, "--threads", bench.threads, "Threads for OpenMP and OpenBLAS (0: all cores)",
+              count_up_to(kMaxThreads));
+  add_checked(cmd.sub, "--steps", bench.steps, "Timed steps", kPositive);
+  add_checked(cmd.sub, "--warmup", bench.warmup, "Untimed warm-up steps", kNonNegative);
   cmd->add_option("--config", bench.config, "Experiment config with a quant: section: also time the prepared QAT model")
       ->check(CLI::ExistingFile);
   cmd->add_flag("--verbose", bench.verbose, "Print the loss of every step");
@@ -44,16 +42,13 @@ Command bench_command(CLI::App& app) {
   cmd->add_flag(
       "!--no-weight-lookahead", bench.weight_lookahead,
       "QAT: fake-quantize every weight at its forward, not ahead inside the optimizer step (to time the difference)");
-  cmd->add_option(
-         "--device", bench.device,
-         "Where the training steps (or, with --infer, both models) run: " + qat::enum_name_list<qat::Device>() +
-             " (cuda as train.device: refused, naming why, where the step cannot run on the GPU)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--optimizer", bench.optimizer,
-                  "The training steps' update: sgd (momentum 0.9, lr 0.01) or adamw (lr 1e-3); weight decay 5e-4")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"sgd", "adamw"}));
+  add_checked(cmd.sub, "--device", bench.device,
+              "Where the training steps (or, with --infer, both models) run: " + qat::enum_name_list<qat::Device>() +
+                  " (cuda as train.device: refused, naming why, where the step cannot run on the GPU)",
+              CLI::IsMember({"cpu", "cuda"}));
+  add_checked(cmd.sub, "--optimizer", bench.optimizer,
+              "The training steps' update: sgd (momentum 0.9, lr 0.01) or adamw (lr 1e-3); weight decay 5e-4",
+              CLI::IsMember({"sgd", "adamw"}));
   cmd->add_option("--int8-kernel", bench.int8_kernel,
                   "With --infer: the integer GEMM kernel (" + qat::enum_name_list<qat::quant::GemmKernel>() +
                       "; default: the best this CPU runs)");

@@ -3,7 +3,6 @@
 // wanted (CLI11's PositiveNumber prints its upper bound, DBL_MAX, as a
 // 300-digit number).
 #include <CLI/CLI.hpp>
-
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -29,6 +28,13 @@ inline void add_checkpoint(CLI::App* cmd, std::string& checkpoint, const std::st
 inline void add_overrides(CLI::App* cmd, std::vector<std::string>& overrides,
                           const std::string& help = "Override a config key (repeatable)") {
   cmd->add_option("--set", overrides, help);
+}
+
+// An option whose --help shows its default, its value checked by `check`.
+template <class T>
+CLI::Option* add_checked(CLI::App* cmd, const std::string& name, T& value, const std::string& help,
+                         const CLI::Validator& check) {
+  return cmd->add_option(name, value, help)->capture_default_str()->check(check);
 }
 
 // A number > 0 (strict) or >= 0.

@@ -38,17 +38,14 @@ Command infer_command(CLI::App& app) {
   cmd->add_option("input", inf.input, "An image file, or a folder searched recursively")
       ->required()
       ->check(CLI::ExistingPath);
-  cmd->add_option("--top", inf.top, "Classes to print per image")->capture_default_str()->check(kPositive);
-  cmd->add_option("--threads", inf.threads, "Threads (0: all cores)")
-      ->capture_default_str()
-      ->check(count_up_to(kMaxThreads));
+  add_checked(cmd.sub, "--top", inf.top, "Classes to print per image", kPositive);
+  add_checked(cmd.sub, "--threads", inf.threads, "Threads (0: all cores)", count_up_to(kMaxThreads));
   cmd->add_option("--save", inf.save,
                   "Also write PREFIX.inputs.f32, PREFIX.logits.f32, PREFIX.paths.txt (checks of other runtimes)");
-  cmd->add_option("--device", inf.device,
-                  "Where the integer model runs: " + qat::enum_name_list<qat::Device>() +
-                      " (cuda: the same logits bit for bit, on the GPU)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_checked(cmd.sub, "--device", inf.device,
+              "Where the integer model runs: " + qat::enum_name_list<qat::Device>() +
+                  " (cuda: the same logits bit for bit, on the GPU)",
+              CLI::IsMember({"cpu", "cuda"}));
   return cmd.running([](auto& a) { return run_infer(a); });
 }
 
@@ -58,9 +55,7 @@ Command compare_layers_command(CLI::App& app) {
                                     "Experiment config (YAML) with a quant: section");
   CompareLayersArgs& cl = cmd.args;
   add_checkpoint(cmd.sub, cl.checkpoint, "QAT checkpoint (.safetensors)");
-  cmd->add_option("--images", cl.images, "Validation images to compare (0: all)")
-      ->capture_default_str()
-      ->check(kNonNegative);
+  add_checked(cmd.sub, "--images", cl.images, "Validation images to compare (0: all)", kNonNegative);
   add_overrides(cmd.sub, cl.overrides);
   return cmd.running([](auto& a) { return run_compare_layers(a); });
 }
