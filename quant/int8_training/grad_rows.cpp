@@ -17,7 +17,8 @@ int64_t quantize_run_scalar(const float* v, int64_t n, float inv, int qmax, uint
                             int8_t* q, float* qf) {
   int64_t sum = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const float u = R == GradRounding::stochastic ? sr_uniform_mixed(mixed_key, index0 + static_cast<uint64_t>(i)) : 0.f;
+    const float u =
+        R == GradRounding::stochastic ? sr_uniform_mixed(mixed_key, index0 + static_cast<uint64_t>(i)) : 0.f;
     const int8_t k = quantize_grad_value(v[i], inv, qmax, R, u);
     q[i] = k;
     qf[i] = k;
@@ -71,8 +72,8 @@ QAT_GR_AVX512 inline __m512i mix64_x8(__m512i z) {
 
 // sr_uniform_mixed(key, index) for eight consecutive indices from `index`.
 QAT_GR_AVX512 inline __m256 uniform_x8(__m512i key, uint64_t index) {
-  const __m512i idx = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(index + 1)),
-                                       _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+  const __m512i idx =
+      _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(index + 1)), _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
   const __m512i z = _mm512_add_epi64(key, _mm512_mullo_epi64(idx, _mm512_set1_epi64(0x9E3779B97F4A7C15ll)));
   return _mm256_mul_ps(_mm512_cvtepi64_ps(_mm512_srli_epi64(mix64_x8(z), 40)), _mm256_set1_ps(0x1.0p-24f));
 }
@@ -101,23 +102,44 @@ QAT_GR_AVX512 inline __m512i quantize_x16(__m512 v, __m512 inv, __m512 hi, __m51
   return grad_simd::clamped_integers(r, hi, live);
 }
 
-template <GradRounding R>
-QAT_GR_AVX512 int64_t quantize_run_avx512(const float* v, int64_t n, float inv, int qmax, uint64_t mixed_key,
-                                          uint64_t index0, int8_t* q, float* qf) {
-  const __m512 vinv = _mm512_set1_ps(inv), hi = _mm512_set1_ps(static_cast<float>(qmax));
-  const __m512i key = _mm512_set1_epi64(static_cast<long long>(mixed_key));
-  __m512i sum = _mm512_setzero_si512();  // int64 lanes
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 live = n - i >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - i)) - 1);
-    const __m512i k = quantize_x16<R>(_mm512_maskz_loadu_ps(live, v + i), vinv, hi, key,
-                                      index0 + static_cast<uint64_t>(i), live);
-    _mm512_mask_cvtepi32_storeu_epi8(q + i, live, k);
-    _mm512_mask_storeu_ps(qf + i, live, _mm512_cvtepi32_ps(k));
-    sum = _mm512_add_epi64(sum, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(k)));
-    sum = _mm512_add_epi64(sum, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(k, 1)));
+// The lanes of quantize_run's loop (grad_rows_lanes.inc): sixteen values,
+// masked loads and stores at the row's end.
+namespace avx512 {
+#define QAT_GR_TARGET QAT_GR_AVX512
+struct Lanes {
+  static constexpr int64_t kWidth = 16;
+  using Live = __mmask16;
+  using Ints = __m512i;
+  using Sums = __m512i;  // int64 lanes
+  struct Consts {
+    __m512 inv, hi;
+    __m512i key;
+  };
+  QAT_GR_TARGET static Consts consts(float inv, int qmax, uint64_t mixed_key) {
+    return {_mm512_set1_ps(inv), _mm512_set1_ps(static_cast<float>(qmax)),
+            _mm512_set1_epi64(static_cast<long long>(mixed_key))};
   }
-  return _mm512_reduce_add_epi64(sum);
-}
+  QAT_GR_TARGET static Live live(int64_t left) {
+    return left >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << left) - 1);
+  }
+  template <GradRounding R>
+  QAT_GR_TARGET static Ints quantize(const float* v, const Consts& c, uint64_t index, Live live, int64_t) {
+    return quantize_x16<R>(_mm512_maskz_loadu_ps(live, v), c.inv, c.hi, c.key, index, live);
+  }
+  QAT_GR_TARGET static void store(int8_t* q, float* qf, Ints k, Live live, int64_t) {
+    _mm512_mask_cvtepi32_storeu_epi8(q, live, k);
+    _mm512_mask_storeu_ps(qf, live, _mm512_cvtepi32_ps(k));
+  }
+  QAT_GR_TARGET static Sums no_sums() { return _mm512_setzero_si512(); }
+  QAT_GR_TARGET static Sums add(Sums sum, Ints k) {
+    sum = _mm512_add_epi64(sum, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(k)));
+    return _mm512_add_epi64(sum, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(k, 1)));
+  }
+  QAT_GR_TARGET static int64_t total(Sums sum) { return _mm512_reduce_add_epi64(sum); }
+};
+#include "quant/int8_training/grad_rows_lanes.inc"
+#undef QAT_GR_TARGET
+}  // namespace avx512
 
 // Eight items on the lanes, eight steps at a time: each item's next eight
 // values (and integers) loaded as a row, the 8 x 8 block transposed, then
@@ -163,22 +185,26 @@ QAT_GR_AVX512 void chunk_stats_x8(const float* v, const float* qf, const int64_t
 #define QAT_GR_AVX2 __attribute__((target("avx2,fma")))
 
 QAT_GR_AVX2 inline __m256i mullo64(__m256i a, __m256i b) {
-  const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b),
-                                         _mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)));
+  const __m256i cross =
+      _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b), _mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)));
   return _mm256_add_epi64(_mm256_mul_epu32(a, b), _mm256_slli_epi64(cross, 32));
 }
 
 QAT_GR_AVX2 inline __m256i mix64_x4(__m256i z) {
-  z = mullo64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), _mm256_set1_epi64x(static_cast<long long>(0xBF58476D1CE4E5B9ull)));
-  z = mullo64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), _mm256_set1_epi64x(static_cast<long long>(0x94D049BB133111EBull)));
+  z = mullo64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)),
+              _mm256_set1_epi64x(static_cast<long long>(0xBF58476D1CE4E5B9ull)));
+  z = mullo64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)),
+              _mm256_set1_epi64x(static_cast<long long>(0x94D049BB133111EBull)));
   return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
 }
 
 // double(sr_uniform_mixed(key, index + j)) for j = 0..3 (u is k 2^-24 with
 // k < 2^24: exact in float and in double).
 QAT_GR_AVX2 inline __m256d uniform_x4(__m256i key, uint64_t index) {
-  const __m256i idx = _mm256_add_epi64(_mm256_set1_epi64x(static_cast<long long>(index + 1)), _mm256_setr_epi64x(0, 1, 2, 3));
-  const __m256i z = _mm256_add_epi64(key, mullo64(idx, _mm256_set1_epi64x(static_cast<long long>(0x9E3779B97F4A7C15ull))));
+  const __m256i idx =
+      _mm256_add_epi64(_mm256_set1_epi64x(static_cast<long long>(index + 1)), _mm256_setr_epi64x(0, 1, 2, 3));
+  const __m256i z =
+      _mm256_add_epi64(key, mullo64(idx, _mm256_set1_epi64x(static_cast<long long>(0x9E3779B97F4A7C15ull))));
   const __m256i top = _mm256_srli_epi64(mix64_x4(z), 40);
   const __m128i k = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(top, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
   return _mm256_mul_pd(_mm256_cvtepi32_pd(k), _mm256_set1_pd(0x1.0p-24));
@@ -186,7 +212,8 @@ QAT_GR_AVX2 inline __m256d uniform_x4(__m256i key, uint64_t index) {
 
 // floor(double(x) + u) back in float, four lanes.
 QAT_GR_AVX2 inline __m128 floor_sum_x4(__m128 x, __m256d u) {
-  return _mm256_cvtpd_ps(_mm256_round_pd(_mm256_add_pd(_mm256_cvtps_pd(x), u), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+  return _mm256_cvtpd_ps(
+      _mm256_round_pd(_mm256_add_pd(_mm256_cvtps_pd(x), u), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
 }
 
 // Eight values (lanes past the end loaded as 0), element 0 drawing noise
@@ -207,35 +234,56 @@ QAT_GR_AVX2 inline __m256i quantize_x8(__m256 v, __m256 inv, __m256 hi, __m256i 
   return _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(kept, _mm256_sub_ps(_mm256_setzero_ps(), hi)), hi));
 }
 
-template <GradRounding R>
-QAT_GR_AVX2 int64_t quantize_run_avx2(const float* v, int64_t n, float inv, int qmax, uint64_t mixed_key,
-                                      uint64_t index0, int8_t* q, float* qf) {
-  const __m256 vinv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(static_cast<float>(qmax));
-  const __m256i key = _mm256_set1_epi64x(static_cast<long long>(mixed_key));
-  __m256i sum = _mm256_setzero_si256();  // int64 lanes
-  for (int64_t i = 0; i < n; i += 8) {
-    const int64_t left = std::min<int64_t>(n - i, 8);
-    const __m256i live = simd::live_lanes(left);
-    const __m256 x = left == 8 ? _mm256_loadu_ps(v + i) : _mm256_maskload_ps(v + i, live);
-    const __m256i k = _mm256_and_si256(quantize_x8<R>(x, vinv, hi, key, index0 + static_cast<uint64_t>(i)), live);
+// The lanes of quantize_run's loop on ymm: eight values, the lanes past the
+// row's end loaded and kept as 0, the row's last bytes copied out.
+namespace avx2 {
+#define QAT_GR_TARGET QAT_GR_AVX2
+struct Lanes {
+  static constexpr int64_t kWidth = 8;
+  using Live = __m256i;
+  using Ints = __m256i;
+  using Sums = __m256i;  // int64 lanes
+  struct Consts {
+    __m256 inv, hi;
+    __m256i key;
+  };
+  QAT_GR_TARGET static Consts consts(float inv, int qmax, uint64_t mixed_key) {
+    return {_mm256_set1_ps(inv), _mm256_set1_ps(static_cast<float>(qmax)),
+            _mm256_set1_epi64x(static_cast<long long>(mixed_key))};
+  }
+  QAT_GR_TARGET static Live live(int64_t left) { return simd::live_lanes(left); }
+  template <GradRounding R>
+  QAT_GR_TARGET static Ints quantize(const float* v, const Consts& c, uint64_t index, Live live, int64_t left) {
+    const __m256 x = left >= 8 ? _mm256_loadu_ps(v) : _mm256_maskload_ps(v, live);
+    return _mm256_and_si256(quantize_x8<R>(x, c.inv, c.hi, c.key, index), live);
+  }
+  QAT_GR_TARGET static void store(int8_t* q, float* qf, Ints k, Live live, int64_t left) {
     const __m128i k16 = _mm_packs_epi32(_mm256_castsi256_si128(k), _mm256_extracti128_si256(k, 1));
     const __m128i k8 = _mm_packs_epi16(k16, k16);  // |k| <= 127: the saturating packs are exact
-    if (left == 8) {
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), k8);
-      _mm256_storeu_ps(qf + i, _mm256_cvtepi32_ps(k));
+    if (left >= 8) {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(q), k8);
+      _mm256_storeu_ps(qf, _mm256_cvtepi32_ps(k));
     } else {
       alignas(16) int8_t bytes[16];
       _mm_store_si128(reinterpret_cast<__m128i*>(bytes), k8);
-      std::memcpy(q + i, bytes, static_cast<size_t>(left));
-      _mm256_maskstore_ps(qf + i, live, _mm256_cvtepi32_ps(k));
+      std::memcpy(q, bytes, static_cast<size_t>(left));
+      _mm256_maskstore_ps(qf, live, _mm256_cvtepi32_ps(k));
     }
-    sum = _mm256_add_epi64(sum, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(k)));
-    sum = _mm256_add_epi64(sum, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(k, 1)));
   }
-  alignas(32) int64_t lanes[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
-  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
-}
+  QAT_GR_TARGET static Sums no_sums() { return _mm256_setzero_si256(); }
+  QAT_GR_TARGET static Sums add(Sums sum, Ints k) {
+    sum = _mm256_add_epi64(sum, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(k)));
+    return _mm256_add_epi64(sum, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(k, 1)));
+  }
+  QAT_GR_TARGET static int64_t total(Sums sum) {
+    alignas(32) int64_t lanes[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
+    return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+  }
+};
+#include "quant/int8_training/grad_rows_lanes.inc"
+#undef QAT_GR_TARGET
+}  // namespace avx2
 
 // chunk_stats_x8 on ymm: each item's lane is a double lane of one of two
 // vectors (items 0-3, 4-7), the same fused multiply-adds in the same order.
@@ -282,11 +330,11 @@ int64_t quantize_run(GradStatsKernel kernel, const float* v, int64_t n, float in
   check_grad_stats_kernel(kernel, "quantize_run");
   using enum GradRounding;
   if (kernel == GradStatsKernel::avx512)
-    return rounding == stochastic ? quantize_run_avx512<stochastic>(v, n, inv, qmax, mixed_key, index0, q, qf)
-                                  : quantize_run_avx512<nearest>(v, n, inv, qmax, mixed_key, index0, q, qf);
+    return rounding == stochastic ? avx512::quantize_run_lanes<stochastic>(v, n, inv, qmax, mixed_key, index0, q, qf)
+                                  : avx512::quantize_run_lanes<nearest>(v, n, inv, qmax, mixed_key, index0, q, qf);
   if (kernel == GradStatsKernel::avx2)
-    return rounding == stochastic ? quantize_run_avx2<stochastic>(v, n, inv, qmax, mixed_key, index0, q, qf)
-                                  : quantize_run_avx2<nearest>(v, n, inv, qmax, mixed_key, index0, q, qf);
+    return rounding == stochastic ? avx2::quantize_run_lanes<stochastic>(v, n, inv, qmax, mixed_key, index0, q, qf)
+                                  : avx2::quantize_run_lanes<nearest>(v, n, inv, qmax, mixed_key, index0, q, qf);
   return rounding == stochastic ? quantize_run_scalar<stochastic>(v, n, inv, qmax, mixed_key, index0, q, qf)
                                 : quantize_run_scalar<nearest>(v, n, inv, qmax, mixed_key, index0, q, qf);
 }

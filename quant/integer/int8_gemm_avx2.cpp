@@ -16,17 +16,17 @@ namespace {
 
 #define QAT_AVX2_TARGET __attribute__((target("avx2")))
 
-constexpr int kRows = 6;                          // rows of A per tile
-constexpr int64_t kBlockRows = 8 * kRows;         // rows of A widened at a time
-constexpr int64_t kChunk = 64;                    // channels per work item: 8 tiles of 8
-constexpr int64_t kQuadBytes = 64;                // one packed row: 16 channels x 4 k
+constexpr int kRows = 6;                   // rows of A per tile
+constexpr int64_t kBlockRows = 8 * kRows;  // rows of A widened at a time
+constexpr int64_t kChunk = 64;             // channels per work item: 8 tiles of 8
+constexpr int64_t kQuadBytes = 64;         // one packed row: 16 channels x 4 k
 
 int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 
 // Rows [0, rows) of A as int16, K padded with zeros to kp (flip: s8 bytes
-// read as u8 + 128).
+// read as u8 + 128): the panel of the int16 path.
 template <bool kFlip>
-QAT_AVX2_TARGET void widen_rows(const uint8_t* A, int64_t lda, int64_t rows, int64_t K, int64_t kp, int16_t* out) {
+QAT_AVX2_TARGET void prepare_rows(const uint8_t* A, int64_t lda, int64_t rows, int64_t K, int64_t kp, int16_t* out) {
   const __m128i signs = _mm_set1_epi8(kFlip ? static_cast<char>(0x80) : 0);
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* a = A + r * lda;
@@ -94,8 +94,7 @@ template <int R>
 QAT_AVX2_TARGET void tile16(const int16_t* a, int64_t kp, const int8_t* b, int64_t K4, int32_t* c, int64_t ldc) {
   static_assert(R == 1 || R == 2);
   // (named accumulators: as an array GCC 12 keeps them on the stack)
-  __m256i c00 = _mm256_setzero_si256(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00,
-          c13 = c00;
+  __m256i c00 = _mm256_setzero_si256(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00;
   for (int64_t q = 0; q < K4; ++q) {
     const int8_t* bq = b + q * kQuadBytes;
     const __m256i w0 = widen_b(bq), w1 = widen_b(bq + 16), w2 = widen_b(bq + 32), w3 = widen_b(bq + 48);
@@ -116,8 +115,11 @@ constexpr TileFn kThinTiles[3] = {nullptr, tile16<1>, tile16<2>};
 // caller's ranges), then vpmaddwd by ones into int32: each lane sums a
 // channel's 4 k, so the accumulators are in channel order.
 
-// Rows [0, rows) of A, K padded with zeros to kp (whole 4-byte groups).
-void copy_rows(const uint8_t* A, int64_t lda, int64_t rows, int64_t K, int64_t kp, uint8_t* out) {
+// Rows [0, rows) of A, K padded with zeros to kp (whole 4-byte groups): the
+// panel of the byte path, which multiplies u8 A only.
+template <bool kFlip>
+void prepare_rows(const uint8_t* A, int64_t lda, int64_t rows, int64_t K, int64_t kp, uint8_t* out) {
+  static_assert(!kFlip, "the byte path multiplies u8 A only");
   for (int64_t r = 0; r < rows; ++r) {
     std::memcpy(out + r * kp, A + r * lda, static_cast<size_t>(K));
     std::memset(out + r * kp + K, 0, static_cast<size_t>(kp - K));
@@ -153,8 +155,7 @@ QAT_AVX2_TARGET void byte_tile(const uint8_t* a, int64_t kp, const int8_t* b, in
 
 // tile16's shape on bytes.
 template <int R>
-QAT_AVX2_TARGET void byte_tile16(const uint8_t* a, int64_t kp, const int8_t* b, int64_t K4, int32_t* c,
-                                 int64_t ldc) {
+QAT_AVX2_TARGET void byte_tile16(const uint8_t* a, int64_t kp, const int8_t* b, int64_t K4, int32_t* c, int64_t ldc) {
   static_assert(R == 1 || R == 2);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00;
@@ -181,26 +182,16 @@ constexpr ByteTileFn kByteTiles[kRows + 1] = {nullptr,      byte_tile<1>, byte_t
 constexpr ByteTileFn kByteThinTiles[3] = {nullptr, byte_tile16<1>, byte_tile16<2>};
 
 // The two ways of multiplying: A widened to int16 (any u8 x s8), or A's
-// bytes (pair sums within int16).
-struct Int16Path {
-  using Elem = int16_t;
-  static constexpr const TileFn* tiles = kTiles;
-  static constexpr const TileFn* thin_tiles = kThinTiles;
-  template <bool kFlip>
-  static void prepare(const uint8_t* A, int64_t lda, int64_t rows, int64_t K, int64_t kp, int16_t* out) {
-    widen_rows<kFlip>(A, lda, rows, K, kp, out);
-  }
+// bytes (pair sums within int16). A path's panel of A is prepare_rows's
+// overload for its element type.
+template <class E, auto kTileFns, auto kThinTileFns>
+struct GemmPath {
+  using Elem = E;
+  static constexpr auto tiles = kTileFns;
+  static constexpr auto thin_tiles = kThinTileFns;
 };
-struct BytePath {
-  using Elem = uint8_t;
-  static constexpr const ByteTileFn* tiles = kByteTiles;
-  static constexpr const ByteTileFn* thin_tiles = kByteThinTiles;
-  template <bool kFlip>
-  static void prepare(const uint8_t* A, int64_t lda, int64_t rows, int64_t K, int64_t kp, uint8_t* out) {
-    static_assert(!kFlip, "the byte path multiplies u8 A only");
-    copy_rows(A, lda, rows, K, kp, out);
-  }
-};
+using Int16Path = GemmPath<int16_t, kTiles, kThinTiles>;
+using BytePath = GemmPath<uint8_t, kByteTiles, kByteThinTiles>;
 
 // The tiles of C's rows [0, rows) x channels [n0, n0 + cols) (n0 a multiple
 // of 16) from a block of widened A, into c (row stride kChunk). Each
@@ -221,7 +212,7 @@ void block(const typename Path::Elem* panel, int64_t kp, int64_t rows, const Pac
   if (thin)
     for (int64_t j = 0; j < cols; j += 16)
       Path::thin_tiles[thin](panel + full * kp, kp, B.data.data() + ((n0 + j) / 16) * block_stride, B.K4, &c[full][j],
-                       kChunk);
+                             kChunk);
 }
 
 // Every block of up to 48 rows x 64 channels of C = A B^T (first n
@@ -245,7 +236,7 @@ void run(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t rb = item / chunks, m0 = rb * block_rows, rows = std::min(block_rows, M - m0);
-      if (rb != widened) Path::template prepare<kFlip>(A + m0 * lda, lda, rows, B.K, kp, panel.data()), widened = rb;
+      if (rb != widened) prepare_rows<kFlip>(A + m0 * lda, lda, rows, B.K, kp, panel.data()), widened = rb;
       const int64_t n0 = (item % chunks) * kChunk, cols = std::min(kChunk, n - n0);
       block<Path>(panel.data(), kp, rows, B, n0, cols, c);
       sink(m0, rows, n0, cols, c);
@@ -256,8 +247,7 @@ void run(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, 
 template <class Path, bool kFlip, class Sink>
 void dispatch(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, const Sink& sink) {
   QAT_CHECK(cpu_has_avx2(), "AVX2 packed GEMM: this CPU has no AVX2");
-  QAT_CHECK(B.N % 16 == 0 && n >= 0 && n <= B.N && lda >= B.K &&
-                static_cast<int64_t>(B.data.size()) >= B.N * B.K4 * 4,
+  QAT_CHECK(B.N % 16 == 0 && n >= 0 && n <= B.N && lda >= B.K && static_cast<int64_t>(B.data.size()) >= B.N * B.K4 * 4,
             "AVX2 packed GEMM: bad packed operand (N=", B.N, ", K=", B.K, ", n=", n, ", lda=", lda,
             "; packed by pack_b_vnni / pack_b_vnni_transposed?)");
   if (M == 0 || n == 0) return;
@@ -269,7 +259,7 @@ void dispatch(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_
 namespace {
 // C's blocks copied out as they come.
 auto copy_to(int32_t* C, int64_t ldc) {
-  return [C, ldc](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const int32_t (*c)[kChunk]) {
+  return [C, ldc](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const int32_t(*c)[kChunk]) {
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(C + (m0 + r) * ldc + n0, c[r], static_cast<size_t>(cols) * sizeof(int32_t));
   };
@@ -279,12 +269,13 @@ auto copy_to(int32_t* C, int64_t ldc) {
 void gemm_s32(bool flip, int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, int32_t* C,
               int64_t ldc) {
   QAT_CHECK(ldc >= n, "AVX2 packed GEMM: ldc ", ldc, " < ", n, " columns");
-  if (flip) dispatch<Int16Path, true>(M, A, lda, B, n, copy_to(C, ldc));
-  else dispatch<Int16Path, false>(M, A, lda, B, n, copy_to(C, ldc));
+  if (flip)
+    dispatch<Int16Path, true>(M, A, lda, B, n, copy_to(C, ldc));
+  else
+    dispatch<Int16Path, false>(M, A, lda, B, n, copy_to(C, ldc));
 }
 
-void gemm_s32_maddubs(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, int32_t* C,
-                      int64_t ldc) {
+void gemm_s32_maddubs(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, int32_t* C, int64_t ldc) {
   QAT_CHECK(ldc >= n, "AVX2 packed GEMM: ldc ", ldc, " < ", n, " columns");
   dispatch<BytePath, false>(M, A, lda, B, n, copy_to(C, ldc));
 }
@@ -292,7 +283,7 @@ void gemm_s32_maddubs(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B
 void gemm_dequant(int64_t M, const int8_t* A, int64_t lda, const PackedB& B, const DequantEpilogue& e, float* out,
                   int64_t ldo) {
   QAT_CHECK(ldo >= e.n, "AVX2 packed GEMM: ldo ", ldo, " < ", e.n, " columns");
-  auto sink = [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const int32_t (*c)[kChunk]) {
+  auto sink = [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const int32_t(*c)[kChunk]) {
     e.store(c[0], kChunk, m0, rows, n0, cols, out, ldo);
   };
   dispatch<Int16Path, true>(M, reinterpret_cast<const uint8_t*>(A), lda, B, e.n, sink);

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <cstring>
 #include <limits>
 
 #include "core/cpu_features.h"
@@ -17,56 +18,48 @@ namespace {
 constexpr int64_t kPrefetchAhead = 1024;  // floats: 4 KB
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// MINPS(a, b) is a < b ? a : b and MAXPS(a, b) is a > b ? a : b, NaN
-// operands giving b: with the row value as a and the accumulator as b, each
-// lane runs the scalar scan over its own elements. (The zero-masked forms
-// with every lane live: GCC 12 warns about the plain ones' undefined
-// pass-through operand.)
-#define QAT_MIN16(a, b) _mm512_maskz_min_ps(0xFFFF, a, b)
-#define QAT_MAX16(a, b) _mm512_maskz_max_ps(0xFFFF, a, b)
-__attribute__((target("avx512f"))) void lanes_avx512(const float* row, int64_t n, int64_t& done, float& lo,
-                                                     float& hi) {
-  __m512 mn[4], mx[4];
-  for (int k = 0; k < 4; ++k) mn[k] = _mm512_set1_ps(kInf), mx[k] = _mm512_set1_ps(-kInf);
+// The lanes' scan, written once for both widths with GCC's vector
+// extensions (which Clang shares): on vectors, v < m ? v : m compiles to
+// MINPS(v, m) and v > m ? v : m to MAXPS(v, m), whose rule for a NaN
+// operand (the second one) is the scalar scan's, so each lane runs the
+// scalar scan over its own elements. Four accumulators of each kind; the
+// lines a page ahead asked for as the rows stream by.
+template <int W>
+[[gnu::always_inline]] inline void scan_lanes(const float* row, int64_t n, int64_t& done, float& lo, float& hi) {
+  typedef float V __attribute__((vector_size(4 * W)));
+  constexpr int64_t kStep = 4 * W;
+  V mn[4], mx[4];
+  for (int k = 0; k < 4; ++k) mn[k] = V{} + kInf, mx[k] = V{} - kInf;
   int64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    for (int k = 0; k < 4; ++k) _mm_prefetch(reinterpret_cast<const char*>(row + i + kPrefetchAhead + 16 * k), _MM_HINT_T0);
+  for (; i + kStep <= n; i += kStep) {
+    for (int64_t line = 0; line < kStep; line += 16)
+      _mm_prefetch(reinterpret_cast<const char*>(row + i + kPrefetchAhead + line), _MM_HINT_T0);
     for (int k = 0; k < 4; ++k) {
-      const __m512 v = _mm512_loadu_ps(row + i + 16 * k);
-      mn[k] = QAT_MIN16(v, mn[k]);
-      mx[k] = QAT_MAX16(v, mx[k]);
+      V v;  // memcpy, not a function returning V: that would be an ABI the caller's target decides
+      std::memcpy(&v, row + i + W * k, sizeof v);
+      mn[k] = v < mn[k] ? v : mn[k];
+      mx[k] = v > mx[k] ? v : mx[k];
     }
   }
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = _mm512_loadu_ps(row + i);
-    mn[0] = QAT_MIN16(v, mn[0]);
-    mx[0] = QAT_MAX16(v, mx[0]);
+  for (; i + W <= n; i += W) {
+    V v;
+    std::memcpy(&v, row + i, sizeof v);
+    mn[0] = v < mn[0] ? v : mn[0];
+    mx[0] = v > mx[0] ? v : mx[0];
   }
-  alignas(64) float a[64], b[64];
-  for (int k = 0; k < 4; ++k) _mm512_store_ps(a + 16 * k, mn[k]), _mm512_store_ps(b + 16 * k, mx[k]);
-  for (int j = 0; j < 64; ++j) lo = a[j] < lo ? a[j] : lo, hi = b[j] > hi ? b[j] : hi;
+  float a[kStep], b[kStep];
+  std::memcpy(a, mn, sizeof a);
+  std::memcpy(b, mx, sizeof b);
+  for (int64_t j = 0; j < kStep; ++j) lo = a[j] < lo ? a[j] : lo, hi = b[j] > hi ? b[j] : hi;
   done = i;
 }
 
+__attribute__((target("avx512f"))) void lanes_avx512(const float* row, int64_t n, int64_t& done, float& lo, float& hi) {
+  scan_lanes<16>(row, n, done, lo, hi);
+}
+
 __attribute__((target("avx2"))) void lanes_avx2(const float* row, int64_t n, int64_t& done, float& lo, float& hi) {
-  __m256 mn[4], mx[4];
-  for (int k = 0; k < 4; ++k) mn[k] = _mm256_set1_ps(kInf), mx[k] = _mm256_set1_ps(-kInf);
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32)
-    for (int k = 0; k < 4; ++k) {
-      const __m256 v = _mm256_loadu_ps(row + i + 8 * k);
-      mn[k] = _mm256_min_ps(v, mn[k]);
-      mx[k] = _mm256_max_ps(v, mx[k]);
-    }
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(row + i);
-    mn[0] = _mm256_min_ps(v, mn[0]);
-    mx[0] = _mm256_max_ps(v, mx[0]);
-  }
-  alignas(32) float a[32], b[32];
-  for (int k = 0; k < 4; ++k) _mm256_store_ps(a + 8 * k, mn[k]), _mm256_store_ps(b + 8 * k, mx[k]);
-  for (int j = 0; j < 32; ++j) lo = a[j] < lo ? a[j] : lo, hi = b[j] > hi ? b[j] : hi;
-  done = i;
+  scan_lanes<8>(row, n, done, lo, hi);
 }
 
 // The scan keeps the first zero it meets; merged lanes may not.
@@ -89,17 +82,22 @@ void row_min_max_scalar(const float* row, int64_t n, float& lo, float& hi) {
 
 bool row_lanes_run_here(RowLanes lanes) {
   switch (lanes) {
-    case RowLanes::avx512: return cpu_has_avx512bw();
-    case RowLanes::avx2: return cpu_has_avx2();
-    default: return true;
+    case RowLanes::avx512:
+      return cpu_has_avx512bw();
+    case RowLanes::avx2:
+      return cpu_has_avx2();
+    default:
+      return true;
   }
 }
 
 void row_min_max(const float* row, int64_t n, float& lo, float& hi, RowLanes lanes) {
   float mn = kInf, mx = -kInf;
   int64_t done = 0;
-  if (lanes == RowLanes::avx512) lanes_avx512(row, n, done, mn, mx);
-  else if (lanes == RowLanes::avx2) lanes_avx2(row, n, done, mn, mx);
+  if (lanes == RowLanes::avx512)
+    lanes_avx512(row, n, done, mn, mx);
+  else if (lanes == RowLanes::avx2)
+    lanes_avx2(row, n, done, mn, mx);
   for (int64_t i = done; i < n; ++i) {
     mn = row[i] < mn ? row[i] : mn;
     mx = row[i] > mx ? row[i] : mx;

@@ -1,7 +1,5 @@
 #include "quant/sim/weight_codes.h"
 
-#include "quant/integer/simd.h"
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -10,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/profiler.h"
+#include "quant/integer/simd.h"
 #include "quant/sim/math.h"
 
 namespace qat::quant {
@@ -39,116 +38,99 @@ void codes_row_scalar(const float* x, int8_t* q, int64_t n, float inv, float qmi
   sum = s;
 }
 
-// 16 values x (masked-off lanes loaded 0, so their code is 0): their codes,
-// added into acc, the indices i + j outside the grid appended to `outside`.
-// (A function of its own, not a lambda: GCC gives a lambda none of its
-// enclosing function's target attribute, and a portable build then cannot
-// inline the intrinsics.)
-__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m128i codes16(int64_t i, __mmask16 live, __m512 xv,
-                                                                             __m512 vinv, __m512 lo, __m512 hi,
-                                                                             __m512i& acc,
-                                                                             std::vector<int64_t>& outside) {
-  const __m512 t = _mm512_roundscale_ps(_mm512_mul_ps(xv, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __mmask16 in = _mm512_cmp_ps_mask(t, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(t, hi, _CMP_LE_OQ);
-  for (unsigned out = live & ~in & 0xFFFFu; out != 0; out &= out - 1) outside.push_back(i + std::countr_zero(out));
-  const __m512i v = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(t, lo), hi));
-  acc = _mm512_add_epi32(acc, v);
-  return _mm512_cvtepi32_epi8(v);
-}
-
-// The same with AVX-512: vrndscaleps (round to nearest even, as nearbyint
-// in the default rounding mode) of the same float product. A NaN lands on
-// qmin (vmaxps returns its second operand) and is listed outside.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void codes_row_avx512(const float* x, int8_t* q, int64_t n,
-                                                                            float inv, float qmin, float qmax,
-                                                                            int64_t& sum,
-                                                                            std::vector<int64_t>& outside) {
-  const __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(qmin), hi = _mm512_set1_ps(qmax);
-  int64_t s = 0;
-  for (int64_t c0 = 0; c0 < n; c0 += int64_t{1} << 16) {  // int32 lanes: at most 2^12 values of |q| <= 128 each
-    const int64_t c1 = std::min(n, c0 + (int64_t{1} << 16));
-    __m512i acc = _mm512_setzero_si512();
-    // Plain loads and stores but in the tail (a masked store costs several
-    // plain ones on Zen 4); the next row (contiguous) asked into L2 while
-    // this one is computed, so that its min/max pass starts from cache.
-    int64_t i = c0;
-    for (; i + 16 <= c1; i += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(x + n + i), _MM_HINT_T1);
-      const __m128i codes = codes16(i, 0xFFFF, _mm512_loadu_ps(x + i), vinv, lo, hi, acc, outside);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), codes);
-    }
-    if (i < c1) {
-      const __mmask16 live = static_cast<__mmask16>((1u << (c1 - i)) - 1);
-      const __m128i codes = codes16(i, live, _mm512_maskz_loadu_ps(live, x + i), vinv, lo, hi, acc, outside);
-      _mm_mask_storeu_epi8(q + i, live, codes);
-    }
-    s += _mm512_reduce_add_epi32(acc);
+// The vector rows: vrndscaleps / vroundps (round to nearest even, as
+// nearbyint in the default rounding mode) of the same float product, then
+// max(t, qmin) and min(., qmax), which give qmin for NaN (listed outside).
+// The row loop is written once (weight_codes_lanes.inc); each instruction
+// set supplies its lanes.
+namespace avx512 {
+#define QAT_CODES_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+struct Lanes {
+  using F = __m512;
+  using I = __m512i;
+  static constexpr int64_t kWidth = 16;
+  QAT_CODES_TARGET static F broadcast(float v) { return _mm512_set1_ps(v); }
+  QAT_CODES_TARGET static F load(const float* p) { return _mm512_loadu_ps(p); }
+  QAT_CODES_TARGET static F load_first(const float* p, int64_t n) {
+    return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
   }
-  sum = s;
-}
+  QAT_CODES_TARGET static F grid(F x, F inv) {
+    return _mm512_roundscale_ps(_mm512_mul_ps(x, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  QAT_CODES_TARGET static unsigned inside(F t, F lo, F hi) {
+    return _mm512_cmp_ps_mask(t, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(t, hi, _CMP_LE_OQ);
+  }
+  QAT_CODES_TARGET static I codes(F t, F lo, F hi) {
+    return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(t, lo), hi));
+  }
+  QAT_CODES_TARGET static I zero() { return _mm512_setzero_si512(); }
+  QAT_CODES_TARGET static I add(I a, I b) { return _mm512_add_epi32(a, b); }
+  QAT_CODES_TARGET static int64_t sum(I v) { return _mm512_reduce_add_epi32(v); }
+  // Plain stores but in the tail (a masked store costs several plain ones on Zen 4).
+  QAT_CODES_TARGET static void store(int8_t* q, I v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(v));
+  }
+  QAT_CODES_TARGET static void store_first(int8_t* q, I v, int64_t n) {
+    _mm_mask_storeu_epi8(q, static_cast<__mmask16>((1u << n) - 1), _mm512_cvtepi32_epi8(v));
+  }
+};
+#include "quant/sim/weight_codes_lanes.inc"
+#undef QAT_CODES_TARGET
+}  // namespace avx512
 
-// AVX2: 8 values x (masked-off lanes loaded 0, their code 0): their codes as
-// int32, added into acc, the indices i + j outside the grid appended to
-// `outside`; the same operations as codes16 (vroundps, then vmaxps(t, lo),
-// which gives lo for NaN).
-__attribute__((target("avx2"))) inline __m256i codes8(int64_t i, unsigned live, __m256 xv, __m256 vinv, __m256 lo,
-                                                      __m256 hi, __m256i& acc, std::vector<int64_t>& outside) {
-  const __m256 t = _mm256_round_ps(_mm256_mul_ps(xv, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const auto in = static_cast<unsigned>(
-      _mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(t, lo, _CMP_GE_OQ), _mm256_cmp_ps(t, hi, _CMP_LE_OQ))));
-  for (unsigned out = live & ~in & 0xFFu; out != 0; out &= out - 1) outside.push_back(i + std::countr_zero(out));
-  const __m256i v = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(t, lo), hi));
-  acc = _mm256_add_epi32(acc, v);
-  return v;
-}
-
-// 16 int32 codes (each in [-128, 127]) to 16 bytes in order: the saturating
-// packs are exact, the permute undoes packs_epi32's lane interleave.
-__attribute__((target("avx2"))) inline __m128i pack16(__m256i v0, __m256i v1) {
-  const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v1), 0xD8);
-  return _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
-}
-
-__attribute__((target("avx2"))) void codes_row_avx2(const float* x, int8_t* q, int64_t n, float inv, float qmin,
-                                                    float qmax, int64_t& sum, std::vector<int64_t>& outside) {
-  const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(qmin), hi = _mm256_set1_ps(qmax);
-  int64_t s = 0;
-  for (int64_t c0 = 0; c0 < n; c0 += int64_t{1} << 16) {  // int32 lanes: at most 2^13 values of |q| <= 128 each
-    const int64_t c1 = std::min(n, c0 + (int64_t{1} << 16));
-    __m256i acc = _mm256_setzero_si256();
-    int64_t i = c0;
-    for (; i + 16 <= c1; i += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(x + n + i), _MM_HINT_T1);  // the next row, as codes_row_avx512
-      const __m256i v0 = codes8(i, 0xFF, _mm256_loadu_ps(x + i), vinv, lo, hi, acc, outside);
-      const __m256i v1 = codes8(i + 8, 0xFF, _mm256_loadu_ps(x + i + 8), vinv, lo, hi, acc, outside);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), pack16(v0, v1));
-    }
-    if (i < c1) {  // the tail: masked loads, the live bytes copied out
-      const int64_t rest = c1 - i;
-      const int64_t rest1 = rest > 8 ? rest - 8 : 0;
-      const __m256i v0 = codes8(i, (1u << std::min<int64_t>(rest, 8)) - 1,
-                                _mm256_maskload_ps(x + i, simd::live_lanes(rest)), vinv, lo, hi, acc, outside);
-      const __m256i v1 = codes8(i + 8, (1u << rest1) - 1, _mm256_maskload_ps(x + i + 8, simd::live_lanes(rest1)), vinv,
-                                lo, hi, acc, outside);
-      alignas(16) int8_t codes[16];
-      _mm_store_si128(reinterpret_cast<__m128i*>(codes), pack16(v0, v1));
-      std::memcpy(q + i, codes, static_cast<size_t>(rest));
-    }
-    const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+namespace avx2 {
+#define QAT_CODES_TARGET __attribute__((target("avx2")))
+struct Lanes {
+  using F = __m256;
+  using I = __m256i;
+  static constexpr int64_t kWidth = 8;
+  QAT_CODES_TARGET static F broadcast(float v) { return _mm256_set1_ps(v); }
+  QAT_CODES_TARGET static F load(const float* p) { return _mm256_loadu_ps(p); }
+  QAT_CODES_TARGET static F load_first(const float* p, int64_t n) { return _mm256_maskload_ps(p, simd::live_lanes(n)); }
+  QAT_CODES_TARGET static F grid(F x, F inv) {
+    return _mm256_round_ps(_mm256_mul_ps(x, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  QAT_CODES_TARGET static unsigned inside(F t, F lo, F hi) {
+    const __m256 both = _mm256_and_ps(_mm256_cmp_ps(t, lo, _CMP_GE_OQ), _mm256_cmp_ps(t, hi, _CMP_LE_OQ));
+    return static_cast<unsigned>(_mm256_movemask_ps(both));
+  }
+  QAT_CODES_TARGET static I codes(F t, F lo, F hi) {
+    return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(t, lo), hi));
+  }
+  QAT_CODES_TARGET static I zero() { return _mm256_setzero_si256(); }
+  QAT_CODES_TARGET static I add(I a, I b) { return _mm256_add_epi32(a, b); }
+  QAT_CODES_TARGET static int64_t sum(I v) {
+    const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     const __m128i h2 = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
-    s += _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 1)));
+    return _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 1)));
   }
-  sum = s;
-}
+  // 8 codes (each in [-128, 127]) to 8 bytes in order: the saturating packs are exact.
+  QAT_CODES_TARGET static __m128i bytes(I v) {
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    return _mm_packs_epi16(w, w);
+  }
+  QAT_CODES_TARGET static void store(int8_t* q, I v) { _mm_storel_epi64(reinterpret_cast<__m128i*>(q), bytes(v)); }
+  QAT_CODES_TARGET static void store_first(int8_t* q, I v, int64_t n) {
+    alignas(16) int8_t b[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(b), bytes(v));
+    std::memcpy(q, b, static_cast<size_t>(n));
+  }
+};
+#include "quant/sim/weight_codes_lanes.inc"
+#undef QAT_CODES_TARGET
+}  // namespace avx2
 
 using RowFn = void (*)(const float*, int8_t*, int64_t, float, float, float, int64_t&, std::vector<int64_t>&);
 RowFn codes_row(FqRowsKernel kernel) {
   QAT_CHECK(fq_rows_kernel_runs_here(kernel), "weight codes: the ", enum_name(kernel),
             " kernel does not run on this CPU");
   switch (kernel) {
-    case FqRowsKernel::avx512: return &codes_row_avx512;
-    case FqRowsKernel::avx2: return &codes_row_avx2;
-    case FqRowsKernel::generic: break;
+    case FqRowsKernel::avx512:
+      return &avx512::codes_row;
+    case FqRowsKernel::avx2:
+      return &avx2::codes_row;
+    case FqRowsKernel::generic:
+      break;
   }
   return &codes_row_scalar;
 }
@@ -197,8 +179,10 @@ void quantize_rows(const float* px, int64_t R, int64_t L, const QuantSpec& spec,
 }
 
 void check_input(const Tensor& x, const QuantSpec& spec, const std::string& what) {
-  QAT_CHECK(codes_supported(spec), what, ": integer weight codes need a symmetric signed grid of at most 8 bits, "
-            "per tensor or per channel along axis 0; got ", spec.describe());
+  QAT_CHECK(codes_supported(spec), what,
+            ": integer weight codes need a symmetric signed grid of at most 8 bits, "
+            "per tensor or per channel along axis 0; got ",
+            spec.describe());
   QAT_CHECK(x.defined() && x.dtype() == DType::f32 && x.dim() >= 1 && x.is_contiguous() && x.numel() > 0, what,
             ": weight codes need a non-empty contiguous f32 tensor");
 }
@@ -222,8 +206,8 @@ void quantize_codes(const Tensor& x, const QParams& q, const QuantSpec& spec, St
   const float* ps = q.scale.data<float>();
   const int32_t* pz = q.zero_point.data<int32_t>();
   for (int64_t c = 0; c < C; ++c)
-    QAT_CHECK(pz[c] == 0 && ps[c] > 0.f && std::isfinite(ps[c]) && std::isfinite(1.0f / ps[c]), what, ": channel ",
-              c, " has scale ", ps[c], " and zero point ", pz[c],
+    QAT_CHECK(pz[c] == 0 && ps[c] > 0.f && std::isfinite(ps[c]) && std::isfinite(1.0f / ps[c]), what, ": channel ", c,
+              " has scale ", ps[c], " and zero point ", pz[c],
               "; integer weight codes need zero point 0 and a positive scale with a finite inverse");
   out.resize(R, L);
   quantize_rows(x.data<float>(), R, L, spec, ste, out, what, [&](int64_t r) { return ps[C == 1 ? 0 : r]; });
