@@ -1,7 +1,8 @@
 // The integer depthwise convolution (Note [integer depthwise convolution])
 // against a 128-bit reference, on edge cases: extreme inputs and weights,
 // zero points of both, saturating multipliers, ReLU, fractional weight zero
-// points (LSQ+), stride, padding and dilation. The CPU kernel and the
+// points (LSQ+), stride, padding and dilation; rows wide enough for the
+// vector kernels' channel blocks and tails. The CPU kernel and the
 // executors' generic code (the CUDA twin's) both.
 #include <random>
 
@@ -92,6 +93,9 @@ TEST_CASE("integer depthwise convolution equals its definition on edge cases", "
       {"saturating both ways", 19, 5, 5, 1, 2, 1, 128, 0, 0.f, false, 2147483000, -2},
       {"fractional weight zero points (LSQ+)", 12, 3, 3, 1, 1, 1, 31, 3, 0.375f, false, 1500000000, 7},
       {"dilation 2, stride 2, no padding", 8, 3, 3, 2, 0, 2, 1, 0, 0.f, true, 1200000000, 9},
+      // 108 channels: the vector kernels' blocks of 4 vectors, single vectors and the channel tail
+      {"wide rows", 108, 3, 3, 1, 1, 1, 200, 5, 0.f, true, 1 << 30, 6},
+      {"wide rows, 5x5, saturating", 108, 5, 5, 2, 2, 1, 128, 0, 0.f, false, 2147483000, -2},
   };
   std::mt19937 rng(5);
   for (const DwCase& k : cases) {
