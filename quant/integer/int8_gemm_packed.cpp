@@ -30,24 +30,26 @@ inline int32_t a_quad(const uint8_t* a, int64_t k, int64_t K) {
 using x86::dpbusd;
 using x86::dpbusd_vex;
 
-// C[0..R) x [64 channels] of one tile. b: the tile's first block; blocks are
-// `block_stride` bytes apart. (Every r/j loop is unrolled so that the 4R
+// C[0..R) x [16 NB channels] of one tile (NB = kBlocks but in a layer's
+// last group of channels). b: the tile's first block; blocks are
+// `block_stride` bytes apart. (Every r/j loop is unrolled so that the R NB
 // accumulators stay in registers.) kFlip: A holds s8 bytes, read as u8 after
 // flipping their sign bits (a + 128), for gemm_s8s8s32_packed_offset.
-template <int R, bool kFlip>
+template <int R, int NB, bool kFlip>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(const uint8_t* A, int64_t lda, const int8_t* b,
                                                                  int64_t block_stride, int64_t K, int64_t K4,
                                                                  int32_t* C, int64_t ldc) {
-  __m512i acc[R][kBlocks];
+  __m512i acc[R][NB];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int j = 0; j < kBlocks; ++j) acc[r][j] = _mm512_setzero_si512();
+    for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_setzero_si512();
   const int64_t full = K / 4;
   for (int64_t q = 0; q < K4; ++q) {
     const int8_t* bq = b + q * 64;
-    const __m512i b0 = _mm512_loadu_si512(bq), b1 = _mm512_loadu_si512(bq + block_stride),
-                  b2 = _mm512_loadu_si512(bq + 2 * block_stride), b3 = _mm512_loadu_si512(bq + 3 * block_stride);
+    __m512i bv[NB];
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) bv[j] = _mm512_loadu_si512(bq + j * block_stride);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       int32_t quad;
@@ -55,22 +57,25 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(const uint8_t* 
       else quad = a_quad(A + r * lda, 4 * q, K);  // K % 4 bytes left: no read past the row
       if constexpr (kFlip) quad ^= static_cast<int32_t>(0x80808080u);  // (beyond K: 128 x zero bytes of B)
       const __m512i av = _mm512_set1_epi32(quad);
-      dpbusd(acc[r][0], av, b0);
-      dpbusd(acc[r][1], av, b1);
-      dpbusd(acc[r][2], av, b2);
-      dpbusd(acc[r][3], av, b3);
+#pragma GCC unroll 4
+      for (int j = 0; j < NB; ++j) dpbusd(acc[r][j], av, bv[j]);
     }
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int j = 0; j < kBlocks; ++j) _mm512_storeu_si512(C + r * ldc + 16 * j, acc[r][j]);
+    for (int j = 0; j < NB; ++j) _mm512_storeu_si512(C + r * ldc + 16 * j, acc[r][j]);
 }
 
 using TileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int64_t, int64_t, int32_t*, int64_t);
+template <int NB, bool kFlip>
+constexpr TileFn kTiles[kRows + 1] = {nullptr,               tile<1, NB, kFlip>, tile<2, NB, kFlip>,
+                                      tile<3, NB, kFlip>,    tile<4, NB, kFlip>, tile<5, NB, kFlip>,
+                                      tile<6, NB, kFlip>};
+// By the number of 16-channel blocks.
 template <bool kFlip>
-constexpr TileFn kTiles[kRows + 1] = {nullptr,           tile<1, kFlip>, tile<2, kFlip>, tile<3, kFlip>,
-                                      tile<4, kFlip>, tile<5, kFlip>, tile<6, kFlip>};
+constexpr const TileFn* kTilesOfBlocks[kBlocks + 1] = {nullptr, kTiles<1, kFlip>, kTiles<2, kFlip>,
+                                                        kTiles<3, kFlip>, kTiles<4, kFlip>};
 
 // AVX-VNNI (no AVX-512): the same packed layout, one 16-channel block a
 // tile, each 64-byte row of it as two ymm halves (channels 0-7, 8-15):
@@ -111,16 +116,22 @@ template <bool kFlip>
 constexpr TileFn kTilesYmm[kRows + 1] = {nullptr,           tile_ymm<1, kFlip>, tile_ymm<2, kFlip>, tile_ymm<3, kFlip>,
                                          tile_ymm<4, kFlip>, tile_ymm<5, kFlip>, tile_ymm<6, kFlip>};
 
-// A packed kernel's tiles: `cols` output channels (a group of 16-channel
-// blocks) by up to kRows rows of A.
+// A packed kernel's tiles over N channels: groups of `cols` output
+// channels (16-channel blocks) by up to kRows rows of A, the last group
+// `last_cols` wide (N need only be a multiple of 16).
 struct Tiles {
   int64_t cols;
   const TileFn* fns;  // by row count
+  int64_t groups;
+  const TileFn* last_fns;
+  int64_t last_cols;
+  const TileFn* fns_of(int64_t g) const { return g == groups - 1 ? last_fns : fns; }
 };
 template <bool kFlip>
-Tiles tiles_of(GemmKernel kernel) {
-  if (kernel == GemmKernel::avx_vnni) return {16, kTilesYmm<kFlip>};
-  return {16 * kBlocks, kTiles<kFlip>};
+Tiles tiles_of(GemmKernel kernel, int64_t N) {
+  if (kernel == GemmKernel::avx_vnni) return {16, kTilesYmm<kFlip>, N / 16, kTilesYmm<kFlip>, 16};
+  const int64_t cols = 16 * kBlocks, groups = (N + cols - 1) / cols, last = N - (groups - 1) * cols;
+  return {cols, kTiles<kBlocks, kFlip>, groups, kTilesOfBlocks<kFlip>[last / 16], last};
 }
 
 // Group g's tile at rows [m0, m0 + rows) into C.
@@ -128,7 +139,7 @@ template <bool kFlip>
 void run_tile(const Tiles& t, int64_t rows, const uint8_t* A, int64_t lda, const PackedB& B, int64_t g, int32_t* C,
               int64_t ldc) {
   const int64_t block_stride = B.K4 * 64;
-  t.fns[rows](A, lda, B.data.data() + g * (t.cols / 16) * block_stride, block_stride, B.K, B.K4, C, ldc);
+  t.fns_of(g)[rows](A, lda, B.data.data() + g * (t.cols / 16) * block_stride, block_stride, B.K, B.K4, C, ldc);
 }
 
 template <bool kFlip>
@@ -136,8 +147,8 @@ void gemm_packed(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t lda, co
                  int64_t ldc) {
   QAT_CHECK(can_use_packed(kernel, B.N) && lda >= B.K && ldc >= B.N, "gemm_u8s8s32_packed: bad sizes N=", B.N,
             " K=", B.K, " lda=", lda, " ldc=", ldc);
-  const Tiles t = tiles_of<kFlip>(kernel);
-  const int64_t groups = B.N / t.cols, tiles = (M + kRows - 1) / kRows;
+  const Tiles t = tiles_of<kFlip>(kernel, B.N);
+  const int64_t groups = t.groups, tiles = (M + kRows - 1) / kRows;
   // Channel groups outermost: a group's weights (cols x K bytes) stay in L2
   // while every tile of A passes.
 #pragma omp parallel for collapse(2) schedule(static) if (M * B.N * B.K >= (1 << 20))
@@ -284,8 +295,9 @@ void check_vnni(GemmKernel kernel) {
 
 bool can_use_packed(GemmKernel kernel, int64_t N) {
   if (N <= 0 || !gemm_kernel_runs_here(kernel)) return false;
-  if (kernel == GemmKernel::avx512_vnni) return N % (16 * kBlocks) == 0;
-  return (kernel == GemmKernel::avx_vnni || kernel == GemmKernel::avx2 || is_amx(kernel)) && N % 16 == 0;
+  return (kernel == GemmKernel::avx512_vnni || kernel == GemmKernel::avx_vnni || kernel == GemmKernel::avx2 ||
+          is_amx(kernel)) &&
+         N % 16 == 0;
 }
 
 bool any_packed_kernel_here(int64_t N) {
@@ -341,8 +353,8 @@ void gemm_s8s8_packed_dequant(GemmKernel kernel, int64_t M, const int8_t* A, int
   check_vnni(kernel);
   QAT_CHECK(can_use_packed(kernel, B.N) && lda >= B.K && e.n <= B.N && ldo >= e.n, "gemm_s8s8_packed_dequant: bad sizes "
             "N=", B.N, " K=", B.K, " n=", e.n, " lda=", lda, " ldo=", ldo);
-  const Tiles tl = tiles_of<true>(kernel);
-  const int64_t groups = B.N / tl.cols, tiles = (M + kRows - 1) / kRows;
+  const Tiles tl = tiles_of<true>(kernel, B.N);
+  const int64_t groups = tl.groups, tiles = (M + kRows - 1) / kRows;
   const auto* a8 = reinterpret_cast<const uint8_t*>(A);
 #pragma omp parallel for collapse(2) schedule(static) if (M * B.N * B.K >= (1 << 20))
   for (int64_t t = 0; t < tiles; ++t)

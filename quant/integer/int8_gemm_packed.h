@@ -28,10 +28,9 @@ struct PackedB {
   bool empty() const { return data.empty(); }
 };
 
-// Whether `kernel` multiplies packed operands with N output columns: the
-// AVX-512 VNNI kernel N a multiple of 64, the AVX-VNNI, AVX2 and AMX kernels
-// of 16;
-// the CPU able to run it.
+// Whether `kernel` multiplies packed operands with N output columns: N a
+// multiple of 16 (the AVX-512 VNNI kernel's last group of channels 16, 32,
+// 48 or 64 wide), the CPU able to run it.
 bool can_use_packed(GemmKernel kernel, int64_t N);
 // Whether any kernel that runs here (gemm_kernels_here) takes N packed.
 bool any_packed_kernel_here(int64_t N);
