@@ -245,23 +245,41 @@ void im2col_nchw(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad,
   }
 }
 
-void col2im_nchw(const int32_t* acc, int64_t ldc, const int64_t* off, const Im2RowShape& s, int64_t* planes) {
-  const int64_t Hp = s.h + 2 * s.pad_h, Wp = s.w + 2 * s.pad_w, KK = s.kh * s.kw;
-  std::fill(planes, planes + s.c * Hp * Wp, int64_t{0});
-  for (int64_t oy = 0; oy < s.out_h; ++oy)
-    for (int64_t ox = 0; ox < s.out_w; ++ox) {
-      const int32_t* row = acc + (oy * s.out_w + ox) * ldc;
-      int64_t* corner = planes + oy * s.stride_h * Wp + ox * s.stride_w;
-      for (int64_t c = 0; c < s.c; ++c)
-        for (int64_t ki = 0; ki < s.kh; ++ki) {
-          const int64_t k0 = c * KK + ki * s.kw;
-          int64_t* at = corner + (c * Hp + ki * s.dil_h) * Wp;
-          if (off)
-            for (int64_t kj = 0; kj < s.kw; ++kj) at[kj * s.dil_w] += int64_t{row[k0 + kj]} - off[k0 + kj];
-          else
-            for (int64_t kj = 0; kj < s.kw; ++kj) at[kj * s.dil_w] += row[k0 + kj];
-        }
+// One output row's GEMM rows (ow x K, stride ldc) as K rows of ow values, in
+// 8 x 8 blocks (both sides read and written in runs).
+void transpose_row_block(const int32_t* rows, int64_t ldc, int64_t ow, int64_t K, int32_t* t) {
+  constexpr int64_t B = 8;
+  for (int64_t k0 = 0; k0 < K; k0 += B)
+    for (int64_t x0 = 0; x0 < ow; x0 += B) {
+      const int64_t kn = std::min(B, K - k0), xn = std::min(B, ow - x0);
+      for (int64_t x = 0; x < xn; ++x) {
+        const int32_t* r = rows + (x0 + x) * ldc + k0;
+        for (int64_t k = 0; k < kn; ++k) t[(k0 + k) * ow + x0 + x] = r[k];
+      }
     }
+}
+
+// Output row by output row: its GEMM rows transposed, so that each tap (c,
+// ki, kj) adds a run of ow values into one row of its plane (contiguous at
+// stride 1: vector adds) instead of three values per channel and position.
+void col2im_nchw(const int32_t* acc, int64_t ldc, const int64_t* off, const Im2RowShape& s, int64_t* planes) {
+  const int64_t Hp = s.h + 2 * s.pad_h, Wp = s.w + 2 * s.pad_w, KK = s.kh * s.kw, K = s.c * KK, OW = s.out_w;
+  std::fill(planes, planes + s.c * Hp * Wp, int64_t{0});
+  thread_local std::vector<int32_t> tile;
+  tile.resize(static_cast<size_t>(K * OW));
+  for (int64_t oy = 0; oy < s.out_h; ++oy) {
+    transpose_row_block(acc + oy * OW * ldc, ldc, OW, K, tile.data());
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t c = k / KK, ki = (k / s.kw) % s.kh, kj = k % s.kw;
+      int64_t* at = planes + (c * Hp + oy * s.stride_h + ki * s.dil_h) * Wp + kj * s.dil_w;
+      const int32_t* t = tile.data() + k * OW;
+      const int64_t o = off ? off[k] : 0;
+      if (s.stride_w == 1)
+        for (int64_t x = 0; x < OW; ++x) at[x] += int64_t{t[x]} - o;
+      else
+        for (int64_t x = 0; x < OW; ++x) at[x * s.stride_w] += int64_t{t[x]} - o;
+    }
+  }
 }
 
 void planes_to_float(const int64_t* planes, const Im2RowShape& s, double scale, float* out) {

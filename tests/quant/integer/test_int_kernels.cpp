@@ -255,5 +255,16 @@ TEST_CASE("NCHW im2row, im2col and col2im equal their definitions", "[quant][int
         if (y >= 0 && y < s.h && x >= 0 && x < s.w) want[(c * s.h + y) * s.w + x] += acc[p * K + k];
       }
     for (size_t i = 0; i < dx.size(); ++i) REQUIRE(dx[i] == static_cast<float>(0.5 * static_cast<double>(want[i])));
+    // The same rows with a wider stride and an offset per column (the
+    // shifted GEMM's correction): each value counts as acc - off[k].
+    const int64_t ldc = K + 5;
+    std::vector<int32_t> wide(static_cast<size_t>(P * ldc), 12345);
+    std::vector<int64_t> off(static_cast<size_t>(K));
+    for (int64_t k = 0; k < K; ++k) off[k] = static_cast<int64_t>(rng() % 4001) - 2000;
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t k = 0; k < K; ++k) wide[p * ldc + k] = static_cast<int32_t>(acc[p * K + k] + off[k]);
+    col2im_nchw(wide.data(), ldc, off.data(), s, planes.data());
+    planes_to_float(planes.data(), s, 0.5, dx.data());
+    for (size_t i = 0; i < dx.size(); ++i) REQUIRE(dx[i] == static_cast<float>(0.5 * static_cast<double>(want[i])));
   }
 }
