@@ -14,9 +14,7 @@
 
 namespace qat::quant::int8_cpu {
 
-bool packed_weight_grad(const Geom& g) {
-  return packed_backward() && g.M() <= (int64_t{1} << 16) && !g.depthwise();
-}
+bool packed_weight_grad(const Geom& g) { return packed_backward() && g.M() <= (int64_t{1} << 16) && !g.depthwise(); }
 
 namespace {
 
@@ -62,8 +60,7 @@ int64_t rows_per_block(int64_t row_len, int64_t rows) {
 
 // Quantizes dY (N, O, P) into G (O, M), row o holding the gradients of output
 // channel o; stats summed per row, rows in order (thread-count independent).
-GradQuantStats quantize_g(const float* dy, const Geom& g, const int8_math::GradQuantizer& q, int8_t* G,
-                          int64_t* gsum) {
+GradQuantStats quantize_g(const float* dy, const Geom& g, const int8_math::GradQuantizer& q, int8_t* G, int64_t* gsum) {
   QAT_PROFILE("int8_train.quantize_g");
   const int64_t O = g.o, P = g.P(), M = g.M();
   const GradStatsKernel kernel = best_grad_stats_kernel();
@@ -160,8 +157,8 @@ Tensor weight_grad_unpacked(const std::vector<uint8_t>& u, const ActGrid& grid, 
 // read as u - 128 with the column sums; G is read as G + 128 by the kernel;
 // the tiles leave it as floats: dWq = s (C - 128 colsum[k] + (128 - zx) gsum[o])
 // with the same double operations as above.
-Tensor weight_grad_packed(const uint8_t* rows, const ActGrid& grid, const int8_t* G, const int64_t* gsum,
-                          float scale_g, const Geom& g) {
+Tensor weight_grad_packed(const uint8_t* rows, const ActGrid& grid, const int8_t* G, const int64_t* gsum, float scale_g,
+                          const Geom& g) {
   const int64_t M = g.M(), K = g.K(), O = g.o;
   thread_local PackedB packed;
   std::vector<int32_t> sums(static_cast<size_t>((K + 63) / 64 * 64));
@@ -264,8 +261,62 @@ Tensor input_grad_packed(const int8_t* Gx, float scale_gx, const QuantCodes& wi,
   });
 }
 
+// Note [the input gradient as a convolution]
+// At stride 1, dX = s_Gx col2im(Gx W) is the convolution of Gx (O channels,
+// oh x ow, NHWC: the GEMM's rows) with W's taps turned around and its
+// channels swapped, padding d (k - 1) - p on each side:
+//   dX[c][y][x] = sum over o and taps (i, j) of
+//                 Gx[o][y + p - i d][x + p - j d] W[o][c][i][j]   (outside: 0)
+// as one GEMM per image of Gx's windows (h w rows of kh kw O bytes) by B
+// (c rows: B[c][(i', j', o)] = W[o][c][kh-1-i'][kw-1-j']). Its output is
+// h w x c, not oh ow x c kh kw: no col2im, and the GEMM's sums run over
+// kh kw O instead of O. The same integers (every sum exact: kh kw O 255 128
+// < 2^31), so the same floats as the col2im form. The packed kernel reads
+// Gx + 128 (padding: Gx = 0, read 128 as every other byte), hence
+// - 128 sum_k B[c][k].
+bool input_grad_as_conv(const Geom& g, GemmKernel kernel) {
+  return packed_backward() && !is_1x1(g) && !g.depthwise() && g.stride_h == 1 && g.stride_w == 1 &&
+         g.pad_h <= g.dil_h * (g.kh - 1) && g.pad_w <= g.dil_w * (g.kw - 1) && g.kh * g.kw * g.o <= 65536 &&
+         can_use_packed(kernel, g.c);
+}
+
+Tensor input_grad_conv(const int8_t* Gx, float scale_gx, const QuantCodes& wi, const Geom& g, GemmKernel kernel) {
+  QAT_PROFILE("int8_train.input_grad_conv");
+  const int64_t KK = g.kh * g.kw, O = g.o, C = g.c, KB = KK * O, K = g.K(), HW = g.h * g.w;
+  std::vector<int8_t> b(static_cast<size_t>(C * KB));
+  std::vector<int64_t> corr(static_cast<size_t>(C), 0);
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t t = 0; t < KK; ++t) {
+      const int64_t i = g.kh - 1 - t / g.kw, j = g.kw - 1 - t % g.kw;
+      int8_t* row = b.data() + c * KB + t * O;
+      for (int64_t o = 0; o < O; ++o) row[o] = wi.q[o * K + c * KK + i * g.kw + j];
+      for (int64_t o = 0; o < O; ++o) corr[c] += 128 * int64_t{row[o]};
+    }
+  const PackedB packed = pack_b_vnni(b.data(), C, KB, KB);
+  const Im2RowShape window{
+      g.oh,    g.ow,    O,   g.kh, g.kw, 1, 1, g.dil_h * (g.kh - 1) - g.pad_h, g.dil_w * (g.kw - 1) - g.pad_w,
+      g.dil_h, g.dil_w, g.h, g.w};
+  Tensor dx = Tensor::empty({g.n, C, g.h, g.w});
+  float* pd = dx.data<float>();
+  const double s = static_cast<double>(scale_gx);
+  const int64_t ldc = packed.N;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < g.n; ++n) {
+    uint8_t* rows = scratch<uint8_t>(kCol, HW * KB);
+    int32_t* acc = scratch<int32_t>(kAcc, HW * ldc);
+    im2row_u8_range(reinterpret_cast<const uint8_t*>(Gx + n * g.P() * O), window, 0, 0, HW, rows);
+    gemm_s8s8s32_packed_offset(kernel, HW, reinterpret_cast<const int8_t*>(rows), KB, packed, acc, ldc);
+    float* out = pd + n * C * HW;
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t q = 0; q < HW; ++q)
+        out[c * HW + q] = static_cast<float>(s * static_cast<double>(int64_t{acc[q * ldc + c]} - corr[c]));
+  }
+  return dx;
+}
+
 Tensor input_grad(const int8_t* Gx, float scale_gx, const QuantCodes& wi, const Geom& g) {
   QAT_PROFILE("int8_train.input_grad_gemm");
+  if (input_grad_as_conv(g, int8_gemm_kernel())) return input_grad_conv(Gx, scale_gx, wi, g, int8_gemm_kernel());
   if (packed_backward()) return input_grad_packed(Gx, scale_gx, wi, g);
   return input_grad_unpacked(Gx, scale_gx, wi, g, int8_gemm_kernel());
 }
@@ -344,9 +395,8 @@ Tensor CpuStages::weight_grad(const Saved& sv, const Codes& c, float scale) cons
                         : sv.rows.defined()    ? sv.rows.data<uint8_t>()
                         : is_1x1(g)            ? sv.u->data()
                                                : nullptr;
-  Tensor dw = g.depthwise()
-                  ? depthwise_weight_grad(*sv.u, sv.pad, sv.grid, c.q.data(), c.gsum.data(), scale, g)
-                  : int8_cpu::weight_grad(*sv.u, rows, sv.grid, c.q.data(), c.gsum.data(), scale, g, sv.pad);
+  Tensor dw = g.depthwise() ? depthwise_weight_grad(*sv.u, sv.pad, sv.grid, c.q.data(), c.gsum.data(), scale, g)
+                            : int8_cpu::weight_grad(*sv.u, rows, sv.grid, c.q.data(), c.gsum.data(), scale, g, sv.pad);
   if (sv.apply_ste) {
     // dw = dwq * mask, as fake_quantize's backward (NaN * 0 stays NaN).
     float* pd = dw.data<float>();
@@ -360,6 +410,8 @@ Tensor CpuStages::input_grad(const Saved& sv, const Codes& c, float scale) const
   return int8_cpu::input_grad(c.q.data(), scale, *sv.wi, sv.g);
 }
 
-Tensor CpuStages::bias_grad(const Saved& sv, const Tensor& dy) const { return int8_cpu::bias_grad(dy.data<float>(), sv.g); }
+Tensor CpuStages::bias_grad(const Saved& sv, const Tensor& dy) const {
+  return int8_cpu::bias_grad(dy.data<float>(), sv.g);
+}
 
 }  // namespace qat::quant::int8_cpu

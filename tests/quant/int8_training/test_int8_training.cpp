@@ -150,14 +150,26 @@ TEST_CASE("INT8 linear forward equals the float linear of the fake-quantized val
 // dWq[o][k] = (s_G s_x) (sum_m G[o][m] u[m][k] - zx sum_m G[o][m]) and
 // dXq[n][c][y][x] = s_Gx sum over the windows covering the pixel of Gx W,
 // computed here in int64 / double from the op's own integers.
+// Stride (2, 1) and 3 channels: the col2im form of the input gradient; stride
+// 1 with channels a multiple of 16: its convolution form (Note [the input
+// gradient as a convolution]) where the packed kernels run, with padding
+// below the kernel's reach and dilation.
 TEST_CASE("INT8 conv gradients equal the double backward of the quantized integers exactly", "[quant][int8train]") {
   Generator g(3);
   const ActGrid grid{0.03f, 17.0, 256};
-  const int64_t N = 2, C = 3, H = 7, W = 6, O = 5, KH = 3, KW = 2;
-  const Conv2dParams p{2, 1, 1, 1, 1, 1, 1};  // stride (2, 1), padding (1, 1)
+  struct Shape {
+    int64_t C, H, W, O, KH, KW;
+    Conv2dParams p;
+  };
+  const Shape shapes[] = {{3, 7, 6, 5, 3, 2, {2, 1, 1, 1, 1, 1, 1}},
+                          {16, 6, 5, 7, 3, 3, {1, 1, 1, 1, 1, 1, 1}},
+                          {32, 7, 7, 5, 3, 2, {1, 1, 2, 0, 2, 1, 1}}};
+  for (const Shape& sh : shapes)
   for (const GemmKernel kernel : testing::gemm_kernels_here()) {
     for (const GradRounding rounding : {GradRounding::stochastic, GradRounding::nearest}) {
-      INFO(enum_name(rounding) << " " << enum_name(kernel));
+      const int64_t N = 2, C = sh.C, H = sh.H, W = sh.W, O = sh.O, KH = sh.KH, KW = sh.KW;
+      const Conv2dParams& p = sh.p;
+      INFO(enum_name(rounding) << " " << enum_name(kernel) << " C " << C << " stride " << p.stride_h);
       KernelGuard kg(kernel);
       OnGrid in = on_grid({N, C, H, W}, grid, g);
       Weights w = int8_weights({O, C, KH, KW}, g);
@@ -186,7 +198,9 @@ TEST_CASE("INT8 conv gradients equal the double backward of the quantized intege
               for (int64_t n = 0; n < N; ++n)
                 for (int64_t oy = 0; oy < OH; ++oy)
                   for (int64_t ox = 0; ox < OW; ++ox) {
-                    const int64_t m = (n * OH + oy) * OW + ox, iy = oy * 2 - 1 + ki, ix = ox - 1 + kj;
+                    const int64_t m = (n * OH + oy) * OW + ox;
+                    const int64_t iy = oy * p.stride_h - p.pad_h + ki * p.dil_h;
+                    const int64_t ix = ox * p.stride_w - p.pad_w + kj * p.dil_w;
                     acc += st->last_g[o * M + m] * (u_at(n, c, iy, ix) - grid.zero);
                     if (iy >= 0 && iy < H && ix >= 0 && ix < W)
                       dx_sum[((n * C + c) * H + iy) * W + ix] +=
