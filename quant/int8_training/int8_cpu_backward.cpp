@@ -98,9 +98,13 @@ GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<flo
     thread_local RowBlock rb;
     rb.reset(1, L);
     float* row = rb.v.data();
-    for (int64_t o = 0; o < O; ++o) {
-      const float* src = dy + (n * O + o) * P;
-      for (int64_t p = 0; p < P; ++p) row[p * O + o] = src[p] * ws[o];
+    // (o, p) to (p, o), 64 positions at a time: their rows stay in L1 while every channel writes into them
+    for (int64_t p0 = 0; p0 < P; p0 += 64) {
+      const int64_t p1 = std::min(P, p0 + 64);
+      for (int64_t o = 0; o < O; ++o) {
+        const float* src = dy + (n * O + o) * P;
+        for (int64_t p = p0; p < p1; ++p) row[p * O + o] = src[p] * ws[o];
+      }
     }
     quantize_run(kernel, row, L, q.inv, q.qmax, q.rounding, q.mixed_key, static_cast<uint64_t>(n * L), Gx + n * L,
                  rb.qf.data());
@@ -306,10 +310,14 @@ Tensor input_grad_conv(const int8_t* Gx, float scale_gx, const QuantCodes& wi, c
     int32_t* acc = scratch<int32_t>(kAcc, HW * ldc);
     im2row_u8_range(reinterpret_cast<const uint8_t*>(Gx + n * g.P() * O), window, 0, 0, HW, rows);
     gemm_s8s8s32_packed_offset(kernel, HW, reinterpret_cast<const int8_t*>(rows), KB, packed, acc, ldc);
+    // NHWC sums to NCHW floats, 64 positions at a time (their sums stay in L1 while each channel's run is written)
     float* out = pd + n * C * HW;
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t q = 0; q < HW; ++q)
-        out[c * HW + q] = static_cast<float>(s * static_cast<double>(int64_t{acc[q * ldc + c]} - corr[c]));
+    for (int64_t q0 = 0; q0 < HW; q0 += 64) {
+      const int64_t q1 = std::min(HW, q0 + 64);
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t q = q0; q < q1; ++q)
+          out[c * HW + q] = static_cast<float>(s * static_cast<double>(int64_t{acc[q * ldc + c]} - corr[c]));
+    }
   }
   return dx;
 }
