@@ -141,9 +141,23 @@ Tensor batch_norm_cpu(const Setup& setup, const Tensor& x, const Tensor& s, cons
       for (int64_t c = 0; c < L.c; ++c) {
         DoubleLanes acc;
         for (int64_t n = 0; n < L.n; ++n) {
-          const float* p = in.plane(n, c);
-          if (!mu) acc.add(p, L.hw);
-          else acc.add_squared_deviations(p, L.hw, (*mu)[c]);
+          const float* p = in.raw(n, c);
+          if (in.s) {  // x * s in float, then in double: no product to fuse, so no plane to make
+            const float sc = in.s[c];
+            if (!mu) {
+              acc.add_terms(L.hw, [p, sc](int64_t i) { return static_cast<double>(p[i] * sc); });
+            } else {
+              const double m = (*mu)[c];
+              acc.add_terms(L.hw, [p, sc, m](int64_t i) {
+                const double d = static_cast<double>(p[i] * sc) - m;
+                return d * d;
+              });
+            }
+          } else if (!mu) {
+            acc.add(p, L.hw);
+          } else {
+            acc.add_squared_deviations(p, L.hw, (*mu)[c]);
+          }
         }
         out_sums[c] = acc.total();
       }
@@ -181,9 +195,14 @@ Tensor batch_norm_cpu(const Setup& setup, const Tensor& x, const Tensor& s, cons
     const float scale = istd[c] * (pw ? pw[c] : 1.f);
     const float shift = (pb ? pb[c] : 0.f) - mu * scale;
     for (int64_t n = 0; n < L.n; ++n) {
-      const float* p = in.plane(n, c);
+      const float* p = in.raw(n, c);
       float* q = po + (n * L.c + c) * L.hw;
-      for (int64_t i = 0; i < L.hw; ++i) q[i] = p[i] * scale + shift;
+      if (in.s) {  // (x * s) * scale + shift: the product rounded as the plane held it, then the same expression
+        const float sc = in.s[c];
+        for (int64_t i = 0; i < L.hw; ++i) q[i] = (p[i] * sc) * scale + shift;
+      } else {
+        for (int64_t i = 0; i < L.hw; ++i) q[i] = p[i] * scale + shift;
+      }
     }
   }
   if (training && rm) {
