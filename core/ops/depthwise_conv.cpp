@@ -1,5 +1,7 @@
 #include "core/ops/depthwise_conv.h"
 
+#include <type_traits>
+
 // Note [depthwise kernel]
 // Each (image, input channel) plane is loaded once into a zero-padded
 // PhasePlane (core/ops/conv_plane.h), where tap (ki, kj)'s window for output
@@ -18,13 +20,27 @@ namespace qat::conv_detail {
 
 namespace {
 
+// Rows of kW floats (kW = 0: g.ow, known at run time). MobileNetV2's maps
+// at 32 px are 32, 16, 8 and 4 wide: with the width a constant each row
+// operation is a few whole vectors, without a loop's prologue and tail,
+// which took most of the time on the narrow maps. The same operations in
+// the same order either way.
+template <int kW>
+int64_t row_width(const Geometry& g) {
+  return kW ? kW : g.ow;
+}
+
+template <int kW>
 void axpy(float* y, const float* x, float a, int64_t n) {
+  if constexpr (kW != 0) n = kW;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
 // y[i] += a[i] b[i]
+template <int kW>
 void fma_rows(float* y, const float* a, const float* b, int64_t n) {
+  if constexpr (kW != 0) n = kW;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] += a[i] * b[i];
 }
@@ -33,39 +49,57 @@ int64_t multiplier(const Geometry& g) { return g.o / g.c; }
 int64_t taps(const Geometry& g) { return g.kh * g.kw; }
 
 // out plane (OH x OW) = bias + the taps of w_oc over the loaded plane.
+template <int kW>
 void forward_plane(PhasePlane& plane, const float* w_oc, float bias, const Geometry& g, float* out) {
+  const int64_t ow = row_width<kW>(g);
   std::fill(out, out + g.p(), bias);
   for (int64_t ki = 0; ki < g.kh; ++ki)
     for (int64_t kj = 0; kj < g.kw; ++kj) {
       const float wt = w_oc[ki * g.kw + kj];
       const float* run = plane.tap(ki, kj);
-      for (int64_t oy = 0; oy < g.oh; ++oy) axpy(out + oy * g.ow, run + oy * plane.row_step(), wt, g.ow);
+      for (int64_t oy = 0; oy < g.oh; ++oy) axpy<kW>(out + oy * ow, run + oy * plane.row_step(), wt, ow);
     }
 }
 
 // The plane += the taps of w_oc spread by gy's plane.
+template <int kW>
 void input_grad_plane(PhasePlane& plane, const float* w_oc, const float* gy, const Geometry& g) {
+  const int64_t ow = row_width<kW>(g);
   for (int64_t ki = 0; ki < g.kh; ++ki)
     for (int64_t kj = 0; kj < g.kw; ++kj) {
       const float wt = w_oc[ki * g.kw + kj];
       float* run = plane.tap(ki, kj);
-      for (int64_t oy = 0; oy < g.oh; ++oy) axpy(run + oy * plane.row_step(), gy + oy * g.ow, wt, g.ow);
+      for (int64_t oy = 0; oy < g.oh; ++oy) axpy<kW>(run + oy * plane.row_step(), gy + oy * ow, wt, ow);
     }
 }
 
 // acc[tap] += the dot product of gy's plane with tap's windows: the
 // products summed down the rows into `lanes` (OW floats, vectorized with no
 // reduction across a row), then the lanes summed once per image.
+template <int kW>
 void weight_grad_plane(PhasePlane& plane, const float* gy, const Geometry& g, float* lanes, double* acc) {
+  const int64_t ow = row_width<kW>(g);
   for (int64_t ki = 0; ki < g.kh; ++ki)
     for (int64_t kj = 0; kj < g.kw; ++kj) {
       const float* run = plane.tap(ki, kj);
-      std::fill(lanes, lanes + g.ow, 0.f);
-      for (int64_t oy = 0; oy < g.oh; ++oy) fma_rows(lanes, gy + oy * g.ow, run + oy * plane.row_step(), g.ow);
+      std::fill(lanes, lanes + ow, 0.f);
+      for (int64_t oy = 0; oy < g.oh; ++oy) fma_rows<kW>(lanes, gy + oy * ow, run + oy * plane.row_step(), ow);
       float s = 0.f;
-      for (int64_t i = 0; i < g.ow; ++i) s += lanes[i];
+      for (int64_t i = 0; i < ow; ++i) s += lanes[i];
       acc[ki * g.kw + kj] += s;
     }
+}
+
+// f(std::integral_constant<int, W>) with W = ow where it is 4, 8, 16 or 32, else 0.
+template <class F>
+void with_row_width(int64_t ow, const F& f) {
+  switch (ow) {
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+    case 16: return f(std::integral_constant<int, 16>{});
+    case 32: return f(std::integral_constant<int, 32>{});
+    default: return f(std::integral_constant<int, 0>{});
+  }
 }
 
 }  // namespace
@@ -82,10 +116,12 @@ void depthwise_forward(const float* x, const float* w, const float* b, const Geo
     for (int64_t n = 0; n < g.n; ++n)
       for (int64_t c = 0; c < g.c; ++c) {
         plane.load(x + (n * g.c + c) * g.h * g.w);
-        for (int64_t j = 0; j < m; ++j) {
-          const int64_t oc = c * m + j;
-          forward_plane(plane, w + oc * T, b ? b[oc] : 0.f, g, out + (n * g.o + oc) * P);
-        }
+        with_row_width(g.ow, [&](auto kW) {
+          for (int64_t j = 0; j < m; ++j) {
+            const int64_t oc = c * m + j;
+            forward_plane<kW>(plane, w + oc * T, b ? b[oc] : 0.f, g, out + (n * g.o + oc) * P);
+          }
+        });
       }
   }
 }
@@ -101,10 +137,12 @@ void depthwise_backward(const float* gy, const float* x, const float* w, const G
       for (int64_t n = 0; n < g.n; ++n)
         for (int64_t c = 0; c < g.c; ++c) {
           plane.zero();
-          for (int64_t j = 0; j < m; ++j) {
-            const int64_t oc = c * m + j;
-            input_grad_plane(plane, w + oc * T, gy + (n * g.o + oc) * P, g);
-          }
+          with_row_width(g.ow, [&](auto kW) {
+            for (int64_t j = 0; j < m; ++j) {
+              const int64_t oc = c * m + j;
+              input_grad_plane<kW>(plane, w + oc * T, gy + (n * g.o + oc) * P, g);
+            }
+          });
           plane.add_into(dx + (n * g.c + c) * HW);
         }
     }
@@ -120,7 +158,10 @@ void depthwise_backward(const float* gy, const float* x, const float* w, const G
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int64_t n = 0; n < g.n; ++n) {
         plane.load(x + (n * g.c + c) * HW);
-        for (int64_t j = 0; j < m; ++j) weight_grad_plane(plane, gy + (n * g.o + c * m + j) * P, g, lanes.data(), &acc[j * T]);
+        with_row_width(g.ow, [&](auto kW) {
+          for (int64_t j = 0; j < m; ++j)
+            weight_grad_plane<kW>(plane, gy + (n * g.o + c * m + j) * P, g, lanes.data(), &acc[j * T]);
+        });
       }
       for (int64_t i = 0; i < m * T; ++i) dw[c * m * T + i] = static_cast<float>(acc[static_cast<size_t>(i)]);
     }

@@ -76,6 +76,10 @@ TEST_CASE("conv2d's direct depthwise kernel equals the dense convolution of its 
       {"multiplier 2, 5x5 dilation 2 pad 4", {2, 3, 12, 11}, {6, 1, 5, 5}, {1, 1, 4, 4, 2, 2}, false},
       {"2x3 kernel, stride (2, 1), no padding", {1, 4, 7, 9}, {4, 1, 2, 3}, {2, 1, 0, 0}, true},
       {"stride 3 wider than the kernel", {2, 2, 10, 10}, {2, 1, 2, 2}, {3, 3, 1, 1}, false},
+      // rows of 8, 16 and 32: the kernel's fixed-width rows (4 above)
+      {"rows of 8", {2, 4, 8, 8}, {4, 1, 3, 3}, {1, 1, 1, 1}, true},
+      {"rows of 16, multiplier 2", {2, 3, 6, 16}, {6, 1, 3, 3}, {1, 1, 1, 1}, false},
+      {"rows of 32, stride 2", {1, 3, 9, 64}, {3, 1, 3, 3}, {2, 2, 1, 1}, true},
   };
   uint64_t seed = 300;
   for (const DepthwiseCase& k : cases) {
