@@ -131,6 +131,34 @@ def evaluate(model, loader):
     return loss / n, correct / n
 
 
+def sgd_of(model, t):
+    """The config's SGD (momentum, Nesterov, weight decay off BN and biases
+    when train.no_decay_bn_bias)."""
+    return torch.optim.SGD(param_groups(model, t["lr"], t.get("weight_decay", 0), t.get("no_decay_bn_bias", False)),
+                           lr=t["lr"], momentum=t.get("momentum", 0.9), nesterov=t.get("nesterov", False))
+
+
+def train_epoch(model, opt, loader, t, epoch):
+    """One epoch of steps, lr on qat's cosine per step; returns (images,
+    loss sum, correct, seconds)."""
+    model.train()
+    epochs, steps = t["epochs"], len(loader)
+    t0, seen, loss_sum, correct = time.time(), 0, 0.0, 0
+    for i, (x, y) in enumerate(loader):
+        lr = 0.5 * t["lr"] * (1 + math.cos(math.pi * (epoch + i / steps) / epochs))  # qat's cosine, per step
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad()
+        out = model(x)
+        loss = nn.functional.cross_entropy(out, y)
+        loss.backward()
+        opt.step()
+        seen += y.numel()
+        loss_sum += loss.item() * y.numel()
+        correct += (out.argmax(1) == y).sum().item()
+    return seen, loss_sum, correct, time.time() - t0
+
+
 def train(a):
     cfg = yaml.safe_load(open(a.config))
     t = cfg["train"]
@@ -139,26 +167,10 @@ def train(a):
     model = make_model(cfg["model"]["name"], cfg["model"].get("num_classes", 10), cfg["model"].get("stem", "imagenet"))
     default_init(model)
     train_loader, val_loader = loaders(cfg, os.path.dirname(os.path.abspath(a.config)))
-    opt = torch.optim.SGD(param_groups(model, t["lr"], t.get("weight_decay", 0), t.get("no_decay_bn_bias", False)),
-                          lr=t["lr"], momentum=t.get("momentum", 0.9), nesterov=t.get("nesterov", False))
-    epochs, steps = t["epochs"], len(train_loader)
+    opt = sgd_of(model, t)
     rows = []
-    for epoch in range(epochs):
-        model.train()
-        t0, seen, loss_sum, correct = time.time(), 0, 0.0, 0
-        for i, (x, y) in enumerate(train_loader):
-            lr = 0.5 * t["lr"] * (1 + math.cos(math.pi * (epoch + i / steps) / epochs))  # qat's cosine, per step
-            for g in opt.param_groups:
-                g["lr"] = lr
-            opt.zero_grad()
-            out = model(x)
-            loss = nn.functional.cross_entropy(out, y)
-            loss.backward()
-            opt.step()
-            seen += y.numel()
-            loss_sum += loss.item() * y.numel()
-            correct += (out.argmax(1) == y).sum().item()
-        secs = time.time() - t0
+    for epoch in range(t["epochs"]):
+        seen, loss_sum, correct, secs = train_epoch(model, opt, train_loader, t, epoch)
         vl, vt = evaluate(model, val_loader)
         rows.append([epoch + 1, loss_sum / seen, correct / seen, vl, vt, seen / secs])
         print(f"epoch {epoch + 1}: train loss {loss_sum / seen:.4f} top-1 {100 * correct / seen:.2f}% | "

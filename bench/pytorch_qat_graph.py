@@ -29,10 +29,8 @@ no FBGEMM) and their top-1 agreement on the val set.
 import argparse
 import copy
 import csv
-import math
 import os
 import sys
-import time
 
 import numpy as np
 import torch
@@ -42,7 +40,7 @@ from torch.ao import quantization as tq
 from torchvision.models import quantization as qm
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results", "ptq"))
-from pytorch_graph_models import loaders, param_groups  # noqa: E402
+from pytorch_graph_models import loaders, sgd_of, train_epoch  # noqa: E402
 from pytorch_ptq import read_safetensors  # noqa: E402
 
 
@@ -115,26 +113,12 @@ def main():
     model.fuse_model(is_qat=True)
     model.qconfig = tq.get_default_qat_qconfig("onednn")
     tq.prepare_qat(model, inplace=True)
-    opt = torch.optim.SGD(param_groups(model, t["lr"], t.get("weight_decay", 0), t.get("no_decay_bn_bias", False)),
-                          lr=t["lr"], momentum=t.get("momentum", 0.9), nesterov=t.get("nesterov", False))
-    epochs, steps = t["epochs"], len(train_loader)
+    opt = sgd_of(model, t)
     rows = []
-    for epoch in range(epochs):
-        model.train()
+    for epoch in range(t["epochs"]):
         if freeze_bn and epoch + 1 >= freeze_bn:
             model.apply(torch.nn.intrinsic.qat.freeze_bn_stats)
-        t0, seen, loss_sum = time.time(), 0, 0.0
-        for i, (x, y) in enumerate(train_loader):
-            lr = 0.5 * t["lr"] * (1 + math.cos(math.pi * (epoch + i / steps) / epochs))  # qat's cosine, per step
-            for g in opt.param_groups:
-                g["lr"] = lr
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            seen += y.numel()
-            loss_sum += loss.item() * y.numel()
-        secs = time.time() - t0
+        seen, loss_sum, _, secs = train_epoch(model, opt, train_loader, t, epoch)
         pred, labels = predictions(model, val_loader)
         top1 = (pred == labels).float().mean().item()
         rows.append([epoch + 1, loss_sum / seen, top1, seen / secs])
