@@ -7,6 +7,10 @@ QLinearConv kernels). Prints images per second, the median of --repeats
 timed passes of --iters batches each.
 
     .venv-onnx/bin/python bench/onnx_time.py MODEL.onnx --res 128 --batch 32 --threads 2
+
+(Its timing loop is pytorch_int8_infer_bench.py's time_infer over a session
+instead of a module: that one imports torch, which the ONNX Runtime virtual
+environment does not have.)
 """
 import argparse
 import statistics

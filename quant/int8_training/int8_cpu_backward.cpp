@@ -293,8 +293,10 @@ Tensor input_grad_conv(const int8_t* Gx, float scale_gx, const QuantCodes& wi, c
     for (int64_t t = 0; t < KK; ++t) {
       const int64_t i = g.kh - 1 - t / g.kw, j = g.kw - 1 - t % g.kw;
       int8_t* row = b.data() + c * KB + t * O;
-      for (int64_t o = 0; o < O; ++o) row[o] = wi.q[o * K + c * KK + i * g.kw + j];
-      for (int64_t o = 0; o < O; ++o) corr[c] += 128 * int64_t{row[o]};
+      for (int64_t o = 0; o < O; ++o) {
+        row[o] = wi.q[o * K + c * KK + i * g.kw + j];
+        corr[c] += 128 * int64_t{row[o]};
+      }
     }
   const PackedB packed = pack_b_vnni(b.data(), C, KB, KB);
   const Im2RowShape window{

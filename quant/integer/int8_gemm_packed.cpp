@@ -118,20 +118,19 @@ constexpr TileFn kTilesYmm[kRows + 1] = {nullptr,           tile_ymm<1, kFlip>, 
 
 // A packed kernel's tiles over N channels: groups of `cols` output
 // channels (16-channel blocks) by up to kRows rows of A, the last group
-// `last_cols` wide (N need only be a multiple of 16).
+// narrower where N is not a multiple of cols (N need only be a multiple of 16).
 struct Tiles {
   int64_t cols;
   const TileFn* fns;  // by row count
   int64_t groups;
-  const TileFn* last_fns;
-  int64_t last_cols;
+  const TileFn* last_fns;  // the last group's
   const TileFn* fns_of(int64_t g) const { return g == groups - 1 ? last_fns : fns; }
 };
 template <bool kFlip>
 Tiles tiles_of(GemmKernel kernel, int64_t N) {
-  if (kernel == GemmKernel::avx_vnni) return {16, kTilesYmm<kFlip>, N / 16, kTilesYmm<kFlip>, 16};
+  if (kernel == GemmKernel::avx_vnni) return {16, kTilesYmm<kFlip>, N / 16, kTilesYmm<kFlip>};
   const int64_t cols = 16 * kBlocks, groups = (N + cols - 1) / cols, last = N - (groups - 1) * cols;
-  return {cols, kTiles<kBlocks, kFlip>, groups, kTilesOfBlocks<kFlip>[last / 16], last};
+  return {cols, kTiles<kBlocks, kFlip>, groups, kTilesOfBlocks<kFlip>[last / 16]};
 }
 
 // Group g's tile at rows [m0, m0 + rows) into C.

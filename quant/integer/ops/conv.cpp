@@ -109,7 +109,9 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
   for (int64_t n = 0; n < N; ++n)
     for (int64_t oh = 0; oh < OH; ++oh) {
       thread_local std::vector<int32_t> acc, sums;
-      acc.assign(static_cast<size_t>(OW * C), 0);
+      // (the vector kernel writes every accumulator of a position: no zeros needed)
+      if (blocked) acc.resize(static_cast<size_t>(OW * C));
+      else acc.assign(static_cast<size_t>(OW * C), 0);
       if (frac) sums.assign(acc.size(), 0);
       for (int64_t ow = 0; ow < OW; ++ow) {
         int32_t* a = acc.data() + ow * C;
