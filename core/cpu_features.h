@@ -52,7 +52,8 @@ inline bool cpu_has_avx2() {
 inline bool cpu_has_avx_vnni() {
   static const bool yes = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
-    return cpu_isa_allows(CpuIsa::avx_vnni) && cpu_has_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 && (a >> 4 & 1u) != 0;
+    return cpu_isa_allows(CpuIsa::avx_vnni) && cpu_has_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 &&
+           (a >> 4 & 1u) != 0;
   }();
   return yes;
 }
@@ -98,6 +99,24 @@ inline bool cpu_has_avx512_vnni() {
     return cpu_isa_allows(CpuIsa::avx512_vnni) && cpu_has_avx512bw() && __builtin_cpu_supports("avx512vnni");
   }();
   return yes;
+}
+
+// The vector lanes of a row kernel written once over its width (a float or
+// byte row on 16 or 8 float lanes): each the CPU has within the cap runs
+// (the tests run every one), the best by default.
+enum class RowLanes { scalar, avx2, avx512 };
+inline bool row_lanes_run_here(RowLanes lanes) {
+  switch (lanes) {
+    case RowLanes::avx512:
+      return cpu_has_avx512bw();
+    case RowLanes::avx2:
+      return cpu_has_avx2();
+    default:
+      return true;
+  }
+}
+inline RowLanes best_row_lanes() {
+  return cpu_has_avx512bw() ? RowLanes::avx512 : cpu_has_avx2() ? RowLanes::avx2 : RowLanes::scalar;
 }
 
 }  // namespace qat

@@ -44,6 +44,12 @@ struct CpuExec {
   }
 };
 
+// The add on the vector lanes (Note [the add in doubles]), in runs on the threads.
+Tensor integer_add_lanes(const Tensor& a, const Tensor& b, const AddRequant& r);
+inline Tensor integer_add(CpuExec&, const Tensor& a, const Tensor& b, const AddRequant& r) {
+  return integer_add_lanes(a, b, r);
+}
+
 // The op's tuned CPU kernel, when it has one.
 inline Tensor tuned_kernel(CpuExec& ex, const IntLayer& l, const Tensor& x) {
   const IntOpDef& def = int_op_def(l.op);

@@ -33,6 +33,10 @@
 #include "core/host_device.h"
 #include "core/tensor.h"
 
+namespace qat {
+enum class RowLanes;  // core/cpu_features.h (not included: CUDA sources include this header)
+}  // namespace qat
+
 namespace qat::quant {
 
 struct ActQuant;
@@ -51,8 +55,7 @@ struct AddRequant {
 // The constants for inputs on grids a and b and the output grid y; relu: the
 // add's ReLU as the lower clamp. Throws naming `who` when a grid is invalid or
 // a ratio s / s_y is 2^30 or more (no multiplier fits).
-AddRequant make_add_requant(const ActQuant& a, const ActQuant& b, const ActQuant& y, bool relu,
-                            const std::string& who);
+AddRequant make_add_requant(const ActQuant& a, const ActQuant& b, const ActQuant& y, bool relu, const std::string& who);
 
 // p / 2^t rounded half to even (floor division: p may be negative).
 QAT_HOST_DEVICE inline int64_t shift_round_half_even(int64_t p, int32_t t) {
@@ -97,12 +100,30 @@ struct ConcatSlice {
   }
 };
 
+// Note [the add in doubles]
+// On the CPU the add runs on double lanes. Every term of p is an integer;
+// when 255 (M_a + M_b) + |E| < 2^53 (add_exact_in_double; with the usual
+// ratios s / s_y near 1, t is about 31 and the bound about 2^40) the
+// products and sums are exact in double in any order (FMA contraction
+// included), p 2^-t is exact (a power of two, |x| < 2^51), and adding then
+// subtracting 1.5 2^52 rounds x to the nearest integer, ties to even, in
+// the default rounding mode: the same q as shift_round_half_even, for every
+// input. The clamps act on integers held exactly. Elsewhere (t near 62:
+// ratios of 2^-20 and less) the scalar body runs.
+bool add_exact_in_double(const AddRequant& r);
+
+// y[i] = add_requant_value(a[i], b[i], r) for i < n on the given lanes (the
+// tests run each the CPU has) or the best the CPU has; b null: the one-input
+// form (every b[i] = r.b_zero). One thread.
+void add_requant_run(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const AddRequant& r, RowLanes lanes);
+void add_requant_run(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const AddRequant& r);
+
 // y = the add of two u8 tensors of one shape, on the executor's device.
 template <class Exec>
 Tensor integer_add(Exec& ex, const Tensor& a, const Tensor& b, const AddRequant& r) {
   Tensor y = Tensor::empty(a.sizes(), DType::u8, Exec::device);
-  ex.each(a.numel(), AddBody{Exec::template ptr<uint8_t>(a), Exec::template ptr<uint8_t>(b),
-                             Exec::template ptr<uint8_t>(y), r});
+  ex.each(a.numel(),
+          AddBody{Exec::template ptr<uint8_t>(a), Exec::template ptr<uint8_t>(b), Exec::template ptr<uint8_t>(y), r});
   return y;
 }
 

@@ -80,17 +80,6 @@ void row_min_max_scalar(const float* row, int64_t n, float& lo, float& hi) {
   lo = mn, hi = mx;
 }
 
-bool row_lanes_run_here(RowLanes lanes) {
-  switch (lanes) {
-    case RowLanes::avx512:
-      return cpu_has_avx512bw();
-    case RowLanes::avx2:
-      return cpu_has_avx2();
-    default:
-      return true;
-  }
-}
-
 void row_min_max(const float* row, int64_t n, float& lo, float& hi, RowLanes lanes) {
   float mn = kInf, mx = -kInf;
   int64_t done = 0;
@@ -108,9 +97,7 @@ void row_min_max(const float* row, int64_t n, float& lo, float& hi, RowLanes lan
 }
 
 void row_min_max(const float* row, int64_t n, float& lo, float& hi) {
-  static const RowLanes best = cpu_has_avx512bw() ? RowLanes::avx512
-                               : cpu_has_avx2()   ? RowLanes::avx2
-                                                  : RowLanes::scalar;
+  static const RowLanes best = best_row_lanes();
   row_min_max(row, n, lo, hi, best);
 }
 

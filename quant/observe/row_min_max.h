@@ -9,14 +9,14 @@
 // with the sign of a zero result taken from the row's first zero.
 #include <cstdint>
 
+#include "core/cpu_features.h"
+
 namespace qat::quant {
 
 void row_min_max(const float* row, int64_t n, float& lo, float& hi);
 // The plain scan, for the tests and CPUs without AVX2.
 void row_min_max_scalar(const float* row, int64_t n, float& lo, float& hi);
 // With the lanes of one instruction set (the tests run each the CPU has).
-enum class RowLanes { scalar, avx2, avx512 };
-bool row_lanes_run_here(RowLanes lanes);
 void row_min_max(const float* row, int64_t n, float& lo, float& hi, RowLanes lanes);
 
 }  // namespace qat::quant

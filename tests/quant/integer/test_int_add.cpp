@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
-#include "tests/test_util.h"
-
+#include "core/cpu_features.h"
 #include "quant/integer/int_add.h"
 #include "quant/integer/integer_model.h"
 #include "quant/sim/math.h"
+#include "tests/test_util.h"
 
 using namespace qat;
 using namespace qat::quant;
@@ -66,9 +66,9 @@ Exact exact(const AddCase& c, const AddRequant& r, int32_t a, int32_t b) {
   const long double v = ra * (da - static_cast<long double>(c.a.zero_frac)) +
                         rb * (db - static_cast<long double>(c.b.zero_frac)) + c.y.zero_frac;
   const long double e = (c.y.zero_frac - c.a.zero_frac * ra - c.b.zero_frac * rb) * unit;
-  const long double slack = (std::abs(da) * std::abs(r.ma - ra * unit) + std::abs(db) * std::abs(r.mb - rb * unit) +
-                             std::abs(r.extra - e)) /
-                            unit;
+  const long double slack =
+      (std::abs(da) * std::abs(r.ma - ra * unit) + std::abs(db) * std::abs(r.mb - rb * unit) + std::abs(r.extra - e)) /
+      unit;
   return {v, slack, std::abs(ra * da) + std::abs(rb * db)};
 }
 
@@ -183,7 +183,8 @@ TEST_CASE("integer add on the CPU executor: every element by the rule, shapes an
   const int64_t n = 2 * 5 * 7 * 9;
   Tensor a = Tensor::empty({2, 5, 7, 9}, DType::u8), b = Tensor::empty({2, 5, 7, 9}, DType::u8);
   uint8_t *va = a.data<uint8_t>(), *vb = b.data<uint8_t>();
-  for (int64_t i = 0; i < n; ++i) va[i] = static_cast<uint8_t>(g.below(256)), vb[i] = static_cast<uint8_t>(g.below(256));
+  for (int64_t i = 0; i < n; ++i)
+    va[i] = static_cast<uint8_t>(g.below(256)), vb[i] = static_cast<uint8_t>(g.below(256));
   const Tensor y = integer_add_cpu(a, b, r, "layer1.0.add");
   REQUIRE(y.sizes() == a.sizes());
   for (int64_t i = 0; i < n; ++i) REQUIRE(y.data<uint8_t>()[i] == add_requant_value(va[i], vb[i], r));
@@ -193,4 +194,55 @@ TEST_CASE("integer add on the CPU executor: every element by the rule, shapes an
                       Contains("layer2.1.add") && Contains("no fixed-point multiplier fits"));
   REQUIRE_THROWS_WITH(make_add_requant(grid(0.1f, 0), grid(-0.1f, 0), grid(0.1f, 0), false, "layer2.1.add"),
                       Contains("layer2.1.add") && Contains("valid grids"));
+}
+
+TEST_CASE("integer add on vector lanes: the scalar body's value on every pair of inputs, at every offset and tail",
+          "[quant][integer][add]") {
+  std::vector<AddCase> all = cases();
+  // t = 62 (ratios about 2^-31): not exact in double, so the scalar body runs.
+  all.push_back({"t = 62: the scalar fallback", grid(1e-9f, 0), grid(1e-9f, 3), grid(2.0f, 5, false, 0.3f)});
+  for (const AddCase& c : all) {
+    SECTION(c.name) {
+      const AddRequant r = make_add_requant(c.a, c.b, c.y, c.relu, "test add");
+      REQUIRE(add_exact_in_double(r) == !c.name.starts_with("t = 62"));
+      std::vector<uint8_t> a, b, want;
+      for (int32_t x = 0; x < 256; ++x)
+        for (int32_t z = 0; z < 256; ++z) {
+          a.push_back(static_cast<uint8_t>(x)), b.push_back(static_cast<uint8_t>(z));
+          want.push_back(add_requant_value(x, z, r));
+        }
+      const int64_t n = static_cast<int64_t>(a.size());
+      for (const RowLanes lanes : {RowLanes::scalar, RowLanes::avx2, RowLanes::avx512}) {
+        if (!row_lanes_run_here(lanes)) {
+          WARN("this CPU lacks lanes " << static_cast<int>(lanes) << ": not tested here");
+          continue;
+        }
+        for (const int64_t skip : {0, 1, 7}) {  // misaligned starts and a tail of every length below 16
+          std::vector<uint8_t> y(a.size(), 0xAB);
+          add_requant_run(a.data() + skip, b.data() + skip, y.data() + skip, n - skip - skip % 5, r, lanes);
+          for (int64_t i = 0; i < n; ++i) {
+            INFO("lanes " << static_cast<int>(lanes) << " a " << int{a[i]} << " b " << int{b[i]} << " skip " << skip);
+            REQUIRE(y[i] == (i < skip || i >= n - skip % 5 ? 0xAB : want[i]));
+          }
+        }
+        // The one-input form (a concat's branch): b taken as its zero point.
+        std::vector<uint8_t> values(256), y(256);
+        for (int32_t x = 0; x < 256; ++x) values[static_cast<size_t>(x)] = static_cast<uint8_t>(x);
+        add_requant_run(values.data(), nullptr, y.data(), 256, r, lanes);
+        for (int32_t x = 0; x < 256; ++x) REQUIRE(y[static_cast<size_t>(x)] == add_requant_value(x, r.b_zero, r));
+      }
+    }
+  }
+}
+
+TEST_CASE("integer add on the CPU executor: a tensor large enough for the threads", "[quant][integer][add]") {
+  const AddCase c = cases()[8];  // LSQ+ grids: a nonzero E
+  const AddRequant r = make_add_requant(c.a, c.b, c.y, false, "layer1.0.add");
+  Generator g(9);
+  Tensor a = Tensor::empty({4, 16, 16, 67}, DType::u8), b = Tensor::empty({4, 16, 16, 67}, DType::u8);
+  uint8_t *va = a.data<uint8_t>(), *vb = b.data<uint8_t>();
+  for (int64_t i = 0; i < a.numel(); ++i)
+    va[i] = static_cast<uint8_t>(g.below(256)), vb[i] = static_cast<uint8_t>(g.below(256));
+  const Tensor y = integer_add_cpu(a, b, r, "layer1.0.add");
+  for (int64_t i = 0; i < a.numel(); ++i) REQUIRE(y.data<uint8_t>()[i] == add_requant_value(va[i], vb[i], r));
 }

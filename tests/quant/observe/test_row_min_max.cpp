@@ -1,13 +1,12 @@
 // The vectorised row min/max against the scalar scan it replaces, bit for
 // bit (sign of zero included), on every length around the vector widths.
-#include "tests/test_util.h"
-
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
 
 #include "quant/observe/row_min_max.h"
+#include "tests/test_util.h"
 
 using namespace qat;
 
@@ -24,8 +23,8 @@ void require_same_as_scan(const std::vector<float>& row) {
   float lo, hi, slo, shi;
   const int64_t n = static_cast<int64_t>(row.size());
   quant::row_min_max_scalar(row.data(), n, slo, shi);
-  for (const quant::RowLanes lanes : {quant::RowLanes::avx2, quant::RowLanes::avx512}) {
-    if (!quant::row_lanes_run_here(lanes)) continue;
+  for (const RowLanes lanes : {RowLanes::avx2, RowLanes::avx512}) {
+    if (!row_lanes_run_here(lanes)) continue;
     quant::row_min_max(row.data(), n, lo, hi, lanes);
     INFO("lanes " << static_cast<int>(lanes) << " n " << n << " scan " << slo << " " << shi << " got " << lo << " "
                   << hi);
@@ -40,8 +39,8 @@ void require_same_as_scan(const std::vector<float>& row) {
 }  // namespace
 
 TEST_CASE("row min/max equals the scalar scan on every length, NaN, inf and both zeros", "[observer]") {
-  for (const quant::RowLanes lanes : {quant::RowLanes::avx2, quant::RowLanes::avx512})
-    if (!quant::row_lanes_run_here(lanes)) WARN("this CPU lacks lanes " << static_cast<int>(lanes) << ": not tested here");
+  for (const RowLanes lanes : {RowLanes::avx2, RowLanes::avx512})
+    if (!row_lanes_run_here(lanes)) WARN("this CPU lacks lanes " << static_cast<int>(lanes) << ": not tested here");
   constexpr float kNaN = std::numeric_limits<float>::quiet_NaN(), kInf = std::numeric_limits<float>::infinity();
   std::mt19937 gen(7);
   std::normal_distribution<float> normal(0.f, 1.f);
