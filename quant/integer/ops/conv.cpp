@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/aligned_vector.h"
@@ -28,7 +29,12 @@ namespace {
 // Without the LSQ+ term, with AVX2 or AVX-512, one output position's
 // channels go in blocks of 4 vectors held in registers across all its taps
 // (depthwise_lanes.inc); the accumulators are stored once per position, not
-// loaded and stored once per tap.
+// loaded and stored once per tap. That suits wide rows (4 vectors and more);
+// the interior of a row, where every horizontal tap is inside the image,
+// goes four outputs at a time for each vector of channels instead, each
+// tap's weights loaded once for the four and no tap list built per position
+// (MobileNetV2's 32-channel layer at 64x64, batch 32: 2.17 -> 0.99 ms). The
+// row's edges keep the per-position kernel.
 
 // The taps of one output position that fall inside the image: each one's
 // first input byte and its weight row (w - z_w, (tap, channel)).
@@ -36,6 +42,17 @@ struct DepthwiseTaps {
   const uint8_t* x[64];
   const int32_t* w[64];
   int count = 0;
+};
+
+// One output row's taps by rows: each tap row inside the image, its first
+// input byte (column 0) and its weights (w - z_w, (kj, channel)); the
+// horizontal geometry in positions. The interior kernel takes the outputs
+// whose every horizontal tap is inside.
+struct DepthwiseRow {
+  const uint8_t* x[64];
+  const int32_t* w[64];
+  int rows = 0;
+  int64_t C, kw, stride, pad, dil;
 };
 
 namespace avx512 {
@@ -47,10 +64,11 @@ struct Lanes {
   QAT_DW_TARGET static I zero() { return _mm512_setzero_si512(); }
   QAT_DW_TARGET static I add(I a, I b) { return _mm512_add_epi32(a, b); }
   QAT_DW_TARGET static void store(int32_t* p, I v) { _mm512_storeu_si512(p, v); }
-  QAT_DW_TARGET static I term(const uint8_t* x, const int32_t* w, I zx) {
+  QAT_DW_TARGET static I weights(const int32_t* w) { return _mm512_loadu_si512(w); }
+  QAT_DW_TARGET static I term(const uint8_t* x, I w, I zx) {
     // (the zero-masked form with every lane live: GCC 12 warns about the plain one's undefined operand)
     const I xv = _mm512_maskz_cvtepu8_epi32(0xFFFF, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
-    return _mm512_mullo_epi32(_mm512_sub_epi32(xv, zx), _mm512_loadu_si512(w));
+    return _mm512_mullo_epi32(_mm512_sub_epi32(xv, zx), w);
   }
 };
 #include "quant/integer/ops/depthwise_lanes.inc"
@@ -66,22 +84,36 @@ struct Lanes {
   QAT_DW_TARGET static I zero() { return _mm256_setzero_si256(); }
   QAT_DW_TARGET static I add(I a, I b) { return _mm256_add_epi32(a, b); }
   QAT_DW_TARGET static void store(int32_t* p, I v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
-  QAT_DW_TARGET static I term(const uint8_t* x, const int32_t* w, I zx) {
+  QAT_DW_TARGET static I weights(const int32_t* w) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)); }
+  QAT_DW_TARGET static I term(const uint8_t* x, I w, I zx) {
     const I xv = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x)));
-    return _mm256_mullo_epi32(_mm256_sub_epi32(xv, zx), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
+    return _mm256_mullo_epi32(_mm256_sub_epi32(xv, zx), w);
   }
 };
 #include "quant/integer/ops/depthwise_lanes.inc"
 #undef QAT_DW_TARGET
 }  // namespace avx2
 
-// The vector kernel of one position this CPU runs (none without AVX2: the tap-by-tap loop).
-using DepthwisePositionFn = void (*)(const DepthwiseTaps&, int32_t, int64_t, int32_t*);
-DepthwisePositionFn best_depthwise_position() {
-  static const DepthwisePositionFn best = cpu_has_avx512bw() ? &avx512::position
-                                          : cpu_has_avx2()   ? &avx2::position
-                                                             : nullptr;
+// The vector kernels this CPU runs (none without AVX2: the tap-by-tap loop).
+struct DepthwiseKernels {
+  void (*position)(const DepthwiseTaps&, int32_t, int64_t, int32_t*) = nullptr;
+  void (*interior)(const DepthwiseRow&, int32_t, int64_t, int64_t, int32_t*) = nullptr;
+};
+DepthwiseKernels best_depthwise_kernels() {
+  static const DepthwiseKernels best = cpu_has_avx512bw() ? DepthwiseKernels{&avx512::position, &avx512::interior}
+                                       : cpu_has_avx2()   ? DepthwiseKernels{&avx2::position, &avx2::interior}
+                                                          : DepthwiseKernels{};
   return best;
+}
+
+// The outputs [begin, end) of a row whose every horizontal tap is inside an
+// image of width W (begin = end where none is).
+std::pair<int64_t, int64_t> interior_outputs(int64_t W, int64_t OW, int64_t kw, int64_t stride, int64_t pad,
+                                             int64_t dil) {
+  const int64_t begin = std::min((pad + stride - 1) / stride, OW);
+  const int64_t last = W - 1 - (kw - 1) * dil + pad;  // ow stride must not pass it
+  const int64_t end = last < 0 ? begin : std::clamp(last / stride + 1, begin, OW);
+  return {begin, end};
 }
 
 Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
@@ -100,8 +132,9 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
   const RequantPlan plan = make_requant_plan(rq, C);
   const std::vector<int64_t> frac_m0 = fractional_weight_m0(l);
   const bool frac = !frac_m0.empty();
-  const DepthwisePositionFn position = best_depthwise_position();
-  const bool blocked = !frac && taps <= 64 && position != nullptr;
+  const DepthwiseKernels kernels = best_depthwise_kernels();
+  const bool blocked = !frac && taps <= 64 && kernels.position != nullptr;
+  const auto [inner_begin, inner_end] = interior_outputs(W, OW, KW, p.stride_w, p.pad_w, p.dil_w);
   Tensor y = Tensor::empty({N, OH, OW, C}, DType::u8);
   const uint8_t* xd = x.data<uint8_t>();
   uint8_t* yd = y.data<uint8_t>();
@@ -110,10 +143,22 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
     for (int64_t oh = 0; oh < OH; ++oh) {
       thread_local std::vector<int32_t> acc, sums;
       // (the vector kernel writes every accumulator of a position: no zeros needed)
-      if (blocked) acc.resize(static_cast<size_t>(OW * C));
-      else acc.assign(static_cast<size_t>(OW * C), 0);
+      if (blocked)
+        acc.resize(static_cast<size_t>(OW * C));
+      else
+        acc.assign(static_cast<size_t>(OW * C), 0);
       if (frac) sums.assign(acc.size(), 0);
+      if (blocked) {
+        DepthwiseRow g{{}, {}, 0, C, KW, p.stride_w, p.pad_w, p.dil_w};
+        for (int64_t ki = 0; ki < KH; ++ki) {
+          const int64_t ih = oh * p.stride_h - p.pad_h + ki * p.dil_h;
+          if (ih < 0 || ih >= H) continue;
+          g.x[g.rows] = xd + (n * H + ih) * W * C, g.w[g.rows] = wt.data() + ki * KW * C, ++g.rows;
+        }
+        kernels.interior(g, zx, inner_begin, inner_end, acc.data());
+      }
       for (int64_t ow = 0; ow < OW; ++ow) {
+        if (blocked && ow >= inner_begin && ow < inner_end) continue;  // (done above)
         int32_t* a = acc.data() + ow * C;
         DepthwiseTaps in;
         for (int64_t ki = 0; ki < KH; ++ki) {
@@ -133,7 +178,7 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
               for (int64_t c = 0; c < C; ++c) sums[ow * C + c] += static_cast<int32_t>(xr[c]) - zx;
           }
         }
-        if (blocked) position(in, zx, C, a);
+        if (blocked) kernels.position(in, zx, C, a);
       }
       uint8_t* out = yd + (n * OH + oh) * OW * C;
       if (!frac) {

@@ -6,11 +6,10 @@
 // executors' generic code (the CUDA twin's) both.
 #include <random>
 
-#include "tests/host_exec.h"
-#include "tests/test_util.h"
-
 #include "quant/integer/int_forward.h"
 #include "quant/integer/integer_model.h"
+#include "tests/host_exec.h"
+#include "tests/test_util.h"
 
 using namespace qat;
 using namespace qat::quant;
@@ -41,7 +40,8 @@ IntLayer depthwise_layer(const DwCase& k, std::mt19937& rng) {
   l.relu = k.relu;
   l.weight = Tensor::empty({k.c, k.kh, k.kw, 1}, DType::i8);
   for (int64_t i = 0; i < l.weight.numel(); ++i)  // the grid's ends often
-    l.weight.data<int8_t>()[i] = static_cast<int8_t>(rng() % 4 == 0 ? (rng() % 2 ? 127 : -128) : int(rng() % 256) - 128);
+    l.weight.data<int8_t>()[i] =
+        static_cast<int8_t>(rng() % 4 == 0 ? (rng() % 2 ? 127 : -128) : int(rng() % 256) - 128);
   l.weight_scale = Tensor::full({k.c}, 0.01f);
   l.weight_zero_point = Tensor::empty({k.c}, DType::i32);
   l.weight_zero_frac = Tensor::full({k.c}, k.frac_w);
@@ -96,12 +96,14 @@ TEST_CASE("integer depthwise convolution equals its definition on edge cases", "
       // 108 channels: the vector kernels' blocks of 4 vectors, single vectors and the channel tail
       {"wide rows", 108, 3, 3, 1, 1, 1, 200, 5, 0.f, true, 1 << 30, 6},
       {"wide rows, 5x5, saturating", 108, 5, 5, 2, 2, 1, 128, 0, 0.f, false, 2147483000, -2},
+      {"wide rows, dilation 2", 40, 3, 3, 1, 2, 2, 17, 0, 0.f, false, 1200000000, 9},
   };
   std::mt19937 rng(5);
   for (const DwCase& k : cases) {
     SECTION(k.name) {
       const IntLayer l = depthwise_layer(k, rng);
-      const int64_t N = 2, H = 11, W = 9;
+      const int64_t N = 2, H = 11,
+                    W = 21;  // rows wide enough for the interior kernel's blocks of 4 outputs at stride 2
       Tensor x = Tensor::empty({N, H, W, k.c}, DType::u8);
       for (int64_t i = 0; i < x.numel(); ++i)
         x.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 3 == 0 ? (rng() % 2 ? 255 : 0) : rng() % 256);
