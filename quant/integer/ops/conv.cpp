@@ -134,7 +134,9 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
   const bool frac = !frac_m0.empty();
   const DepthwiseKernels kernels = best_depthwise_kernels();
   const bool blocked = !frac && taps <= 64 && kernels.position != nullptr;
-  const auto [inner_begin, inner_end] = interior_outputs(W, OW, KW, p.stride_w, p.pad_w, p.dil_w);
+  // (plain variables: Clang cannot capture structured bindings into an OpenMP region)
+  const std::pair<int64_t, int64_t> inner = interior_outputs(W, OW, KW, p.stride_w, p.pad_w, p.dil_w);
+  const int64_t inner_begin = inner.first, inner_end = inner.second;
   Tensor y = Tensor::empty({N, OH, OW, C}, DType::u8);
   const uint8_t* xd = x.data<uint8_t>();
   uint8_t* yd = y.data<uint8_t>();
