@@ -126,7 +126,13 @@ struct Lanes {
   QAT_GR_TARGET static Ints quantize(const float* v, const Consts& c, uint64_t index, Live live, int64_t) {
     return quantize_x16<R>(_mm512_maskz_loadu_ps(live, v), c.inv, c.hi, c.key, index, live);
   }
+  // Plain stores but in the tail (vpmovdb to memory with a mask stalls).
   QAT_GR_TARGET static void store(int8_t* q, float* qf, Ints k, Live live, int64_t) {
+    if (live == 0xFFFF) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(k));
+      _mm512_storeu_ps(qf, _mm512_cvtepi32_ps(k));
+      return;
+    }
     _mm512_mask_cvtepi32_storeu_epi8(q, live, k);
     _mm512_mask_storeu_ps(qf, live, _mm512_cvtepi32_ps(k));
   }

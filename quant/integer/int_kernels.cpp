@@ -1,16 +1,15 @@
 #include "quant/integer/int_kernels.h"
 
-#include "quant/integer/int_math.h"
-#include "quant/integer/simd.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-#include "core/window.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "core/window.h"
+#include "quant/integer/int_math.h"
+#include "quant/integer/simd.h"
 
 namespace qat::quant {
 
@@ -41,6 +40,11 @@ __attribute__((target("avx512f,avx512bw"))) void requantize_rows_avx512(const in
   const __m512i zero = _mm512_set1_epi32(q.params.out_zero), lo = _mm512_set1_epi32(q.params.lo),
                 hi = _mm512_set1_epi32(q.params.hi);
   const int64_t n = q.n;
+  // The plan's arrays in locals: the byte stores may alias anything, so the
+  // compiler would reload each vector's data pointer after every store.
+  const int32_t *add32 = q.add32.data(), *e = q.e.data(), *m0s = q.m0.data();
+  const int64_t *add_even = q.add_even.data(), *add_odd = q.add_odd.data();
+  const int64_t *t_even = q.t_even.data(), *t_odd = q.t_odd.data();
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t* a = acc + r * n;
     uint8_t* o = out + r * n;
@@ -49,21 +53,24 @@ __attribute__((target("avx512f,avx512bw"))) void requantize_rows_avx512(const in
       const __m512i x = _mm512_maskz_loadu_epi32(m, a + c);
       __m512i v;
       if constexpr (kShift) {
-        v = _mm512_srav_epi32(_mm512_add_epi32(x, _mm512_loadu_si512(q.add32.data() + c)),
-                              _mm512_loadu_si512(q.e.data() + c));
+        v = _mm512_srav_epi32(_mm512_add_epi32(x, _mm512_loadu_si512(add32 + c)), _mm512_loadu_si512(e + c));
       } else {
-        const __m512i m0 = _mm512_loadu_si512(q.m0.data() + c);
-        const __m512i even = _mm512_srav_epi64(
-            _mm512_add_epi64(_mm512_mul_epi32(x, m0), _mm512_loadu_si512(q.add_even.data() + blk)),
-            _mm512_loadu_si512(q.t_even.data() + blk));
-        const __m512i odd = _mm512_srav_epi64(
-            _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m0, 32)),
-                             _mm512_loadu_si512(q.add_odd.data() + blk)),
-            _mm512_loadu_si512(q.t_odd.data() + blk));
+        const __m512i m0 = _mm512_loadu_si512(m0s + c);
+        const __m512i even =
+            _mm512_srav_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m0), _mm512_loadu_si512(add_even + blk)),
+                              _mm512_loadu_si512(t_even + blk));
+        const __m512i odd =
+            _mm512_srav_epi64(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m0, 32)),
+                                               _mm512_loadu_si512(add_odd + blk)),
+                              _mm512_loadu_si512(t_odd + blk));
         v = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
       }
       v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zero), lo), hi);
-      _mm512_mask_cvtepi32_storeu_epi8(o + c, m, v);
+      // a plain store but in the tail (vpmovdb to memory with a mask stalls)
+      if (m == 0xFFFF)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c), _mm512_cvtepi32_epi8(v));
+      else
+        _mm512_mask_cvtepi32_storeu_epi8(o + c, m, v);
     }
   }
 }
@@ -99,22 +106,26 @@ QAT_AVX2_TARGET void requantize_rows_avx2(const int32_t* acc, int64_t rows, cons
   const __m256i zero = _mm256_set1_epi32(q.params.out_zero), lo = _mm256_set1_epi32(q.params.lo),
                 hi = _mm256_set1_epi32(q.params.hi);
   const int64_t n = q.n;
+  // (the plan's arrays in locals, as requantize_rows_avx512)
+  const int32_t *add32 = q.add32.data(), *e = q.e.data(), *m0s = q.m0.data();
+  const int64_t *add_even = q.add_even.data(), *add_odd = q.add_odd.data();
+  const int64_t *t_even = q.t_even.data(), *t_odd = q.t_odd.data();
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t* a = acc + r * n;
     for (int64_t c = 0; c < n; c += 8) {
       const __m256i x = _mm256_maskload_epi32(a + c, simd::live_lanes(n - c));
       __m256i v;
       if constexpr (kShift) {
-        v = _mm256_srav_epi32(_mm256_add_epi32(x, load(q.add32.data() + c)), load(q.e.data() + c));
+        v = _mm256_srav_epi32(_mm256_add_epi32(x, load(add32 + c)), load(e + c));
       } else {
-        const __m256i m0 = load(q.m0.data() + c);
+        const __m256i m0 = load(m0s + c);
         const int64_t blk = c / 2;  // the even (odd) channels c, c + 2, .. as 4 consecutive 64-bit entries
-        const __m256i even = floor_shift64(_mm256_add_epi64(_mm256_mul_epi32(x, m0), load(q.add_even.data() + blk)),
-                                           load(q.t_even.data() + blk));
-        const __m256i odd = floor_shift64(
-            _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(m0, 32)),
-                             load(q.add_odd.data() + blk)),
-            load(q.t_odd.data() + blk));
+        const __m256i even =
+            floor_shift64(_mm256_add_epi64(_mm256_mul_epi32(x, m0), load(add_even + blk)), load(t_even + blk));
+        const __m256i odd =
+            floor_shift64(_mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(m0, 32)),
+                                           load(add_odd + blk)),
+                          load(t_odd + blk));
         v = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
       }
       store_u8x8(_mm256_add_epi32(v, zero), lo, hi, out + r * n + c, n - c);
@@ -169,7 +180,6 @@ void requantize_rows(const int32_t* acc, int64_t rows, const RequantPlan& q, uin
   for (int64_t r = 0; r < rows; ++r) requantize_row_reference(acc + r * q.n, q.n, q.params, out + r * q.n);
 }
 
-
 namespace {
 // dst = max(dst, src) over n bytes; restrict lets the compiler use vector max.
 void max_into(uint8_t* __restrict dst, const uint8_t* __restrict src, int64_t n) {
@@ -185,7 +195,8 @@ void max_pool_u8(const uint8_t* x, const PoolShape& s, uint8_t* y) {
       for (int64_t ow = 0; ow < s.out_w; ++ow) {
         uint8_t* dst = y + ((b * s.out_h + oh) * s.out_w + ow) * s.c;
         std::memset(dst, 0, static_cast<size_t>(s.c));
-        int_math::each_pool_tap(oh, ow, s, [&](int64_t ih, int64_t iw) { max_into(dst, img + (ih * s.w + iw) * s.c, s.c); });
+        int_math::each_pool_tap(oh, ow, s,
+                                [&](int64_t ih, int64_t iw) { max_into(dst, img + (ih * s.w + iw) * s.c, s.c); });
       }
     }
   }
@@ -258,7 +269,8 @@ void quantize_input(const float* x, int64_t n, int64_t c, int64_t h, int64_t w, 
             run[j] = int_math::quantize_input_value(src[j], inv, frac, z, lo, hi, offset);  // NaN: z
         }
         uint8_t* dst = y + (b * h + i) * w * c;
-        if (c == 3) interleave3(runs.data(), runs.data() + w, runs.data() + 2 * w, w, dst);
+        if (c == 3)
+          interleave3(runs.data(), runs.data() + w, runs.data() + 2 * w, w, dst);
         else
           for (int64_t j = 0; j < w; ++j)
             for (int64_t ch = 0; ch < c; ++ch) dst[j * c + ch] = runs[ch * w + j];
