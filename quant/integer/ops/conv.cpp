@@ -197,6 +197,26 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
   return y;
 }
 
+// How a convolution's (image, chunk of positions) items go to the threads.
+// With at least as many images as threads, whole images each (the GEMM
+// inside on one thread). With fewer, each image's positions are split so
+// that every thread gets whole chunks, patches and output stage included,
+// not a share of one parallel GEMM after a serial im2row (ResNet-18's
+// layer 1 at batch 1) -- unless the pieces would be under kMinChunkRows
+// positions, where one parallel GEMM at a time shares the weights better.
+struct ConvWork {
+  int64_t chunk;
+  bool chunks_on_threads;
+};
+constexpr int64_t kMinChunkRows = 64;
+ConvWork conv_work(int64_t N, int64_t P, int64_t l2_chunk, int64_t threads) {
+  if (threads <= 1) return {l2_chunk, false};
+  if (N >= threads) return {l2_chunk, N > 1};
+  const int64_t pieces = (threads + N - 1) / N, split = std::min(l2_chunk, (P + pieces - 1) / pieces);
+  if (split < kMinChunkRows) return {l2_chunk, false};
+  return {split, true};
+}
+
 Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   check_u8(l, x, 4);
   const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
@@ -215,12 +235,11 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   const uint8_t pad = static_cast<uint8_t>(l.in.zero_point + l.in.offset());
   Tensor y = l.dequantize ? Tensor::empty({N, CO, OH, OW}, DType::f32) : Tensor::empty({N, OH, OW, CO}, DType::u8);
   const uint8_t* xd = x.data<uint8_t>();
-  // Whole images per thread when the batch can keep every thread busy (the
-  // GEMM inside then runs on one thread); otherwise the GEMM is parallel.
-  const bool per_image_threads = N >= omp_get_max_threads() && N > 1;
   // Output positions in chunks whose patches and accumulators stay in L2
   // (a whole 224 px conv1 image is ~2 MB of them).
-  const int64_t chunk = direct ? P : std::clamp<int64_t>((256 * 1024) / (K + 4 * CO), 16, P);
+  const int64_t l2_chunk = direct ? P : std::clamp<int64_t>((256 * 1024) / (K + 4 * CO), 16, P);
+  const ConvWork work = conv_work(N, P, l2_chunk, omp_get_max_threads());
+  const int64_t chunk = work.chunk, chunks = (P + chunk - 1) / chunk;
   // Narrow kernel rows (conv1's 11 x 3 bytes) from a padded copy of the image.
   const bool padded = !direct && im2row_padded_applies(shape);
   const size_t rows_bytes = direct ? 0 : static_cast<size_t>(chunk * K + (padded ? kIm2RowSlack : 0));
@@ -230,44 +249,42 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
     AlignedVector<uint8_t> rows;
     AlignedVector<int32_t> acc;
     std::vector<uint8_t> pimg;
+    int64_t pimg_of = -1;  // the image pimg holds
   };
   auto make_buffers = [&] {
     return Buffers{AlignedVector<uint8_t>(rows_bytes), AlignedVector<int32_t>(static_cast<size_t>(chunk * CO)),
                    std::vector<uint8_t>(padded_bytes)};
   };
-  auto one_image = [&](int64_t n, Buffers& b) {
-    auto& rows = b.rows;
-    auto& acc = b.acc;
-    auto& pimg = b.pimg;
+  // Chunk ci of image n: its patches, the GEMM, the output stage.
+  auto one_chunk = [&](int64_t n, int64_t ci, Buffers& b) {
     const uint8_t* img = xd + n * H * W * C;
-    if (padded) pad_image_u8(img, shape, pad, pimg.data());
-    for (int64_t p0 = 0; p0 < P; p0 += chunk) {
-      const int64_t np = std::min(chunk, P - p0);
-      if (padded)
-        im2row_u8_padded_range(pimg.data(), shape, p0, np, rows.data());
-      else if (!direct)
-        im2row_u8_range(img, shape, pad, p0, np, rows.data());
-      const uint8_t* A = direct ? img + p0 * K : rows.data();
-      gemm(l, kernel, np, A, acc.data());
-      if (l.dequantize)
-        stage.finish(acc.data(), A, np, nullptr, y.data<float>() + n * CO * P + p0, 1, P);
-      else
-        stage.finish(acc.data(), A, np, y.data<uint8_t>() + (n * P + p0) * CO, nullptr, 0, 0);
-    }
+    if (padded && b.pimg_of != n) pad_image_u8(img, shape, pad, b.pimg.data()), b.pimg_of = n;
+    const int64_t p0 = ci * chunk, np = std::min(chunk, P - p0);
+    if (padded)
+      im2row_u8_padded_range(b.pimg.data(), shape, p0, np, b.rows.data());
+    else if (!direct)
+      im2row_u8_range(img, shape, pad, p0, np, b.rows.data());
+    const uint8_t* A = direct ? img + p0 * K : b.rows.data();
+    gemm(l, kernel, np, A, b.acc.data());
+    if (l.dequantize)
+      stage.finish(b.acc.data(), A, np, nullptr, y.data<float>() + n * CO * P + p0, 1, P);
+    else
+      stage.finish(b.acc.data(), A, np, y.data<uint8_t>() + (n * P + p0) * CO, nullptr, 0, 0);
   };
 
   // No enclosing parallel region in the per-GEMM case: the GEMM parallelises
   // itself only outside one (a nested team would run on one thread).
-  if (!per_image_threads) {
+  if (!work.chunks_on_threads) {
     Buffers b = make_buffers();
-    for (int64_t n = 0; n < N; ++n) one_image(n, b);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t ci = 0; ci < chunks; ++ci) one_chunk(n, ci, b);
     return y;
   }
 #pragma omp parallel
   {
     Buffers b = make_buffers();
 #pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; ++n) one_image(n, b);
+    for (int64_t i = 0; i < N * chunks; ++i) one_chunk(i / chunks, i % chunks, b);
   }
   return y;
 }

@@ -7,10 +7,6 @@
 #include <limits>
 #include <random>
 
-#include "tests/cuda_test_util.h"
-#include "tests/host_exec.h"
-#include "tests/test_util.h"
-
 #include "core/autograd.h"
 #include "models/models.h"
 #include "quant/convert/freeze.h"
@@ -19,6 +15,9 @@
 #include "quant/integer/int_kernels.h"
 #include "quant/integer/integer_model_cuda.h"
 #include "quant/sim/prepare.h"
+#include "tests/cuda_test_util.h"
+#include "tests/host_exec.h"
+#include "tests/test_util.h"
 
 using namespace qat;
 using namespace qat::quant;
@@ -85,7 +84,7 @@ TEST_CASE("the device integer GEMM's tiles, emulated, equal the plain sum on edg
   std::mt19937 rng(5);
   // (m, n, k): one element; tile-exact; every remainder of the 64 x 64 x 32
   // tiles and of the 4-byte words; one output column; K at kMaxProducts.
-  const std::vector<std::array<int64_t, 3>> shapes{{1, 1, 1},   {64, 64, 32}, {65, 63, 33},  {130, 1, 100},
+  const std::vector<std::array<int64_t, 3>> shapes{{1, 1, 1},   {64, 64, 32}, {65, 63, 33}, {130, 1, 100},
                                                    {3, 129, 7}, {1, 70, 363}, {2, 5, 16384}};
   for (const auto& [m, n, k] : shapes) {
     for (int extremes = 0; extremes < 2; ++extremes) {
@@ -132,7 +131,7 @@ TEST_CASE("the device conv reads its patches as im2row_u8 writes them", "[quant]
     for (auto& v : x) v = static_cast<uint8_t>(rng() % 256);
     const uint8_t pad = 37;
     const Im2RowShape shape{s.h, s.w, s.c, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, oh, ow};
-    const int_math::ConvPatches patches{x.data(), s.h, s.w, s.c, s.kh, s.kw, s.sh, s.sw,
+    const int_math::ConvPatches patches{x.data(), s.h,  s.w,  s.c,  s.kh, s.kw, s.sh, s.sw,
                                         s.ph,     s.pw, s.dh, s.dw, oh,   ow,   pad};
     std::vector<uint8_t> rows(static_cast<size_t>(P * K));
     bool equal = true;
@@ -159,7 +158,8 @@ TEST_CASE("the device pools equal the CPU's on padded and uneven windows", "[qua
     max_pool_u8(x.data(), {n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow}, cpu.data());
     const int_math::U8PoolGeometry g{h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
     bool equal = true;
-    for (int64_t i = 0; i < static_cast<int64_t>(cpu.size()); ++i) equal = equal && int_math::max_pool_u8_at(i, x.data(), g) == cpu[i];
+    for (int64_t i = 0; i < static_cast<int64_t>(cpu.size()); ++i)
+      equal = equal && int_math::max_pool_u8_at(i, x.data(), g) == cpu[i];
     REQUIRE(equal);
   }
   // adaptive average pooling: fewer outputs than inputs (uneven bins), more, as many
@@ -187,15 +187,23 @@ TEST_CASE("the device input quantization equals the CPU's on NaN, infinities, ti
     int32_t zero, qmin, qmax, offset;
   };
   // uint8 affine; int8 symmetric stored +128; 4-bit with an LSQ+ fraction
-  for (const Grid& q : std::vector<Grid>{{0.5f, 0.f, 3, 0, 255, 0}, {0.25f, 0.f, 0, -128, 127, 128},
-                                         {0.3f, 0.37f, 2, 0, 15, 0}}) {
+  for (const Grid& q :
+       std::vector<Grid>{{0.5f, 0.f, 3, 0, 255, 0}, {0.25f, 0.f, 0, -128, 127, 128}, {0.3f, 0.37f, 2, 0, 15, 0}}) {
     CAPTURE(q.scale, q.frac, q.zero);
     std::vector<uint8_t> cpu(static_cast<size_t>(x.numel()));
     quantize_input(x.data<float>(), n, c, h, w, q.scale, q.zero, q.frac, q.qmin, q.qmax, q.offset, cpu.data());
-    const int_math::QuantizeInputGeometry g{c, h, w, 1.0f / q.scale, q.frac, static_cast<float>(q.zero),
-                                            static_cast<float>(q.qmin), static_cast<float>(q.qmax), q.offset};
+    const int_math::QuantizeInputGeometry g{c,
+                                            h,
+                                            w,
+                                            1.0f / q.scale,
+                                            q.frac,
+                                            static_cast<float>(q.zero),
+                                            static_cast<float>(q.qmin),
+                                            static_cast<float>(q.qmax),
+                                            q.offset};
     bool equal = true;
-    for (int64_t i = 0; i < x.numel(); ++i) equal = equal && int_math::quantize_input_at(i, x.data<float>(), g) == cpu[i];
+    for (int64_t i = 0; i < x.numel(); ++i)
+      equal = equal && int_math::quantize_input_at(i, x.data<float>(), g) == cpu[i];
     REQUIRE(equal);
   }
 }
@@ -263,7 +271,8 @@ TEST_CASE("the device integer forward, emulated on the host, equals the CPU inte
     for (const Shape& shape : {Shape{2, 5, 4, 3}, Shape{3, 7}}) {
       Tensor u = Tensor::empty(shape, DType::u8);
       for (int64_t i = 0; i < u.numel(); ++i) u.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 256);
-      const ActShape as = shape.size() == 4 ? ActShape{shape[1], shape[2], shape[3], false} : ActShape{1, 1, shape[1], true};
+      const ActShape as =
+          shape.size() == 4 ? ActShape{shape[1], shape[2], shape[3], false} : ActShape{1, 1, shape[1], true};
       HostExec ex;
       const Tensor cpu = IntegerModel{}.run_layer(relu, u);
       REQUIRE(testing::same_bits(run_int_layer(ex, relu, nullptr, u, as), cpu));
@@ -300,9 +309,11 @@ TEST_CASE("the integer model on the GPU gives the CPU's logits bit for bit", "[q
   lsq_plus.method = QuantMethod::lsq_plus;
   lsq_plus.weight_symmetric = false;
   lsq_plus.weight_bits = lsq_plus.activation_bits = 4;
-  const std::vector<std::pair<std::string, QConfig>> configs{
-      {"default", QConfig{}}, {"tensorrt", QConfig{}}, {"power_of_two", QConfig{}}, {"default", affine},
-      {"default", lsq_plus}};
+  const std::vector<std::pair<std::string, QConfig>> configs{{"default", QConfig{}},
+                                                             {"tensorrt", QConfig{}},
+                                                             {"power_of_two", QConfig{}},
+                                                             {"default", affine},
+                                                             {"default", lsq_plus}};
   for (const auto& [backend, q] : configs) {
     CAPTURE(backend, static_cast<int>(q.method), q.weight_symmetric);
     const IntegerModel im = frozen("small_cnn", backend, q, 16);
@@ -344,14 +355,34 @@ TEST_CASE("the integer model refuses a layer that reads another grid than the la
   im.layers[i].in.bits = 7;
   Generator g(13);
   const Tensor x = Tensor::randn({1, 3, 16, 16}, g);
-  REQUIRE_THROWS_WITH(im.forward(x), Contains(im.layers[i].name) && Contains(im.layers[i - 1].name) &&
-                                         Contains("reads another grid"));
+  REQUIRE_THROWS_WITH(im.forward(x),
+                      Contains(im.layers[i].name) && Contains(im.layers[i - 1].name) && Contains("reads another grid"));
   REQUIRE_THROWS_WITH(im.forward_trace(x), Contains("reads another grid"));
   // The same grid on both sides, but a zero point off it (the padding byte
   // would then leave the GEMM's declared ranges).
   im.layers[i].in = im.layers[i - 1].out;
   im.layers[i].in.bits = im.layers[i - 1].out.bits = 7;
   im.layers[i].in.zero_point = im.layers[i - 1].out.zero_point = 250;
-  REQUIRE_THROWS_WITH(im.forward(x), Contains(im.layers[i].name) && Contains("invalid grid") &&
-                                         Contains("zero point 250"));
+  REQUIRE_THROWS_WITH(im.forward(x),
+                      Contains(im.layers[i].name) && Contains("invalid grid") && Contains("zero point 250"));
+}
+
+TEST_CASE("integer model: the same bytes on one to three threads at batch 1 to 5", "[quant][integer]") {
+  // Fewer images than threads: each image's positions split among the
+  // threads in chunks (conv_work); as many or more: whole images each.
+  const IntegerModel im = frozen("resnet20", "default", QConfig{}, 32);
+  Generator g(11);
+  for (const int64_t n : {1, 2, 5}) {
+    const Tensor x = Tensor::randn({n, 3, 32, 32}, g);
+    Tensor one;
+    {
+      testing::ThreadsGuard guard(1);
+      one = im.forward(x);
+    }
+    for (const int threads : {2, 3}) {
+      testing::ThreadsGuard guard(threads);
+      INFO("batch " << n << ", " << threads << " threads");
+      REQUIRE(testing::same_bits(im.forward(x), one));
+    }
+  }
 }
