@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's eager-mode QAT of torchvision's quantizable ResNet-18 or
-MobileNetV2, beside qat's W8A8 QAT (issue 43): the same FP32 weights (a qat
+MobileNetV2, or with --fx its FX graph-mode QAT of the plain torchvision
+model, beside qat's W8A8 QAT (issue 43): the same FP32 weights (a qat
 checkpoint, loaded by name), the recipe of a qat W8A8 config, then the
 converted int8 model on the val set.
 
@@ -18,6 +19,10 @@ converted int8 model on the val set.
           Conv+BN(+ReLU) fused, BN folded as it trains; the residual add
           with its ReLU as one quantized op), the small stem for 32 px as
           bench/pytorch_graph_models.py builds it.
+  --fx    torchvision's plain model traced by prepare_qat_fx with
+          get_default_qat_qconfig_mapping("onednn") (the same qconfig;
+          the patterns matched on the traced graph, as qat's prepare
+          matches them on its own), converted by convert_fx.
 
 Prints one line per epoch (the fake-quant model's val top-1), then the
 converted int8 model's val top-1 (engine onednn; Debian's PyTorch 1.13 has
@@ -37,6 +42,8 @@ import torch
 import torch.nn as nn
 import yaml
 from torch.ao import quantization as tq
+from torch.ao.quantization import quantize_fx
+from torchvision import models as tvm
 from torchvision.models import quantization as qm
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results", "ptq"))
@@ -44,15 +51,19 @@ from pytorch_graph_models import loaders, sgd_of, train_epoch  # noqa: E402
 from pytorch_ptq import read_safetensors  # noqa: E402
 
 
-def quantizable_model(name, classes, stem):
+def quantizable_model(name, classes, stem, fx=False):
+    """torchvision's quantizable model, or with fx its plain one (the same
+    parameter names)."""
     if name == "resnet18":
-        m = qm.resnet18(weights=None, quantize=False, num_classes=classes)
+        m = (tvm.resnet18(weights=None, num_classes=classes) if fx
+             else qm.resnet18(weights=None, quantize=False, num_classes=classes))
         if stem == "small":
             m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
             m.maxpool = nn.Identity()
         return m
     if name == "mobilenet_v2":
-        m = qm.mobilenet_v2(weights=None, quantize=False, num_classes=classes)
+        m = (tvm.mobilenet_v2(weights=None, num_classes=classes) if fx
+             else qm.mobilenet_v2(weights=None, quantize=False, num_classes=classes))
         if stem == "small":  # as bench/pytorch_graph_models.py's make_model
             m.features[0][0].stride = (1, 1)
             m.features[2].conv[1][0].stride = (1, 1)
@@ -97,6 +108,7 @@ def main():
     ap.add_argument("--fp32", required=True, help="qat FP32 checkpoint (.safetensors)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--csv")
+    ap.add_argument("--fx", action="store_true", help="FX graph-mode QAT of the plain torchvision model")
     a = ap.parse_args()
     cfg = yaml.safe_load(open(a.config))
     t, mcfg = cfg["train"], cfg["model"]
@@ -104,15 +116,20 @@ def main():
     torch.manual_seed(t.get("seed", 0))
     torch.set_num_threads(a.threads)
     torch.backends.quantized.engine = "onednn"
-    model = quantizable_model(mcfg["name"], mcfg.get("num_classes", 10), mcfg.get("stem", "imagenet"))
+    model = quantizable_model(mcfg["name"], mcfg.get("num_classes", 10), mcfg.get("stem", "imagenet"), a.fx)
     load_fp32(model, a.fp32)
     train_loader, val_loader = loaders(cfg, os.path.dirname(os.path.abspath(a.config)))
     pred, labels = predictions(model, val_loader)
     print(f"FP32 checkpoint: val top-1 {100 * (pred == labels).float().mean():.2f}%", flush=True)
     model.train()
-    model.fuse_model(is_qat=True)
-    model.qconfig = tq.get_default_qat_qconfig("onednn")
-    tq.prepare_qat(model, inplace=True)
+    if a.fx:
+        size = cfg["data"]["image_size"]
+        model = quantize_fx.prepare_qat_fx(model, tq.get_default_qat_qconfig_mapping("onednn"),
+                                           (torch.randn(1, 3, size, size),))
+    else:
+        model.fuse_model(is_qat=True)
+        model.qconfig = tq.get_default_qat_qconfig("onednn")
+        tq.prepare_qat(model, inplace=True)
     opt = sgd_of(model, t)
     rows = []
     for epoch in range(t["epochs"]):
@@ -125,7 +142,7 @@ def main():
         print(f"epoch {epoch + 1}: train loss {loss_sum / seen:.4f} | fake-quant val top-1 {100 * top1:.2f}% | "
               f"{seen / secs:.1f} img/s", flush=True)
     fq_pred, labels = predictions(model, val_loader)
-    int8 = tq.convert(copy.deepcopy(model).eval())
+    int8 = quantize_fx.convert_fx(copy.deepcopy(model).eval()) if a.fx else tq.convert(copy.deepcopy(model).eval())
     q_pred, _ = predictions(int8, val_loader)
     fq, q = (fq_pred == labels).float().mean().item(), (q_pred == labels).float().mean().item()
     agree = (fq_pred == q_pred).float().mean().item()
