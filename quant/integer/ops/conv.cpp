@@ -111,7 +111,8 @@ DepthwiseKernels best_depthwise_kernels() {
 std::pair<int64_t, int64_t> interior_outputs(int64_t W, int64_t OW, int64_t kw, int64_t stride, int64_t pad,
                                              int64_t dil) {
   const int64_t begin = std::min((pad + stride - 1) / stride, OW);
-  const int64_t last = W - 1 - (kw - 1) * dil + pad;  // ow stride must not pass it
+  // the rightmost tap inside: ow stride - pad + (kw - 1) dil <= W - 1, so ow stride <= last
+  const int64_t last = W - 1 - (kw - 1) * dil + pad;
   const int64_t end = last < 0 ? begin : std::clamp(last / stride + 1, begin, OW);
   return {begin, end};
 }
