@@ -101,7 +101,7 @@ void add_requant_run(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, 
     else if (lanes == RowLanes::avx2)
       done = avx2::add_run(a, b, y, n, r);
   }
-  for (int64_t i = done; i < n; ++i) y[i] = add_requant_value(a[i], b ? b[i] : r.b_zero, r);
+  for (int64_t i = done; i < n; ++i) y[i] = add_requant_value(a[i], b[i], r);
 }
 
 void add_requant_run(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const AddRequant& r) {

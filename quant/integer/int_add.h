@@ -113,8 +113,7 @@ struct ConcatSlice {
 bool add_exact_in_double(const AddRequant& r);
 
 // y[i] = add_requant_value(a[i], b[i], r) for i < n on the given lanes (the
-// tests run each the CPU has) or the best the CPU has; b null: the one-input
-// form (every b[i] = r.b_zero). One thread.
+// tests run each the CPU has) or the best the CPU has. One thread.
 void add_requant_run(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const AddRequant& r, RowLanes lanes);
 void add_requant_run(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const AddRequant& r);
 
