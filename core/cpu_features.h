@@ -13,6 +13,8 @@
 // It lets one machine run, test and time the kernels an older CPU gets.
 #include <cpuid.h>
 
+#include <initializer_list>
+
 #include "core/enum_names.h"
 
 namespace qat {
@@ -116,7 +118,9 @@ inline bool row_lanes_run_here(RowLanes lanes) {
   }
 }
 inline RowLanes best_row_lanes() {
-  return cpu_has_avx512bw() ? RowLanes::avx512 : cpu_has_avx2() ? RowLanes::avx2 : RowLanes::scalar;
+  for (const RowLanes lanes : {RowLanes::avx512, RowLanes::avx2})
+    if (row_lanes_run_here(lanes)) return lanes;
+  return RowLanes::scalar;
 }
 
 }  // namespace qat

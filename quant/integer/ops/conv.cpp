@@ -214,7 +214,7 @@ struct ConvWork {
 constexpr int64_t kMinChunkRows = 8;
 ConvWork conv_work(int64_t N, int64_t P, int64_t l2_chunk, int64_t threads) {
   if (threads <= 1) return {l2_chunk, false};
-  if (N >= threads) return {l2_chunk, N > 1};
+  if (N >= threads) return {l2_chunk, true};
   const int64_t pieces = (threads + N - 1) / N, split = std::min(l2_chunk, (P + pieces - 1) / pieces);
   if (split < kMinChunkRows) return {l2_chunk, false};
   return {split, true};
