@@ -14,11 +14,16 @@
 # have 240 s, each benchmark 120 s).
 #   bash scripts/gpu_check.sh            # JOBS=N to change the build's parallelism
 #   QAT_GPU_BUNDLE=.gpu_bundle/qat-gpu.tar.xz bash scripts/gpu_check.sh   # built by scripts/gpu_bundle.sh
+#   QAT_GPU_TEST_LIMIT=S QAT_GPU_BENCH_LIMIT=S   # seconds for the tests (240) and each benchmark (120)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 jobs=${JOBS:-$(nproc)}
 log_dir=build-gpu
+# Seconds for the GPU tests and for each benchmark: a lent GPU comes with a
+# few minutes of device time, so a first run may ask for less.
+test_limit=${QAT_GPU_TEST_LIMIT:-240}
+bench_limit=${QAT_GPU_BENCH_LIMIT:-120}
 fail() {
   echo "gpu_check: FAILED: $*" >&2
   exit 1
@@ -74,7 +79,7 @@ fi
 
 # 4. Every GPU test: a missing GPU is a failure here, not a skip.
 status=0
-timeout 240 "$bin/qat_tests" "[cuda],[math]" --durations yes 2>&1 | tee "$log_dir/tests.log" || status=$?
+timeout "$test_limit" "$bin/qat_tests" "[cuda],[math]" --durations yes 2>&1 | tee "$log_dir/tests.log" || status=$?
 if grep -q "skipped: no CUDA device\|skipped: this qat was built without CUDA" "$log_dir/tests.log"; then
   fail "a GPU test was skipped for want of a GPU (see $log_dir/tests.log)"
 fi
@@ -84,30 +89,30 @@ fi
 bench_cfg=configs/alexnet_w8a8_imagenette.yaml
 echo
 echo "gpu_check: benchmarks"
-timeout 120 "$bin/qat" bench --device cuda --config "$bench_cfg" --steps 20 --warmup 3 2>&1 |
+timeout "$bench_limit" "$bin/qat" bench --device cuda --config "$bench_cfg" --steps 20 --warmup 3 2>&1 |
   tee "$log_dir/bench_cuda.log" | grep -E "^(device|train|qat/|int8/)" | sed 's/^/  /' || echo "  bench --device cuda failed (see $log_dir/bench_cuda.log)"
-timeout 120 "$bin/qat" bench --config "$bench_cfg" --threads "$(nproc)" --steps 5 --warmup 1 --no-profile 2>&1 |
+timeout "$bench_limit" "$bin/qat" bench --config "$bench_cfg" --threads "$(nproc)" --steps 5 --warmup 1 --no-profile 2>&1 |
   tee "$log_dir/bench_cpu.log" | grep -E "^(cpu|train|qat/|int8/)" | sed 's/^/  /' || echo "  bench on the CPU failed (see $log_dir/bench_cpu.log)"
 # QAT with the integer forward (the DP4A kernel against cuDNN's FP32
 # convolution of the line before): whether it pays on this GPU.
-timeout 120 "$bin/qat" bench --device cuda --config configs/alexnet_w8a8_intfwd_imagenette.yaml --steps 20 --warmup 3 2>&1 |
+timeout "$bench_limit" "$bin/qat" bench --device cuda --config configs/alexnet_w8a8_intfwd_imagenette.yaml --steps 20 --warmup 3 2>&1 |
   tee "$log_dir/bench_intfwd_cuda.log" | grep -E "^(train qat|qat/)" | sed 's/^/  integer forward: /' ||
   echo "  bench --device cuda (integer forward) failed (see $log_dir/bench_intfwd_cuda.log)"
 # INT8 training (integer GEMMs forward and backward) on the GPU, beside the CPU.
 int8_cfg=configs/alexnet_int8_imagenette.yaml
-timeout 120 "$bin/qat" bench --device cuda --config "$int8_cfg" --steps 20 --warmup 3 2>&1 |
+timeout "$bench_limit" "$bin/qat" bench --device cuda --config "$int8_cfg" --steps 20 --warmup 3 2>&1 |
   tee "$log_dir/bench_int8_cuda.log" | grep -E "^(train|int8/)" | sed 's/^/  /' || echo "  bench --device cuda (INT8 training) failed (see $log_dir/bench_int8_cuda.log)"
-timeout 120 "$bin/qat" bench --config "$int8_cfg" --threads "$(nproc)" --steps 5 --warmup 1 --no-profile 2>&1 |
+timeout "$bench_limit" "$bin/qat" bench --config "$int8_cfg" --threads "$(nproc)" --steps 5 --warmup 1 --no-profile 2>&1 |
   tee "$log_dir/bench_int8_cpu.log" | grep -E "^(train|int8/)" | sed 's/^/  /' || echo "  bench on the CPU (INT8 training) failed (see $log_dir/bench_int8_cpu.log)"
 # Inference: FP32 and the frozen integer model on the GPU (which also
 # requires the integer logits to equal the CPU's), at 128 and 224 px, beside
 # the CPU at 128 px.
 for res in 128 224; do
-  timeout 120 "$bin/qat" bench --infer --device cuda --res "$res" --steps 20 --warmup 3 2>&1 |
+  timeout "$bench_limit" "$bin/qat" bench --infer --device cuda --res "$res" --steps 20 --warmup 3 2>&1 |
     tee "$log_dir/bench_infer_cuda_$res.log" | grep -E "^(bench|infer|int8/)" | sed 's/^/  /' ||
     echo "  bench --infer --device cuda --res $res failed (see $log_dir/bench_infer_cuda_$res.log)"
 done
-timeout 120 "$bin/qat" bench --infer --threads "$(nproc)" --steps 5 --warmup 1 --no-profile 2>&1 |
+timeout "$bench_limit" "$bin/qat" bench --infer --threads "$(nproc)" --steps 5 --warmup 1 --no-profile 2>&1 |
   tee "$log_dir/bench_infer_cpu.log" | grep -E "^(infer|int8/)" | sed 's/^/  /' || echo "  bench --infer on the CPU failed (see $log_dir/bench_infer_cpu.log)"
 
 [ "$status" -eq 0 ] || fail "GPU tests (exit status $status; $log_dir/tests.log)"
