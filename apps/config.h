@@ -153,6 +153,7 @@ struct QuantConfig {
   double averaging_constant = 0.01;  // moving_average observers
   int64_t freeze_bn_epoch = 0;       // from this (1-based) epoch on BN uses running statistics; 0: never
   int64_t observer_off_epoch = 0;    // from this epoch on observers are off (qparams frozen); 0: never
+  int64_t bn_reestimation_batches = 0;  // at each epoch's end, BN statistics re-estimated on this many batches; 0: off
   std::map<std::string, quant::LayerBits> overrides;  // per module name, e.g. features.0: {weight_bits: 8}
   std::string init_from;             // float checkpoint to start from (relative to the current directory)
   Int8TrainingConfig int8_training;

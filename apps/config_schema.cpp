@@ -337,6 +337,7 @@ std::vector<Field> quant_and_output_fields() {
       real("quant.averaging_constant", QAT_CFG(quant.averaging_constant), in_open_closed(0, 1)),
       integer("quant.freeze_bn_epoch", QAT_CFG(quant.freeze_bn_epoch), 0),
       integer("quant.observer_off_epoch", QAT_CFG(quant.observer_off_epoch), 0),
+      integer("quant.bn_reestimation_batches", QAT_CFG(quant.bn_reestimation_batches), 0),
       quant_overrides(),
       init_from(),
       boolean("quant.integer_forward", QAT_CFG(quant.integer_forward)),

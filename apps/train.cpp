@@ -42,6 +42,7 @@
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "optim/sgd.h"
+#include "quant/sim/bn_reestimation.h"
 #include "quant/sim/int8_training.h"
 #include "quant/sim/calibration.h"
 #include "quant/sim/prepare.h"
@@ -678,6 +679,25 @@ bool train_epoch(TrainRun& run, int64_t epoch, EpochClock& clock) {
   return true;
 }
 
+// quant.bn_reestimation_batches (Note [BN re-estimation]): the running
+// statistics recomputed with the weights as the epoch left them, on the
+// first batches of that epoch again (its order is fixed by seed and epoch,
+// so a resumed run uses the same ones).
+void reestimate_bn(TrainRun& run, int64_t epoch) {
+  const int64_t want = run.cfg.quant.bn_reestimation_batches;
+  if (want <= 0) return;
+  run.train_loader->start_epoch(epoch);
+  data::Batch batch;
+  const int64_t used = quant::reestimate_bn_statistics(*run.model, want, [&](Tensor& images) {
+    if (!run.train_loader->next(batch)) return false;
+    images = batch.images.to(run.device);
+    return true;
+  });
+  if (run.all && !run.cfg.train.sync_bn) average_batch_norm_statistics(*run.model, *run.all);
+  std::printf("  batch-norm statistics re-estimated on %lld training batches (quant.bn_reestimation_batches)\n",
+              static_cast<long long>(used));
+}
+
 // Validation (saving the trained epoch first if it fails, Note [epoch end
 // order]) and the epoch's metrics.
 EpochMetrics validate_epoch(TrainRun& run, int64_t epoch, const EpochClock& clock) {
@@ -764,6 +784,7 @@ int run_train(const TrainArgs& args) {
   for (int64_t epoch = run.state.epoch; epoch < run.cfg.train.epochs; ++epoch) {
     EpochClock clock;
     if (!train_epoch(run, epoch, clock)) return 130;
+    reestimate_bn(run, epoch);
     const EpochMetrics m = validate_epoch(run, epoch, clock);
     print_epoch(run, m, clock);
     end_epoch(run, m);

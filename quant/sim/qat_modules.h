@@ -40,6 +40,7 @@ class QatConv2d : public Module {
   // Use the running statistics from now on (no more BN updates).
   void freeze_bn_stats() { bn_frozen_ = true; }
   bool bn_frozen() const { return bn_frozen_; }
+  void set_bn_frozen(bool frozen) { bn_frozen_ = frozen; }  // (BN re-estimation unfreezes for its pass)
 
   // Folded float weight and bias as the integer model will see them.
   Tensor folded_weight() const;

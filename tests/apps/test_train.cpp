@@ -277,6 +277,36 @@ TEST_CASE("quant.freeze_bn_epoch and quant.observer_off_epoch take effect at the
   CHECK(weights > 0);
 }
 
+// quant.bn_reestimation_batches (Note [BN re-estimation]): at the epoch's
+// end, before validation and the checkpoint, the batch norms' running
+// statistics are recomputed and nothing else changes: after one epoch the
+// checkpoint equals a run's without it but for every running mean and
+// variance.
+TEST_CASE("quant.bn_reestimation_batches recomputes the running statistics at the epoch's end, and only them",
+          "[e2e]") {
+  const fs::path a = fresh_dir("bn_plain"), b = fresh_dir("bn_reestimated");
+  REQUIRE(run_train({write_config(a, "quant: {enabled: true}\n"), {"train.epochs=1"}, ""}) == 0);
+  REQUIRE(run_train({write_config(b, "quant: {enabled: true, bn_reestimation_batches: 3}\n"), {"train.epochs=1"},
+                     ""}) == 0);
+  const TensorMap ta = testing::checkpoint_model_tensors((a / "run/last.safetensors").string());
+  const TensorMap tb = testing::checkpoint_model_tensors((b / "run/last.safetensors").string());
+  REQUIRE(ta.size() == tb.size());
+  int stats = 0, others = 0;
+  for (const auto& [name, t] : ta) {
+    INFO(name);
+    const bool same = all_values(t) == all_values(tb.at(name));
+    if (name.find("running_mean") != std::string::npos || name.find("running_var") != std::string::npos) {
+      CHECK_FALSE(same);
+      ++stats;
+    } else {
+      CHECK(same);
+      ++others;
+    }
+  }
+  CHECK(stats == 4);  // two conv+bn layers
+  CHECK(others > 0);
+}
+
 TEST_CASE("a non-finite loss stops the run and keeps the last good checkpoint", "[e2e]") {
   const fs::path dir = fresh_dir("nan");
   // epoch 1 trains normally; from epoch 2 the step schedule multiplies the lr by 1e30.
