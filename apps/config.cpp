@@ -290,9 +290,11 @@ std::string config_hash(const ExperimentConfig& cfg) {
   // train.device and train.overlap_allreduce (how it runs, too) are left out
   // rather than reset: the text of runs recorded before the keys existed,
   // and so their hash, stays the same. quant.integer_forward changes the
-  // forward's rounding, so it counts, but only when on (the same reason).
+  // forward's rounding, so it counts, but only when on (the same reason);
+  // so does quant.bn_reestimation_batches, but only when not 0.
   std::vector<std::string_view> left_out{"train.device", "train.overlap_allreduce"};
   if (!c.quant.integer_forward) left_out.push_back("quant.integer_forward");
+  if (c.quant.bn_reestimation_batches == 0) left_out.push_back("quant.bn_reestimation_batches");
   const std::string text = kYamlHeader + fields_to_yaml(c, left_out) + "\n";
   // FNV-1a, 64 bits.
   uint64_t h = 0xcbf29ce484222325ull;

@@ -474,6 +474,19 @@ TEST_CASE("config: quant.integer_forward needs a quantized model, excludes INT8 
   CHECK(load_config(t.write("resolved.yaml", config_to_yaml(on))).quant.integer_forward);
 }
 
+// A run recorded before quant.bn_reestimation_batches existed resumes: with
+// the key at 0 the hash is the one qat computed then. The value was read
+// from a checkpoint's config_hash_data_apart written by qat at c77ff74 (the
+// commit before the key) for this config (data folders apart: they differ
+// between machines).
+TEST_CASE("config: quant.bn_reestimation_batches counts in the hash only when not 0", "[config]") {
+  TempDir t;
+  const std::string p = t.write("min.yaml", std::string(kMinimal) + "quant:\n  enabled: true\n");
+  CHECK(config_hash_data_apart(load_config(p)) == "0005bd4057561150");
+  CHECK(config_hash_data_apart(load_config(p, {"quant.bn_reestimation_batches=0"})) == "0005bd4057561150");
+  CHECK(config_hash_data_apart(load_config(p, {"quant.bn_reestimation_batches=50"})) != "0005bd4057561150");
+}
+
 TEST_CASE("config: the shipped configs are valid", "[config]") {
   // Their data roots are replaced by temporary folders so that this test does
   // not depend on the datasets being present; the real paths are checked
