@@ -38,7 +38,7 @@ class QatConv2d : public Module {
   void set_input_quantizer(std::shared_ptr<FakeQuantizer> q);
   void set_output_quantizer(std::shared_ptr<FakeQuantizer> q);
   // Use the running statistics from now on (no more BN updates).
-  void freeze_bn_stats() { bn_frozen_ = true; }
+  void freeze_bn_stats() { set_bn_frozen(true); }
   bool bn_frozen() const { return bn_frozen_; }
   void set_bn_frozen(bool frozen) { bn_frozen_ = frozen; }  // (BN re-estimation unfreezes for its pass)
 

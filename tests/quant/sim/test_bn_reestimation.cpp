@@ -48,15 +48,6 @@ std::function<bool(Tensor&)> feed(const std::vector<Tensor>& batches) {
   };
 }
 
-Backend conv_bn_backend() {
-  Backend b;
-  b.name = "default";
-  b.patterns = {Pattern::conv,         Pattern::conv_relu, Pattern::conv_bn,
-                Pattern::conv_bn_relu, Pattern::linear,    Pattern::linear_relu};
-  b.activation.is_signed = false;
-  return b;
-}
-
 }  // namespace
 
 TEST_CASE("BN re-estimation: the running statistics become the average of the batches' statistics",
@@ -108,7 +99,7 @@ TEST_CASE("BN re-estimation uses at most the batches asked for", "[quant][bn_ree
 TEST_CASE("BN re-estimation brings a QAT model's evaluation back to what it computes in training",
           "[quant][bn_reestimation]") {
   ModulePtr model = make_model("small_cnn", 4, 0);
-  prepare(*model, conv_bn_backend(), QConfig{});
+  prepare(*model, testing::test_backend("default"), QConfig{});
   Generator g(13);
   const Tensor x = Tensor::randn({8, 3, 8, 8}, g);
   model->train();
