@@ -15,6 +15,7 @@
 #   bash scripts/gpu_check.sh            # JOBS=N to change the build's parallelism
 #   QAT_GPU_BUNDLE=.gpu_bundle/qat-gpu.tar.xz bash scripts/gpu_check.sh   # built by scripts/gpu_bundle.sh
 #   QAT_GPU_TEST_LIMIT=S QAT_GPU_BENCH_LIMIT=S   # seconds for the tests (240) and each benchmark (120)
+#   QAT_GPU_EACH_LIMIT=S   # seconds in all for the tests one by one, run when the single run broke off (150)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -82,6 +83,14 @@ status=0
 timeout "$test_limit" "$bin/qat_tests" "[cuda],[math]" --durations yes 2>&1 | tee "$log_dir/tests.log" || status=$?
 if grep -q "skipped: no CUDA device\|skipped: this qat was built without CUDA" "$log_dir/tests.log"; then
   fail "a GPU test was skipped for want of a GPU (see $log_dir/tests.log)"
+fi
+# The single run broke off (a crash, the time limit) or a kernel fault left
+# its CUDA error on the context, failing every test after it: each [cuda]
+# test again in a process of its own, so that one fault hides nothing.
+if ! grep -q "^All tests passed\|^test cases:" "$log_dir/tests.log" ||
+  grep -q "cudaErrorIllegal\|cudaErrorLaunch\|unspecified launch failure" "$log_dir/tests.log"; then
+  echo "gpu_check: the test run broke off or hit a sticky CUDA error; each [cuda] test alone:"
+  bash scripts/gpu_tests_each.sh "$bin" "${QAT_GPU_EACH_LIMIT:-150}" 2>&1 | tee "$log_dir/tests_each.log" || true
 fi
 
 # 5. Benchmarks, also when a test failed (their lines help find out why):

@@ -3,7 +3,8 @@
 # one line per test: PASS/FAIL, its seconds, and for a failure the first
 # lines that say why. For when scripts/gpu_check.sh's single run of every
 # test broke off (a crash) or one kernel fault failed every test after it (a
-# CUDA error such as an illegal address stays with the process's context).
+# CUDA error such as an illegal address stays with the process's context);
+# gpu_check.sh runs it then, with the library path it set.
 #   bash scripts/gpu_tests_each.sh BIN_DIR [SECONDS_IN_ALL]     (default 150)
 set -uo pipefail
 bin=${1:?the folder holding qat_tests}
