@@ -393,10 +393,11 @@ void print_machine() {
               capped ? ": " : "", cpu_has_avx512bw() ? "yes" : "no", cpu_has_avx512_vnni() ? "yes" : "no",
               cpu_has_avx_vnni() ? "yes" : "no", cpu_has_amx_int8() ? "yes" : "no");
   const char* forced = std::getenv("OPENBLAS_CORETYPE");
-  std::printf("kernels: OpenBLAS %s%s%s; int8 GEMM %s; fake-quant rows %s; gradient quantization %s\n",
-              blas_core_name(), forced ? " (OPENBLAS_CORETYPE=" : "",
-              forced ? (std::string(forced) + ")").c_str() : "", quant::gemm_kernel_name(quant::best_gemm_kernel()),
-              enum_name(quant::best_fq_rows_kernel()), enum_name(quant::best_grad_stats_kernel()));
+  std::printf(
+      "kernels: convolutions %s; OpenBLAS %s%s%s; int8 GEMM %s; fake-quant rows %s; gradient quantization %s\n",
+      conv_kernels_name().c_str(), blas_core_name(), forced ? " (OPENBLAS_CORETYPE=" : "",
+      forced ? (std::string(forced) + ")").c_str() : "", quant::gemm_kernel_name(quant::best_gemm_kernel()),
+      enum_name(quant::best_fq_rows_kernel()), enum_name(quant::best_grad_stats_kernel()));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libopenblas-openmp-dev   # BLAS (OpenMP threading, shares the thread setting with our own loops)
+  libdnnl-dev              # oneDNN: the float convolutions' kernels (OpenMP threading too; the build PyTorch links)
   libyaml-cpp-dev          # YAML configs
   libstb-dev               # stb_image / stb_image_write / stb_image_resize
   catch2                   # unit tests (v2, catch2/catch.hpp)

@@ -1,6 +1,6 @@
 #pragma once
-// Internal to the CPU convolution (core/ops/conv2d.cpp and its depthwise
-// kernel, core/ops/depthwise_conv.cpp) and INT8 training's depthwise kernel:
+// Internal to the CPU convolution (core/ops/conv2d.cpp, its oneDNN calls
+// and its depthwise kernel, core/ops/depthwise_conv.cpp) and INT8 training's depthwise kernel:
 // the measured geometry of one call and the padded, phase-split input plane
 // they read their windows from.
 #include <algorithm>
@@ -25,10 +25,9 @@ struct Geometry {
 // row y, column j holds x[y - pad_h][j stride_w + f - pad_w] (the fill value,
 // zero unless given, outside the plane). Tap (ki, kj)'s output row oy then
 // reads a contiguous run of OW values: phase (kj dil_w) mod stride_w, row
-// oy stride_h + ki dil_h, from column (kj dil_w) / stride_w. So im2col and
-// col2im copy or add whole runs, with no bounds checks and no strided access
-// (AlexNet's conv1 has stride 4; conv3-5 have rows of 7). Of floats for the
-// float convolution; of int32 for INT8 training's depthwise kernel
+// oy stride_h + ki dil_h, from column (kj dil_w) / stride_w. So a kernel reads
+// whole runs, with no bounds checks and no strided access. Of floats for the
+// float depthwise forward; of int32 for INT8 training's depthwise kernel
 // (quant/int8_training/int8_cpu_depthwise.cpp), whose padding is the input's
 // zero-point integer.
 template <class T>

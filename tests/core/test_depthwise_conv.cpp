@@ -1,7 +1,7 @@
 // The direct depthwise kernel (Note [depthwise kernel]) against the dense
 // convolution with the block-diagonal weight it stands for: output channel o
 // reads input channel o / m only, so W_dense[o, o / m] = w[o] and every other
-// input channel is zero. The dense conv2d (im2col + GEMM) adds the same
+// input channel is zero. The dense conv2d (oneDNN's) adds the same
 // non-zero terms plus exact zeros, so the two agree within the float-sum
 // bound of float_sum_bounds.h; a wrong tap, stride phase or channel breaks it
 // by orders of magnitude. On two threads, for stride, padding, dilation,

@@ -105,7 +105,7 @@ TEST_CASE("gradcheck: conv2d", "[gradcheck]") {
       {"depthwise", {1, 3, 5, 4}, {3, 1, 3, 3}, {1, 2, 1, 0, 1, 1, 3}, true},
       {"depthwise multiplier 2 stride 2", {1, 2, 6, 7}, {4, 1, 3, 3}, {2, 2, 1, 1, 1, 1, 2}, true},
       {"depthwise dilation 2", {2, 2, 7, 6}, {2, 1, 3, 3}, {1, 1, 2, 2, 2, 2, 2}, false},
-      {"1x1 stride1 (no im2col)", {2, 5, 3, 4}, {4, 5, 1, 1}, {}, true},
+      {"1x1 stride1", {2, 5, 3, 4}, {4, 5, 1, 1}, {}, true},
       {"1x1 stride2", {2, 3, 5, 5}, {2, 3, 1, 1}, {2, 2, 0, 0, 1, 1, 1}, false},
       {"non-square kernel", {1, 2, 6, 7}, {3, 2, 2, 3}, {1, 2, 1, 0, 1, 1, 1}, true},
   };

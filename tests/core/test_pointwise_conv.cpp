@@ -1,10 +1,10 @@
-// 1x1 convolutions (Note [1x1 convolutions]): one GEMM an image, on the
-// images of a small output spread over the threads (single-threaded GEMMs,
-// the weight gradient summed per thread) or, for images of 512 positions and
-// more, one after the other on OpenBLAS's threads. Against a double
-// reference within the float-sum bound (float_sum_bounds.h), and two threads
-// against one: the output and the input gradient the same bits (the same
-// GEMMs), the weight gradient within the bound of its N x P terms.
+// 1x1 convolutions (through oneDNN, Note [oneDNN convolutions]) on small
+// maps (MobileNetV2's 4x4 and 8x8 stages at 32 px), a map of 512 positions
+// and fewer images than threads. Against a double reference within the
+// float-sum bound (float_sum_bounds.h), and two threads against one: the
+// output and the input gradient the same bits (the threads split the
+// outputs, not a sum), the weight gradient within the bound of its N x P
+// terms.
 #include "tests/test_util.h"
 
 #include "core/ops/conv2d.h"

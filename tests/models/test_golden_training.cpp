@@ -11,7 +11,7 @@
 // stored initial state, and every loss and the final state are compared.
 //
 // Tolerances: both sides compute in float32, but in different operation
-// orders (im2col/GEMM blocking, reduction order in BN statistics and in the
+// orders (convolution blocking, reduction order in BN statistics and in the
 // weight gradients, ...). Those rounding differences (~1e-7 relative per op)
 // are fed back through every step: the parameters of step k+1 carry the error
 // of steps 0..k, amplified by the momentum buffer (which sums past gradients
