@@ -237,10 +237,11 @@ void onednn_backward(const float* gy, const float* x, const float* w, const Geom
   Plan& plan = plan_for(g, p, false, true);
   dnnl::stream stream(cpu_engine());
   memory gy_user = user_memory(plan.s.y, Tag::nchw, gy);
-  Tensor gy_keep;
-  memory gym = in_layout(gy_user, plan.bwd_data_pd->diff_dst_desc(), gy_keep, stream);
+  Tensor gy_keep, gyw_keep;
+  memory gym;  // gy as the data gradient's kernel wants it (with dx only: a first layer needs no dx)
   if (dx) {
     Tensor w_keep, dx_keep;
+    gym = in_layout(gy_user, plan.bwd_data_pd->diff_dst_desc(), gy_keep, stream);
     memory w_user = user_memory(plan.s.w, weight_tag(g), w), dx_user = user_memory(plan.s.x, Tag::nchw, dx);
     memory wm = in_layout(w_user, plan.bwd_data_pd->weights_desc(), w_keep, stream);
     memory dxm = out_layout(dx_user, plan.bwd_data_pd->diff_src_desc(), dx_keep);
@@ -248,13 +249,10 @@ void onednn_backward(const float* gy, const float* x, const float* w, const Geom
     copy_back(dxm, dx_user, stream);
   }
   if (dw) {
-    Tensor x_keep, gyw_keep, dw_keep;
+    Tensor x_keep, dw_keep;
     memory x_user = user_memory(plan.s.x, Tag::nchw, x), dw_user = user_memory(plan.s.w, weight_tag(g), dw);
-    // The weight gradient's kernel may want the output gradient in another
-    // layout than the data gradient's.
-    memory gyw = gym.get_desc() == plan.bwd_weights_pd->diff_dst_desc()
-                     ? gym
-                     : in_layout(gy_user, plan.bwd_weights_pd->diff_dst_desc(), gyw_keep, stream);
+    const memory::desc& want = plan.bwd_weights_pd->diff_dst_desc();
+    memory gyw = dx && gym.get_desc() == want ? gym : in_layout(gy_user, want, gyw_keep, stream);
     memory xm = in_layout(x_user, plan.bwd_weights_pd->src_desc(), x_keep, stream);
     memory dwm = out_layout(dw_user, plan.bwd_weights_pd->diff_weights_desc(), dw_keep);
     plan.bwd_weights->execute(stream, {{DNNL_ARG_DIFF_DST, gyw}, {DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_WEIGHTS, dwm}});
