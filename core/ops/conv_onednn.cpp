@@ -96,7 +96,6 @@ Tag weight_tag(const Geometry& g) { return g.groups == 1 ? Tag::oihw : Tag::goih
 // the first backward.
 struct Plan {
   Shapes s;
-  bool bias;
   dnnl::convolution_forward::primitive_desc fwd_pd;
   dnnl::convolution_forward fwd;
   std::optional<dnnl::convolution_backward_data::primitive_desc> bwd_data_pd;
@@ -104,7 +103,7 @@ struct Plan {
   std::optional<dnnl::convolution_backward_weights::primitive_desc> bwd_weights_pd;
   std::optional<dnnl::convolution_backward_weights> bwd_weights;
 
-  Plan(const Geometry& g, const Conv2dParams& p, bool with_bias) : s(shapes_of(g, p)), bias(with_bias) {
+  Plan(const Geometry& g, const Conv2dParams& p, bool with_bias) : s(shapes_of(g, p)) {
     const auto b = with_bias ? memory::desc(s.b, f32, Tag::x) : memory::desc();
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                       any_desc(s.x), any_desc(s.w), b, any_desc(s.y), s.strides, s.dilates, s.pad_l,
@@ -129,17 +128,22 @@ struct Plan {
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                        int64_t, int64_t, int64_t, int64_t, bool>;
 
-// The plan for this shape, made on first use. Plans are never dropped: a
-// network has a handful of shapes (one more for a smaller last batch).
-Plan& plan_for(const Geometry& g, const Conv2dParams& p, bool bias, bool backward) {
+// The plan for this shape, made on first use. A network has a handful of
+// shapes (one more for a smaller last batch); past kMaxPlans (inference on
+// many batch sizes) the table starts over. Shared: a caller keeps its plan
+// while another thread may clear the table.
+constexpr size_t kMaxPlans = 256;
+
+std::shared_ptr<Plan> plan_for(const Geometry& g, const Conv2dParams& p, bool bias, bool backward) {
   static std::mutex mutex;
-  static std::map<Key, std::unique_ptr<Plan>> plans;
+  static std::map<Key, std::shared_ptr<Plan>> plans;
   const Key key{g.n,        g.c,        g.h,     g.w,     g.o,     g.kh,    g.kw, g.groups,
                 p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dil_h, p.dil_w, bias};
   std::lock_guard<std::mutex> lock(mutex);
+  if (plans.size() >= kMaxPlans && !plans.count(key)) plans.clear();
   auto& plan = plans[key];
   try {
-    if (!plan) plan = std::make_unique<Plan>(g, p, bias);
+    if (!plan) plan = std::make_shared<Plan>(g, p, bias);
     if (backward) plan->make_backward();
   } catch (const dnnl::error& e) {
     plans.erase(key);
@@ -147,7 +151,7 @@ Plan& plan_for(const Geometry& g, const Conv2dParams& p, bool bias, bool backwar
               g.o, ",", g.cg(), ",", g.kh, ",", g.kw, "), groups ", g.groups, ", stride (", p.stride_h, ",", p.stride_w,
               "), padding (", p.pad_h, ",", p.pad_w, "): ", e.what());
   }
-  return *plan;
+  return plan;
 }
 
 memory user_memory(const memory::dims& d, Tag tag, const float* data) {
@@ -216,7 +220,8 @@ std::string onednn_name() {
 
 void onednn_forward(const float* x, const float* w, const float* b, const Geometry& g, const Conv2dParams& p,
                     float* out) {
-  Plan& plan = plan_for(g, p, b != nullptr, false);
+  const std::shared_ptr<Plan> held = plan_for(g, p, b != nullptr, false);
+  const Plan& plan = *held;
   dnnl::stream stream(cpu_engine());
   Tensor x_keep, w_keep, y_keep;
   memory x_user = user_memory(plan.s.x, Tag::nchw, x), w_user = user_memory(plan.s.w, weight_tag(g), w);
@@ -234,7 +239,8 @@ void onednn_forward(const float* x, const float* w, const float* b, const Geomet
 void onednn_backward(const float* gy, const float* x, const float* w, const Geometry& g, const Conv2dParams& p,
                      float* dx, float* dw) {
   if (!dx && !dw) return;
-  Plan& plan = plan_for(g, p, false, true);
+  const std::shared_ptr<Plan> held = plan_for(g, p, false, true);
+  const Plan& plan = *held;
   dnnl::stream stream(cpu_engine());
   memory gy_user = user_memory(plan.s.y, Tag::nchw, gy);
   Tensor gy_keep, gyw_keep;
