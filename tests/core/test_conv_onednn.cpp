@@ -107,3 +107,4 @@ TEST_CASE("conv2d forward and backward through oneDNN equal a double-precision c
   };
   for (const ConvCase& k : cases) check_case(k);
 }
+
