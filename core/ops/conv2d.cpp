@@ -39,14 +39,23 @@ Geometry check_and_measure(const Tensor& x, const Tensor& w, const Tensor& b, co
   return g;
 }
 
+// The profiler's row for the kinds of convolution whose share of a step is
+// asked about (MobileNetV2's depthwise and 1x1 layers), or none.
+const char* kind_row(const Geometry& g, bool backward) {
+  if (conv_detail::is_depthwise(g))
+    return backward ? "depthwise (in conv2d.backward)" : "depthwise (in conv2d.forward)";
+  if (g.kh == 1 && g.kw == 1 && g.groups == 1) return backward ? "1x1 (in conv2d.backward)" : "1x1 (in conv2d.forward)";
+  return nullptr;
+}
+
 Tensor forward_impl(const Tensor& xc, const Tensor& wc, const Tensor& bias, const Geometry& g, const Conv2dParams& p) {
   Tensor out = Tensor::empty({g.n, g.o, g.oh, g.ow});
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
   const float* pb = bc.defined() ? bc.data<float>() : nullptr;
+  ProfileScope row(kind_row(g, false));
   if (conv_detail::is_depthwise(g)) {
     // Its own kernel: oneDNN's, with the reorders it needs, was slower here
     // (MobileNetV2's depthwise forwards, Note [oneDNN convolutions]).
-    QAT_PROFILE("depthwise (in conv2d.forward)");
     conv_detail::depthwise_forward(xc.data<float>(), wc.data<float>(), pb, g, p, out.data<float>());
     return out;
   }
@@ -82,6 +91,7 @@ TensorList backward_impl(const Tensor& gy, const Tensor& xc, const Tensor& wc, c
     r[1] = Tensor::empty(wc.sizes());
     pdw = r[1].data<float>();
   }
+  ProfileScope row(kind_row(g, true));
   conv_detail::onednn_backward(pgy, xc.data<float>(), wc.data<float>(), g, p, pdx, pdw);
   return r;
 }
