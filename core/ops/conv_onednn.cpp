@@ -158,21 +158,20 @@ memory user_memory(const memory::dims& d, Tag tag, const float* data) {
   return memory(memory::desc(d, f32, tag), cpu_engine(), const_cast<float*>(data));  // oneDNN only reads inputs
 }
 
-// `user` in the layout `want`: itself, or a reorder of it into `keep`.
-memory in_layout(const memory& user, const memory::desc& want, Tensor& keep, dnnl::stream& stream) {
-  if (user.get_desc() == want) return user;
-  keep = Tensor::empty({static_cast<int64_t>((want.get_size() + sizeof(float) - 1) / sizeof(float))});
-  memory m(want, cpu_engine(), keep.data<float>());
-  dnnl::reorder(user, m).execute(stream, const_cast<memory&>(user), m);
-  return m;
-}
-
 // Where a primitive writes a result wanted in `user`'s layout: `user` itself,
 // or a scratch tensor `keep` that copy_back then reorders into `user`.
 memory out_layout(const memory& user, const memory::desc& want, Tensor& keep) {
   if (user.get_desc() == want) return user;
   keep = Tensor::empty({static_cast<int64_t>((want.get_size() + sizeof(float) - 1) / sizeof(float))});
   return memory(want, cpu_engine(), keep.data<float>());
+}
+
+// `user` in the layout `want`: itself, or a reorder of it into `keep`.
+memory in_layout(const memory& user, const memory::desc& want, Tensor& keep, dnnl::stream& stream) {
+  memory m = out_layout(user, want, keep);
+  if (m.get_data_handle() != user.get_data_handle())
+    dnnl::reorder(user, m).execute(stream, const_cast<memory&>(user), m);
+  return m;
 }
 
 void copy_back(memory& result, memory& user, dnnl::stream& stream) {
