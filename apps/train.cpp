@@ -43,6 +43,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/sgd.h"
 #include "quant/sim/bn_reestimation.h"
+#include "quant/convert/integer_eval.h"
 #include "quant/sim/int8_training.h"
 #include "quant/sim/calibration.h"
 #include "quant/sim/prepare.h"
@@ -361,14 +362,14 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
     }
   }
   if (cfg.quant.integer_forward) {
-    const auto layers = quant::enable_integer_forward(*model);
+    const auto layers = quant::enable_integer_forward(*model, quant::make_integer_eval);
     if (print) {
       std::printf("integer forward on:");
       for (const auto& l : layers)
         if (l.float_because.empty()) std::printf(" %s", l.name.c_str());
       for (const auto& l : layers)
         if (!l.float_because.empty()) std::printf("; %s float (%s)", l.name.c_str(), l.float_because.c_str());
-      std::printf("\n");
+      std::printf("\nin eval, those layers run as the integer model's (Note [integer eval])\n");
     }
   }
   return model;

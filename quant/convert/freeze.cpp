@@ -152,6 +152,50 @@ void set_output(IntLayer& l, const Tensor& b_float, FakeQuantizer* out) {
   }
 }
 
+}  // namespace
+
+IntLayer freeze_conv(const std::string& name, QatConv2d& c, const ActQuant& in) {
+  IntLayer l;
+  l.op = IntOp::conv;
+  l.name = name;
+  l.in = in;
+  l.conv = c.params;
+  l.out_channels = c.weight.size(0);
+  l.in_channels = c.weight.size(1) * c.params.groups;
+  l.kernel_h = c.weight.size(2);
+  l.kernel_w = c.weight.size(3);
+  l.relu = c.relu;
+  QAT_CHECK(!c.relu6 || c.activation_post_process, "freeze: conv '", name,
+            "' ends in a ReLU6 without an output quantizer: the integer model clamps on the output grid");
+  QAT_CHECK(c.params.groups == 1 || (c.params.groups == l.in_channels && c.params.groups == l.out_channels),
+            "freeze: conv '", name, "' has groups ", c.params.groups, " (", l.in_channels, " -> ", l.out_channels,
+            " channels); the integer model has dense (groups 1) and depthwise (groups = channels) kernels");
+  quantize_weights(l, c.folded_weight(), *c.weight_fake_quant);
+  set_output(l, c.folded_bias(), c.activation_post_process.get());
+  if (c.relu6) {  // Note [ReLU6 as a clamp]
+    l.relu = true;
+    l.clamp_max = grid_value_of(*c.activation_post_process, l.out, 6.f);
+  }
+  return l;
+}
+
+IntLayer freeze_linear(const std::string& name, QatLinear& c, const ActQuant& in) {
+  IntLayer l;
+  l.op = IntOp::linear;
+  l.name = name;
+  l.in = in;
+  l.out_channels = c.weight.size(0);
+  l.in_channels = c.weight.size(1);
+  l.relu = c.relu;
+  quantize_weights(l, c.weight.detach(), *c.weight_fake_quant);
+  set_output(l, c.bias.defined() ? c.bias.detach() : Tensor(), c.activation_post_process.get());
+  return l;
+}
+
+ActQuant activation_grid(const FakeQuantizer& f, const std::string& where) { return activation_of(f, where); }
+
+namespace {
+
 struct Freezer {
   IntegerModel model;
   bool have_input = false, flat = false, done = false;
@@ -180,44 +224,14 @@ struct Freezer {
     quantize_input(name, c.input_fake_quant.get());
     need_input(name);
     QAT_CHECK(!flat, "freeze: conv '", name, "' after flatten");
-    IntLayer l;
-    l.op = IntOp::conv;
-    l.name = name;
-    l.in = cur;
-    l.conv = c.params;
-    l.out_channels = c.weight.size(0);
-    l.in_channels = c.weight.size(1) * c.params.groups;
-    l.kernel_h = c.weight.size(2);
-    l.kernel_w = c.weight.size(3);
-    l.relu = c.relu;
-    QAT_CHECK(!c.relu6 || c.activation_post_process, "freeze: conv '", name,
-              "' ends in a ReLU6 without an output quantizer: the integer model clamps on the output grid");
-    QAT_CHECK(c.params.groups == 1 || (c.params.groups == l.in_channels && c.params.groups == l.out_channels),
-              "freeze: conv '", name, "' has groups ", c.params.groups, " (", l.in_channels, " -> ", l.out_channels,
-              " channels); the integer model has dense (groups 1) and depthwise (groups = channels) kernels");
-    quantize_weights(l, c.folded_weight(), *c.weight_fake_quant);
-    set_output(l, c.folded_bias(), c.activation_post_process.get());
-    if (c.relu6) {  // Note [ReLU6 as a clamp]
-      l.relu = true;
-      l.clamp_max = grid_value_of(*c.activation_post_process, l.out, 6.f);
-    }
-    finish(std::move(l));
+    finish(freeze_conv(name, c, cur));
   }
 
   void linear(const std::string& name, QatLinear& c) {
     quantize_input(name, c.input_fake_quant.get());
     need_input(name);
     QAT_CHECK(flat, "freeze: linear '", name, "' needs a flattened input (add a Flatten before it)");
-    IntLayer l;
-    l.op = IntOp::linear;
-    l.name = name;
-    l.in = cur;
-    l.out_channels = c.weight.size(0);
-    l.in_channels = c.weight.size(1);
-    l.relu = c.relu;
-    quantize_weights(l, c.weight.detach(), *c.weight_fake_quant);
-    set_output(l, c.bias.defined() ? c.bias.detach() : Tensor(), c.activation_post_process.get());
-    finish(std::move(l));
+    finish(freeze_linear(name, c, cur));
   }
 
   void finish(IntLayer l) {

@@ -39,4 +39,15 @@ std::vector<ExecStep> execution_order(Module& model);
 // activations, weights wider than int8, ...).
 IntegerModel freeze(Module& qat_model);
 
+class QatConv2d;
+class QatLinear;
+class FakeQuantizer;
+// One QAT layer's integer layer as freeze() builds it, reading its input on
+// grid `in`; not finalized (IntLayer::finalize). The layer must be in eval
+// mode (its weight quantizer then observes nothing). Throws naming it.
+IntLayer freeze_conv(const std::string& name, QatConv2d& c, const ActQuant& in);
+IntLayer freeze_linear(const std::string& name, QatLinear& c, const ActQuant& in);
+// The integer grid of an activation quantizer's last forward; throws naming `where`.
+ActQuant activation_grid(const FakeQuantizer& f, const std::string& where);
+
 }  // namespace qat::quant

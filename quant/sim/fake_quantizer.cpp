@@ -208,15 +208,19 @@ Tensor LearnedFakeQuantizer::forward(const Tensor& x) {
     if (!cfg_.is_weight) average_over_processes();
     set_initialized();
   }
-  {
-    NoGradGuard ng;  // the qparams this forward applies: what freeze uses
-    const Tensor s = lsq_step_value(step_, cfg_.spec);
-    store_qparams(s, zero_points(s));
-  }
+  sync_qparams();  // the qparams this forward applies: what freeze uses
   if (!fake_quant_enabled()) return x;
   // N for the gradient scale: weights per step, or features per example.
   const int64_t per_step = cfg_.is_weight ? x.numel() / step_.numel() : x.numel() / std::max<int64_t>(1, x.size(0));
   return quantize(x, lsq_grad_scale(per_step, cfg_.spec));
+}
+
+bool LearnedFakeQuantizer::sync_qparams() {
+  if (!initialized()) return false;
+  NoGradGuard ng;
+  const Tensor s = lsq_step_value(step_, cfg_.spec);
+  store_qparams(s, zero_points(s));
+  return true;
 }
 
 // Data-parallel runs: each process initialised from its part of the first

@@ -62,6 +62,10 @@ class FakeQuantizer : public Module {
   const QuantizerConfig& config() const { return cfg_; }
   // The qparams of the last forward (exactly those applied).
   QParams qparams() const { return {scale_, zero_point_}; }
+  // Stores the qparams the next forward will apply, where they can differ
+  // from the last forward's: a learned step changed by the optimizer since.
+  // False when none can be known yet (a learned quantizer not initialised).
+  virtual bool sync_qparams() { return true; }
   // LSQ+'s learned offset beta (C); undefined for every other kind.
   virtual const Tensor& learned_offset() const { return undefined_; }
   // x quantized onto this quantizer's current grid, nothing observed or
@@ -118,6 +122,7 @@ class LearnedFakeQuantizer : public FakeQuantizer {
  public:
   Tensor forward(const Tensor& x) override;
   void start_from(const QParams& q) override;
+  bool sync_qparams() override;
 
  protected:
   LearnedFakeQuantizer(const QuantizerConfig& cfg, int64_t channels);

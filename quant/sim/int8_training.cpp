@@ -219,11 +219,16 @@ std::string integer_forward_refusal(const L& l, const std::shared_ptr<FakeQuanti
 
 }  // namespace
 
-std::vector<IntegerForwardLayer> enable_integer_forward(Module& model) {
+std::vector<IntegerForwardLayer> enable_integer_forward(Module& model, const IntegerEvalFactory& eval) {
   std::vector<IntegerForwardLayer> out;
   walk_quantized_layers(model, [&](const std::string& name, auto& l, const std::shared_ptr<FakeQuantizer>& source,
                                    const std::vector<const Dropout*>& dropouts, size_t) {
     IntegerForwardLayer r{name, integer_forward_refusal(l, source)};
+    if (eval && r.float_because.empty())
+      if (IntegerEval e = eval(name, l, source)) {
+        l.set_integer_eval(std::move(e));
+        r.integer_eval = true;
+      }
     if (r.float_because.empty()) {
       // The source's grid while it fake-quantizes; else (observing only,
       // calibrating, disabled) the float op.

@@ -22,6 +22,7 @@
 
 #include "layers/module.h"
 #include "quant/int8_training/int8_ops.h"
+#include "quant/sim/qat_modules.h"
 
 namespace qat::quant {
 
@@ -44,11 +45,17 @@ std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig&
 // QAT's. Returns every quantized layer in order, with why it stays float
 // (empty: it runs on integers). Throws, naming each layer's reason, when
 // none can.
+// eval (optional): makes each layer's integer eval (Note [integer eval],
+// quant/convert/integer_eval.h: make_integer_eval), set on the layers that
+// run on integers.
 struct IntegerForwardLayer {
   std::string name;
   std::string float_because;
+  bool integer_eval = false;  // its eval forward is the integer model's layer
 };
-std::vector<IntegerForwardLayer> enable_integer_forward(Module& model);
+using IntegerEvalFactory =
+    std::function<IntegerEval(const std::string& name, Module& layer, const std::shared_ptr<FakeQuantizer>& source)>;
+std::vector<IntegerForwardLayer> enable_integer_forward(Module& model, const IntegerEvalFactory& eval = {});
 
 // The INT8 layers of a model (after enable_int8_training), in order.
 std::vector<Int8Layer> int8_layers(Module& model);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/autograd.h"
 #include "core/ops.h"
 #include "core/profiler.h"
 
@@ -76,9 +77,19 @@ Tensor QatConv2d::fold_scale(bool differentiable) const {
   return mul(add(gamma, Tensor::from_vector(nudge, {O}).to(device)), Tensor::from_vector(inv_std, {O}).to(device));
 }
 
+namespace {
+// The integer model's layer where it applies: eval mode, no gradient.
+Tensor integer_eval(const IntegerEval& eval, const Module& layer, const Tensor& x) {
+  if (!eval || layer.is_training() || grad_enabled()) return Tensor();
+  return eval(x);
+}
+}  // namespace
+
 Tensor QatConv2d::forward(const Tensor& x_in) {
   QAT_PROFILE("qat_conv2d");
   Tensor x = input_fake_quant ? input_fake_quant->forward(x_in) : x_in;
+  if (Tensor y = integer_eval(int_eval_, *this, x); y.defined())
+    return activation_post_process ? activation_post_process->forward(y) : y;
   Tensor y;
   if (!bn) {
     y = conv(x, weight, bias);
@@ -185,6 +196,8 @@ void QatLinear::set_output_quantizer(std::shared_ptr<FakeQuantizer> q) {
 Tensor QatLinear::forward(const Tensor& x_in) {
   QAT_PROFILE("qat_linear");
   Tensor x = input_fake_quant ? input_fake_quant->forward(x_in) : x_in;
+  if (Tensor y = integer_eval(int_eval_, *this, x); y.defined())
+    return activation_post_process ? activation_post_process->forward(y) : y;
   Tensor y;
   if (!int8_state_) {
     Tensor wq = weight_fake_quant->forward(weight);

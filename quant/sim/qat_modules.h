@@ -27,6 +27,11 @@
 
 namespace qat::quant {
 
+// quant.integer_forward in eval (Note [integer eval], quant/convert/integer_eval.h):
+// the integer model's layer, run on x's integers and dequantized onto the
+// output grid; an undefined tensor where it does not apply now.
+using IntegerEval = std::function<Tensor(const Tensor& x)>;
+
 class QatConv2d : public Module {
  public:
   // bn may be null; relu fuses a ReLU after (conv or BN).
@@ -56,6 +61,10 @@ class QatConv2d : public Module {
   // layer in errors. INT8 training, where set, comes first.
   void set_integer_forward(std::function<std::optional<ActGrid>()> grid, std::string name);
   bool integer_forward() const { return static_cast<bool>(int_forward_grid_); }
+  // Set, a forward in eval mode with no gradient returns eval(x) (where it
+  // is defined) through the output quantizer, instead of the fake-quant
+  // conv, batch norm and activation.
+  void set_integer_eval(IntegerEval eval) { int_eval_ = std::move(eval); }
 
   Tensor weight, bias;
   std::shared_ptr<BatchNorm2d> bn;
@@ -74,6 +83,7 @@ class QatConv2d : public Module {
   std::function<ActGrid()> int8_grid_;
   std::function<std::optional<ActGrid>()> int_forward_grid_;
   std::string int_forward_name_;
+  IntegerEval int_eval_;
   std::shared_ptr<QuantCodes> codes_;  // INT8 training: the weight's integers, reused across steps
 };
 
@@ -91,6 +101,7 @@ class QatLinear : public Module {
   // As QatConv2d's.
   void set_integer_forward(std::function<std::optional<ActGrid>()> grid, std::string name);
   bool integer_forward() const { return static_cast<bool>(int_forward_grid_); }
+  void set_integer_eval(IntegerEval eval) { int_eval_ = std::move(eval); }
 
   Tensor weight, bias;
   std::shared_ptr<FakeQuantizer> weight_fake_quant, input_fake_quant, activation_post_process;
@@ -101,6 +112,7 @@ class QatLinear : public Module {
   std::function<ActGrid()> int8_grid_;
   std::function<std::optional<ActGrid>()> int_forward_grid_;
   std::string int_forward_name_;
+  IntegerEval int_eval_;
   std::shared_ptr<QuantCodes> codes_;
 };
 

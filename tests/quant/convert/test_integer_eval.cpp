@@ -1,0 +1,112 @@
+// Note [integer eval]: with quant.integer_forward, a QAT model's eval
+// forward is its frozen integer model's, value for value; training is not
+// changed.
+#include <cstring>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "models/models.h"
+#include "quant/convert/compare_layers.h"
+#include "quant/convert/freeze.h"
+#include "quant/convert/integer_eval.h"
+#include "quant/sim/int8_training.h"
+#include "quant/sim/prepare.h"
+#include "tests/graph_checks.h"
+#include "tests/test_util.h"
+
+using namespace qat;
+using namespace qat::quant;
+
+namespace {
+
+// MobileNetV2 (32 px stem) prepared on the default backend, its layers on
+// the integer forward, with or without their integer eval.
+ModulePtr mobilenet(QuantMethod method, bool integer_eval) {
+  ModulePtr m = make_model("mobilenet_v2", 10, 3, ModelOptions{ResNetStem::small});
+  QConfig q;
+  q.method = method;
+  prepare(*m, testing::test_backend("default"), q);
+  const std::vector<IntegerForwardLayer> layers =
+      integer_eval ? enable_integer_forward(*m, make_integer_eval) : enable_integer_forward(*m);
+  for (const IntegerForwardLayer& l : layers) REQUIRE(l.integer_eval == integer_eval);
+  return m;
+}
+
+Tensor images(uint64_t seed) {
+  Generator g(seed);
+  return Tensor::randn({8, 3, 32, 32}, g);
+}
+
+// SGD steps; the optimizer changes every learned step after its last forward.
+std::vector<float> train_steps(Module& m, int steps) {
+  const Tensor x = images(5);
+  const Tensor y = Tensor::from_vector_i32({0, 1, 2, 3, 4, 5, 6, 7}, {8});
+  std::vector<float> losses;
+  m.train();
+  for (int s = 0; s < steps; ++s) {
+    for (auto& [n, p] : m.named_parameters()) p.zero_grad();
+    Tensor loss = cross_entropy(m.forward(x), y);
+    loss.backward();
+    NoGradGuard ng;
+    for (auto& [n, p] : m.named_parameters())
+      if (p.grad().defined()) p.add_(p.grad(), -0.05f);
+    losses.push_back(loss.item());
+  }
+  return losses;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const Tensor ac = a.contiguous(), bc = b.contiguous();
+  return ac.sizes() == bc.sizes() &&
+         std::memcmp(ac.data<float>(), bc.data<float>(), sizeof(float) * static_cast<size_t>(ac.numel())) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("integer eval: MobileNetV2's eval forward is its frozen integer model's, every node and logit bit for bit",
+          "[quant][freeze][integer_eval]") {
+  for (const QuantMethod method : {QuantMethod::moving_average, QuantMethod::lsq}) {
+    INFO("method " << method_name(method));
+    ModulePtr m = mobilenet(method, true);
+    train_steps(*m, 3);
+    m->eval();
+    NoGradGuard ng;
+    const Tensor x = images(9);
+    // The first eval batch after an optimizer step: each learned output
+    // step has moved since its quantizer's last forward.
+    const Tensor first = m->forward(x);
+    const IntegerModel im = freeze(*m);
+    REQUIRE(same_bits(first, im.forward(x)));
+    for (const LayerDiff& d : compare_layers(*m, im, x)) {
+      INFO("layer " << d.name << " (" << d.op << "): " << d.differ << " of " << d.count << " differ, max "
+                    << d.max_diff);
+      REQUIRE(d.differ == 0);
+      REQUIRE(d.own_differ == 0);
+    }
+  }
+}
+
+// Without it the same model's logits are the float op's (the classifier's
+// sum and bias in float): not the integer model's bits. What the test above
+// holds is then not true by construction of the comparison.
+TEST_CASE("integer eval: without it, the fake-quant logits are not the integer model's bits",
+          "[quant][freeze][integer_eval]") {
+  ModulePtr m = mobilenet(QuantMethod::moving_average, false);
+  train_steps(*m, 3);
+  m->eval();
+  NoGradGuard ng;
+  const Tensor x = images(9);
+  const Tensor fake = m->forward(x);
+  REQUIRE_FALSE(same_bits(fake, freeze(*m).forward(x)));
+}
+
+TEST_CASE("integer eval: training steps and a forward with gradients are unchanged", "[quant][integer_eval]") {
+  ModulePtr with = mobilenet(QuantMethod::lsq, true), without = mobilenet(QuantMethod::lsq, false);
+  REQUIRE(train_steps(*with, 3) == train_steps(*without, 3));
+  testing::require_same_tensors(with->state_dict(), without->state_dict());
+  with->eval();
+  without->eval();
+  const Tensor x = images(9);
+  REQUIRE(same_bits(with->forward(x), without->forward(x)));  // eval, but gradients on: the fake-quant ops
+}
