@@ -175,7 +175,8 @@ void walk_quantized_layers(Module& model, F&& f) {
 }  // namespace
 
 std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig& cfg,
-                                            const std::vector<std::string>& keep_float, uint64_t seed) {
+                                            const std::vector<std::string>& keep_float, uint64_t seed,
+                                            const IntegerEvalFactory& eval) {
   std::set<std::string> keep(keep_float.begin(), keep_float.end()), seen;
   std::vector<Int8Layer> out;
   walk_quantized_layers(model, [&](const std::string& name, auto& l, const std::shared_ptr<FakeQuantizer>& source,
@@ -185,6 +186,8 @@ std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig&
     check_int8_layer(l, name, source);
     auto state = std::make_shared<Int8GradState>(cfg, layer_seed(seed, index), name);
     l.set_int8(state, [source, dropouts] { return grid_of(*source, dropouts); });
+    if (eval)
+      if (IntegerEval e = eval(name, l, source)) l.set_integer_eval(std::move(e));
     out.push_back({name, &l, state});
   });
   for (const std::string& k : keep_float)

@@ -36,8 +36,13 @@ struct Int8Layer {
 // INT8: weights that are not symmetric (zero point 0), more than 8 bits, a
 // grouped convolution, no quantized input, or a keep_float name that is not
 // a quantized layer. seed: the run's seed (the gradient noise derives from it).
+// eval (optional): makes each layer's integer eval (Note [integer eval],
+// quant/convert/integer_eval.h: make_integer_eval), set on every INT8 layer.
+using IntegerEvalFactory =
+    std::function<IntegerEval(const std::string& name, Module& layer, const std::shared_ptr<FakeQuantizer>& source)>;
 std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig& cfg,
-                                            const std::vector<std::string>& keep_float, uint64_t seed);
+                                            const std::vector<std::string>& keep_float, uint64_t seed,
+                                            const IntegerEvalFactory& eval = {});
 // quant.integer_forward (Note [integer forward of QAT layers], int8_ops.h):
 // each quantized conv / linear layer whose operands allow it computes its
 // forward on the integer GEMMs whenever its input quantizer fake-quantizes
@@ -45,16 +50,13 @@ std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig&
 // QAT's. Returns every quantized layer in order, with why it stays float
 // (empty: it runs on integers). Throws, naming each layer's reason, when
 // none can.
-// eval (optional): makes each layer's integer eval (Note [integer eval],
-// quant/convert/integer_eval.h: make_integer_eval), set on the layers that
-// run on integers.
+// eval (optional): as enable_int8_training's, set on the layers that run on
+// integers.
 struct IntegerForwardLayer {
   std::string name;
   std::string float_because;
   bool integer_eval = false;  // its eval forward is the integer model's layer
 };
-using IntegerEvalFactory =
-    std::function<IntegerEval(const std::string& name, Module& layer, const std::shared_ptr<FakeQuantizer>& source)>;
 std::vector<IntegerForwardLayer> enable_integer_forward(Module& model, const IntegerEvalFactory& eval = {});
 
 // The INT8 layers of a model (after enable_int8_training), in order.

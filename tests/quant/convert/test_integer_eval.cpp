@@ -110,3 +110,18 @@ TEST_CASE("integer eval: training steps and a forward with gradients are unchang
   const Tensor x = images(9);
   REQUIRE(same_bits(with->forward(x), without->forward(x)));  // eval, but gradients on: the fake-quant ops
 }
+
+// INT8 training sets it too: its forward is on integers already, its eval
+// now the integer model's to the bit.
+TEST_CASE("integer eval: an INT8-trained MobileNetV2's eval forward is its frozen integer model's",
+          "[quant][freeze][integer_eval][int8train]") {
+  ModulePtr m = make_model("mobilenet_v2", 10, 3, ModelOptions{ResNetStem::small});
+  prepare(*m, testing::test_backend("default"), QConfig{});
+  REQUIRE(enable_int8_training(*m, Int8GradConfig{}, {}, 11, make_integer_eval).size() == 53);
+  train_steps(*m, 2);
+  m->eval();
+  NoGradGuard ng;
+  const Tensor x = images(9);
+  const Tensor first = m->forward(x);
+  REQUIRE(same_bits(first, freeze(*m).forward(x)));
+}
