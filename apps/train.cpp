@@ -362,7 +362,7 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
     }
   }
   if (cfg.quant.integer_forward) {
-    const auto layers = quant::enable_integer_forward(*model, quant::make_integer_eval);
+    const auto layers = quant::enable_integer_forward(*model, quant::make_integer_eval, quant::make_add_eval);
     if (print) {
       std::printf("integer forward on:");
       for (const auto& l : layers)

@@ -19,6 +19,7 @@
 // rewrite that replaces a child (prepare()) is seen. An error inside a
 // node's forward (a convolution given the wrong channels) is reported as
 // "graph node '<name>' (<origin>): <the op's error>".
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -46,6 +47,11 @@ class Graph : public Module {
   // A function node: add (two inputs of one shape) or concat (two or more,
   // joined along dim 1). Returns the node's name.
   std::string add_op(const std::string& name, GraphOp op, std::vector<std::string> inputs);
+  // An add node's forward in eval mode with no gradient, where set and it
+  // returns a defined tensor, instead of the float sum (quant.integer_forward:
+  // the integer model's add, Note [integer eval]).
+  using AddEval = std::function<Tensor(const Tensor& a, const Tensor& b)>;
+  void set_add_eval(const std::string& node, AddEval eval);
   void set_output(const std::string& name);
   // Where node `name` was defined (a model file's line): errors about the
   // node, its shapes at a forward included, then name it.
@@ -91,6 +97,7 @@ class Graph : public Module {
 
   std::vector<GraphNode> nodes_;
   std::string output_;
+  std::map<std::string, AddEval> add_eval_;
 };
 
 // A module with children and no computation of its own: the prefixes of a

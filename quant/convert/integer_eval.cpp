@@ -1,6 +1,7 @@
 // Note [integer eval] (integer_eval.h).
 #include "quant/convert/integer_eval.h"
 
+#include "layers/layers.h"
 #include "quant/convert/freeze.h"
 #include "quant/integer/integer_model.h"
 
@@ -59,7 +60,45 @@ Tensor run_integer_eval(const std::string& name, L& layer, FakeQuantizer& source
   return l.dequantize ? y : grid_values(y, l.out);
 }
 
+// The add's output quantizer: the add node's only reader, a quantizer, or
+// a ReLU and its quantizer (freeze's add pattern); null where it is neither.
+FakeQuantizer* add_output(Graph& g, const std::string& node, bool& relu) {
+  const std::vector<std::string> readers = g.readers(node);
+  Module* q = readers.size() == 1 ? g.module(readers[0]) : nullptr;
+  relu = false;
+  if (auto* seq = dynamic_cast<Sequential*>(q);
+      seq && seq->children().size() == 2 && dynamic_cast<ReLU*>(seq->children()[0].second.get())) {
+    relu = true;
+    return dynamic_cast<FakeQuantizer*>(seq->children()[1].second.get());
+  }
+  return dynamic_cast<FakeQuantizer*>(q);
+}
+
+bool applies(const FakeQuantizer& q) { return q.fake_quant_enabled() && !q.calibrating(); }
+
 }  // namespace
+
+Graph::AddEval make_add_eval(Graph& g, const std::string& node, const std::shared_ptr<FakeQuantizer>& a,
+                             const std::shared_ptr<FakeQuantizer>& b) {
+  bool relu = false;
+  FakeQuantizer* out = add_output(g, node, relu);
+  if (!out || !a || !b) return {};
+  return [node, a, b, out, relu](const Tensor& xa, const Tensor& xb) -> Tensor {
+    if (xa.device() != Device::cpu || !applies(*a) || !applies(*b) || !applies(*out) || !out->sync_qparams())
+      return Tensor();
+    IntLayer l;
+    l.op = IntOp::add;
+    l.name = node;
+    l.in = activation_grid(*a, node + " (its first input)");
+    l.in2 = activation_grid(*b, node + " (its second input)");
+    l.out = activation_grid(*out, node + " (its output)");
+    l.relu = relu;
+    l.finalize();
+    const IntegerModel runner;
+    const Tensor sb = stored_integers(runner, xb, l.in2);
+    return grid_values(runner.run_layer(l, stored_integers(runner, xa, l.in), {&sb}), l.out);
+  };
+}
 
 IntegerEval make_integer_eval(const std::string& name, Module& layer, const std::shared_ptr<FakeQuantizer>& source) {
   if (!source) return {};

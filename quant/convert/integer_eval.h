@@ -20,9 +20,12 @@
 // kernel, the requantization with its ReLU / ReLU6 clamps, and the result dequantized
 // onto the output grid, which the output quantizer then returns unchanged
 // (its qparams first brought up to date: a learned step may have changed
-// since its last forward). The float network's adds and average pools
-// already round as the integer model does (Note [integer add], Note [a mean
-// rounded onto its grid]), so the whole eval forward is the integer
+// since its last forward). A graph's residual adds do the same: the float
+// sum of two grid values, rounded onto the output grid, differs from the
+// integer add's fixed-point result by 1 for a few values in a million
+// (Note [integer add]), so in eval the add node runs the integer add. The
+// average pools already round as the integer model does (Note [a mean
+// rounded onto its grid]): the whole eval forward is then the integer
 // model's, value for value. Training steps and their gradients do not
 // change.
 //
@@ -33,6 +36,7 @@
 #include <memory>
 #include <string>
 
+#include "layers/graph.h"
 #include "layers/module.h"
 #include "quant/sim/qat_modules.h"
 
@@ -42,5 +46,12 @@ namespace qat::quant {
 // `name`, reading its input on source's grid; empty where there is none
 // (no quantized input, a grouped convolution that is not depthwise).
 IntegerEval make_integer_eval(const std::string& name, Module& layer, const std::shared_ptr<FakeQuantizer>& source);
+
+// The integer eval of a graph's add node reading values on a's and b's
+// grids: the integer model's add (Note [integer add]) onto its output
+// quantizer's grid, ReLU as its lower clamp; empty where the add has no
+// output quantizer (it stays float, and freeze refuses it).
+Graph::AddEval make_add_eval(Graph& g, const std::string& node, const std::shared_ptr<FakeQuantizer>& a,
+                             const std::shared_ptr<FakeQuantizer>& b);
 
 }  // namespace qat::quant

@@ -120,12 +120,17 @@ GridSource grid_after(const ModulePtr& m, GridSource in) {
 // walk_quantized_layers on a graph: its nodes in order, each QAT layer's
 // source found along its input edge; an add or concat is float until the
 // quantizer node after it.
-template <class F>
-void walk_graph_layers(Graph& g, F&& f) {
+// on_add(name, a, b): each add node, with its two inputs' quantizers (null: float).
+template <class F, class A>
+void walk_graph_layers(Graph& g, F&& f, A&& on_add) {
   std::map<std::string, GridSource> grid;  // node -> the grid of its value
   size_t index = 0;
   for (const std::string& name : g.order()) {
     const GraphNode& n = g.node(name);
+    if (n.op == GraphOp::add) {
+      const auto a = grid.find(n.inputs[0]), b = grid.find(n.inputs[1]);
+      on_add(name, a == grid.end() ? nullptr : a->second.q, b == grid.end() ? nullptr : b->second.q);
+    }
     if (n.op != GraphOp::module) continue;
     const auto it = grid.find(n.inputs[0]);
     const GridSource in = it == grid.end() ? GridSource{} : it->second;  // (the graph's input: float)
@@ -145,7 +150,8 @@ void walk_graph_layers(Graph& g, F&& f) {
 // input quantizer of its own).
 template <class F>
 void walk_quantized_layers(Module& model, F&& f) {
-  if (auto* g = dynamic_cast<Graph*>(&model)) return walk_graph_layers(*g, f);
+  if (auto* g = dynamic_cast<Graph*>(&model))
+    return walk_graph_layers(*g, f, [](const std::string&, const auto&, const auto&) {});
   std::shared_ptr<FakeQuantizer> last;  // the quantizer whose grid the next layer reads
   std::vector<const Dropout*> dropouts;
   std::string inside;  // a QAT layer's name while its children are walked
@@ -222,7 +228,15 @@ std::string integer_forward_refusal(const L& l, const std::shared_ptr<FakeQuanti
 
 }  // namespace
 
-std::vector<IntegerForwardLayer> enable_integer_forward(Module& model, const IntegerEvalFactory& eval) {
+std::vector<IntegerForwardLayer> enable_integer_forward(Module& model, const IntegerEvalFactory& eval,
+                                                       const AddEvalFactory& add_eval) {
+  if (auto* g = dynamic_cast<Graph*>(&model); g && add_eval)
+    walk_graph_layers(*g, [](const std::string&, auto&, const auto&, const auto&, size_t) {},
+                      [&](const std::string& name, const std::shared_ptr<FakeQuantizer>& a,
+                          const std::shared_ptr<FakeQuantizer>& b) {
+                        if (Graph::AddEval e = a && b ? add_eval(*g, name, a, b) : Graph::AddEval())
+                          g->set_add_eval(name, std::move(e));
+                      });
   std::vector<IntegerForwardLayer> out;
   walk_quantized_layers(model, [&](const std::string& name, auto& l, const std::shared_ptr<FakeQuantizer>& source,
                                    const std::vector<const Dropout*>& dropouts, size_t) {

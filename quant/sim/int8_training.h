@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "layers/graph.h"
 #include "layers/module.h"
 #include "quant/int8_training/int8_ops.h"
 #include "quant/sim/qat_modules.h"
@@ -57,7 +58,12 @@ struct IntegerForwardLayer {
   std::string float_because;
   bool integer_eval = false;  // its eval forward is the integer model's layer
 };
-std::vector<IntegerForwardLayer> enable_integer_forward(Module& model, const IntegerEvalFactory& eval = {});
+// add_eval (optional): on a graph, makes each add node's integer eval from
+// its two inputs' quantizers (both quantized; null where it has none).
+using AddEvalFactory = std::function<Graph::AddEval(
+    Graph& g, const std::string& node, const std::shared_ptr<FakeQuantizer>& a, const std::shared_ptr<FakeQuantizer>& b)>;
+std::vector<IntegerForwardLayer> enable_integer_forward(Module& model, const IntegerEvalFactory& eval = {},
+                                                       const AddEvalFactory& add_eval = {});
 
 // The INT8 layers of a model (after enable_int8_training), in order.
 std::vector<Int8Layer> int8_layers(Module& model);

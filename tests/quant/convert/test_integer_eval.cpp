@@ -6,10 +6,12 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "layers/graph.h"
 #include "models/models.h"
 #include "quant/convert/compare_layers.h"
 #include "quant/convert/freeze.h"
 #include "quant/convert/integer_eval.h"
+#include "quant/integer/int_add.h"
 #include "quant/sim/int8_training.h"
 #include "quant/sim/prepare.h"
 #include "tests/graph_checks.h"
@@ -28,7 +30,7 @@ ModulePtr mobilenet(QuantMethod method, bool integer_eval) {
   q.method = method;
   prepare(*m, testing::test_backend("default"), q);
   const std::vector<IntegerForwardLayer> layers =
-      integer_eval ? enable_integer_forward(*m, make_integer_eval) : enable_integer_forward(*m);
+      integer_eval ? enable_integer_forward(*m, make_integer_eval, make_add_eval) : enable_integer_forward(*m);
   for (const IntegerForwardLayer& l : layers) REQUIRE(l.integer_eval == integer_eval);
   return m;
 }
@@ -124,4 +126,53 @@ TEST_CASE("integer eval: an INT8-trained MobileNetV2's eval forward is its froze
   const Tensor x = images(9);
   const Tensor first = m->forward(x);
   REQUIRE(same_bits(first, freeze(*m).forward(x)));
+}
+
+namespace {
+std::shared_ptr<FakeQuantizer> fixed_grid(float scale) {  // signed 8-bit, zero point 0
+  auto q = make_fake_quantizer(QuantizerConfig{}, 1);
+  q->set_qparams({Tensor::from_vector({scale}, {1}), Tensor::from_vector_i32({0}, {1})});
+  return q;
+}
+}  // namespace
+
+// Note [integer add]: on inputs of half the output's scale every odd sum of
+// integers is a tie, which the float sum of the two values, each rounded to
+// float, puts on either side. The add's integer eval gives the integer add's
+// value for every pair of inputs; the float sum through the quantizer
+// differs on some.
+TEST_CASE(
+    "integer eval of a residual add: the integer add's value for every pair of inputs, where the float sum "
+    "is not",
+    "[quant][integer_eval]") {
+  const float sy = 0.0529f;
+  const auto a = fixed_grid(sy / 2), b = fixed_grid(sy / 2), out = fixed_grid(sy);
+  Graph g;
+  g.add("a", a, Graph::kInput);
+  g.add("b", b, Graph::kInput);
+  g.add_op("sum", GraphOp::add, {"a", "b"});
+  g.add("sum_quant", out, "sum");
+  g.set_output("sum_quant");
+  const Graph::AddEval eval = make_add_eval(g, "sum", a, b);
+  REQUIRE(eval);
+  std::vector<float> va, vb;
+  for (int qa = -128; qa < 128; ++qa)
+    for (int qb = -128; qb < 128; ++qb) va.push_back(sy / 2 * qa), vb.push_back(sy / 2 * qb);
+  const Shape shape{1, 256, 256, 1};
+  const Tensor xa = Tensor::from_vector(va, shape), xb = Tensor::from_vector(vb, shape);
+  g.eval();
+  NoGradGuard ng;
+  const Tensor y = eval(xa, xb), fake = out->forward(add(xa, xb));
+  const ActQuant grid_in{sy / 2, 0, 0.f, 8, true}, grid_out{sy, 0, 0.f, 8, true};
+  const AddRequant r = make_add_requant(grid_in, grid_in, grid_out, false, "test");
+  int64_t float_differs = 0;
+  for (int i = 0; i < 256 * 256; ++i) {
+    const int32_t qa = i / 256 - 128, qb = i % 256 - 128;
+    const int32_t want = add_requant_value(qa + 128, qb + 128, r) - 128;
+    INFO("q_a " << qa << ", q_b " << qb);
+    REQUIRE(std::nearbyint(y.data<float>()[i] / sy) == want);
+    float_differs += std::nearbyint(fake.data<float>()[i] / sy) != want;
+  }
+  INFO("the float sum differs on " << float_differs << " of 65536 pairs");
+  REQUIRE(float_differs > 0);
 }
