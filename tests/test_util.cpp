@@ -216,6 +216,21 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return std::memcmp(bytes_of(ca), bytes_of(cb), ca.nbytes()) == 0;
 }
 
+std::vector<float> sgd_steps(Module& m, const Tensor& x, const Tensor& y, int steps, float lr) {
+  std::vector<float> losses;
+  m.train();
+  for (int s = 0; s < steps; ++s) {
+    for (auto& [n, p] : m.named_parameters()) p.zero_grad();
+    Tensor loss = cross_entropy(m.forward(x), y);
+    loss.backward();
+    NoGradGuard ng;
+    for (auto& [n, p] : m.named_parameters())
+      if (p.grad().defined()) p.add_(p.grad(), -lr);
+    losses.push_back(loss.item());
+  }
+  return losses;
+}
+
 void check_same_bits(const Tensor& actual, const Tensor& expected, const std::string& what) {
   INFO(what);
   REQUIRE(actual.sizes() == expected.sizes());

@@ -42,6 +42,9 @@ std::vector<quant::GemmKernel> gemm_kernels_here();
 TensorMap checkpoint_model_tensors(const std::string& path);
 // Same dtype, shape and bytes.
 bool same_bits(const Tensor& a, const Tensor& b);
+// `steps` plain SGD steps (p -= lr grad) of m in train mode on one batch,
+// cross-entropy against labels y; the losses.
+std::vector<float> sgd_steps(Module& m, const Tensor& x, const Tensor& y, int steps, float lr);
 // Asserts two f32 tensors of one shape equal bit for bit (NaN payloads and
 // the sign of zero included); on failure says how many elements differ and
 // the first one.

@@ -194,6 +194,15 @@ IntLayer freeze_linear(const std::string& name, QatLinear& c, const ActQuant& in
 
 ActQuant activation_grid(const FakeQuantizer& f, const std::string& where) { return activation_of(f, where); }
 
+AddOutput add_output(const Graph& g, const std::string& node) {
+  const std::vector<std::string> readers = g.readers(node);
+  Module* q = readers.size() == 1 ? g.module(readers[0]) : nullptr;
+  if (auto* seq = dynamic_cast<Sequential*>(q);
+      seq && seq->children().size() == 2 && dynamic_cast<ReLU*>(seq->children()[0].second.get()))
+    return {dynamic_cast<FakeQuantizer*>(seq->children()[1].second.get()), true};
+  return {dynamic_cast<FakeQuantizer*>(q), false};
+}
+
 namespace {
 
 struct Freezer {
@@ -345,15 +354,10 @@ class GraphFreezer {
   }
 
   void add(const GraphNode& n) {
+    const AddOutput o = add_output(g_, n.name);
+    FakeQuantizer* out = o.quantizer;
+    const bool relu = o.relu;
     const std::vector<std::string> readers = g_.readers(n.name);
-    Module* q = readers.size() == 1 ? g_.module(readers[0]) : nullptr;
-    auto* out = dynamic_cast<FakeQuantizer*>(q);
-    bool relu = false;
-    if (auto* seq = dynamic_cast<Sequential*>(q); seq && seq->children().size() == 2 &&
-                                                   dynamic_cast<ReLU*>(seq->children()[0].second.get())) {
-      out = dynamic_cast<FakeQuantizer*>(seq->children()[1].second.get());
-      relu = true;
-    }
     QAT_CHECK(out, "freeze: graph node '", n.name,
               "' adds in float (the backend has no add pattern, or an input is float); no integer kernel for it");
     IntLayer l;

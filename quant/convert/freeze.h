@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "layers/graph.h"
 #include "layers/module.h"
 #include "quant/integer/integer_model.h"
 
@@ -49,5 +50,12 @@ IntLayer freeze_conv(const std::string& name, QatConv2d& c, const ActQuant& in);
 IntLayer freeze_linear(const std::string& name, QatLinear& c, const ActQuant& in);
 // The integer grid of an activation quantizer's last forward; throws naming `where`.
 ActQuant activation_grid(const FakeQuantizer& f, const std::string& where);
+// A graph add node's output quantizer: its only reader, a quantizer, or a
+// ReLU and its quantizer (the add / add+relu patterns); null where neither.
+struct AddOutput {
+  FakeQuantizer* quantizer = nullptr;
+  bool relu = false;
+};
+AddOutput add_output(const Graph& g, const std::string& node);
 
 }  // namespace qat::quant

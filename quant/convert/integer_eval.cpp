@@ -1,7 +1,6 @@
 // Note [integer eval] (integer_eval.h).
 #include "quant/convert/integer_eval.h"
 
-#include "layers/layers.h"
 #include "quant/convert/freeze.h"
 #include "quant/integer/integer_model.h"
 
@@ -60,28 +59,15 @@ Tensor run_integer_eval(const std::string& name, L& layer, FakeQuantizer& source
   return l.dequantize ? y : grid_values(y, l.out);
 }
 
-// The add's output quantizer: the add node's only reader, a quantizer, or
-// a ReLU and its quantizer (freeze's add pattern); null where it is neither.
-FakeQuantizer* add_output(Graph& g, const std::string& node, bool& relu) {
-  const std::vector<std::string> readers = g.readers(node);
-  Module* q = readers.size() == 1 ? g.module(readers[0]) : nullptr;
-  relu = false;
-  if (auto* seq = dynamic_cast<Sequential*>(q);
-      seq && seq->children().size() == 2 && dynamic_cast<ReLU*>(seq->children()[0].second.get())) {
-    relu = true;
-    return dynamic_cast<FakeQuantizer*>(seq->children()[1].second.get());
-  }
-  return dynamic_cast<FakeQuantizer*>(q);
-}
-
 bool applies(const FakeQuantizer& q) { return q.fake_quant_enabled() && !q.calibrating(); }
 
 }  // namespace
 
 Graph::AddEval make_add_eval(Graph& g, const std::string& node, const std::shared_ptr<FakeQuantizer>& a,
                              const std::shared_ptr<FakeQuantizer>& b) {
-  bool relu = false;
-  FakeQuantizer* out = add_output(g, node, relu);
+  const AddOutput o = add_output(g, node);
+  FakeQuantizer* out = o.quantizer;
+  const bool relu = o.relu;
   if (!out || !a || !b) return {};
   return [node, a, b, out, relu](const Tensor& xa, const Tensor& xb) -> Tensor {
     if (xa.device() != Device::cpu || !applies(*a) || !applies(*b) || !applies(*out) || !out->sync_qparams())

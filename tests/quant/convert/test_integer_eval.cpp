@@ -1,7 +1,6 @@
 // Note [integer eval]: with quant.integer_forward, a QAT model's eval
 // forward is its frozen integer model's, value for value; training is not
 // changed.
-#include <cstring>
 #include <vector>
 
 #include "core/autograd.h"
@@ -42,26 +41,7 @@ Tensor images(uint64_t seed) {
 
 // SGD steps; the optimizer changes every learned step after its last forward.
 std::vector<float> train_steps(Module& m, int steps) {
-  const Tensor x = images(5);
-  const Tensor y = Tensor::from_vector_i32({0, 1, 2, 3, 4, 5, 6, 7}, {8});
-  std::vector<float> losses;
-  m.train();
-  for (int s = 0; s < steps; ++s) {
-    for (auto& [n, p] : m.named_parameters()) p.zero_grad();
-    Tensor loss = cross_entropy(m.forward(x), y);
-    loss.backward();
-    NoGradGuard ng;
-    for (auto& [n, p] : m.named_parameters())
-      if (p.grad().defined()) p.add_(p.grad(), -0.05f);
-    losses.push_back(loss.item());
-  }
-  return losses;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  return ac.sizes() == bc.sizes() &&
-         std::memcmp(ac.data<float>(), bc.data<float>(), sizeof(float) * static_cast<size_t>(ac.numel())) == 0;
+  return testing::sgd_steps(m, images(5), Tensor::from_vector_i32({0, 1, 2, 3, 4, 5, 6, 7}, {8}), steps, 0.05f);
 }
 
 }  // namespace
@@ -79,7 +59,7 @@ TEST_CASE("integer eval: MobileNetV2's eval forward is its frozen integer model'
     // step has moved since its quantizer's last forward.
     const Tensor first = m->forward(x);
     const IntegerModel im = freeze(*m);
-    REQUIRE(same_bits(first, im.forward(x)));
+    REQUIRE(testing::same_bits(first, im.forward(x)));
     for (const LayerDiff& d : compare_layers(*m, im, x)) {
       INFO("layer " << d.name << " (" << d.op << "): " << d.differ << " of " << d.count << " differ, max "
                     << d.max_diff);
@@ -100,7 +80,7 @@ TEST_CASE("integer eval: without it, the fake-quant logits are not the integer m
   NoGradGuard ng;
   const Tensor x = images(9);
   const Tensor fake = m->forward(x);
-  REQUIRE_FALSE(same_bits(fake, freeze(*m).forward(x)));
+  REQUIRE_FALSE(testing::same_bits(fake, freeze(*m).forward(x)));
 }
 
 TEST_CASE("integer eval: training steps and a forward with gradients are unchanged", "[quant][integer_eval]") {
@@ -110,7 +90,7 @@ TEST_CASE("integer eval: training steps and a forward with gradients are unchang
   with->eval();
   without->eval();
   const Tensor x = images(9);
-  REQUIRE(same_bits(with->forward(x), without->forward(x)));  // eval, but gradients on: the fake-quant ops
+  REQUIRE(testing::same_bits(with->forward(x), without->forward(x)));  // eval, but gradients on: the fake-quant ops
 }
 
 // INT8 training sets it too: its forward is on integers already, its eval
@@ -125,7 +105,7 @@ TEST_CASE("integer eval: an INT8-trained MobileNetV2's eval forward is its froze
   NoGradGuard ng;
   const Tensor x = images(9);
   const Tensor first = m->forward(x);
-  REQUIRE(same_bits(first, freeze(*m).forward(x)));
+  REQUIRE(testing::same_bits(first, freeze(*m).forward(x)));
 }
 
 namespace {

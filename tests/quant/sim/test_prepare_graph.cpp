@@ -216,16 +216,7 @@ Int8Run int8_steps(Module& m, int64_t res, int64_t classes) {
   std::vector<int32_t> labels;
   for (int i = 0; i < 8; ++i) labels.push_back(i % static_cast<int32_t>(classes));
   const Tensor y = Tensor::from_vector_i32(labels, {8});
-  m.train();
-  for (int step = 0; step < 4; ++step) {
-    for (auto& [n, p] : m.named_parameters()) p.zero_grad();
-    Tensor loss = cross_entropy(m.forward(x), y);
-    loss.backward();
-    NoGradGuard ng;
-    for (auto& [n, p] : m.named_parameters())
-      if (p.grad().defined()) p.add_(p.grad(), -0.05f);
-    r.losses.push_back(loss.item());
-  }
+  r.losses = testing::sgd_steps(m, x, y, 4, 0.05f);
   r.state = m.state_dict();
   return r;
 }
