@@ -30,6 +30,24 @@ void requantize_row_reference(const int32_t* acc, int64_t n, const RequantParams
 
 namespace {
 
+// The plan's arrays as plain pointers, held in a local by each kernel: the
+// byte stores may alias anything, so through the plan's vectors the compiler
+// would reload each array's data pointer after every store.
+struct PlanArrays {
+  explicit PlanArrays(const RequantPlan& q)
+      : n(q.n),
+        add32(q.add32.data()),
+        e(q.e.data()),
+        m0(q.m0.data()),
+        add_even(q.add_even.data()),
+        add_odd(q.add_odd.data()),
+        t_even(q.t_even.data()),
+        t_odd(q.t_odd.data()) {}
+  const int64_t n;
+  const int32_t *add32, *e, *m0;
+  const int64_t *add_even, *add_odd, *t_even, *t_odd;
+};
+
 // 16 channels at a time. kShift (every multiplier 2^30, make_requant_plan):
 // (acc + add32) >> e in 32 bits. Otherwise p = acc * m0 + add (64-bit, even
 // and odd lanes apart), then an arithmetic shift by t; add = bias * m0 +
@@ -39,30 +57,25 @@ __attribute__((target("avx512f,avx512bw"))) void requantize_rows_avx512(const in
                                                                         const RequantPlan& q, uint8_t* out) {
   const __m512i zero = _mm512_set1_epi32(q.params.out_zero), lo = _mm512_set1_epi32(q.params.lo),
                 hi = _mm512_set1_epi32(q.params.hi);
-  const int64_t n = q.n;
-  // The plan's arrays in locals: the byte stores may alias anything, so the
-  // compiler would reload each vector's data pointer after every store.
-  const int32_t *add32 = q.add32.data(), *e = q.e.data(), *m0s = q.m0.data();
-  const int64_t *add_even = q.add_even.data(), *add_odd = q.add_odd.data();
-  const int64_t *t_even = q.t_even.data(), *t_odd = q.t_odd.data();
+  const PlanArrays p(q);
   for (int64_t r = 0; r < rows; ++r) {
-    const int32_t* a = acc + r * n;
-    uint8_t* o = out + r * n;
-    for (int64_t c = 0, blk = 0; c < n; c += 16, blk += 8) {
-      const __mmask16 m = n - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - c)) - 1);
+    const int32_t* a = acc + r * p.n;
+    uint8_t* o = out + r * p.n;
+    for (int64_t c = 0, blk = 0; c < p.n; c += 16, blk += 8) {
+      const __mmask16 m = p.n - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (p.n - c)) - 1);
       const __m512i x = _mm512_maskz_loadu_epi32(m, a + c);
       __m512i v;
       if constexpr (kShift) {
-        v = _mm512_srav_epi32(_mm512_add_epi32(x, _mm512_loadu_si512(add32 + c)), _mm512_loadu_si512(e + c));
+        v = _mm512_srav_epi32(_mm512_add_epi32(x, _mm512_loadu_si512(p.add32 + c)), _mm512_loadu_si512(p.e + c));
       } else {
-        const __m512i m0 = _mm512_loadu_si512(m0s + c);
+        const __m512i m0 = _mm512_loadu_si512(p.m0 + c);
         const __m512i even =
-            _mm512_srav_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m0), _mm512_loadu_si512(add_even + blk)),
-                              _mm512_loadu_si512(t_even + blk));
+            _mm512_srav_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m0), _mm512_loadu_si512(p.add_even + blk)),
+                              _mm512_loadu_si512(p.t_even + blk));
         const __m512i odd =
             _mm512_srav_epi64(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m0, 32)),
-                                               _mm512_loadu_si512(add_odd + blk)),
-                              _mm512_loadu_si512(t_odd + blk));
+                                               _mm512_loadu_si512(p.add_odd + blk)),
+                              _mm512_loadu_si512(p.t_odd + blk));
         v = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
       }
       v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zero), lo), hi);
@@ -105,30 +118,26 @@ template <bool kShift>
 QAT_AVX2_TARGET void requantize_rows_avx2(const int32_t* acc, int64_t rows, const RequantPlan& q, uint8_t* out) {
   const __m256i zero = _mm256_set1_epi32(q.params.out_zero), lo = _mm256_set1_epi32(q.params.lo),
                 hi = _mm256_set1_epi32(q.params.hi);
-  const int64_t n = q.n;
-  // (the plan's arrays in locals, as requantize_rows_avx512)
-  const int32_t *add32 = q.add32.data(), *e = q.e.data(), *m0s = q.m0.data();
-  const int64_t *add_even = q.add_even.data(), *add_odd = q.add_odd.data();
-  const int64_t *t_even = q.t_even.data(), *t_odd = q.t_odd.data();
+  const PlanArrays p(q);
   for (int64_t r = 0; r < rows; ++r) {
-    const int32_t* a = acc + r * n;
-    for (int64_t c = 0; c < n; c += 8) {
-      const __m256i x = _mm256_maskload_epi32(a + c, simd::live_lanes(n - c));
+    const int32_t* a = acc + r * p.n;
+    for (int64_t c = 0; c < p.n; c += 8) {
+      const __m256i x = _mm256_maskload_epi32(a + c, simd::live_lanes(p.n - c));
       __m256i v;
       if constexpr (kShift) {
-        v = _mm256_srav_epi32(_mm256_add_epi32(x, load(add32 + c)), load(e + c));
+        v = _mm256_srav_epi32(_mm256_add_epi32(x, load(p.add32 + c)), load(p.e + c));
       } else {
-        const __m256i m0 = load(m0s + c);
+        const __m256i m0 = load(p.m0 + c);
         const int64_t blk = c / 2;  // the even (odd) channels c, c + 2, .. as 4 consecutive 64-bit entries
         const __m256i even =
-            floor_shift64(_mm256_add_epi64(_mm256_mul_epi32(x, m0), load(add_even + blk)), load(t_even + blk));
+            floor_shift64(_mm256_add_epi64(_mm256_mul_epi32(x, m0), load(p.add_even + blk)), load(p.t_even + blk));
         const __m256i odd =
             floor_shift64(_mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(m0, 32)),
-                                           load(add_odd + blk)),
-                          load(t_odd + blk));
+                                           load(p.add_odd + blk)),
+                          load(p.t_odd + blk));
         v = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
       }
-      store_u8x8(_mm256_add_epi32(v, zero), lo, hi, out + r * n + c, n - c);
+      store_u8x8(_mm256_add_epi32(v, zero), lo, hi, out + r * p.n + c, p.n - c);
     }
   }
 }

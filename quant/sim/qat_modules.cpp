@@ -28,9 +28,49 @@ std::shared_ptr<const QuantCodes> weight_codes(FakeQuantizer& fq, const Tensor& 
 }
 }  // namespace
 
+void QatLayer::set_input_quantizer(std::shared_ptr<FakeQuantizer> q) {
+  input_fake_quant = register_module("input_fake_quant", std::move(q));
+}
+
+void QatLayer::set_output_quantizer(std::shared_ptr<FakeQuantizer> q) {
+  activation_post_process = register_module("activation_post_process", std::move(q));
+}
+
+void QatLayer::set_int8(std::shared_ptr<Int8GradState> state, std::function<ActGrid()> grid) {
+  int8_state_ = register_module("int8", std::move(state));
+  int8_grid_ = std::move(grid);
+}
+
+void QatLayer::set_integer_forward(std::function<std::optional<ActGrid>()> grid, std::string name) {
+  int_forward_grid_ = std::move(grid);
+  int_forward_name_ = std::move(name);
+}
+
+Tensor QatLayer::integer_eval(const Tensor& x) const {
+  if (!int_eval_ || is_training() || grad_enabled()) return Tensor();
+  return int_eval_(x);
+}
+
+// INT8 training comes first; the integer forward needs the weight
+// fake-quantized and the input on a quantizer's grid (Note [integer forward
+// of QAT layers]).
+QatLayer::WeightedForm QatLayer::weighted_form(const Tensor& w) {
+  WeightedForm f;
+  if (!int8_state_) {
+    f.wq = weight_fake_quant->forward(w);
+    if (int_forward_grid_ && weight_fake_quant->fake_quant_enabled()) f.grid = int_forward_grid_();
+    return f;
+  }
+  f.int8 = true;
+  f.codes = weight_codes(*weight_fake_quant, w, codes_, int8_state_->layer());
+  if (!f.codes) f.wq = weight_fake_quant->forward(w);
+  f.grid = int8_grid_();
+  return f;
+}
+
 QatConv2d::QatConv2d(const Conv2d& conv, std::shared_ptr<BatchNorm2d> bn_, bool relu_,
                      const QuantizerConfig& weight_cfg)
-    : bn(std::move(bn_)), params(conv.params()), relu(relu_) {
+    : QatLayer(relu_), bn(std::move(bn_)), params(conv.params()) {
   weight = register_parameter("weight", conv.weight);
   if (conv.bias.defined()) bias = register_parameter("bias", conv.bias);
   if (bn) {
@@ -40,8 +80,7 @@ QatConv2d::QatConv2d(const Conv2d& conv, std::shared_ptr<BatchNorm2d> bn_, bool 
   }
   QuantizerConfig w = weight_cfg;
   w.is_weight = true;
-  weight_fake_quant = register_module("weight_fake_quant",
-                                      make_fake_quantizer(w, channels_for(w, weight.size(0))));
+  weight_fake_quant = register_module("weight_fake_quant", make_fake_quantizer(w, channels_for(w, weight.size(0))));
 }
 
 std::string QatConv2d::type_name() const {
@@ -49,16 +88,8 @@ std::string QatConv2d::type_name() const {
 }
 
 std::string QatConv2d::describe() const {
-  return detail::cat(weight.size(1) * params.groups, "->", weight.size(0), ", k=", weight.size(2), ", s=",
-                     params.stride_h, ", p=", params.pad_h);
-}
-
-void QatConv2d::set_input_quantizer(std::shared_ptr<FakeQuantizer> q) {
-  input_fake_quant = register_module("input_fake_quant", std::move(q));
-}
-
-void QatConv2d::set_output_quantizer(std::shared_ptr<FakeQuantizer> q) {
-  activation_post_process = register_module("activation_post_process", std::move(q));
+  return detail::cat(weight.size(1) * params.groups, "->", weight.size(0), ", k=", weight.size(2),
+                     ", s=", params.stride_h, ", p=", params.pad_h);
 }
 
 // sf = gamma' / sqrt(running_var + eps), (O). gamma' is gamma nudged away
@@ -77,19 +108,10 @@ Tensor QatConv2d::fold_scale(bool differentiable) const {
   return mul(add(gamma, Tensor::from_vector(nudge, {O}).to(device)), Tensor::from_vector(inv_std, {O}).to(device));
 }
 
-namespace {
-// The integer model's layer where it applies: eval mode, no gradient.
-Tensor integer_eval(const IntegerEval& eval, const Module& layer, const Tensor& x) {
-  if (!eval || layer.is_training() || grad_enabled()) return Tensor();
-  return eval(x);
-}
-}  // namespace
-
 Tensor QatConv2d::forward(const Tensor& x_in) {
   QAT_PROFILE("qat_conv2d");
-  Tensor x = input_fake_quant ? input_fake_quant->forward(x_in) : x_in;
-  if (Tensor y = integer_eval(int_eval_, *this, x); y.defined())
-    return activation_post_process ? activation_post_process->forward(y) : y;
+  Tensor x = quantized_input(x_in);
+  if (Tensor y = integer_eval(x); y.defined()) return quantized_output(y);
   Tensor y;
   if (!bn) {
     y = conv(x, weight, bias);
@@ -108,44 +130,22 @@ Tensor QatConv2d::forward(const Tensor& x_in) {
                             bn->momentum, bn->eps);
     }
   }
-  if (relu) y = qat::relu(y);
-  else if (relu6) y = qat::relu6(y);
-  return activation_post_process ? activation_post_process->forward(y) : y;
+  if (relu)
+    y = qat::relu(y);
+  else if (relu6)
+    y = qat::relu6(y);
+  return quantized_output(y);
 }
-
-void QatConv2d::set_int8(std::shared_ptr<Int8GradState> state, std::function<ActGrid()> grid) {
-  int8_state_ = register_module("int8", std::move(state));
-  int8_grid_ = std::move(grid);
-}
-
-void QatConv2d::set_integer_forward(std::function<std::optional<ActGrid>()> grid, std::string name) {
-  int_forward_grid_ = std::move(grid);
-  int_forward_name_ = std::move(name);
-}
-
-namespace {
-// The input's grid when this layer's forward runs on integers now: the
-// weight fake-quantized and the input on a quantizer's grid.
-std::optional<ActGrid> integer_forward_grid(const std::function<std::optional<ActGrid>()>& grid,
-                                            const FakeQuantizer& weight_fq) {
-  if (!grid || !weight_fq.fake_quant_enabled()) return std::nullopt;
-  return grid();
-}
-}  // namespace
 
 // The float convolution, or its twins on the integer GEMMs: INT8 training,
 // or the integer forward (Note [integer forward of QAT layers]).
 Tensor QatConv2d::conv(const Tensor& x, const Tensor& w, const Tensor& b) {
-  if (!int8_state_) {
-    Tensor wq = weight_fake_quant->forward(w);
-    if (const std::optional<ActGrid> grid = integer_forward_grid(int_forward_grid_, *weight_fake_quant))
-      return int_forward_conv2d(x, *grid, wq, weight_fake_quant->qparams().scale, b, params, int_forward_name_);
-    return conv2d(x, wq, b, params);
-  }
-  if (auto codes = weight_codes(*weight_fake_quant, w, codes_, int8_state_->layer()))
-    return int8_conv2d(x, int8_grid_(), w, std::move(codes), b, params, int8_state_);
-  Tensor wq = weight_fake_quant->forward(w);
-  return int8_conv2d(x, int8_grid_(), wq, weight_fake_quant->qparams().scale, b, params, int8_state_);
+  const WeightedForm f = weighted_form(w);
+  if (f.codes) return int8_conv2d(x, *f.grid, w, f.codes, b, params, int8_state_);
+  const Tensor s = weight_fake_quant->qparams().scale;
+  if (f.int8) return int8_conv2d(x, *f.grid, f.wq, s, b, params, int8_state_);
+  if (f.grid) return int_forward_conv2d(x, *f.grid, f.wq, s, b, params, int_forward_name_);
+  return conv2d(x, f.wq, b, params);
 }
 
 Tensor QatConv2d::folded_weight() const {
@@ -164,54 +164,28 @@ Tensor QatConv2d::folded_bias() const {
   return add(bn->bias.detach(), mul(sub(b, bn->running_mean), sf));
 }
 
-QatLinear::QatLinear(const Linear& linear, bool relu_, const QuantizerConfig& weight_cfg) : relu(relu_) {
+QatLinear::QatLinear(const Linear& linear, bool relu_, const QuantizerConfig& weight_cfg) : QatLayer(relu_) {
   weight = register_parameter("weight", linear.weight);
   if (linear.bias.defined()) bias = register_parameter("bias", linear.bias);
   QuantizerConfig w = weight_cfg;
   w.is_weight = true;
-  weight_fake_quant = register_module("weight_fake_quant",
-                                      make_fake_quantizer(w, channels_for(w, weight.size(0))));
-}
-
-void QatLinear::set_int8(std::shared_ptr<Int8GradState> state, std::function<ActGrid()> grid) {
-  int8_state_ = register_module("int8", std::move(state));
-  int8_grid_ = std::move(grid);
-}
-
-void QatLinear::set_integer_forward(std::function<std::optional<ActGrid>()> grid, std::string name) {
-  int_forward_grid_ = std::move(grid);
-  int_forward_name_ = std::move(name);
+  weight_fake_quant = register_module("weight_fake_quant", make_fake_quantizer(w, channels_for(w, weight.size(0))));
 }
 
 std::string QatLinear::describe() const { return detail::cat(weight.size(1), "->", weight.size(0)); }
 
-void QatLinear::set_input_quantizer(std::shared_ptr<FakeQuantizer> q) {
-  input_fake_quant = register_module("input_fake_quant", std::move(q));
-}
-
-void QatLinear::set_output_quantizer(std::shared_ptr<FakeQuantizer> q) {
-  activation_post_process = register_module("activation_post_process", std::move(q));
-}
-
 Tensor QatLinear::forward(const Tensor& x_in) {
   QAT_PROFILE("qat_linear");
-  Tensor x = input_fake_quant ? input_fake_quant->forward(x_in) : x_in;
-  if (Tensor y = integer_eval(int_eval_, *this, x); y.defined())
-    return activation_post_process ? activation_post_process->forward(y) : y;
-  Tensor y;
-  if (!int8_state_) {
-    Tensor wq = weight_fake_quant->forward(weight);
-    const std::optional<ActGrid> grid = integer_forward_grid(int_forward_grid_, *weight_fake_quant);
-    y = grid ? int_forward_linear(x, *grid, wq, weight_fake_quant->qparams().scale, bias, int_forward_name_)
-             : linear(x, wq, bias);
-  } else if (auto codes = weight_codes(*weight_fake_quant, weight, codes_, int8_state_->layer())) {
-    y = int8_linear(x, int8_grid_(), weight, std::move(codes), bias, int8_state_);
-  } else {
-    Tensor wq = weight_fake_quant->forward(weight);
-    y = int8_linear(x, int8_grid_(), wq, weight_fake_quant->qparams().scale, bias, int8_state_);
-  }
+  Tensor x = quantized_input(x_in);
+  if (Tensor y = integer_eval(x); y.defined()) return quantized_output(y);
+  const WeightedForm f = weighted_form(weight);
+  const Tensor s = weight_fake_quant->qparams().scale;
+  Tensor y = f.codes  ? int8_linear(x, *f.grid, weight, f.codes, bias, int8_state_)
+             : f.int8 ? int8_linear(x, *f.grid, f.wq, s, bias, int8_state_)
+             : f.grid ? int_forward_linear(x, *f.grid, f.wq, s, bias, int_forward_name_)
+                      : linear(x, f.wq, bias);
   if (relu) y = qat::relu(y);
-  return activation_post_process ? activation_post_process->forward(y) : y;
+  return quantized_output(y);
 }
 
 }  // namespace qat::quant
