@@ -31,18 +31,16 @@ Command train_command(CLI::App& app) {
 Command eval_command(CLI::App& app) {
   NewCommand<EvalArgs> cmd(app, "eval", "Evaluate a checkpoint on the config's validation set",
                            "Experiment config (YAML)");
-  EvalArgs& eval = cmd.args;
-  add_checkpoint(cmd.sub, eval.checkpoint, "Checkpoint file (.safetensors), or a `qat export` folder");
-  add_overrides(cmd.sub, eval.overrides);
+  add_checkpoint(cmd.sub, cmd.args.checkpoint, "Checkpoint file (.safetensors), or a `qat export` folder");
+  add_overrides(cmd.sub, cmd.args.overrides);
   return cmd.running([](auto& a) { return run_eval(a); });
 }
 
 Command sweep_command(CLI::App& app) {
   NewCommand<SweepArgs> cmd(app, "sweep", "Train every combination of a config's sweep: lists (resumable)",
                             "Experiment config with a sweep: section");
-  SweepArgs& sweep = cmd.args;
-  add_overrides(cmd.sub, sweep.overrides, "Override a config key for every run (repeatable)");
-  cmd->add_option("--baseline", sweep.baselines, "Run directories to add to the final table (e.g. the FP32 run)")
+  add_overrides(cmd.sub, cmd.args.overrides, "Override a config key for every run (repeatable)");
+  cmd->add_option("--baseline", cmd.args.baselines, "Run directories to add to the final table (e.g. the FP32 run)")
       ->check(CLI::ExistingDirectory);
   return cmd.running([](auto& a) { return run_sweep(a); });
 }

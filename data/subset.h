@@ -6,10 +6,9 @@
 
 namespace qat::data {
 
+// What make_subset wrote: its classes, and its images in each split.
 struct SubsetSummary {
-  int64_t classes = 0;
-  int64_t train_images = 0;
-  int64_t val_images = 0;
+  int64_t classes = 0, train_images = 0, val_images = 0;
 };
 
 // For every class, picks `per_class` train and `val_per_class` val images at

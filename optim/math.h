@@ -11,9 +11,7 @@ namespace qat::optim_math {
 
 // SGD's scalars for one parameter's update, in float32 as the loop uses them.
 struct SgdCoefs {
-  float lr = 0.f;
-  float weight_decay = 0.f;
-  float momentum = 0.f;
+  float lr = 0.f, weight_decay = 0.f, momentum = 0.f;
   float damp_keep = 1.f;  // 1 - dampening
   bool first = false;     // the parameter's first update: the buffer starts as g
   bool nesterov = false;

@@ -13,8 +13,8 @@
 #include <cstdint>
 
 #include "core/host_device.h"
-#include "quant/integer/int_math.h"
 #include "quant/int8_training/grad_quant.h"
+#include "quant/integer/int_math.h"
 
 namespace qat::quant::int8_math {
 
@@ -233,8 +233,7 @@ struct DepthwiseWeightGrad {
 // dX[i], i = (n, c, y, x): float(s sum Gx[m][c] W[c][t]) over the (position,
 // tap) pairs whose window reads that pixel (col2im_at's gather); exact in int64.
 struct DepthwiseInputGrad {
-  const int8_t* gx;
-  const int8_t* w;
+  const int8_t *gx, *w;
   float* dx;
   Geometry g;
   double s;
@@ -257,7 +256,8 @@ struct GradQuantizer {
   GradRounding rounding;
   uint64_t mixed_key;  // mix64(noise key)
   QAT_HOST_DEVICE int8_t operator()(float v, int64_t index) const {
-    const float u = rounding == GradRounding::stochastic ? sr_uniform_mixed(mixed_key, static_cast<uint64_t>(index)) : 0.f;
+    const float u =
+        rounding == GradRounding::stochastic ? sr_uniform_mixed(mixed_key, static_cast<uint64_t>(index)) : 0.f;
     return quantize_grad_value(v, inv, qmax, rounding, u);
   }
 };
