@@ -198,26 +198,41 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
   return y;
 }
 
-// How a convolution's (image, chunk of positions) items go to the threads.
-// With at least as many images as threads, whole images each (the GEMM
-// inside on one thread). With fewer, each image's positions are split so
-// that every thread gets whole chunks, patches and output stage included,
-// not a share of one parallel GEMM after a serial im2row (ResNet-18's
-// layer 1 at batch 1) -- unless the pieces would be under kMinChunkRows
-// positions; then one parallel GEMM at a time. (ResNet-18 at batch 1 with
-// the floor at 64, 32 and 8 positions: 1.03, 0.99 and 0.88-1.00 ms; even
-// its layer 4, 8 positions a thread, gains.)
+// A convolution's rows are its N P (image, position) pairs, image-major,
+// in chunks that may span images (ResNet-18's layer 4 at 128 px has 16
+// positions an image: one image a GEMM would stream its 2.4 MB of weights
+// for 16 rows). The chunks are sized for L2 (or, on AMX, for a weight
+// matrix larger than that budget, four times the budget: the kernel then
+// holds a block of weight columns and passes the chunk's rows under it, so
+// the weights stream once a chunk), their count a multiple of the threads so
+// that each thread gets an equal share of whole chunks, patches and output
+// stage included, their rows a multiple of 16 (an AMX tile). Under
+// kMinChunkRows rows a thread, one parallel GEMM at a time instead (ResNet-18
+// at batch 1 with the floor at 64, 32 and 8 positions: 1.03, 0.99 and
+// 0.88-1.00 ms; even its layer 4, 8 positions a thread, gains).
 struct ConvWork {
   int64_t chunk;
   bool chunks_on_threads;
 };
 constexpr int64_t kMinChunkRows = 8;
-ConvWork conv_work(int64_t N, int64_t P, int64_t l2_chunk, int64_t threads) {
-  if (threads <= 1) return {l2_chunk, false};
-  if (N >= threads) return {l2_chunk, true};
-  const int64_t pieces = (threads + N - 1) / N, split = std::min(l2_chunk, (P + pieces - 1) / pieces);
-  if (split < kMinChunkRows) return {l2_chunk, false};
-  return {split, true};
+constexpr int64_t kL2Budget = 256 * 1024;  // bytes of patches and accumulators a chunk
+
+// The most rows a chunk takes: the patches (K bytes a row) and accumulators
+// (CO int32) within the budget; a 1x1 convolution, whose rows are the input
+// read in place, an image's P.
+int64_t max_chunk_rows(bool direct, int64_t P, int64_t K, int64_t CO, GemmKernel kernel) {
+  if (direct) return P;
+  const int64_t budget = kernel == GemmKernel::amx && K * CO > kL2Budget ? 4 * kL2Budget : kL2Budget;
+  return std::max<int64_t>(budget / (K + 4 * CO), 16);
+}
+
+ConvWork conv_work(int64_t rows, int64_t max_chunk, int64_t threads) {
+  max_chunk = std::min(max_chunk, rows);
+  if (threads <= 1 || (rows + threads - 1) / threads < kMinChunkRows) return {max_chunk, false};
+  int64_t chunks = (rows + max_chunk - 1) / max_chunk;
+  chunks = (chunks + threads - 1) / threads * threads;
+  const int64_t share = (rows + chunks - 1) / chunks;
+  return {share <= 16 ? share : (share + 15) / 16 * 16, true};
 }
 
 Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
@@ -238,11 +253,11 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   const uint8_t pad = static_cast<uint8_t>(l.in.zero_point + l.in.offset());
   Tensor y = l.dequantize ? Tensor::empty({N, CO, OH, OW}, DType::f32) : Tensor::empty({N, OH, OW, CO}, DType::u8);
   const uint8_t* xd = x.data<uint8_t>();
-  // Output positions in chunks whose patches and accumulators stay in L2
-  // (a whole 224 px conv1 image is ~2 MB of them).
-  const int64_t l2_chunk = direct ? P : std::clamp<int64_t>((256 * 1024) / (K + 4 * CO), 16, P);
-  const ConvWork work = conv_work(N, P, l2_chunk, omp_get_max_threads());
-  const int64_t chunk = work.chunk, chunks = (P + chunk - 1) / chunk;
+  // The N P rows in chunks whose patches and accumulators stay in L2 (a
+  // whole 224 px conv1 image is ~2 MB of them).
+  const int64_t rows = N * P;
+  const ConvWork work = conv_work(rows, max_chunk_rows(direct, P, K, CO, kernel), omp_get_max_threads());
+  const int64_t chunk = work.chunk, chunks = (rows + chunk - 1) / chunk;
   // Narrow kernel rows (conv1's 11 x 3 bytes) from a padded copy of the image.
   const bool padded = !direct && im2row_padded_applies(shape);
   const size_t rows_bytes = direct ? 0 : static_cast<size_t>(chunk * K + (padded ? kIm2RowSlack : 0));
@@ -258,36 +273,45 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
     return Buffers{AlignedVector<uint8_t>(rows_bytes), AlignedVector<int32_t>(static_cast<size_t>(chunk * CO)),
                    std::vector<uint8_t>(padded_bytes)};
   };
-  // Chunk ci of image n: its patches, the GEMM, the output stage.
-  auto one_chunk = [&](int64_t n, int64_t ci, Buffers& b) {
-    const uint8_t* img = xd + n * H * W * C;
-    if (padded && b.pimg_of != n) pad_image_u8(img, shape, pad, b.pimg.data()), b.pimg_of = n;
-    const int64_t p0 = ci * chunk, np = std::min(chunk, P - p0);
-    if (padded)
-      im2row_u8_padded_range(b.pimg.data(), shape, p0, np, b.rows.data());
-    else if (!direct)
-      im2row_u8_range(img, shape, pad, p0, np, b.rows.data());
-    const uint8_t* A = direct ? img + p0 * K : b.rows.data();
-    gemm(l, kernel, np, A, b.acc.data());
-    if (l.dequantize)
-      stage.finish(b.acc.data(), A, np, nullptr, y.data<float>() + n * CO * P + p0, 1, P);
-    else
-      stage.finish(b.acc.data(), A, np, y.data<uint8_t>() + (n * P + p0) * CO, nullptr, 0, 0);
+  // The (image, positions) pieces of rows [r0, r0 + count): f(n, p0, np, done), done the rows before.
+  auto by_image = [&](int64_t r0, int64_t count, auto&& f) {
+    for (int64_t done = 0; done < count;) {
+      const int64_t n = (r0 + done) / P, p0 = (r0 + done) % P, np = std::min(count - done, P - p0);
+      f(n, p0, np, done);
+      done += np;
+    }
+  };
+  // Chunk ci: its patches, the GEMM, the output stage.
+  auto one_chunk = [&](int64_t ci, Buffers& b) {
+    const int64_t r0 = ci * chunk, count = std::min(chunk, rows - r0);
+    if (!direct)
+      by_image(r0, count, [&](int64_t n, int64_t p0, int64_t np, int64_t done) {
+        const uint8_t* img = xd + n * H * W * C;
+        uint8_t* out = b.rows.data() + done * K;
+        if (!padded) return im2row_u8_range(img, shape, pad, p0, np, out);
+        if (b.pimg_of != n) pad_image_u8(img, shape, pad, b.pimg.data()), b.pimg_of = n;
+        im2row_u8_padded_range(b.pimg.data(), shape, p0, np, out);
+      });
+    const uint8_t* A = direct ? xd + r0 * K : b.rows.data();  // (direct: the NHWC input's rows are the patches)
+    gemm(l, kernel, count, A, b.acc.data());
+    if (!l.dequantize) return stage.finish(b.acc.data(), A, count, y.data<uint8_t>() + r0 * CO, nullptr, 0, 0);
+    by_image(r0, count, [&](int64_t n, int64_t p0, int64_t np, int64_t done) {
+      stage.finish(b.acc.data() + done * CO, A + done * K, np, nullptr, y.data<float>() + n * CO * P + p0, 1, P);
+    });
   };
 
   // No enclosing parallel region in the per-GEMM case: the GEMM parallelises
   // itself only outside one (a nested team would run on one thread).
   if (!work.chunks_on_threads) {
     Buffers b = make_buffers();
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t ci = 0; ci < chunks; ++ci) one_chunk(n, ci, b);
+    for (int64_t ci = 0; ci < chunks; ++ci) one_chunk(ci, b);
     return y;
   }
 #pragma omp parallel
   {
     Buffers b = make_buffers();
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < N * chunks; ++i) one_chunk(i / chunks, i % chunks, b);
+    for (int64_t ci = 0; ci < chunks; ++ci) one_chunk(ci, b);
   }
   return y;
 }

@@ -5,9 +5,6 @@
 #include <map>
 #include <random>
 
-#include "tests/graph_checks.h"
-#include "tests/test_util.h"
-
 #include "core/autograd.h"
 #include "layers/graph.h"
 #include "layers/layers.h"
@@ -17,6 +14,8 @@
 #include "quant/sim/fake_quantizer.h"
 #include "quant/sim/prepare.h"
 #include "quant/sim/qat_modules.h"
+#include "tests/graph_checks.h"
+#include "tests/test_util.h"
 
 using namespace qat;
 using namespace qat::quant;
@@ -71,8 +70,7 @@ void require_agreement(Module& m, const IntegerModel& im, const Tensor& x,
                        const std::map<std::string, Bound>& except = {}) {
   if (except.empty()) require_logits_within_half_step(m, im, x);
   for (const LayerDiff& d : compare_layers(m, im, x)) {
-    INFO("layer " << d.name << " (" << d.op << "): " << d.differ << " of " << d.count << " differ, max "
-                  << d.max_diff);
+    INFO("layer " << d.name << " (" << d.op << "): " << d.differ << " of " << d.count << " differ, max " << d.max_diff);
     if (d.logits) {
       REQUIRE(d.top1_agree == d.rows);
       continue;
@@ -123,8 +121,8 @@ TEST_CASE("frozen models agree with their fake-quant models on every backend", "
     const IntegerModel im = freeze(*m);
     for (const IntLayer& l : im.layers)
       if ((l.op == IntOp::conv || l.op == IntOp::linear) && !l.dequantize)
-        for (int32_t m0 : std::vector<int32_t>(l.multiplier.data<int32_t>(),
-                                               l.multiplier.data<int32_t>() + l.out_channels))
+        for (int32_t m0 :
+             std::vector<int32_t>(l.multiplier.data<int32_t>(), l.multiplier.data<int32_t>() + l.out_channels))
           REQUIRE(m0 == (1 << 30));
     require_agreement(*m, im, x);
   }
@@ -160,7 +158,8 @@ TEST_CASE("frozen models agree with their fake-quant models on every backend", "
     for (const IntLayer& l : im.layers) {
       (l.op == IntOp::conv ? conv_out_frac : input_frac) |= std::abs(l.out.zero_frac) > 0.01f;
       if (l.weight_zero_frac.defined())
-        for (int64_t c = 0; c < l.out_channels; ++c) weight_frac |= std::abs(l.weight_zero_frac.data<float>()[c]) > 0.01f;
+        for (int64_t c = 0; c < l.out_channels; ++c)
+          weight_frac |= std::abs(l.weight_zero_frac.data<float>()[c]) > 0.01f;
     }
     REQUIRE(input_frac);
     REQUIRE(conv_out_frac);
@@ -172,8 +171,8 @@ TEST_CASE("frozen models agree with their fake-quant models on every backend", "
     // (1 LSB); its own ties, on this fractional grid too, round up on both
     // sides (Note [a mean rounded onto its grid]): alone it is exact.
     const Bound border{2, 0.9}, inherited{1, 0.875};
-    require_agreement(*m, im, x, {{"conv", border}, {"max_pool", border}, {"adaptive_avg_pool", inherited},
-                                  {"flatten", inherited}});
+    require_agreement(
+        *m, im, x, {{"conv", border}, {"max_pool", border}, {"adaptive_avg_pool", inherited}, {"flatten", inherited}});
     for (const LayerDiff& d : compare_layers(*m, im, x))
       if (d.op == "adaptive_avg_pool") REQUIRE(d.own_max_diff == 0);
   }
@@ -256,7 +255,7 @@ TEST_CASE("ReLU6 freezes as an upper clamp at the grid's value of 6 (Note [ReLU6
       if (auto* qc = dynamic_cast<QatConv2d*>(mod)) {
         const QParams q = qc->activation_post_process->qparams();
         q.scale.data<float>()[0] = 10.f / static_cast<float>(qc->activation_post_process->config().spec.qmax() -
-                                                              q.zero_point.data<int32_t>()[0]);
+                                                             q.zero_point.data<int32_t>()[0]);
         qc->activation_post_process->set_qparams(q);
       }
     const IntegerModel im = freeze(*m);
@@ -317,6 +316,33 @@ TEST_CASE("AlexNet-BN freezes, every GEMM kernel (AMX emulated included) gives t
     CAPTURE(gemm_kernel_name(k));
     im.kernel = k;
     REQUIRE(im.forward(x).to_vector() == best);
+  }
+}
+
+// The integer conv runs a batch's (image, position) rows in chunks that span
+// images, and on AMX passes a chunk's rows under blocks of weight columns
+// where the weights are the larger operand (ResNet-18's layer 4 at 32 px: one
+// position an image, 4608 x 512 weights, 36 rows; on 2 threads, chunks of 32
+// and 4 rows). Each image run alone takes none of those paths.
+TEST_CASE("an integer model gives a batch's images their logits alone, its conv rows spanning images",
+          "[quant][freeze]") {
+  ModulePtr m = trained_qat_model("resnet18", testing::test_backend("default"), QConfig{}, 32);
+  IntegerModel im = freeze(*m);
+  Generator g(4);
+  const int64_t n = 36;
+  const Tensor x = Tensor::randn({n, 3, 32, 32}, g);
+  for (const int threads : {1, 2}) {
+    CAPTURE(threads);
+    testing::ThreadsGuard guard(threads);
+    const Tensor batch = im.forward(x);
+    for (int64_t i = 0; i < n; ++i) {
+      CAPTURE(i);
+      REQUIRE(testing::same_bits(batch.narrow(0, i, 1), im.forward(x.narrow(0, i, 1))));
+    }
+    // The AMX kernel's paths on any CPU, in its emulation.
+    IntegerModel emulated = im;
+    emulated.kernel = GemmKernel::amx_emulated;
+    REQUIRE(testing::same_bits(emulated.forward(x), batch));
   }
 }
 
