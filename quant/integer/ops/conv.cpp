@@ -201,7 +201,9 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
 // A convolution's rows are its N P (image, position) pairs, image-major,
 // in chunks that may span images (ResNet-18's layer 4 at 128 px has 16
 // positions an image: one image a GEMM would stream its 2.4 MB of weights
-// for 16 rows). The chunks are sized for L2 (or, on AMX, for a weight
+// for 16 rows). The chunks are sized for L2, a 1x1 convolution's too
+// (MobileNetV2's 16 -> 96 expansion at 64 x 64 px wrote 1.5 MB of
+// accumulators an image, then read them back), or, on AMX, for a weight
 // matrix larger than that budget, four times the budget: the kernel then
 // holds a block of weight columns and passes the chunk's rows under it, so
 // the weights stream once a chunk), their count a multiple of the threads so
@@ -217,11 +219,10 @@ struct ConvWork {
 constexpr int64_t kMinChunkRows = 8;
 constexpr int64_t kL2Budget = 256 * 1024;  // bytes of patches and accumulators a chunk
 
-// The most rows a chunk takes: the patches (K bytes a row) and accumulators
-// (CO int32) within the budget; a 1x1 convolution, whose rows are the input
-// read in place, an image's P.
-int64_t max_chunk_rows(bool direct, int64_t P, int64_t K, int64_t CO, GemmKernel kernel) {
-  if (direct) return P;
+// The most rows a chunk takes: the patches (K bytes a row; a 1x1
+// convolution's, read in place, are its input's rows) and accumulators (CO
+// int32) within the budget.
+int64_t max_chunk_rows(int64_t K, int64_t CO, GemmKernel kernel) {
   const int64_t budget = kernel == GemmKernel::amx && K * CO > kL2Budget ? 4 * kL2Budget : kL2Budget;
   return std::max<int64_t>(budget / (K + 4 * CO), 16);
 }
@@ -256,7 +257,7 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   // The N P rows in chunks whose patches and accumulators stay in L2 (a
   // whole 224 px conv1 image is ~2 MB of them).
   const int64_t rows = N * P;
-  const ConvWork work = conv_work(rows, max_chunk_rows(direct, P, K, CO, kernel), omp_get_max_threads());
+  const ConvWork work = conv_work(rows, max_chunk_rows(K, CO, kernel), omp_get_max_threads());
   const int64_t chunk = work.chunk, chunks = (rows + chunk - 1) / chunk;
   // Narrow kernel rows (conv1's 11 x 3 bytes) from a padded copy of the image.
   const bool padded = !direct && im2row_padded_applies(shape);
