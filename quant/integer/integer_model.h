@@ -102,7 +102,7 @@ struct IntLayer {
   // (Note [ReLU6 as a clamp]); INT32_MAX: none (the grid's qmax).
   int32_t clamp_max = INT32_MAX;
   int32_t out_hi() const { return std::min(out.qmax(), clamp_max); }
-  bool dequantize = false;   // last layer: float logits = (acc + bias) * s_x * s_w[c]
+  bool dequantize = false;  // last layer: float logits = (acc + bias) * s_x * s_w[c]
   // pools
   Pool2dParams pool{};
   int64_t out_h = 0, out_w = 0;  // adaptive_avg_pool
@@ -120,6 +120,10 @@ struct IntLayer {
   void finalize();  // its op's finalize (int_op.h): validates the fields, fills the derived ones
 };
 
+// The kernel layer l's GEMM runs on when the model's is k: k, but for a
+// 1x1 convolution or linear layer of fewer than 64 products an output on AMX,
+// which goes to AVX-512 VNNI (Note [AMX and short sums], integer_model.cpp).
+GemmKernel layer_gemm_kernel(const IntLayer& l, GemmKernel k);
 // Whether layer l multiplies on its packed weights with kernel k.
 bool runs_packed(const IntLayer& l, GemmKernel k);
 // The ranges of a conv / linear layer's GEMM operands: its input grid's

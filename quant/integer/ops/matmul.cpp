@@ -11,8 +11,9 @@ namespace qat::quant::ops {
 // acc (M x out_channels) = rows (M x K) . weights^T; on the packed weights
 // where the layer has them and the kernel takes them (same integers as every
 // other kernel).
-void gemm(const IntLayer& l, GemmKernel kernel, int64_t M, const uint8_t* rows, int32_t* acc) {
+void gemm(const IntLayer& l, GemmKernel model_kernel, int64_t M, const uint8_t* rows, int32_t* acc) {
   const int64_t K = l.weight.numel() / l.out_channels;
+  const GemmKernel kernel = layer_gemm_kernel(l, model_kernel);
   if (runs_packed(l, kernel))
     return gemm_u8s8s32_packed_bounded(kernel, gemm_ranges(l), M, rows, K, l.packed_weight, acc, l.out_channels);
   gemm_u8s8s32_bounded(kernel, gemm_ranges(l), M, l.out_channels, K, rows, K, l.weight.data<int8_t>(), K, acc,
@@ -79,13 +80,17 @@ void finalize_matmul(IntLayer& l) {
                 r, " exceeds half the multiplier ", m);
     }
   }
-  QAT_CHECK(l.conv.groups == 1 || (l.conv.groups == l.in_channels && l.conv.groups == l.out_channels),
-            "layer '", l.name, "': grouped convolution has an integer kernel only when depthwise (groups = in = out "
-            "channels), got groups ", l.conv.groups, " for ", l.in_channels, " -> ", l.out_channels, " channels");
-  QAT_CHECK(l.clamp_max == INT32_MAX || (l.relu && !l.dequantize && l.clamp_max >= l.out.zero_point &&
-                                          l.clamp_max <= l.out.qmax()),
-            "layer '", l.name, "': clamp_max ", l.clamp_max, " (a ReLU6's) needs relu, a requantized output and a value "
-            "from the output zero point ", l.out.zero_point, " to qmax ", l.out.qmax());
+  QAT_CHECK(l.conv.groups == 1 || (l.conv.groups == l.in_channels && l.conv.groups == l.out_channels), "layer '",
+            l.name,
+            "': grouped convolution has an integer kernel only when depthwise (groups = in = out "
+            "channels), got groups ",
+            l.conv.groups, " for ", l.in_channels, " -> ", l.out_channels, " channels");
+  QAT_CHECK(l.clamp_max == INT32_MAX ||
+                (l.relu && !l.dequantize && l.clamp_max >= l.out.zero_point && l.clamp_max <= l.out.qmax()),
+            "layer '", l.name, "': clamp_max ", l.clamp_max,
+            " (a ReLU6's) needs relu, a requantized output and a value "
+            "from the output zero point ",
+            l.out.zero_point, " to qmax ", l.out.qmax());
   QAT_CHECK(!l.depthwise() || !l.dequantize, "layer '", l.name,
             "': a depthwise convolution cannot dequantize (it is never the network's last layer)");
   // Packed when any kernel here takes it (the layout is the same for all:
