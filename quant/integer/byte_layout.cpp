@@ -25,14 +25,16 @@ __attribute__((target("avx512f,avx512bw"))) inline void copy_upto64(uint8_t* dst
 // Bytes read past the last padded plane by the word copies of window_rows.
 constexpr int64_t kPlaneSlack = 64;
 
-// The window rows of positions [first, first + count): each kernel row's
-// bytes by copy(r, src, end), r its place in the row that ends at `end`.
+// The window rows of positions [first, first + count), `stride` bytes
+// apart: each kernel row's bytes by copy(r, src, end), r its place in the
+// row that ends at `end` (its K bytes: those up to the stride are left as
+// they are).
 template <class Copy>
 [[gnu::always_inline]] inline void window_rows_with(const uint8_t* planes, const PaddedPlanes& pp, int64_t first,
-                                                    int64_t count, uint8_t* rows, const Copy& copy) {
+                                                    int64_t count, uint8_t* rows, int64_t stride, const Copy& copy) {
   const int64_t K = pp.row_len(), run = pp.run_bytes(), next_plane = pp.plane_bytes() - pp.kh * pp.down;
   for (int64_t p = first; p < first + count; ++p) {
-    uint8_t* r = rows + (p - first) * K;
+    uint8_t* r = rows + (p - first) * stride;
     const uint8_t* const end = r + K;
     const uint8_t* src = planes + (p / pp.out_w) * pp.step_y + (p % pp.out_w) * pp.step_x;
     for (int64_t c = 0; c < pp.planes; ++c, src += next_plane)
@@ -48,8 +50,10 @@ template <int64_t Word>
 struct WordCopy {
   int64_t run;
   void operator()(uint8_t* r, const uint8_t* src, const uint8_t* end) const {
-    if (end - r >= Word) std::memcpy(r, src, Word);
-    else std::memcpy(r, src, static_cast<size_t>(run));
+    if (end - r >= Word)
+      std::memcpy(r, src, Word);
+    else
+      std::memcpy(r, src, static_cast<size_t>(run));
   }
 };
 
@@ -58,8 +62,10 @@ struct MaskedCopy64 {
   int64_t run;
   __attribute__((target("avx512f,avx512bw"))) void operator()(uint8_t* r, const uint8_t* src,
                                                               const uint8_t* end) const {
-    if (end - r >= 64) _mm512_storeu_si512(r, _mm512_loadu_si512(src));
-    else copy_upto64(r, src, run);
+    if (end - r >= 64)
+      _mm512_storeu_si512(r, _mm512_loadu_si512(src));
+    else
+      copy_upto64(r, src, run);
   }
 };
 
@@ -75,13 +81,15 @@ struct ChunkCopy {
 };
 
 template <int64_t Word>
-void window_rows_words(const uint8_t* planes, const PaddedPlanes& pp, int64_t first, int64_t count, uint8_t* rows) {
-  window_rows_with(planes, pp, first, count, rows, WordCopy<Word>{pp.run_bytes()});
+void window_rows_words(const uint8_t* planes, const PaddedPlanes& pp, int64_t first, int64_t count, uint8_t* rows,
+                       int64_t stride) {
+  window_rows_with(planes, pp, first, count, rows, stride, WordCopy<Word>{pp.run_bytes()});
 }
 
 __attribute__((target("avx512f,avx512bw"))) void window_rows_avx512(const uint8_t* planes, const PaddedPlanes& pp,
-                                                                    int64_t first, int64_t count, uint8_t* rows) {
-  window_rows_with(planes, pp, first, count, rows, MaskedCopy64{pp.run_bytes()});
+                                                                    int64_t first, int64_t count, uint8_t* rows,
+                                                                    int64_t stride) {
+  window_rows_with(planes, pp, first, count, rows, stride, MaskedCopy64{pp.run_bytes()});
 }
 
 // dst[j] = f(xrow[x0 + j step]) for j < count, f(pad) where x0 + j step falls
@@ -105,13 +113,22 @@ inline void gather_run(const uint8_t* xrow, int64_t w, int64_t x0, int64_t step,
 // ---------------------------------------------------------------- shared
 PaddedPlanes nhwc_planes(const Im2RowShape& s) {
   const int64_t row_bytes = (s.w + 2 * s.pad_w) * s.c;
-  return {1,           s.h + 2 * s.pad_h,     row_bytes, s.kw, s.c, s.dil_w * s.c, s.kh, s.dil_h * row_bytes,
-          s.stride_w * s.c, s.stride_h * row_bytes, s.out_w};
+  return {1,
+          s.h + 2 * s.pad_h,
+          row_bytes,
+          s.kw,
+          s.c,
+          s.dil_w * s.c,
+          s.kh,
+          s.dil_h * row_bytes,
+          s.stride_w * s.c,
+          s.stride_h * row_bytes,
+          s.out_w};
 }
 
 PaddedPlanes nchw_planes(const Im2RowShape& s) {
   const int64_t row_bytes = s.w + 2 * s.pad_w;
-  return {s.c,        s.h + 2 * s.pad_h,     row_bytes, s.kw, 1, s.dil_w, s.kh, s.dil_h * row_bytes,
+  return {s.c,        s.h + 2 * s.pad_h,      row_bytes, s.kw, 1, s.dil_w, s.kh, s.dil_h * row_bytes,
           s.stride_w, s.stride_h * row_bytes, s.out_w};
 }
 
@@ -128,15 +145,17 @@ void pad_plane_u8(const uint8_t* src, int64_t rows, int64_t row_bytes, int64_t p
   std::memset(dst + (pad_rows + rows) * width, value, static_cast<size_t>(pad_rows * width));
 }
 
-void window_rows(const uint8_t* planes, const PaddedPlanes& pp, int64_t first, int64_t count, uint8_t* rows) {
+void window_rows(const uint8_t* planes, const PaddedPlanes& pp, int64_t first, int64_t count, uint8_t* rows,
+                 int64_t stride) {
   const int64_t run = pp.run_bytes();
+  if (stride == 0) stride = pp.row_len();
   if (!pp.contiguous() || run > 64)
-    return window_rows_with(planes, pp, first, count, rows, ChunkCopy{pp.kw, pp.chunk, pp.gap});
-  if (run <= 8) return window_rows_words<8>(planes, pp, first, count, rows);
-  if (run <= 16) return window_rows_words<16>(planes, pp, first, count, rows);
-  if (run > 32 && cpu_has_avx512bw()) return window_rows_avx512(planes, pp, first, count, rows);
-  if (run <= 32) return window_rows_words<32>(planes, pp, first, count, rows);
-  window_rows_words<64>(planes, pp, first, count, rows);
+    return window_rows_with(planes, pp, first, count, rows, stride, ChunkCopy{pp.kw, pp.chunk, pp.gap});
+  if (run <= 8) return window_rows_words<8>(planes, pp, first, count, rows, stride);
+  if (run <= 16) return window_rows_words<16>(planes, pp, first, count, rows, stride);
+  if (run > 32 && cpu_has_avx512bw()) return window_rows_avx512(planes, pp, first, count, rows, stride);
+  if (run <= 32) return window_rows_words<32>(planes, pp, first, count, rows, stride);
+  window_rows_words<64>(planes, pp, first, count, rows, stride);
 }
 
 // ---------------------------------------------------------------- NHWC
@@ -145,12 +164,13 @@ void im2row_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_
 }
 
 void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, int64_t first, int64_t count,
-                     uint8_t* rows) {
+                     uint8_t* rows, int64_t stride) {
   const int64_t K = s.kh * s.kw * s.c, span = s.kw * s.c;
+  if (stride == 0) stride = K;
   const bool small_span = span <= 64 && cpu_has_avx512bw();
   for (int64_t p = first; p < first + count; ++p) {
     const int64_t oh = p / s.out_w, ow = p % s.out_w;
-    uint8_t* row = rows + (p - first) * K;
+    uint8_t* row = rows + (p - first) * stride;
     const int64_t iw0 = ow * s.stride_w - s.pad_w;
     // With dilation 1 a kernel row is kw adjacent pixels: one copy of kw*C
     // bytes when it lies inside the image (small C would otherwise mean
@@ -165,14 +185,18 @@ void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, 
       }
       const uint8_t* src = x + ih * s.w * s.c;
       if (row_inside) {
-        if (small_span) copy_upto64(dst, src + iw0 * s.c, span);
-        else std::memcpy(dst, src + iw0 * s.c, static_cast<size_t>(span));
+        if (small_span)
+          copy_upto64(dst, src + iw0 * s.c, span);
+        else
+          std::memcpy(dst, src + iw0 * s.c, static_cast<size_t>(span));
         continue;
       }
       for (int64_t j = 0; j < s.kw; ++j) {
         const int64_t iw = iw0 + j * s.dil_w;
-        if (iw < 0 || iw >= s.w) std::memset(dst + j * s.c, pad_value, static_cast<size_t>(s.c));
-        else std::memcpy(dst + j * s.c, src + iw * s.c, static_cast<size_t>(s.c));
+        if (iw < 0 || iw >= s.w)
+          std::memset(dst + j * s.c, pad_value, static_cast<size_t>(s.c));
+        else
+          std::memcpy(dst + j * s.c, src + iw * s.c, static_cast<size_t>(s.c));
       }
     }
   }
@@ -189,11 +213,11 @@ void pad_image_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uin
   std::memset(padded + padded_image_bytes(s) - kIm2RowSlack, pad_value, kIm2RowSlack);
 }
 
-void im2row_u8_padded_range(const uint8_t* padded, const Im2RowShape& s, int64_t first, int64_t count,
-                            uint8_t* rows) {
+void im2row_u8_padded_range(const uint8_t* padded, const Im2RowShape& s, int64_t first, int64_t count, uint8_t* rows,
+                            int64_t stride) {
   QAT_CHECK(im2row_padded_applies(s), "im2row_u8_padded_range: kernel rows of ", s.kw * s.c,
             " bytes with width dilation ", s.dil_w, " need the general im2row");
-  window_rows(padded, nhwc_planes(s), first, count, rows);
+  window_rows(padded, nhwc_planes(s), first, count, rows, stride);
 }
 
 // ---------------------------------------------------------------- NCHW

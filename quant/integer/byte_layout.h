@@ -25,9 +25,11 @@ struct Im2RowShape {
 // Patches of an NHWC image as rows: row (oh, ow) holds the KH x KW x C window
 // in (kh, kw, c) order, `pad_value` (the input zero point: real 0) outside.
 void im2row_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_t* rows);
-// Output positions [first, first + count) only (rows[0] is position `first`).
+// Output positions [first, first + count) only (rows[0] is position `first`),
+// their rows `stride` bytes apart (0: K, the patch's bytes; a larger stride
+// leaves each row's bytes past K as they were).
 void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, int64_t first, int64_t count,
-                     uint8_t* rows);
+                     uint8_t* rows, int64_t stride = 0);
 
 // The same patches from a copy of the image padded on every side
 // (pad_image_u8), for kernel rows of at most 64 contiguous bytes (dilation 1
@@ -39,8 +41,8 @@ constexpr int64_t kIm2RowSlack = 64;
 bool im2row_padded_applies(const Im2RowShape& s);
 int64_t padded_image_bytes(const Im2RowShape& s);
 void pad_image_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uint8_t* padded);
-void im2row_u8_padded_range(const uint8_t* padded, const Im2RowShape& s, int64_t first, int64_t count,
-                            uint8_t* rows);
+void im2row_u8_padded_range(const uint8_t* padded, const Im2RowShape& s, int64_t first, int64_t count, uint8_t* rows,
+                            int64_t stride = 0);
 
 // ---------------------------------------------------------------- NCHW (INT8 training), n images
 // rows (n oh ow x c kh kw): the im2row rows of u (n, c, h, w), `pad` outside;
@@ -80,7 +82,9 @@ PaddedPlanes nchw_planes(const Im2RowShape& s);
 void pad_plane_u8(const uint8_t* src, int64_t rows, int64_t row_bytes, int64_t pad_rows, int64_t pad_bytes,
                   uint8_t value, uint8_t* dst);
 // The window rows of output positions [first, first + count) of one image
-// from its padded planes (which need 64 readable bytes past their end).
-void window_rows(const uint8_t* planes, const PaddedPlanes& pp, int64_t first, int64_t count, uint8_t* rows);
+// from its padded planes (which need 64 readable bytes past their end),
+// `stride` bytes apart (0: the row's length).
+void window_rows(const uint8_t* planes, const PaddedPlanes& pp, int64_t first, int64_t count, uint8_t* rows,
+                 int64_t stride = 0);
 
 }  // namespace qat::quant

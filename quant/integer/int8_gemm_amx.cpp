@@ -72,11 +72,14 @@ void block(Tiles& t, const uint8_t* panel, int64_t kp, const int8_t* b0, const i
 }
 
 // Where A's rows can be read in place by the tile loads: whole 64-byte
-// groups of K (so that no tile reaches past a row of A, nor past a 16-channel
-// block of B) on cache-line-aligned rows; s8 A (kFlip) is always copied.
+// groups of K, or zeros after K up to a stride of whole groups (so that no
+// tile reaches past a row of A, and B's bytes past K, which may belong to
+// the next 16-channel block, meet zeros), on cache-line-aligned rows; s8 A
+// (kFlip) is always copied.
 template <bool kFlip>
-bool a_in_place(const uint8_t* A, int64_t lda, int64_t K) {
-  return !kFlip && K % kTileBytes == 0 && lda % kTileBytes == 0 && reinterpret_cast<uintptr_t>(A) % kTileBytes == 0;
+bool a_in_place(const uint8_t* A, int64_t lda, int64_t K, bool zero_tail) {
+  return !kFlip && (K % kTileBytes == 0 || zero_tail) && lda % kTileBytes == 0 &&
+         reinterpret_cast<uintptr_t>(A) % kTileBytes == 0;
 }
 
 // Every 32 x 32 block of C = A B^T (first n columns), handed to
@@ -91,12 +94,12 @@ bool a_in_place(const uint8_t* A, int64_t lda, int64_t K) {
 // 4608 x 512 bytes of weights, would stream from L3 for every 32 rows).
 template <class Tiles, bool kFlip, class Sink>
 void run(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, int32_t* C, int64_t ldc,
-         const Sink& sink) {
+         bool a_zero_tail, const Sink& sink) {
   const int64_t kblocks = round_up(B.K4, kTileRows) / kTileRows, kp = kblocks * kTileBytes;
   const int64_t nblocks16 = (n + kTileRows - 1) / kTileRows, col_blocks = (nblocks16 + 1) / 2;
   const int64_t row_blocks = (M + kBlock - 1) / kBlock, items = row_blocks * col_blocks;
   const int64_t bstride = B.K4 * kTileBytes;  // bytes between 16-channel blocks
-  const bool in_place = a_in_place<kFlip>(A, lda, B.K);
+  const bool in_place = a_in_place<kFlip>(A, lda, B.K, a_zero_tail);
   const bool by_columns = in_place && row_blocks > 1 && nblocks16 * kTileRows > M;
   const bool parallel = M * n * B.K >= (int64_t{1} << 20) && !omp_in_parallel() && items > 1;
 #pragma omp parallel if (parallel)
@@ -151,7 +154,7 @@ void run(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, 
 
 template <bool kFlip, class Sink>
 void dispatch(bool emulate, int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, int32_t* C,
-              int64_t ldc, const Sink& sink) {
+              int64_t ldc, bool a_zero_tail, const Sink& sink) {
   QAT_CHECK(emulate || amx_hardware_usable(), "AMX GEMM: this CPU (or its kernel) does not allow AMX tiles");
   QAT_CHECK(B.N % kTileRows == 0 && n <= B.N && lda >= B.K &&
                 static_cast<int64_t>(B.data.size()) >= B.N * B.K4 * 4 + kTileRows * kTileBytes,
@@ -159,24 +162,24 @@ void dispatch(bool emulate, int64_t M, const uint8_t* A, int64_t lda, const Pack
             "; packed by pack_b_vnni / pack_b_vnni_transposed?)");
   if (M == 0 || n == 0) return;
   if (emulate)
-    run<EmulatedTiles, kFlip>(M, A, lda, B, n, C, ldc, sink);
+    run<EmulatedTiles, kFlip>(M, A, lda, B, n, C, ldc, a_zero_tail, sink);
   else
-    run<HardwareTiles, kFlip>(M, A, lda, B, n, C, ldc, sink);
+    run<HardwareTiles, kFlip>(M, A, lda, B, n, C, ldc, a_zero_tail, sink);
 }
 
 }  // namespace
 
 void gemm_s32(bool emulate, bool flip, int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n,
-              int32_t* C, int64_t ldc) {
+              int32_t* C, int64_t ldc, bool a_zero_tail) {
   QAT_CHECK(ldc >= n, "AMX GEMM: ldc ", ldc, " < ", n, " columns");
   auto sink = [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const int32_t(*c)[kBlock]) {
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(C + (m0 + r) * ldc + n0, c[r], static_cast<size_t>(cols) * sizeof(int32_t));
   };
   if (flip)
-    dispatch<true>(emulate, M, A, lda, B, n, C, ldc, sink);
+    dispatch<true>(emulate, M, A, lda, B, n, C, ldc, false, sink);
   else
-    dispatch<false>(emulate, M, A, lda, B, n, C, ldc, sink);
+    dispatch<false>(emulate, M, A, lda, B, n, C, ldc, a_zero_tail, sink);
 }
 
 void gemm_dequant(bool emulate, int64_t M, const int8_t* A, int64_t lda, const PackedB& B, const DequantEpilogue& e,
@@ -185,7 +188,7 @@ void gemm_dequant(bool emulate, int64_t M, const int8_t* A, int64_t lda, const P
   auto sink = [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const int32_t(*c)[kBlock]) {
     e.store(c[0], kBlock, m0, rows, n0, cols, out, ldo);
   };
-  dispatch<true>(emulate, M, reinterpret_cast<const uint8_t*>(A), lda, B, e.n, nullptr, 0, sink);
+  dispatch<true>(emulate, M, reinterpret_cast<const uint8_t*>(A), lda, B, e.n, nullptr, 0, false, sink);
 }
 
 }  // namespace qat::quant::amx

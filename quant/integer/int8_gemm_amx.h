@@ -19,8 +19,10 @@ namespace qat::quant::amx {
 
 // C (M x n, ldc) = A B^T for the first n <= B.N columns; flip: A holds s8
 // bytes, multiplied as A + 128 (gemm_s8s8s32_packed_offset's convention).
+// a_zero_tail: A's rows hold zeros from K to lda (padded_row_stride), so the
+// tiles read them in place where lda is a multiple of 64.
 void gemm_s32(bool emulate, bool flip, int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n,
-              int32_t* C, int64_t ldc);
+              int32_t* C, int64_t ldc, bool a_zero_tail = false);
 // gemm_s8s8_packed_dequant's product (A s8, read as A + 128) and epilogue.
 void gemm_dequant(bool emulate, int64_t M, const int8_t* A, int64_t lda, const PackedB& B, const DequantEpilogue& e,
                   float* out, int64_t ldo);

@@ -37,14 +37,16 @@ bool any_packed_kernel_here(int64_t N);
 // N is padded with zero channels to a multiple of 16 (out.N).
 PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb);
 // C (M x B.N, ldc) = A (M x K, lda) B^T. Threads over tiles when the work is
-// large and no enclosing parallel region is active.
+// large and no enclosing parallel region is active. a_zero_tail: A's rows
+// hold zeros from K to lda, which the AMX kernel then reads in place
+// (amx::gemm_s32).
 void gemm_u8s8s32_packed(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int32_t* C,
-                         int64_t ldc);
+                         int64_t ldc, bool a_zero_tail = false);
 // The same for operands within r (gemm_u8s8s32_bounded's guarantee): where
 // runs_maddubs(kernel, r), the avx2 kernel multiplies the bytes with
 // vpmaddubsw instead of widening them.
 void gemm_u8s8s32_packed_bounded(GemmKernel kernel, const GemmRanges& r, int64_t M, const uint8_t* A, int64_t lda,
-                                 const PackedB& B, int32_t* C, int64_t ldc);
+                                 const PackedB& B, int32_t* C, int64_t ldc, bool a_zero_tail = false);
 
 // INT8 training's input gradient, dX = Gx W with Gx s8 (M x O) and the
 // weight W s8 (O x K) as stored (one row per output channel):
@@ -73,8 +75,8 @@ void gemm_s8s8s32_packed_offset(GemmKernel kernel, int64_t M, const int8_t* A, i
 // scalar dequantization does, so the result is the same bit for bit.
 // (C - 128 sums must fit int32: K <= 2^16 as above.)
 struct DequantEpilogue {
-  int64_t n = 0;                  // columns of out
-  const int32_t* sums = nullptr;  // (B.N) from pack_b_vnni_transposed
+  int64_t n = 0;                    // columns of out
+  const int32_t* sums = nullptr;    // (B.N) from pack_b_vnni_transposed
   const double* row_add = nullptr;  // (M)
   double scale = 1.0;
   // out[m][n] from c = C[m][n], col_sum = sums[n], add = row_add[m]

@@ -8,15 +8,16 @@
 
 namespace qat::quant::ops {
 
-// acc (M x out_channels) = rows (M x K) . weights^T; on the packed weights
-// where the layer has them and the kernel takes them (same integers as every
-// other kernel).
-void gemm(const IntLayer& l, GemmKernel model_kernel, int64_t M, const uint8_t* rows, int32_t* acc) {
+// On the packed weights where the layer has them and the kernel takes them.
+void gemm(const IntLayer& l, GemmKernel model_kernel, int64_t M, const uint8_t* rows, int32_t* acc, int64_t lda,
+          bool zero_tail) {
   const int64_t K = l.weight.numel() / l.out_channels;
   const GemmKernel kernel = layer_gemm_kernel(l, model_kernel);
+  if (lda == 0) lda = K;
   if (runs_packed(l, kernel))
-    return gemm_u8s8s32_packed_bounded(kernel, gemm_ranges(l), M, rows, K, l.packed_weight, acc, l.out_channels);
-  gemm_u8s8s32_bounded(kernel, gemm_ranges(l), M, l.out_channels, K, rows, K, l.weight.data<int8_t>(), K, acc,
+    return gemm_u8s8s32_packed_bounded(kernel, gemm_ranges(l), M, rows, lda, l.packed_weight, acc, l.out_channels,
+                                       zero_tail);
+  gemm_u8s8s32_bounded(kernel, gemm_ranges(l), M, l.out_channels, K, rows, lda, l.weight.data<int8_t>(), K, acc,
                        l.out_channels);
 }
 

@@ -51,6 +51,7 @@ inline std::vector<int64_t> fractional_weight_m0(const IntLayer& l) {
 struct OutputStage {
   const IntLayer& l;
   int64_t K;
+  int64_t lda;                // bytes between the input rows A (K or more)
   std::vector<int32_t> bias;  // bias - z_x Σw + K z_x z_w
   bool weight_zero_points, weight_frac = false;
   std::vector<int64_t> frac_m0;  // round(f_w[c] M0[c]) (fractional weight zero points)
@@ -58,7 +59,8 @@ struct OutputStage {
   RequantParams rq{};
   RequantPlan plan;
 
-  OutputStage(const IntLayer& layer, int64_t k) : l(layer), K(k) {
+  OutputStage(const IntLayer& layer, int64_t k, int64_t row_stride = 0)
+      : l(layer), K(k), lda(row_stride ? row_stride : k) {
     const int64_t C = l.out_channels;
     const int32_t zx = l.in.zero_point + l.in.offset();
     const int32_t* zw = l.weight_zero_point.data<int32_t>();
@@ -78,7 +80,7 @@ struct OutputStage {
     if (weight_frac && !l.dequantize) frac_m0 = fractional_weight_m0(l);
   }
 
-  // Rows of accumulators (C each) for the input rows A (K each): zero-point
+  // Rows of accumulators (C each) for the input rows A (K each, lda apart): zero-point
   // corrections, then the output: u8 rows to `out` (C per row), or float
   // logits to fout[r * fstep + c * fstride].
   void finish(int32_t* acc, const uint8_t* A, int64_t rows, uint8_t* out, float* fout, int64_t fstep,
@@ -92,7 +94,7 @@ struct OutputStage {
       int64_t centred = 0;  // Σ_k (x_k - z_x)
       if (weight_zero_points || weight_frac) {
         int64_t xs = 0;
-        for (int64_t k = 0; k < K; ++k) xs += A[r * K + k];
+        for (int64_t k = 0; k < K; ++k) xs += A[r * lda + k];
         if (weight_zero_points)
           for (int64_t c = 0; c < C; ++c) a[c] -= zw[c] * static_cast<int32_t>(xs);
         centred = xs - K * zx;
@@ -115,9 +117,11 @@ struct OutputStage {
   }
 };
 
-// acc (M x out_channels) = rows (M x K) . weights^T; the packed broadcast
-// kernel where the layer has one (same integers as every other kernel).
-void gemm(const IntLayer& l, GemmKernel kernel, int64_t M, const uint8_t* rows, int32_t* acc);
+// acc (M x out_channels) = rows (M x K, lda apart; 0: K) . weights^T; the
+// packed broadcast kernel where the layer has one (same integers as every
+// other kernel). zero_tail: the rows hold zeros from K to lda.
+void gemm(const IntLayer& l, GemmKernel kernel, int64_t M, const uint8_t* rows, int32_t* acc, int64_t lda = 0,
+          bool zero_tail = false);
 
 // Checks a conv / linear layer's fields and derives the weight row sums and
 // the packed weights.

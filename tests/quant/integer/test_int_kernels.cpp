@@ -4,10 +4,9 @@
 #include <cmath>
 #include <random>
 
-#include "tests/test_util.h"
-
 #include "core/cpu_features.h"
 #include "quant/integer/int_kernels.h"
+#include "tests/test_util.h"
 
 using namespace qat;
 using namespace qat::quant;
@@ -30,8 +29,8 @@ std::vector<std::vector<uint8_t>> requantize_each_path(const int32_t* acc, int64
 TEST_CASE("vectorised requantization equals the scalar reference", "[quant][integer]") {
   if (!cpu_has_avx2()) WARN("no AVX2 here: the vector requantization is not tested");
   std::mt19937 rng(5);
-  std::uniform_int_distribution<int32_t> acc_d(-(1 << 28), 1 << 28), m_d(1 << 30, INT32_MAX), s_d(0, 31),
-      z_d(0, 255), sign_d(0, 1);
+  std::uniform_int_distribution<int32_t> acc_d(-(1 << 28), 1 << 28), m_d(1 << 30, INT32_MAX), s_d(0, 31), z_d(0, 255),
+      sign_d(0, 1);
   for (int64_t n : {1, 7, 8, 9, 16, 17, 64, 100}) {
     std::vector<int32_t> acc(n), bias(n), m0(n), shift(n), residual(n);
     for (int64_t c = 0; c < n; ++c) {
@@ -130,8 +129,7 @@ TEST_CASE("im2row on NHWC bytes pads with the zero point", "[quant][integer]") {
   // output (0,0): window rows -1..0, cols -1..0 -> only (0,0) inside
   REQUIRE(std::vector<uint8_t>(rows.begin(), rows.begin() + 8) == std::vector<uint8_t>{99, 99, 99, 99, 99, 99, 1, 2});
   // output (1,1): rows 1..2, cols 1..2 -> all inside: pixels (1,1),(1,2),(2,1),(2,2)
-  REQUIRE(std::vector<uint8_t>(rows.begin() + 24, rows.end()) ==
-          std::vector<uint8_t>{9, 10, 11, 12, 15, 16, 17, 18});
+  REQUIRE(std::vector<uint8_t>(rows.begin() + 24, rows.end()) == std::vector<uint8_t>{9, 10, 11, 12, 15, 16, 17, 18});
 }
 
 TEST_CASE("im2row equals a per-element gather on random shapes", "[quant][integer]") {
@@ -158,19 +156,19 @@ TEST_CASE("im2row equals a per-element gather on random shapes", "[quant][intege
   }
 }
 
-
 // The padded-image path (kernel rows of at most 64 bytes, one 64-byte copy
 // each) against the general im2row, on whole images and on ranges of
 // positions, with garbage past each range that must survive only in the
 // slack: conv1's shape, C = 1, rows of exactly 64 bytes, strides, padding
 // on one side, dilation along the height.
-TEST_CASE("im2row from a padded image equals the general im2row", "[quant][integer]") {
+TEST_CASE("im2row from a padded image equals the general im2row, its rows packed or a stride apart",
+          "[quant][integer]") {
   std::mt19937 rng(11);
   std::vector<Im2RowShape> shapes = {
-      {35, 35, 3, 11, 11, 4, 4, 2, 2, 1, 1, 8, 8},   // conv1-like
-      {9, 7, 1, 3, 3, 1, 1, 1, 1, 1, 1, 9, 7},       // C = 1
-      {6, 20, 16, 2, 4, 1, 2, 0, 1, 1, 1, 5, 9},     // kernel rows of exactly 64 bytes
-      {10, 10, 2, 3, 5, 2, 3, 2, 0, 2, 1, 5, 2},     // dilation along the height, padding on the height only
+      {35, 35, 3, 11, 11, 4, 4, 2, 2, 1, 1, 8, 8},  // conv1-like
+      {9, 7, 1, 3, 3, 1, 1, 1, 1, 1, 1, 9, 7},      // C = 1
+      {6, 20, 16, 2, 4, 1, 2, 0, 1, 1, 1, 5, 9},    // kernel rows of exactly 64 bytes
+      {10, 10, 2, 3, 5, 2, 3, 2, 0, 2, 1, 5, 2},    // dilation along the height, padding on the height only
   };
   for (int trial = 0; trial < 30; ++trial) {
     const int64_t c = 1 + rng() % 6, kw = 1 + rng() % (64 / c < 6 ? 64 / c : 6), kh = 1 + rng() % 5;
@@ -197,6 +195,22 @@ TEST_CASE("im2row from a padded image equals the general im2row", "[quant][integ
       im2row_u8_padded_range(padded.data(), s, first, count, got.data());
       REQUIRE(std::equal(got.begin(), got.begin() + count * K, want.begin() + first * K));
       REQUIRE(std::all_of(got.begin() + count * K, got.end(), [](uint8_t v) { return v == 0xEE; }));  // (inside)
+      // Rows a stride apart (the AMX kernel's zero-padded rows): each row's K
+      // bytes, the bytes up to the stride left as they were, by both im2rows.
+      const int64_t stride = (K + 63) / 64 * 64 + 64;
+      for (const bool via_padded : {true, false}) {
+        CAPTURE(via_padded);
+        std::vector<uint8_t> strided(static_cast<size_t>(count * stride + kIm2RowSlack), 0xEE);
+        if (via_padded)
+          im2row_u8_padded_range(padded.data(), s, first, count, strided.data(), stride);
+        else
+          im2row_u8_range(x.data(), s, 5, first, count, strided.data(), stride);
+        for (int64_t r = 0; r < count; ++r) {
+          const auto row = strided.begin() + r * stride;
+          REQUIRE(std::equal(row, row + K, want.begin() + (first + r) * K));
+          REQUIRE(std::all_of(row + K, row + stride, [](uint8_t v) { return v == 0xEE; }));
+        }
+      }
     }
   }
 }
@@ -208,12 +222,12 @@ TEST_CASE("im2row from a padded image equals the general im2row", "[quant][integ
 TEST_CASE("NCHW im2row, im2col and col2im equal their definitions", "[quant][integer]") {
   std::mt19937 rng(12);
   const std::vector<Im2RowShape> shapes = {
-      {6, 9, 3, 3, 3, 1, 1, 1, 1, 1, 1, 6, 9},       // 3-byte runs, padded
-      {12, 12, 2, 2, 11, 2, 1, 1, 5, 1, 1, 7, 12},   // 11 bytes: 16-byte words
-      {5, 40, 1, 2, 24, 1, 3, 0, 4, 1, 1, 4, 9},     // 24 bytes: 32-byte words
-      {4, 70, 2, 1, 64, 1, 2, 0, 0, 1, 1, 4, 4},     // exactly 64
-      {3, 90, 1, 2, 80, 1, 5, 1, 0, 1, 1, 4, 3},     // 80: exact copies
-      {11, 13, 2, 3, 3, 2, 2, 2, 3, 2, 3, 6, 7},     // dilation on both sides
+      {6, 9, 3, 3, 3, 1, 1, 1, 1, 1, 1, 6, 9},      // 3-byte runs, padded
+      {12, 12, 2, 2, 11, 2, 1, 1, 5, 1, 1, 7, 12},  // 11 bytes: 16-byte words
+      {5, 40, 1, 2, 24, 1, 3, 0, 4, 1, 1, 4, 9},    // 24 bytes: 32-byte words
+      {4, 70, 2, 1, 64, 1, 2, 0, 0, 1, 1, 4, 4},    // exactly 64
+      {3, 90, 1, 2, 80, 1, 5, 1, 0, 1, 1, 4, 3},    // 80: exact copies
+      {11, 13, 2, 3, 3, 2, 2, 2, 3, 2, 3, 6, 7},    // dilation on both sides
   };
   for (const Im2RowShape& s : shapes) {
     INFO("image " << s.h << "x" << s.w << "x" << s.c << " kernel " << s.kh << "x" << s.kw);
