@@ -50,10 +50,8 @@ template <int64_t Word>
 struct WordCopy {
   int64_t run;
   void operator()(uint8_t* r, const uint8_t* src, const uint8_t* end) const {
-    if (end - r >= Word)
-      std::memcpy(r, src, Word);
-    else
-      std::memcpy(r, src, static_cast<size_t>(run));
+    if (end - r >= Word) std::memcpy(r, src, Word);
+    else std::memcpy(r, src, static_cast<size_t>(run));
   }
 };
 
@@ -62,10 +60,8 @@ struct MaskedCopy64 {
   int64_t run;
   __attribute__((target("avx512f,avx512bw"))) void operator()(uint8_t* r, const uint8_t* src,
                                                               const uint8_t* end) const {
-    if (end - r >= 64)
-      _mm512_storeu_si512(r, _mm512_loadu_si512(src));
-    else
-      copy_upto64(r, src, run);
+    if (end - r >= 64) _mm512_storeu_si512(r, _mm512_loadu_si512(src));
+    else copy_upto64(r, src, run);
   }
 };
 
@@ -113,22 +109,13 @@ inline void gather_run(const uint8_t* xrow, int64_t w, int64_t x0, int64_t step,
 // ---------------------------------------------------------------- shared
 PaddedPlanes nhwc_planes(const Im2RowShape& s) {
   const int64_t row_bytes = (s.w + 2 * s.pad_w) * s.c;
-  return {1,
-          s.h + 2 * s.pad_h,
-          row_bytes,
-          s.kw,
-          s.c,
-          s.dil_w * s.c,
-          s.kh,
-          s.dil_h * row_bytes,
-          s.stride_w * s.c,
-          s.stride_h * row_bytes,
-          s.out_w};
+  return {1,           s.h + 2 * s.pad_h,     row_bytes, s.kw, s.c, s.dil_w * s.c, s.kh, s.dil_h * row_bytes,
+          s.stride_w * s.c, s.stride_h * row_bytes, s.out_w};
 }
 
 PaddedPlanes nchw_planes(const Im2RowShape& s) {
   const int64_t row_bytes = s.w + 2 * s.pad_w;
-  return {s.c,        s.h + 2 * s.pad_h,      row_bytes, s.kw, 1, s.dil_w, s.kh, s.dil_h * row_bytes,
+  return {s.c,        s.h + 2 * s.pad_h,     row_bytes, s.kw, 1, s.dil_w, s.kh, s.dil_h * row_bytes,
           s.stride_w, s.stride_h * row_bytes, s.out_w};
 }
 
@@ -185,18 +172,14 @@ void im2row_u8_range(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, 
       }
       const uint8_t* src = x + ih * s.w * s.c;
       if (row_inside) {
-        if (small_span)
-          copy_upto64(dst, src + iw0 * s.c, span);
-        else
-          std::memcpy(dst, src + iw0 * s.c, static_cast<size_t>(span));
+        if (small_span) copy_upto64(dst, src + iw0 * s.c, span);
+        else std::memcpy(dst, src + iw0 * s.c, static_cast<size_t>(span));
         continue;
       }
       for (int64_t j = 0; j < s.kw; ++j) {
         const int64_t iw = iw0 + j * s.dil_w;
-        if (iw < 0 || iw >= s.w)
-          std::memset(dst + j * s.c, pad_value, static_cast<size_t>(s.c));
-        else
-          std::memcpy(dst + j * s.c, src + iw * s.c, static_cast<size_t>(s.c));
+        if (iw < 0 || iw >= s.w) std::memset(dst + j * s.c, pad_value, static_cast<size_t>(s.c));
+        else std::memcpy(dst + j * s.c, src + iw * s.c, static_cast<size_t>(s.c));
       }
     }
   }
@@ -213,8 +196,8 @@ void pad_image_u8(const uint8_t* x, const Im2RowShape& s, uint8_t pad_value, uin
   std::memset(padded + padded_image_bytes(s) - kIm2RowSlack, pad_value, kIm2RowSlack);
 }
 
-void im2row_u8_padded_range(const uint8_t* padded, const Im2RowShape& s, int64_t first, int64_t count, uint8_t* rows,
-                            int64_t stride) {
+void im2row_u8_padded_range(const uint8_t* padded, const Im2RowShape& s, int64_t first, int64_t count,
+                            uint8_t* rows, int64_t stride) {
   QAT_CHECK(im2row_padded_applies(s), "im2row_u8_padded_range: kernel rows of ", s.kw * s.c,
             " bytes with width dilation ", s.dil_w, " need the general im2row");
   window_rows(padded, nhwc_planes(s), first, count, rows, stride);

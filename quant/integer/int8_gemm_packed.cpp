@@ -1,20 +1,21 @@
 #include "quant/integer/int8_gemm_packed.h"
 
+#include "quant/integer/int8_gemm_x86.h"
+
 #include <algorithm>
 #include <cstring>
 
-#include "core/cpu_features.h"
 #include "core/error.h"
+#include "core/cpu_features.h"
 #include "quant/integer/int8_gemm_amx.h"
 #include "quant/integer/int8_gemm_avx2.h"
-#include "quant/integer/int8_gemm_x86.h"
 
 namespace qat::quant {
 
 namespace {
 
-constexpr int kRows = 6;    // rows of A per tile
-constexpr int kBlocks = 4;  // 16-channel blocks per tile (64 channels)
+constexpr int kRows = 6;     // rows of A per tile
+constexpr int kBlocks = 4;   // 16-channel blocks per tile (64 channels)
 // Bytes after the packed blocks: an AMX tile of B's last 16 rows of K quads
 // reads up to 15 rows (64 bytes each) past the last block.
 constexpr size_t kAmxSlack = 16 * 64;
@@ -52,10 +53,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(const uint8_t* 
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       int32_t quad;
-      if (q < full)
-        std::memcpy(&quad, A + r * lda + 4 * q, 4);
-      else
-        quad = a_quad(A + r * lda, 4 * q, K);                          // K % 4 bytes left: no read past the row
+      if (q < full) std::memcpy(&quad, A + r * lda + 4 * q, 4);
+      else quad = a_quad(A + r * lda, 4 * q, K);  // K % 4 bytes left: no read past the row
       if constexpr (kFlip) quad ^= static_cast<int32_t>(0x80808080u);  // (beyond K: 128 x zero bytes of B)
       const __m512i av = _mm512_set1_epi32(quad);
 #pragma GCC unroll 4
@@ -70,17 +69,13 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(const uint8_t* 
 
 using TileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int64_t, int64_t, int32_t*, int64_t);
 template <int NB, bool kFlip>
-constexpr TileFn kTiles[kRows + 1] = {nullptr,
-                                      tile<1, NB, kFlip>,
-                                      tile<2, NB, kFlip>,
-                                      tile<3, NB, kFlip>,
-                                      tile<4, NB, kFlip>,
-                                      tile<5, NB, kFlip>,
+constexpr TileFn kTiles[kRows + 1] = {nullptr,               tile<1, NB, kFlip>, tile<2, NB, kFlip>,
+                                      tile<3, NB, kFlip>,    tile<4, NB, kFlip>, tile<5, NB, kFlip>,
                                       tile<6, NB, kFlip>};
 // By the number of 16-channel blocks.
 template <bool kFlip>
-constexpr const TileFn* kTilesOfBlocks[kBlocks + 1] = {nullptr, kTiles<1, kFlip>, kTiles<2, kFlip>, kTiles<3, kFlip>,
-                                                       kTiles<4, kFlip>};
+constexpr const TileFn* kTilesOfBlocks[kBlocks + 1] = {nullptr, kTiles<1, kFlip>, kTiles<2, kFlip>,
+                                                        kTiles<3, kFlip>, kTiles<4, kFlip>};
 
 // AVX-VNNI (no AVX-512): the same packed layout, one 16-channel block a
 // tile, each 64-byte row of it as two ymm halves (channels 0-7, 8-15):
@@ -102,10 +97,8 @@ QAT_AVX_VNNI_TARGET void tile_ymm(const uint8_t* A, int64_t lda, const int8_t* b
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       int32_t quad;
-      if (q < full)
-        std::memcpy(&quad, A + r * lda + 4 * q, 4);
-      else
-        quad = a_quad(A + r * lda, 4 * q, K);
+      if (q < full) std::memcpy(&quad, A + r * lda + 4 * q, 4);
+      else quad = a_quad(A + r * lda, 4 * q, K);
       if constexpr (kFlip) quad ^= static_cast<int32_t>(0x80808080u);
       const __m256i av = _mm256_set1_epi32(quad);
       dpbusd_vex(acc[r][0], av, b0);
@@ -120,13 +113,8 @@ QAT_AVX_VNNI_TARGET void tile_ymm(const uint8_t* A, int64_t lda, const int8_t* b
 }
 
 template <bool kFlip>
-constexpr TileFn kTilesYmm[kRows + 1] = {nullptr,
-                                         tile_ymm<1, kFlip>,
-                                         tile_ymm<2, kFlip>,
-                                         tile_ymm<3, kFlip>,
-                                         tile_ymm<4, kFlip>,
-                                         tile_ymm<5, kFlip>,
-                                         tile_ymm<6, kFlip>};
+constexpr TileFn kTilesYmm[kRows + 1] = {nullptr,           tile_ymm<1, kFlip>, tile_ymm<2, kFlip>, tile_ymm<3, kFlip>,
+                                         tile_ymm<4, kFlip>, tile_ymm<5, kFlip>, tile_ymm<6, kFlip>};
 
 // A packed kernel's tiles over N channels: groups of `cols` output
 // channels (16-channel blocks) by up to kRows rows of A, the last group
@@ -175,7 +163,7 @@ void gemm_packed(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t lda, co
 // the rows interleaved (unpack 8, then 16 bits, within 128-bit lanes), then
 // the lanes regrouped so that chunk j holds lane j of each.
 __attribute__((target("avx512f,avx512bw"))) inline void interleave4(__m512i r0, __m512i r1, __m512i r2, __m512i r3,
-                                                                    __m512i out[4]) {
+                                                                     __m512i out[4]) {
   const __m512i a = _mm512_unpacklo_epi8(r0, r1), b = _mm512_unpackhi_epi8(r0, r1);
   const __m512i c = _mm512_unpacklo_epi8(r2, r3), d = _mm512_unpackhi_epi8(r2, r3);
   const __m512i e = _mm512_unpacklo_epi16(a, c), f = _mm512_unpackhi_epi16(a, c);
@@ -191,22 +179,24 @@ __attribute__((target("avx512f,avx512bw"))) inline void interleave4(__m512i r0, 
 // One 64-column chunk (n0 = 64 ch). The OpenMP loop over chunks lives in a
 // plain function: Clang outlines a parallel region into a function of its
 // own, which would not inherit this one's target attribute.
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void pack_chunk_avx512(const int8_t* Bt, int64_t K, int64_t N,
-                                                                              int64_t ldbt, bool flip, int64_t ch,
-                                                                              PackedB& out, int32_t* sums) {
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void pack_chunk_avx512(const int8_t* Bt, int64_t K,
+                                                                              int64_t N, int64_t ldbt, bool flip,
+                                                                              int64_t ch, PackedB& out,
+                                                                              int32_t* sums) {
   const int64_t K4 = out.K4, n0 = ch * 64;
   int8_t* data = out.data.data();
   const __m512i ones = _mm512_set1_epi8(1);
   const __mmask64 live = N - n0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (N - n0)) - 1;
   // flip: the sign bits of the real bytes (the padding stays 0)
   const __m512i signs = _mm512_maskz_mov_epi8(flip ? live : 0, _mm512_set1_epi8(static_cast<char>(0x80)));
-  __m512i sum[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+  __m512i sum[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                    _mm512_setzero_si512()};
   for (int64_t q = 0; q < K4; ++q) {
     __m512i r[4];
     for (int i = 0; i < 4; ++i) {
       const int64_t k = 4 * q + i;
-      r[i] =
-          k < K ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(live, Bt + k * ldbt + n0), signs) : _mm512_setzero_si512();
+      r[i] = k < K ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(live, Bt + k * ldbt + n0), signs)
+                   : _mm512_setzero_si512();
     }
     __m512i chunk[4];
     interleave4(r[0], r[1], r[2], r[3], chunk);
@@ -268,7 +258,8 @@ QAT_PACK_YMM_TARGET void pack_half_ymm(const int8_t* Bt, int64_t K, int64_t N, i
                                        PackedB& out, int32_t* sums) {
   const int64_t K4 = out.K4, n0 = hh * 32, live = N - n0;  // <= 0: a padding half (N is padded to 64)
   int8_t* data = out.data.data();
-  __m256i sum[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  __m256i sum[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                    _mm256_setzero_si256()};
   for (int64_t q = 0; q < K4; ++q) {
     __m256i r[4];
     for (int i = 0; i < 4; ++i) {
@@ -287,7 +278,8 @@ QAT_PACK_YMM_TARGET void pack_half_ymm(const int8_t* Bt, int64_t K, int64_t N, i
     for (int j = 0; j < 4; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + n0 + 8 * j), sum[j]);
 }
 
-void pack_transposed_ymm(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, bool flip, PackedB& out, int32_t* sums) {
+void pack_transposed_ymm(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, bool flip, PackedB& out,
+                         int32_t* sums) {
   const int64_t halves = out.N / 32;
 #pragma omp parallel for schedule(static) if (K * N >= (1 << 16))
   for (int64_t hh = 0; hh < halves; ++hh) pack_half_ymm(Bt, K, N, ldbt, flip, hh, out, sums);
@@ -359,10 +351,8 @@ void gemm_s8s8_packed_dequant(GemmKernel kernel, int64_t M, const int8_t* A, int
   if (is_amx(kernel)) return amx::gemm_dequant(kernel == GemmKernel::amx_emulated, M, A, lda, B, e, out, ldo);
   if (kernel == GemmKernel::avx2) return avx2::gemm_dequant(M, A, lda, B, e, out, ldo);
   check_vnni(kernel);
-  QAT_CHECK(can_use_packed(kernel, B.N) && lda >= B.K && e.n <= B.N && ldo >= e.n,
-            "gemm_s8s8_packed_dequant: bad sizes "
-            "N=",
-            B.N, " K=", B.K, " n=", e.n, " lda=", lda, " ldo=", ldo);
+  QAT_CHECK(can_use_packed(kernel, B.N) && lda >= B.K && e.n <= B.N && ldo >= e.n, "gemm_s8s8_packed_dequant: bad sizes "
+            "N=", B.N, " K=", B.K, " n=", e.n, " lda=", lda, " ldo=", ldo);
   const Tiles tl = tiles_of<true>(kernel, B.N);
   const int64_t groups = tl.groups, tiles = (M + kRows - 1) / kRows;
   const auto* a8 = reinterpret_cast<const uint8_t*>(A);
@@ -389,10 +379,8 @@ void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt
   out.K = K;
   out.K4 = (K + 3) / 4;
   out.data.resize(static_cast<size_t>(out.N * out.K4 * 4) + kAmxSlack);  // every packed byte is written below
-  if (ymm)
-    pack_transposed_ymm(Bt, K, N, ldbt, flip_signs, out, sums);
-  else
-    pack_transposed_avx512(Bt, K, N, ldbt, flip_signs, out, sums);
+  if (ymm) pack_transposed_ymm(Bt, K, N, ldbt, flip_signs, out, sums);
+  else pack_transposed_avx512(Bt, K, N, ldbt, flip_signs, out, sums);
 }
 
 }  // namespace qat::quant
