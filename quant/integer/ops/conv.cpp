@@ -208,7 +208,10 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
 // holds a block of weight columns and passes the chunk's rows under it, so
 // the weights stream once a chunk), their count a multiple of the threads so
 // that each thread gets an equal share of whole chunks, patches and output
-// stage included, their rows a multiple of 16 (an AMX tile). Under
+// stage included, their rows a multiple of 16 (an AMX tile) where each
+// thread has at least 4 chunks (with fewer, the short last chunk would leave
+// one thread idle for most of a chunk: 49 rows on 2 threads go 25 + 24, not
+// 32 + 17). Under
 // kMinChunkRows rows a thread, one parallel GEMM at a time instead (ResNet-18
 // at batch 1 with the floor at 64, 32 and 8 positions: 1.03, 0.99 and
 // 0.88-1.00 ms; even its layer 4, 8 positions a thread, gains).
@@ -233,7 +236,7 @@ ConvWork conv_work(int64_t rows, int64_t max_chunk, int64_t threads) {
   int64_t chunks = (rows + max_chunk - 1) / max_chunk;
   chunks = (chunks + threads - 1) / threads * threads;
   const int64_t share = (rows + chunks - 1) / chunks;
-  return {share <= 16 ? share : (share + 15) / 16 * 16, true};
+  return {chunks < 4 * threads ? share : (share + 15) / 16 * 16, true};
 }
 
 Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {

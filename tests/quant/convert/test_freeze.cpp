@@ -322,8 +322,9 @@ TEST_CASE("AlexNet-BN freezes, every GEMM kernel (AMX emulated included) gives t
 // The integer conv runs a batch's (image, position) rows in chunks that span
 // images, and on AMX passes a chunk's rows under blocks of weight columns
 // where the weights are the larger operand (ResNet-18's layer 4 at 32 px: one
-// position an image, 4608 x 512 weights, 36 rows; on 2 threads, chunks of 32
-// and 4 rows). Each image run alone takes none of those paths.
+// position an image, 4608 x 512 weights, 36 rows: on 1 thread one chunk,
+// column-major; on 2 threads, chunks of 18 rows). Each image run alone
+// takes none of those paths.
 TEST_CASE("an integer model gives a batch's images their logits alone, its conv rows spanning images",
           "[quant][freeze]") {
   ModulePtr m = trained_qat_model("resnet18", testing::test_backend("default"), QConfig{}, 32);
