@@ -3,11 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-// GCC 12's AVX-512 headers trip a false -Wmaybe-uninitialized (_mm512_undefined_ps).
+// GCC 12's AVX-512 headers trip a false -Wmaybe-uninitialized (_mm512_undefined_ps);
+// Clang has no such warning (and warns about the unknown name).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <experimental/simd>
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 #include "optim/math.h"
 #if QAT_WITH_CUDA

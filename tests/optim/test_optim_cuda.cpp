@@ -86,7 +86,7 @@ TEST_CASE("an optimizer's state of cuda parameters lives on cuda and round-trips
   for (const auto& [k, t] : state) on_host[k] = t.to(Device::cpu);
   SGD again(one_group(p, 0.1, 0.0), SGDOptions{0.9});
   again.load_state_dict(on_host);
-  const Tensor& loaded = again.state_dict().at("optim.group0.param0.momentum");
+  const Tensor loaded = again.state_dict().at("optim.group0.param0.momentum");  // (state_dict() is a temporary)
   CHECK(loaded.device() == Device::cuda);
   CHECK(loaded.to_vector() == momentum.to_vector());
 }
