@@ -45,8 +45,8 @@ void pack_panel(const uint8_t* A, int64_t lda, int64_t rows, int64_t K, int64_t 
 // One 32 x 32 block of C (na tiles of A rows, nb of B columns) into c, a
 // row stride of ldc bytes apart; the A panel's rows are kp bytes apart.
 template <int NA, int NB, class Tiles>
-void block(Tiles& t, const uint8_t* panel, int64_t kp, const int8_t* b0, const int8_t* b1, int64_t kblocks, int32_t* c,
-           int64_t ldc) {
+void block(Tiles& t, const uint8_t* panel, int64_t kp, const int8_t* b0, const int8_t* b1, int64_t kblocks,
+           int32_t* c, int64_t ldc) {
   t.template zero<kC00>();
   if constexpr (NB > 1) t.template zero<kC01>();
   if constexpr (NA > 1) t.template zero<kC10>();
@@ -138,14 +138,10 @@ void run(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, 
       const bool direct = C != nullptr && rows == kBlock && cols == kBlock;
       int32_t* out = direct ? C + m0 * ldc + n0 : &c[0][0];
       const int64_t out_stride = (direct ? ldc : kBlock) * static_cast<int64_t>(sizeof(int32_t));
-      if (two_a && two_b)
-        block<2, 2>(t, panel, panel_stride, b0, b1, kblocks, out, out_stride);
-      else if (two_a)
-        block<2, 1>(t, panel, panel_stride, b0, b1, kblocks, out, out_stride);
-      else if (two_b)
-        block<1, 2>(t, panel, panel_stride, b0, b1, kblocks, out, out_stride);
-      else
-        block<1, 1>(t, panel, panel_stride, b0, b1, kblocks, out, out_stride);
+      if (two_a && two_b) block<2, 2>(t, panel, panel_stride, b0, b1, kblocks, out, out_stride);
+      else if (two_a) block<2, 1>(t, panel, panel_stride, b0, b1, kblocks, out, out_stride);
+      else if (two_b) block<1, 2>(t, panel, panel_stride, b0, b1, kblocks, out, out_stride);
+      else block<1, 1>(t, panel, panel_stride, b0, b1, kblocks, out, out_stride);
       if (!direct) sink(m0, rows, n0, cols, c);
     }
     t.release();
@@ -161,10 +157,8 @@ void dispatch(bool emulate, int64_t M, const uint8_t* A, int64_t lda, const Pack
             "AMX GEMM: bad packed operand (N=", B.N, ", K=", B.K, ", n=", n, ", lda=", lda,
             "; packed by pack_b_vnni / pack_b_vnni_transposed?)");
   if (M == 0 || n == 0) return;
-  if (emulate)
-    run<EmulatedTiles, kFlip>(M, A, lda, B, n, C, ldc, a_zero_tail, sink);
-  else
-    run<HardwareTiles, kFlip>(M, A, lda, B, n, C, ldc, a_zero_tail, sink);
+  if (emulate) run<EmulatedTiles, kFlip>(M, A, lda, B, n, C, ldc, a_zero_tail, sink);
+  else run<HardwareTiles, kFlip>(M, A, lda, B, n, C, ldc, a_zero_tail, sink);
 }
 
 }  // namespace
@@ -172,20 +166,18 @@ void dispatch(bool emulate, int64_t M, const uint8_t* A, int64_t lda, const Pack
 void gemm_s32(bool emulate, bool flip, int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n,
               int32_t* C, int64_t ldc, bool a_zero_tail) {
   QAT_CHECK(ldc >= n, "AMX GEMM: ldc ", ldc, " < ", n, " columns");
-  auto sink = [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const int32_t(*c)[kBlock]) {
+  auto sink = [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const int32_t (*c)[kBlock]) {
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(C + (m0 + r) * ldc + n0, c[r], static_cast<size_t>(cols) * sizeof(int32_t));
   };
-  if (flip)
-    dispatch<true>(emulate, M, A, lda, B, n, C, ldc, false, sink);
-  else
-    dispatch<false>(emulate, M, A, lda, B, n, C, ldc, a_zero_tail, sink);
+  if (flip) dispatch<true>(emulate, M, A, lda, B, n, C, ldc, false, sink);
+  else dispatch<false>(emulate, M, A, lda, B, n, C, ldc, a_zero_tail, sink);
 }
 
 void gemm_dequant(bool emulate, int64_t M, const int8_t* A, int64_t lda, const PackedB& B, const DequantEpilogue& e,
                   float* out, int64_t ldo) {
   QAT_CHECK(ldo >= e.n, "AMX GEMM: ldo ", ldo, " < ", e.n, " columns");
-  auto sink = [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const int32_t(*c)[kBlock]) {
+  auto sink = [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const int32_t (*c)[kBlock]) {
     e.store(c[0], kBlock, m0, rows, n0, cols, out, ldo);
   };
   dispatch<true>(emulate, M, reinterpret_cast<const uint8_t*>(A), lda, B, e.n, nullptr, 0, false, sink);

@@ -154,8 +154,8 @@ void check_grid_chain(const std::vector<IntLayer>& layers) {
             "integer model: the first layer must be quantize_input");
   for (size_t i = 1; i < layers.size(); ++i) {
     const IntLayer& l = layers[i];
-    QAT_CHECK(!int_op_def(l.op).has(kFloatInput), "integer model: layer ", i, " '", l.name, "' is ", int_op_name(l.op),
-              ", which reads the float images: only the first layer may be");
+    QAT_CHECK(!int_op_def(l.op).has(kFloatInput), "integer model: layer ", i, " '", l.name, "' is ",
+              int_op_name(l.op), ", which reads the float images: only the first layer may be");
     const std::vector<int64_t> in = layer_inputs(layers, i);
     for (size_t k = 0; k < in.size(); ++k) {
       QAT_CHECK(in[k] >= 0, "integer model: layer '", l.name, "' reads the float images: only the first layer may");
@@ -177,10 +177,9 @@ void check_grid_chain(const std::vector<IntLayer>& layers) {
 
 Tensor IntegerModel::forward(const Tensor& x) const {
   check_grid_chain(layers);
-  return run_layer_graph(
-             layers, x, false,
-             [&](size_t i, const Tensor& a, const MoreInputs& more) { return run_layer(layers[i], a, more); })
-      .back();
+  return run_layer_graph(layers, x, false, [&](size_t i, const Tensor& a, const MoreInputs& more) {
+           return run_layer(layers[i], a, more);
+         }).back();
 }
 
 std::vector<Tensor> IntegerModel::forward_trace(const Tensor& x) const {

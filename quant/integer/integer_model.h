@@ -102,7 +102,7 @@ struct IntLayer {
   // (Note [ReLU6 as a clamp]); INT32_MAX: none (the grid's qmax).
   int32_t clamp_max = INT32_MAX;
   int32_t out_hi() const { return std::min(out.qmax(), clamp_max); }
-  bool dequantize = false;  // last layer: float logits = (acc + bias) * s_x * s_w[c]
+  bool dequantize = false;   // last layer: float logits = (acc + bias) * s_x * s_w[c]
   // pools
   Pool2dParams pool{};
   int64_t out_h = 0, out_w = 0;  // adaptive_avg_pool

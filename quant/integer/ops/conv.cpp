@@ -198,23 +198,25 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
   return y;
 }
 
-// A convolution's rows are its N P (image, position) pairs, image-major,
-// in chunks that may span images (ResNet-18's layer 4 at 128 px has 16
-// positions an image: one image a GEMM would stream its 2.4 MB of weights
-// for 16 rows). The chunks are sized for L2, a 1x1 convolution's too
-// (MobileNetV2's 16 -> 96 expansion at 64 x 64 px wrote 1.5 MB of
-// accumulators an image, then read them back), or, on AMX, for a weight
-// matrix larger than that budget, four times the budget: the kernel then
-// holds a block of weight columns and passes the chunk's rows under it, so
-// the weights stream once a chunk), their count a multiple of the threads so
-// that each thread gets an equal share of whole chunks, patches and output
-// stage included, their rows a multiple of 16 (an AMX tile) where each
-// thread has at least 4 chunks (with fewer, the short last chunk would leave
-// one thread idle for most of a chunk: 49 rows on 2 threads go 25 + 24, not
-// 32 + 17). Under
-// kMinChunkRows rows a thread, one parallel GEMM at a time instead (ResNet-18
-// at batch 1 with the floor at 64, 32 and 8 positions: 1.03, 0.99 and
-// 0.88-1.00 ms; even its layer 4, 8 positions a thread, gains).
+// How a convolution's rows, its N P (image, position) pairs image-major,
+// go to the threads:
+// - In chunks that may span images: ResNet-18's layer 4 at 128 px has 16
+//   positions an image, and an image a GEMM streamed its 2.4 MB of weights
+//   for 16 rows.
+// - Sized for L2 (patches and accumulators), a 1x1 convolution's too
+//   (MobileNetV2's 16 -> 96 expansion at 64 x 64 px wrote 1.5 MB of
+//   accumulators an image). On AMX, weights beyond that budget get chunks
+//   four times larger: the kernel then passes a chunk's rows under each
+//   block of weight columns (column-major), so the weights stream once a
+//   chunk.
+// - Their count a multiple of the threads, each thread whole chunks
+//   (patches and output stage included); their rows a multiple of 16 (an
+//   AMX tile) where each thread has at least 4 chunks. With fewer, the
+//   short last chunk would idle a thread: 49 rows on 2 threads go 25 + 24,
+//   not 32 + 17.
+// - Under kMinChunkRows rows a thread, one parallel GEMM at a time instead
+//   (ResNet-18 at batch 1 with the floor at 64, 32 and 8 positions: 1.03,
+//   0.99 and 0.88-1.00 ms; even its layer 4, 8 positions a thread, gains).
 struct ConvWork {
   int64_t chunk;
   bool chunks_on_threads;
@@ -260,7 +262,8 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   // batch 32, AMX Xeon, two alternated runs: AlexNet's conv1 (K = 363)
   // 16.4/17.0% -> 13.7/12.0%, MobileNetV2's (27) 7.4/7.1% -> 6.4/6.2%,
   // ResNet-18's (147) 14.9/14.4% -> 14.0/13.5%.
-  const bool zero_tail = !direct && is_amx(layer_gemm_kernel(l, kernel)) && K % 64 != 0;
+  const GemmKernel gemm_kernel = layer_gemm_kernel(l, kernel);
+  const bool zero_tail = !direct && is_amx(gemm_kernel) && K % 64 != 0;
   const int64_t lda = zero_tail ? (K + 63) / 64 * 64 : K;
   const OutputStage stage(l, K, lda);
   const uint8_t pad = static_cast<uint8_t>(l.in.zero_point + l.in.offset());
@@ -269,7 +272,7 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   // The N P rows in chunks whose patches and accumulators stay in L2 (a
   // whole 224 px conv1 image is ~2 MB of them).
   const int64_t rows = N * P;
-  const ConvWork work = conv_work(rows, max_chunk_rows(lda, CO, kernel), omp_get_max_threads());
+  const ConvWork work = conv_work(rows, max_chunk_rows(lda, CO, gemm_kernel), omp_get_max_threads());
   const int64_t chunk = work.chunk, chunks = (rows + chunk - 1) / chunk;
   // Narrow kernel rows (conv1's 11 x 3 bytes) from a padded copy of the image.
   const bool padded = !direct && im2row_padded_applies(shape);
@@ -306,7 +309,7 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
         im2row_u8_padded_range(b.pimg.data(), shape, p0, np, out, lda);
       });
     const uint8_t* A = direct ? xd + r0 * K : b.rows.data();  // (direct: the NHWC input's rows are the patches)
-    gemm(l, kernel, count, A, b.acc.data(), lda, zero_tail);
+    gemm(l, gemm_kernel, count, A, b.acc.data(), lda, zero_tail);
     if (!l.dequantize) return stage.finish(b.acc.data(), A, count, y.data<uint8_t>() + r0 * CO, nullptr, 0, 0);
     by_image(r0, count, [&](int64_t n, int64_t p0, int64_t np, int64_t done) {
       stage.finish(b.acc.data() + done * CO, A + done * lda, np, nullptr, y.data<float>() + n * CO * P + p0, 1, P);

@@ -81,17 +81,13 @@ void finalize_matmul(IntLayer& l) {
                 r, " exceeds half the multiplier ", m);
     }
   }
-  QAT_CHECK(l.conv.groups == 1 || (l.conv.groups == l.in_channels && l.conv.groups == l.out_channels), "layer '",
-            l.name,
-            "': grouped convolution has an integer kernel only when depthwise (groups = in = out "
-            "channels), got groups ",
-            l.conv.groups, " for ", l.in_channels, " -> ", l.out_channels, " channels");
-  QAT_CHECK(l.clamp_max == INT32_MAX ||
-                (l.relu && !l.dequantize && l.clamp_max >= l.out.zero_point && l.clamp_max <= l.out.qmax()),
-            "layer '", l.name, "': clamp_max ", l.clamp_max,
-            " (a ReLU6's) needs relu, a requantized output and a value "
-            "from the output zero point ",
-            l.out.zero_point, " to qmax ", l.out.qmax());
+  QAT_CHECK(l.conv.groups == 1 || (l.conv.groups == l.in_channels && l.conv.groups == l.out_channels),
+            "layer '", l.name, "': grouped convolution has an integer kernel only when depthwise (groups = in = out "
+            "channels), got groups ", l.conv.groups, " for ", l.in_channels, " -> ", l.out_channels, " channels");
+  QAT_CHECK(l.clamp_max == INT32_MAX || (l.relu && !l.dequantize && l.clamp_max >= l.out.zero_point &&
+                                          l.clamp_max <= l.out.qmax()),
+            "layer '", l.name, "': clamp_max ", l.clamp_max, " (a ReLU6's) needs relu, a requantized output and a value "
+            "from the output zero point ", l.out.zero_point, " to qmax ", l.out.qmax());
   QAT_CHECK(!l.depthwise() || !l.dequantize, "layer '", l.name,
             "': a depthwise convolution cannot dequantize (it is never the network's last layer)");
   // Packed when any kernel here takes it (the layout is the same for all:
