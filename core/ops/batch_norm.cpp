@@ -6,6 +6,7 @@
 #include "core/collective.h"
 #include "core/ops/common.h"
 #include "core/ops/math.h"
+#include "core/ops/relu.h"
 #include "core/ops/scale_channels.h"
 #include "core/ops/scale_channels_math.h"
 #if QAT_WITH_CUDA
@@ -16,21 +17,27 @@ namespace qat {
 
 namespace {
 
-// A channel's sums in 8 interleaved double partial sums (element i of a
-// plane goes to lane i mod 8), added in order at the end. One running sum
-// is a chain of dependent adds, 4 cycles an element; the lanes vectorise.
-// The order is fixed, so the sums are the same on every run.
+// A channel's sums in kLanes interleaved double partial sums (element i of
+// a plane goes to lane i mod kLanes), added in order at the end. One
+// running sum is a chain of dependent adds, 4 cycles an element. 8 lanes
+// (two 4-double vectors) left the sums of large planes bound by that
+// latency, at half an element a cycle, a fraction of the memory's speed;
+// 32 lanes are eight independent chains. A plane of fewer than 32 values
+// would run all of them in the scalar tail, so small planes keep 8 lanes
+// (with_lanes). The order is a fixed function of the shape, so the sums
+// are the same on every run.
+template <int kLanes>
 struct DoubleLanes {
-  double v[8] = {};
+  double v[kLanes] = {};
   template <class Term>
   void add_terms(int64_t n, Term term) {
-    double w[8];  // locals: kept in registers
-    for (int j = 0; j < 8; ++j) w[j] = v[j];
+    double w[kLanes];  // locals: kept in registers
+    for (int j = 0; j < kLanes; ++j) w[j] = v[j];
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-      for (int j = 0; j < 8; ++j) w[j] += term(i + j);
+    for (; i + kLanes <= n; i += kLanes)
+      for (int j = 0; j < kLanes; ++j) w[j] += term(i + j);
     for (int j = 0; i < n; ++i, ++j) w[j] += term(i);
-    for (int j = 0; j < 8; ++j) v[j] = w[j];
+    for (int j = 0; j < kLanes; ++j) v[j] = w[j];
   }
   void add(const float* p, int64_t n) {
     add_terms(n, [p](int64_t i) { return static_cast<double>(p[i]); });
@@ -51,6 +58,13 @@ struct DoubleLanes {
     return t;
   }
 };
+
+// f(an empty DoubleLanes) with the lane count for planes of hw values.
+template <class F>
+auto with_lanes(int64_t hw, F f) {
+  if (hw >= 128) return f(DoubleLanes<32>{});
+  return f(DoubleLanes<8>{});
+}
 
 struct Layout {
   int64_t n, c, hw;
@@ -74,6 +88,40 @@ struct Input {
     const float sc = s[c];
     for (int64_t i = 0; i < L.hw; ++i) buf[i] = p[i] * sc;
     return buf.data();
+  }
+};
+
+// The activation fused after the batch norm (BnActivation), with
+// core/ops/math.h's rules as relu() and relu6() apply them: in place on
+// an output plane just written (still in cache), so every value is the
+// one those ops would read and write.
+void activate_plane(BnActivation act, float* y, int64_t n) {
+  if (act == BnActivation::relu)
+    for (int64_t i = 0; i < n; ++i) y[i] = op_math::relu_value(y[i]);
+  else if (act == BnActivation::relu6)
+    for (int64_t i = 0; i < n; ++i) y[i] = op_math::relu6_value(y[i]);
+}
+
+// The gradient that reaches the batch norm's output: g itself, or, after
+// an activation, the activation's backward of g read from the saved
+// output y.
+struct GradIn {
+  const float* g;
+  const float* y;  // null: no activation
+  BnActivation act;
+  Layout L;
+  // plane (n, c) of the gradient: g's own, or the activation's gradient
+  // made in plane n of channel_buf (a channel's N planes)
+  const float* plane(int64_t n, int64_t c, float* channel_buf) const {
+    const int64_t o = (n * L.c + c) * L.hw;
+    if (!y) return g + o;
+    float* __restrict buf = channel_buf + n * L.hw;
+    const float *pg = g + o, *py = y + o;
+    if (act == BnActivation::relu)
+      for (int64_t i = 0; i < L.hw; ++i) buf[i] = op_math::relu_grad(py[i], pg[i]);
+    else
+      for (int64_t i = 0; i < L.hw; ++i) buf[i] = op_math::relu6_grad(py[i], pg[i]);
+    return buf;
   }
 };
 
@@ -115,68 +163,65 @@ Setup setup(const Tensor& x, const Tensor& weight, const Tensor& bias, const Ten
   return {L, use_batch_stats, coll};
 }
 
-// batch_norm of x, or of x * s[c] where s is defined (CPU).
-Tensor batch_norm_cpu(const Setup& setup, const Tensor& x, const Tensor& s, const Tensor& weight, const Tensor& bias,
-                      const Tensor& running_mean, const Tensor& running_var, bool training, float momentum, float eps) {
-  const Layout L = setup.L;
-  const bool use_batch_stats = setup.use_batch_stats;
-  Collective* coll = setup.coll;
-  Tensor xc = x.contiguous(), sc = s.defined() ? s.contiguous() : Tensor();
-  Tensor out = Tensor::empty(x.sizes());
-  const Input in{xc.data<float>(), sc.defined() ? sc.data<float>() : nullptr, L};
-  float* po = out.data<float>();
-  const float* pw = weight.defined() ? weight.data<float>() : nullptr;
-  const float* pb = bias.defined() ? bias.data<float>() : nullptr;
-  std::vector<float> mean(L.c), istd(L.c);
-  float* rm = running_mean.defined() ? running_mean.data<float>() : nullptr;
-  float* rv = running_var.defined() ? running_var.data<float>() : nullptr;
-
-  // Two passes in double: the sums, then the squared deviations from the
-  // mean (each summed over all processes when synchronised).
-  double count = static_cast<double>(L.m());
-  std::vector<double> sum(L.c, 0.0), sq(L.c, 0.0);
-  if (use_batch_stats) {
-    auto plane_sums = [&](const std::vector<double>* mu, std::vector<double>& out_sums) {
-#pragma omp parallel for schedule(static)
-      for (int64_t c = 0; c < L.c; ++c) {
-        DoubleLanes acc;
-        for (int64_t n = 0; n < L.n; ++n) {
-          const float* p = in.raw(n, c);
-          if (in.s) {  // x * s in float, then in double: no product to fuse, so no plane to make
-            const float sc = in.s[c];
-            if (!mu) {
-              acc.add_terms(L.hw, [p, sc](int64_t i) { return static_cast<double>(p[i] * sc); });
-            } else {
-              const double m = (*mu)[c];
-              acc.add_terms(L.hw, [p, sc, m](int64_t i) {
-                const double d = static_cast<double>(p[i] * sc) - m;
-                return d * d;
-              });
-            }
-          } else if (!mu) {
-            acc.add(p, L.hw);
-          } else {
-            acc.add_squared_deviations(p, L.hw, (*mu)[c]);
-          }
-        }
-        out_sums[c] = acc.total();
+// A channel's sum of x (mu null) or of its squared deviations from *mu,
+// in double over its planes in image order.
+template <class Lanes>
+double channel_sum(const Input& in, int64_t c, const double* mu, Lanes& acc) {
+  const Layout& L = in.L;
+  for (int64_t n = 0; n < L.n; ++n) {
+    const float* p = in.raw(n, c);
+    if (in.s) {  // x * s in float, then in double: no product to fuse, so no plane to make
+      const float sc = in.s[c];
+      if (!mu) {
+        acc.add_terms(L.hw, [p, sc](int64_t i) { return static_cast<double>(p[i] * sc); });
+      } else {
+        const double m = *mu;
+        acc.add_terms(L.hw, [p, sc, m](int64_t i) {
+          const double d = static_cast<double>(p[i] * sc) - m;
+          return d * d;
+        });
       }
-    };
-    plane_sums(nullptr, sum);
-    if (coll) {
-      coll->sum(sum.data(), L.c);
-      coll->sum(&count, 1);
-      QAT_CHECK(count > 1, "batch_norm: training needs more than one value per channel in the global batch");
+    } else if (!mu) {
+      acc.add(p, L.hw);
+    } else {
+      acc.add_squared_deviations(p, L.hw, *mu);
     }
-    std::vector<double> dmu(L.c);
-    for (int64_t c = 0; c < L.c; ++c) dmu[c] = sum[c] / count;
-    plane_sums(&dmu, sq);
-    if (coll) coll->sum(sq.data(), L.c);
-    sum = std::move(dmu);  // from here: the means
   }
+  return acc.total();
+}
 
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < L.c; ++c) {
+double channel_sum(const Input& in, int64_t c, const double* mu) {
+  return with_lanes(in.L.hw, [&](auto acc) { return channel_sum(in, c, mu, acc); });
+}
+
+// Note [one channel at a time]: batch norm reads each channel several
+// times (its sum, its squared deviations, the output; backward: two sums,
+// then the input gradient). Unsynchronised, nothing between the passes
+// needs the other channels, so each thread runs every pass of a channel
+// before the next one: the channel's N planes (128 KB a tensor for
+// MobileNetV2 at 32 px, batch 32) are read from memory once and from the
+// cache after. The arithmetic and its order are those of the pass-by-pass
+// loops that synchronised batch norm keeps (the global sums come between
+// its passes), so both give the same bits.
+
+// The forward's per-channel state: the batch statistics' sums (turned into
+// mean and squared deviations in place), then the normalisation.
+struct Forward {
+  const Input& in;
+  const float *pw, *pb;
+  float *rm, *rv;
+  float* po;
+  bool use_batch_stats, training;
+  float momentum, eps;
+  double count;
+  BnActivation act;
+  std::vector<double>& sum;  // sums, then means
+  std::vector<double>& sq;
+  std::vector<float>& mean;
+  std::vector<float>& istd;
+
+  void output(int64_t c) {
+    const Layout& L = in.L;
     float mu, var;
     if (use_batch_stats) {
       mu = static_cast<float>(sum[c]);
@@ -203,85 +248,210 @@ Tensor batch_norm_cpu(const Setup& setup, const Tensor& x, const Tensor& s, cons
       } else {
         for (int64_t i = 0; i < L.hw; ++i) q[i] = p[i] * scale + shift;
       }
+      activate_plane(act, q, L.hw);
     }
   }
-  if (training && rm) {
+
+  // Every pass of channel c (Note [one channel at a time]).
+  void whole_channel(int64_t c) {
+    if (use_batch_stats) {
+      sum[c] = channel_sum(in, c, nullptr) / count;
+      sq[c] = channel_sum(in, c, &sum[c]);
+    }
+    output(c);
+  }
+
+  // Synchronised: pass by pass, each sum over all processes between them.
+  void pass_by_pass(Collective* coll) {
+    const int64_t C = in.L.c;
+    if (use_batch_stats) {
+#pragma omp parallel for schedule(static)
+      for (int64_t c = 0; c < C; ++c) sum[c] = channel_sum(in, c, nullptr);
+      coll->sum(sum.data(), C);
+      coll->sum(&count, 1);
+      QAT_CHECK(count > 1, "batch_norm: training needs more than one value per channel in the global batch");
+      for (int64_t c = 0; c < C; ++c) sum[c] /= count;
+#pragma omp parallel for schedule(static)
+      for (int64_t c = 0; c < C; ++c) sq[c] = channel_sum(in, c, &sum[c]);
+      coll->sum(sq.data(), C);
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; ++c) output(c);
+  }
+};
+
+// The backward (gradient slots: x, [s,] weight, bias), per channel: the
+// sums of g and of g (x - mean), then the input gradient from them.
+struct Backward {
+  const Input& in;
+  const GradIn& gin;
+  const float* pw;
+  const std::vector<float>& mean;
+  const std::vector<float>& istd;
+  bool use_batch_stats;
+  double count;
+  float* pdx;    // null: x needs no gradient
+  float* pds;    // null: s needs no gradient (or there is none)
+  float *pdw, *pdb;
+
+  // The two sums of channel c; the activation's gradient planes left in
+  // gbuf (N planes) for input_grad to read.
+  std::pair<double, double> sums(int64_t c, float* gbuf) const {
+    return with_lanes(in.L.hw, [&](auto sg) { return sums(c, gbuf, sg, decltype(sg){}); });
+  }
+  template <class Lanes>
+  std::pair<double, double> sums(int64_t c, float* gbuf, Lanes sg, Lanes sgx) const {
+    const Layout& L = in.L;
+    for (int64_t n = 0; n < L.n; ++n) {
+      const float* p = in.plane(n, c);
+      const float* q = gin.plane(n, c, gbuf);
+      sg.add(q, L.hw);
+      sgx.add_products_with_deviations(q, p, L.hw, mean[c]);
+    }
+    return {sg.total(), sgx.total()};
+  }
+
+  // weight and bias: this process's part (the training loop sums the
+  // parameter gradients of all processes)
+  void param_grads(int64_t c, std::pair<double, double> s) const {
+    if (pdw) pdw[c] = static_cast<float>(s.second) * istd[c];
+    if (pdb) pdb[c] = static_cast<float>(s.first);
+  }
+
+  // x's (and s's) gradient of channel c from the (global) sums. fresh:
+  // gbuf holds the activation's gradient planes sums() made.
+  void input_grad(int64_t c, std::pair<double, double> s, float* gbuf, bool fresh) const {
+    if (!pdx && !pds) return;
+    const Layout& L = in.L;
+    const float inv_m = 1.f / static_cast<float>(count);
+    const float sum_g = static_cast<float>(s.first);
+    const float sum_gxhat = static_cast<float>(s.second) * istd[c];
+    const float k = (pw ? pw[c] : 1.f) * istd[c];
+    // scaled: the gradient d of x * s, then scale_channels' backward
+    // from it (dx = d s; ds = its per-image dot products with x, in
+    // double in image order: op_math::scale_channel_grad).
+    thread_local std::vector<float> dbuf;
+    dbuf.resize(static_cast<size_t>(L.hw));
+    double ds = 0;
+    for (int64_t n = 0; n < L.n; ++n) {
+      const float* q = fresh && gin.y ? gbuf + n * L.hw : gin.plane(n, c, gbuf);
+      float* out_dx = pdx ? pdx + (n * L.c + c) * L.hw : nullptr;
+      float* d = in.s ? dbuf.data() : out_dx;
+      if (use_batch_stats) {  // (the running statistics' gradient needs no input plane)
+        const float* p = in.plane(n, c);
+        const float a = sum_g * inv_m, b = sum_gxhat * inv_m * istd[c];
+        for (int64_t i = 0; i < L.hw; ++i) d[i] = k * (q[i] - a - (p[i] - mean[c]) * b);
+      } else {
+        for (int64_t i = 0; i < L.hw; ++i) d[i] = k * q[i];
+      }
+      if (!in.s) continue;
+      const float sc = in.s[c];
+      if (out_dx)
+        for (int64_t i = 0; i < L.hw; ++i) out_dx[i] = d[i] * sc;
+      if (pds) ds += op_math::dot_lanes(d, in.raw(n, c), L.hw);
+    }
+    if (pds) pds[c] = static_cast<float>(ds);
+  }
+
+  // The calling thread's buffer for a channel's activation gradient (empty
+  // without an activation).
+  float* channel_buffer() const {
+    thread_local std::vector<float> buf;
+    buf.resize(gin.y ? static_cast<size_t>(in.L.n * in.L.hw) : 0);
+    return buf.data();
+  }
+
+  void run(Collective* coll) const {
+    const int64_t C = in.L.c;
+    if (!coll) {  // Note [one channel at a time]
+#pragma omp parallel for schedule(static)
+      for (int64_t c = 0; c < C; ++c) {
+        float* gbuf = channel_buffer();
+        const auto s = sums(c, gbuf);
+        param_grads(c, s);
+        input_grad(c, s, gbuf, true);
+      }
+      return;
+    }
+    std::vector<std::pair<double, double>> s(C);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; ++c) s[c] = sums(c, channel_buffer());
+    for (int64_t c = 0; c < C; ++c) param_grads(c, s[c]);
+    std::vector<double> flat(2 * C);  // dx: the global sums
+    for (int64_t c = 0; c < C; ++c) flat[2 * c] = s[c].first, flat[2 * c + 1] = s[c].second;
+    coll->sum(flat.data(), 2 * C);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; ++c) input_grad(c, {flat[2 * c], flat[2 * c + 1]}, channel_buffer(), false);
+  }
+};
+
+// batch_norm of x, or of x * s[c] where s is defined (CPU), then act.
+Tensor batch_norm_cpu(const Setup& setup, const Tensor& x, const Tensor& s, const Tensor& weight, const Tensor& bias,
+                      const Tensor& running_mean, const Tensor& running_var, bool training, float momentum, float eps,
+                      BnActivation act) {
+  const Layout L = setup.L;
+  Tensor xc = x.contiguous(), sc = s.defined() ? s.contiguous() : Tensor();
+  Tensor out = Tensor::empty(x.sizes());
+  const Input in{xc.data<float>(), sc.defined() ? sc.data<float>() : nullptr, L};
+  std::vector<float> mean(L.c), istd(L.c);
+  std::vector<double> sum(L.c, 0.0), sq(L.c, 0.0);
+  Forward f{in,
+            weight.defined() ? weight.data<float>() : nullptr,
+            bias.defined() ? bias.data<float>() : nullptr,
+            running_mean.defined() ? running_mean.data<float>() : nullptr,
+            running_var.defined() ? running_var.data<float>() : nullptr,
+            out.data<float>(),
+            setup.use_batch_stats,
+            training,
+            momentum,
+            eps,
+            static_cast<double>(L.m()),
+            act,
+            sum,
+            sq,
+            mean,
+            istd};
+  if (setup.coll) {
+    f.pass_by_pass(setup.coll);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < L.c; ++c) f.whole_channel(c);
+  }
+  if (training && f.rm) {
     running_mean.impl_ptr()->storage->version++;
     running_var.impl_ptr()->storage->version++;
   }
 
-  // Gradient slots: x, [s,] weight, bias.
   const bool scaled = in.s != nullptr;
-  auto backward = [sx = Saved(xc), ss = Saved(sc), sw = Saved(weight), mean, istd, L, use_batch_stats, coll, count,
+  const Tensor kept_out = act == BnActivation::none ? Tensor() : out;  // the activation's gradient reads it
+  auto backward = [sx = Saved(xc), ss = Saved(sc), sw = Saved(weight), sy = Saved(kept_out), act, mean, istd, L,
+                   use_batch_stats = setup.use_batch_stats, coll = setup.coll, count = f.count,
                    scaled](const Tensor& g, const NeedGrad& need) {
     QAT_PROFILE("batch_norm.backward");
     const Tensor& xv = sx.get("batch_norm");
     const Tensor& wv = sw.get("batch_norm");
     Tensor gc = g.contiguous();
     const Input in{xv.data<float>(), scaled ? ss.get("batch_norm").data<float>() : nullptr, L};
-    const float* pg = gc.data<float>();
-    const float* pw = wv.defined() ? wv.data<float>() : nullptr;
+    const GradIn gin{gc.data<float>(), sy.defined() ? sy.get("batch_norm").data<float>() : nullptr, act, L};
     const int ix = 0, is = scaled ? 1 : -1, iw = scaled ? 2 : 1, ib = iw + 1;
-    const bool need_s = scaled && need[is];
     TensorList r(scaled ? 4 : 3);
-    if (need[ix]) r[ix] = Tensor::empty(xv.sizes());
-    if (need_s) r[is] = Tensor::empty({L.c});
-    if (need[iw]) r[iw] = Tensor::empty({L.c});
-    if (need[ib]) r[ib] = Tensor::empty({L.c});
-    float* pdx = need[ix] ? r[ix].data<float>() : nullptr;
-    const float inv_m = 1.f / static_cast<float>(count);
-    // per channel: sum of g, sum of g (x - mean); over all processes when synchronised
-    std::vector<double> sums(2 * L.c);
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < L.c; ++c) {
-      DoubleLanes sg, sgx;
-      for (int64_t n = 0; n < L.n; ++n) {
-        const float* p = in.plane(n, c);
-        const float* q = pg + (n * L.c + c) * L.hw;
-        sg.add(q, L.hw);
-        sgx.add_products_with_deviations(q, p, L.hw, mean[c]);
-      }
-      sums[2 * c] = sg.total(), sums[2 * c + 1] = sgx.total();
-    }
-    // weight and bias: this process's part (the training loop sums the
-    // parameter gradients of all processes); dx: the global sums
-    for (int64_t c = 0; c < L.c; ++c) {
-      if (need[iw]) r[iw].data<float>()[c] = static_cast<float>(sums[2 * c + 1]) * istd[c];
-      if (need[ib]) r[ib].data<float>()[c] = static_cast<float>(sums[2 * c]);
-    }
-    if (coll) coll->sum(sums.data(), 2 * L.c);
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < L.c; ++c) {
-      const double sg = sums[2 * c], sgx = sums[2 * c + 1];
-      const float sum_g = static_cast<float>(sg);
-      const float sum_gxhat = static_cast<float>(sgx) * istd[c];
-      if (!pdx && !need_s) continue;
-      const float k = (pw ? pw[c] : 1.f) * istd[c];
-      // scaled: the gradient d of x * s, then scale_channels' backward
-      // from it (dx = d s; ds = its per-image dot products with x, in
-      // double in image order: op_math::scale_channel_grad).
-      thread_local std::vector<float> dbuf;
-      dbuf.resize(static_cast<size_t>(L.hw));
-      double ds = 0;
-      for (int64_t n = 0; n < L.n; ++n) {
-        const float* q = pg + (n * L.c + c) * L.hw;
-        float* out_dx = pdx ? pdx + (n * L.c + c) * L.hw : nullptr;
-        float* d = scaled ? dbuf.data() : out_dx;
-        if (use_batch_stats) {  // (the running statistics' gradient needs no input plane)
-          const float* p = in.plane(n, c);
-          const float a = sum_g * inv_m, b = sum_gxhat * inv_m * istd[c];
-          for (int64_t i = 0; i < L.hw; ++i) d[i] = k * (q[i] - a - (p[i] - mean[c]) * b);
-        } else {
-          for (int64_t i = 0; i < L.hw; ++i) d[i] = k * q[i];
-        }
-        if (!scaled) continue;
-        const float sc = in.s[c];
-        if (out_dx)
-          for (int64_t i = 0; i < L.hw; ++i) out_dx[i] = d[i] * sc;
-        if (need_s) ds += op_math::dot_lanes(d, in.raw(n, c), L.hw);
-      }
-      if (need_s) r[is].data<float>()[c] = static_cast<float>(ds);
-    }
+    auto slot = [&](int i, const Shape& shape) -> float* {
+      if (i < 0 || !need[i]) return nullptr;
+      r[i] = Tensor::empty(shape);
+      return r[i].data<float>();
+    };
+    const Backward b{in,
+                     gin,
+                     wv.defined() ? wv.data<float>() : nullptr,
+                     mean,
+                     istd,
+                     use_batch_stats,
+                     count,
+                     slot(ix, xv.sizes()),
+                     slot(is, {L.c}),
+                     slot(iw, {L.c}),
+                     slot(ib, {L.c})};
+    b.run(coll);
     return r;
   };
   if (scaled) return record(out, "batch_norm_scaled", {&x, &s, &weight, &bias}, std::move(backward));
@@ -298,22 +468,25 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   if (x.device() == Device::cuda)
     return cuda_twin::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);  // batch_norm.cu
 #endif
-  return batch_norm_cpu(su, x, Tensor(), weight, bias, running_mean, running_var, training, momentum, eps);
+  return batch_norm_cpu(su, x, Tensor(), weight, bias, running_mean, running_var, training, momentum, eps,
+                        BnActivation::none);
 }
 
 Tensor batch_norm_scaled(const Tensor& x, const Tensor& s, const Tensor& weight, const Tensor& bias,
                          const Tensor& running_mean, const Tensor& running_var, bool training, float momentum,
-                         float eps) {
+                         float eps, BnActivation act) {
   detail::check_f32_any_device(s, "batch_norm_scaled", "scale");
   detail::check_f32_any_device(x, "batch_norm_scaled", "input");
   QAT_CHECK(x.dim() >= 2 && s.dim() == 1 && s.size(0) == x.size(1), "batch_norm_scaled: expected scale (",
             x.size(1), ") for input ", x.sizes(), ", got ", s.sizes());
   detail::check_same_device("batch_norm_scaled", {{"input", &x}, {"scale", &s}});
-  if (x.device() == Device::cuda)  // the two ops: the same result by definition
-    return batch_norm(scale_channels(x, s, 1), weight, bias, running_mean, running_var, training, momentum, eps);
+  if (x.device() == Device::cuda) {  // the two (three) ops: the same result by definition
+    Tensor y = batch_norm(scale_channels(x, s, 1), weight, bias, running_mean, running_var, training, momentum, eps);
+    return act == BnActivation::relu ? relu(y) : act == BnActivation::relu6 ? relu6(y) : y;
+  }
   QAT_PROFILE("batch_norm.forward");
   const Setup su = setup(x, weight, bias, running_mean, running_var, training);
-  return batch_norm_cpu(su, x, s, weight, bias, running_mean, running_var, training, momentum, eps);
+  return batch_norm_cpu(su, x, s, weight, bias, running_mean, running_var, training, momentum, eps, act);
 }
 
 }  // namespace qat

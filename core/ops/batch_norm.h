@@ -23,9 +23,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 // does; its gradients as scale_channels' backward computes them from batch
 // norm's), without the scaled tensor in memory, forward or backward. The
 // QAT Conv+BN fold's unscaling of the convolution (quant/sim/qat_modules.cpp).
-// On cuda: the two ops.
+// act: a ReLU or ReLU6 after the batch norm, in the same op: the same bits
+// as relu(...) / relu6(...) of its output (core/ops/math.h's rules), one
+// pass over the activations less each way; the backward masks the gradient
+// from the saved output, as those ops do. On cuda: the two (three) ops.
+enum class BnActivation { none, relu, relu6 };
 Tensor batch_norm_scaled(const Tensor& x, const Tensor& s, const Tensor& weight, const Tensor& bias,
                          const Tensor& running_mean, const Tensor& running_var, bool training, float momentum = 0.1f,
-                         float eps = 1e-5f);
+                         float eps = 1e-5f, BnActivation act = BnActivation::none);
 
 }  // namespace qat

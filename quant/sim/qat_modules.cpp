@@ -125,9 +125,11 @@ Tensor QatConv2d::forward(const Tensor& x_in) {
     if (bias.defined()) {
       y = add(scale_channels(y, unscale, 1), reshape(bias, {1, O, 1, 1}));
       y = batch_norm(y, bn->weight, bn->bias, bn->running_mean, bn->running_var, batch_stats, bn->momentum, bn->eps);
-    } else {  // the unscaling inside the batch norm: the same bits, one pass less (core/ops/batch_norm.h)
-      y = batch_norm_scaled(y, unscale, bn->weight, bn->bias, bn->running_mean, bn->running_var, batch_stats,
-                            bn->momentum, bn->eps);
+    } else {  // the unscaling and the activation inside the batch norm: the same bits, two passes less
+      // (core/ops/batch_norm.h)
+      const BnActivation act = relu ? BnActivation::relu : relu6 ? BnActivation::relu6 : BnActivation::none;
+      return quantized_output(batch_norm_scaled(y, unscale, bn->weight, bn->bias, bn->running_mean,
+                                                bn->running_var, batch_stats, bn->momentum, bn->eps, act));
     }
   }
   if (relu)

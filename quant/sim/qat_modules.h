@@ -12,8 +12,9 @@
 //   y  = batch_norm(y)  with batch statistics while training (running stats
 //        update as usual), with the running statistics once BN is frozen
 //        (freeze_bn_stats) or in eval — then it equals conv(x, FQ(w_fold)) + b_fold.
-//   Without a conv bias, "/ sf" and the batch norm are one op on the CPU
-//   (batch_norm_scaled: the same bits, the unscaled tensor never stored).
+//   Without a conv bias, "/ sf", the batch norm and a fused ReLU / ReLU6 are
+//   one op on the CPU (batch_norm_scaled: the same bits, neither the
+//   unscaled nor the pre-activation tensor stored).
 //   A channel with gamma ~ 0 would divide by zero; gamma is nudged to
 //   +-1e-6 for the folding only (its gradient passes unchanged).
 #include <functional>

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstring>
 
+#include "core/collective.h"
 #include "core/ops.h"
 #include "tests/test_util.h"
 
@@ -25,19 +26,26 @@ struct Run {
   Tensor y, rm, rv, gx, gs, gw, gb;
 };
 
-// need: which of x, s, weight, bias require gradients.
+Tensor activate(const Tensor& y, BnActivation act) {
+  return act == BnActivation::relu ? relu(y) : act == BnActivation::relu6 ? relu6(y) : y;
+}
+
+// need: which of x, s, weight, bias require gradients. act: the activation
+// fused (fused) or applied after (the two ops). gain: the affine weight's
+// size, which sets how many outputs pass ReLU6's upper kink.
 Run run(bool fused, const Shape& shape, bool training, bool affine, uint64_t seed,
-        std::array<bool, 4> need = {true, true, true, true}) {
+        std::array<bool, 4> need = {true, true, true, true}, BnActivation act = BnActivation::none,
+        float gain = 1.f) {
   Tensor x = rand_tensor(shape, seed).detach().set_requires_grad(need[0]);
   Tensor g = rand_tensor(shape, seed + 1).detach();
   Tensor s = add(mul(rand_tensor({shape[1]}, seed + 2).detach(), 0.7f), 1.1f).set_requires_grad(need[1]);
-  Tensor w = affine ? rand_tensor({shape[1]}, seed + 3).detach().set_requires_grad(need[2]) : Tensor();
+  Tensor w = affine ? mul(rand_tensor({shape[1]}, seed + 3), gain).detach().set_requires_grad(need[2]) : Tensor();
   Tensor b = affine ? rand_tensor({shape[1]}, seed + 4).detach().set_requires_grad(need[3]) : Tensor();
   Run r;
   r.rm = mul(rand_tensor({shape[1]}, seed + 5).detach(), 0.1f);
   r.rv = add(mul(rand_tensor({shape[1]}, seed + 6).detach(), 0.1f), 1.f);
-  r.y = fused ? batch_norm_scaled(x, s, w, b, r.rm, r.rv, training, 0.1f, 1e-5f)
-              : batch_norm(scale_channels(x, s, 1), w, b, r.rm, r.rv, training, 0.1f, 1e-5f);
+  r.y = fused ? batch_norm_scaled(x, s, w, b, r.rm, r.rv, training, 0.1f, 1e-5f, act)
+              : activate(batch_norm(scale_channels(x, s, 1), w, b, r.rm, r.rv, training, 0.1f, 1e-5f), act);
   r.y.backward(g);
   r.gx = need[0] ? x.grad() : Tensor(), r.gs = need[1] ? s.grad() : Tensor();
   if (affine) r.gw = need[2] ? w.grad() : Tensor(), r.gb = need[3] ? b.grad() : Tensor();
@@ -81,5 +89,82 @@ TEST_CASE("batch_norm_scaled equals the two ops when only some inputs need gradi
     CHECK(same_bits(a.gs, b.gs));
     CHECK(same_bits(a.gw, b.gw));
     CHECK(same_bits(a.gb, b.gb));
+  }
+}
+
+// How many of y's values are exactly v.
+int64_t count_equal(const Tensor& y, float v) {
+  int64_t n = 0;
+  for (const float e : y.to_vector()) n += e == v;
+  return n;
+}
+
+TEST_CASE("batch_norm_scaled with a fused ReLU or ReLU6 equals the ops one after another bit for bit",
+          "[ops][batchnorm]") {
+  for (const BnActivation act : {BnActivation::relu, BnActivation::relu6}) {
+    for (const bool training : {true, false}) {
+      for (const int threads : {1, 2}) {
+        INFO((act == BnActivation::relu ? "relu" : "relu6") << (training ? " training" : " eval") << ", " << threads
+                                                            << " threads");
+        qat::testing::ThreadsGuard guard(threads);
+        const std::array<bool, 4> all{true, true, true, true};
+        const Run a = run(true, {4, 6, 9, 9}, training, true, 90, all, act, 8.f);
+        const Run b = run(false, {4, 6, 9, 9}, training, true, 90, all, act, 8.f);
+        // both kinks are crossed, so the masks are exercised
+        CHECK(count_equal(a.y, 0.f) > 50);
+        if (act == BnActivation::relu6) CHECK(count_equal(a.y, 6.f) > 50);
+        CHECK(same_bits(a.y, b.y));
+        CHECK(same_bits(a.rm, b.rm));
+        CHECK(same_bits(a.rv, b.rv));
+        CHECK(same_bits(a.gx, b.gx));
+        CHECK(same_bits(a.gs, b.gs));
+        CHECK(same_bits(a.gw, b.gw));
+        CHECK(same_bits(a.gb, b.gb));
+      }
+    }
+  }
+}
+
+namespace {
+
+// A job of two processes whose sums are the identity (as if the other
+// process added nothing; collective() ignores a job of one), so
+// synchronised batch norm must give what the unsynchronised one gives.
+struct IdentitySums : Collective {
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  void sum(double*, int64_t) override {}
+  void sum(float*, int64_t) override {}
+  void min(float*, int64_t) override {}
+  void max(float*, int64_t) override {}
+};
+
+}  // namespace
+
+// Note [one channel at a time] (core/ops/batch_norm.cpp): unsynchronised,
+// each channel runs every pass at once; synchronised, pass by pass with the
+// global sums between. Both must compute the same bits.
+TEST_CASE("batch norm one channel at a time equals it pass by pass (synchronised, identity sums) bit for bit",
+          "[ops][batchnorm]") {
+  for (const BnActivation act : {BnActivation::none, BnActivation::relu6}) {
+    for (const Shape& shape : {Shape{4, 6, 16, 16}, Shape{3, 5, 3, 3}}) {
+      INFO(shape_str(shape) << (act == BnActivation::none ? "" : " relu6"));
+      qat::testing::ThreadsGuard guard(2);
+      const std::array<bool, 4> all{true, true, true, true};
+      const Run alone = run(true, shape, true, true, 120, all, act, 8.f);
+      IdentitySums identity;
+      set_collective(&identity);
+      set_sync_batch_norm(true);
+      const Run synced = run(true, shape, true, true, 120, all, act, 8.f);
+      set_sync_batch_norm(false);
+      set_collective(nullptr);
+      CHECK(same_bits(alone.y, synced.y));
+      CHECK(same_bits(alone.rm, synced.rm));
+      CHECK(same_bits(alone.rv, synced.rv));
+      CHECK(same_bits(alone.gx, synced.gx));
+      CHECK(same_bits(alone.gs, synced.gs));
+      CHECK(same_bits(alone.gw, synced.gw));
+      CHECK(same_bits(alone.gb, synced.gb));
+    }
   }
 }
