@@ -1,6 +1,8 @@
 #include "core/ops/batch_norm.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/collective.h"
@@ -102,27 +104,50 @@ void activate_plane(BnActivation act, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = op_math::relu6_value(y[i]);
 }
 
-// The gradient that reaches the batch norm's output: g itself, or, after
-// an activation, the activation's backward of g read from the saved
-// output y.
+// Whether the activation's gradient passes at its output value y (the
+// rules of relu_grad / relu6_grad).
+inline bool activation_passes(BnActivation act, float y) {
+  if (act == BnActivation::relu) return op_math::relu_grad(y, 1.f) != 0.f;
+  if (act == BnActivation::relu6) return op_math::relu6_grad(y, 1.f) != 0.f;
+  return true;
+}
+
+// With an output stage, the byte kept for the backward of each element:
+// bit 1 the activation passes, bit 0 the stage passes.
+constexpr uint8_t kActivationPasses = 2;
+
+// The gradient that reaches the batch norm's output: g itself; after an
+// activation, the activation's backward of g read from the saved output
+// y; after a stage, both backwards from the saved mask bytes: 0 where the
+// activation stops it, else g times the stage's 0 or 1 (the product of the
+// clipped STE, then the activation's select: the same bits as the ops).
 struct GradIn {
   const float* g;
-  const float* y;  // null: no activation
+  const float* y;       // null: no activation, or a stage
+  const uint8_t* mask;  // a stage's (kActivationPasses, stage's pass)
   BnActivation act;
   Layout L;
-  // plane (n, c) of the gradient: g's own, or the activation's gradient
-  // made in plane n of channel_buf (a channel's N planes)
+  // plane (n, c) of the gradient: g's own, or the masked gradient made in
+  // plane n of channel_buf (a channel's N planes)
   const float* plane(int64_t n, int64_t c, float* channel_buf) const {
     const int64_t o = (n * L.c + c) * L.hw;
-    if (!y) return g + o;
+    if (!y && !mask) return g + o;
     float* __restrict buf = channel_buf + n * L.hw;
-    const float *pg = g + o, *py = y + o;
+    const float* pg = g + o;
+    if (mask) {
+      const uint8_t* pm = mask + o;
+      for (int64_t i = 0; i < L.hw; ++i)
+        buf[i] = (pm[i] & kActivationPasses) ? pg[i] * static_cast<float>(pm[i] & 1) : 0.f;
+      return buf;
+    }
+    const float* py = y + o;
     if (act == BnActivation::relu)
       for (int64_t i = 0; i < L.hw; ++i) buf[i] = op_math::relu_grad(py[i], pg[i]);
     else
       for (int64_t i = 0; i < L.hw; ++i) buf[i] = op_math::relu6_grad(py[i], pg[i]);
     return buf;
   }
+  bool masks() const { return y || mask; }
 };
 
 Layout check_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& rm, const Tensor& rv) {
@@ -219,9 +244,12 @@ struct Forward {
   std::vector<double>& sq;
   std::vector<float>& mean;
   std::vector<float>& istd;
+  BnOutputStage* stage;
+  uint8_t* mask;                        // a stage's, where a gradient is wanted (GradIn)
+  std::vector<float> scale_c, shift_c;  // per channel: y = x * scale + shift
 
-  void output(int64_t c) {
-    const Layout& L = in.L;
+  // Channel c's statistics, running statistics and affine map.
+  void prepare(int64_t c) {
     float mu, var;
     if (use_batch_stats) {
       mu = static_cast<float>(sum[c]);
@@ -237,11 +265,20 @@ struct Forward {
     }
     mean[c] = mu;
     istd[c] = op_math::bn_inv_std(var, eps);
-    const float scale = istd[c] * (pw ? pw[c] : 1.f);
-    const float shift = (pb ? pb[c] : 0.f) - mu * scale;
+    scale_c[c] = istd[c] * (pw ? pw[c] : 1.f);
+    shift_c[c] = (pb ? pb[c] : 0.f) - mu * scale_c[c];
+  }
+
+  // Channel c's output planes (through the stage, where there is one).
+  void write(int64_t c) {
+    const Layout& L = in.L;
+    const float scale = scale_c[c], shift = shift_c[c];
+    thread_local std::vector<float> staged;  // a plane before the stage
+    if (stage) staged.resize(static_cast<size_t>(L.hw));
     for (int64_t n = 0; n < L.n; ++n) {
       const float* p = in.raw(n, c);
-      float* q = po + (n * L.c + c) * L.hw;
+      float* out = po + (n * L.c + c) * L.hw;
+      float* q = stage ? staged.data() : out;
       if (in.s) {  // (x * s) * scale + shift: the product rounded as the plane held it, then the same expression
         const float sc = in.s[c];
         for (int64_t i = 0; i < L.hw; ++i) q[i] = (p[i] * sc) * scale + shift;
@@ -249,16 +286,79 @@ struct Forward {
         for (int64_t i = 0; i < L.hw; ++i) q[i] = p[i] * scale + shift;
       }
       activate_plane(act, q, L.hw);
+      if (!stage) continue;
+      uint8_t* m = mask ? mask + (n * L.c + c) * L.hw : nullptr;
+      stage->apply(q, out, m, L.hw);
+      if (m)
+        for (int64_t i = 0; i < L.hw; ++i) m[i] |= activation_passes(act, q[i]) ? kActivationPasses : 0;
     }
+  }
+
+  // One value of channel c after the activation, from input value p, by
+  // write()'s expression (for the output's range: each step is monotonic in
+  // p, so a channel's extremes come from its input's).
+  float value(int64_t c, float p) const {
+    float v = in.s ? (p * in.s[c]) * scale_c[c] + shift_c[c] : p * scale_c[c] + shift_c[c];
+    activate_plane(act, &v, 1);
+    return v;
+  }
+
+  // The range of channel c's output values, NaNs left out (+inf, -inf: none).
+  void channel_range(int64_t c, float& lo, float& hi) const {
+    const Layout& L = in.L;
+    float mn = std::numeric_limits<float>::infinity(), mx = -mn;
+    for (int64_t n = 0; n < L.n; ++n) {
+      const float* p = in.raw(n, c);
+      for (int64_t i = 0; i < L.hw; ++i) {  // (a NaN compares false: left out)
+        mn = p[i] < mn ? p[i] : mn;
+        mx = p[i] > mx ? p[i] : mx;
+      }
+    }
+    lo = std::numeric_limits<float>::infinity(), hi = -lo;
+    if (mn > mx) return;
+    for (const float v : {value(c, mn), value(c, mx)}) {
+      lo = v < lo ? v : lo;
+      hi = v > hi ? v : hi;
+    }
+  }
+
+  void stats(int64_t c) {
+    if (!use_batch_stats) return;
+    sum[c] = channel_sum(in, c, nullptr) / count;
+    sq[c] = channel_sum(in, c, &sum[c]);
   }
 
   // Every pass of channel c (Note [one channel at a time]).
   void whole_channel(int64_t c) {
-    if (use_batch_stats) {
-      sum[c] = channel_sum(in, c, nullptr) / count;
-      sq[c] = channel_sum(in, c, &sum[c]);
+    stats(c);
+    prepare(c);
+    write(c);
+  }
+
+  // Unsynchronised. A stage that wants the output's range gets it before
+  // any plane is written: every channel's statistics and range first, then
+  // the planes.
+  void run_unsynchronised() {
+    const int64_t C = in.L.c;
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    if (!stage || !stage->wants_range()) {
+      if (stage) stage->begin(kInf, -kInf);
+#pragma omp parallel for schedule(static)
+      for (int64_t c = 0; c < C; ++c) whole_channel(c);
+      return;
     }
-    output(c);
+    std::vector<float> lo(C), hi(C);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; ++c) {
+      stats(c);
+      prepare(c);
+      channel_range(c, lo[c], hi[c]);
+    }
+    float a = kInf, b = -kInf;
+    for (int64_t c = 0; c < C; ++c) a = std::min(a, lo[c]), b = std::max(b, hi[c]);
+    stage->begin(a, b);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; ++c) write(c);
   }
 
   // Synchronised: pass by pass, each sum over all processes between them.
@@ -276,7 +376,10 @@ struct Forward {
       coll->sum(sq.data(), C);
     }
 #pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < C; ++c) output(c);
+    for (int64_t c = 0; c < C; ++c) {
+      prepare(c);
+      write(c);
+    }
   }
 };
 
@@ -334,7 +437,7 @@ struct Backward {
     dbuf.resize(static_cast<size_t>(L.hw));
     double ds = 0;
     for (int64_t n = 0; n < L.n; ++n) {
-      const float* q = fresh && gin.y ? gbuf + n * L.hw : gin.plane(n, c, gbuf);
+      const float* q = fresh && gin.masks() ? gbuf + n * L.hw : gin.plane(n, c, gbuf);
       float* out_dx = pdx ? pdx + (n * L.c + c) * L.hw : nullptr;
       float* d = in.s ? dbuf.data() : out_dx;
       if (use_batch_stats) {  // (the running statistics' gradient needs no input plane)
@@ -357,7 +460,7 @@ struct Backward {
   // without an activation).
   float* channel_buffer() const {
     thread_local std::vector<float> buf;
-    buf.resize(gin.y ? static_cast<size_t>(in.L.n * in.L.hw) : 0);
+    buf.resize(gin.masks() ? static_cast<size_t>(in.L.n * in.L.hw) : 0);
     return buf.data();
   }
 
@@ -388,10 +491,13 @@ struct Backward {
 // batch_norm of x, or of x * s[c] where s is defined (CPU), then act.
 Tensor batch_norm_cpu(const Setup& setup, const Tensor& x, const Tensor& s, const Tensor& weight, const Tensor& bias,
                       const Tensor& running_mean, const Tensor& running_var, bool training, float momentum, float eps,
-                      BnActivation act) {
+                      BnActivation act, BnOutputStage* stage) {
   const Layout L = setup.L;
+  QAT_CHECK(!stage || !setup.coll, "batch_norm: an output stage runs in unsynchronised batch norm only");
   Tensor xc = x.contiguous(), sc = s.defined() ? s.contiguous() : Tensor();
   Tensor out = Tensor::empty(x.sizes());
+  const bool grad = any_requires_grad({&x, &s, &weight, &bias});
+  Tensor mask = stage && grad ? Tensor::empty(x.sizes(), DType::u8) : Tensor();
   const Input in{xc.data<float>(), sc.defined() ? sc.data<float>() : nullptr, L};
   std::vector<float> mean(L.c), istd(L.c);
   std::vector<double> sum(L.c, 0.0), sq(L.c, 0.0);
@@ -410,21 +516,24 @@ Tensor batch_norm_cpu(const Setup& setup, const Tensor& x, const Tensor& s, cons
             sum,
             sq,
             mean,
-            istd};
-  if (setup.coll) {
+            istd,
+            stage,
+            mask.defined() ? mask.data<uint8_t>() : nullptr,
+            std::vector<float>(L.c),
+            std::vector<float>(L.c)};
+  if (setup.coll)
     f.pass_by_pass(setup.coll);
-  } else {
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < L.c; ++c) f.whole_channel(c);
-  }
+  else
+    f.run_unsynchronised();
   if (training && f.rm) {
     running_mean.impl_ptr()->storage->version++;
     running_var.impl_ptr()->storage->version++;
   }
 
   const bool scaled = in.s != nullptr;
-  const Tensor kept_out = act == BnActivation::none ? Tensor() : out;  // the activation's gradient reads it
-  auto backward = [sx = Saved(xc), ss = Saved(sc), sw = Saved(weight), sy = Saved(kept_out), act, mean, istd, L,
+  // the activation's gradient reads the output; a stage's, the mask
+  const Tensor kept_out = act == BnActivation::none || stage ? Tensor() : out;
+  auto backward = [sx = Saved(xc), ss = Saved(sc), sw = Saved(weight), sy = Saved(kept_out), mask, act, mean, istd, L,
                    use_batch_stats = setup.use_batch_stats, coll = setup.coll, count = f.count,
                    scaled](const Tensor& g, const NeedGrad& need) {
     QAT_PROFILE("batch_norm.backward");
@@ -432,7 +541,8 @@ Tensor batch_norm_cpu(const Setup& setup, const Tensor& x, const Tensor& s, cons
     const Tensor& wv = sw.get("batch_norm");
     Tensor gc = g.contiguous();
     const Input in{xv.data<float>(), scaled ? ss.get("batch_norm").data<float>() : nullptr, L};
-    const GradIn gin{gc.data<float>(), sy.defined() ? sy.get("batch_norm").data<float>() : nullptr, act, L};
+    const GradIn gin{gc.data<float>(), sy.defined() ? sy.get("batch_norm").data<float>() : nullptr,
+                     mask.defined() ? mask.data<uint8_t>() : nullptr, act, L};
     const int ix = 0, is = scaled ? 1 : -1, iw = scaled ? 2 : 1, ib = iw + 1;
     TensorList r(scaled ? 4 : 3);
     auto slot = [&](int i, const Shape& shape) -> float* {
@@ -469,24 +579,25 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     return cuda_twin::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);  // batch_norm.cu
 #endif
   return batch_norm_cpu(su, x, Tensor(), weight, bias, running_mean, running_var, training, momentum, eps,
-                        BnActivation::none);
+                        BnActivation::none, nullptr);
 }
 
 Tensor batch_norm_scaled(const Tensor& x, const Tensor& s, const Tensor& weight, const Tensor& bias,
                          const Tensor& running_mean, const Tensor& running_var, bool training, float momentum,
-                         float eps, BnActivation act) {
+                         float eps, BnActivation act, BnOutputStage* stage) {
   detail::check_f32_any_device(s, "batch_norm_scaled", "scale");
   detail::check_f32_any_device(x, "batch_norm_scaled", "input");
   QAT_CHECK(x.dim() >= 2 && s.dim() == 1 && s.size(0) == x.size(1), "batch_norm_scaled: expected scale (",
             x.size(1), ") for input ", x.sizes(), ", got ", s.sizes());
   detail::check_same_device("batch_norm_scaled", {{"input", &x}, {"scale", &s}});
+  QAT_CHECK(!stage || x.device() == Device::cpu, "batch_norm_scaled: an output stage runs on the CPU only");
   if (x.device() == Device::cuda) {  // the two (three) ops: the same result by definition
     Tensor y = batch_norm(scale_channels(x, s, 1), weight, bias, running_mean, running_var, training, momentum, eps);
     return act == BnActivation::relu ? relu(y) : act == BnActivation::relu6 ? relu6(y) : y;
   }
   QAT_PROFILE("batch_norm.forward");
   const Setup su = setup(x, weight, bias, running_mean, running_var, training);
-  return batch_norm_cpu(su, x, s, weight, bias, running_mean, running_var, training, momentum, eps, act);
+  return batch_norm_cpu(su, x, s, weight, bias, running_mean, running_var, training, momentum, eps, act, stage);
 }
 
 }  // namespace qat

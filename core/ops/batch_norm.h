@@ -11,6 +11,8 @@
 //   xhat = (x-mean)*istd; dgamma = sum g*xhat; dbeta = sum g;
 //   training: dx = gamma*istd/M * (M g - sum g - xhat * sum g*xhat), M = N*H*W
 //   eval:     dx = gamma*istd * g
+#include <cstdint>
+
 #include "core/tensor.h"
 
 namespace qat {
@@ -28,8 +30,31 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 // pass over the activations less each way; the backward masks the gradient
 // from the saved output, as those ops do. On cuda: the two (three) ops.
 enum class BnActivation { none, relu, relu6 };
+
+// An element-wise stage after the activation, run inside batch_norm_scaled
+// on each output plane while it is in cache: the layer's output fake
+// quantizer (quant/sim/fake_quantizer.cpp, Note [the output quantizer
+// inside batch norm]). CPU, unsynchronised batch norm only.
+class BnOutputStage {
+ public:
+  virtual ~BnOutputStage() = default;
+  // Whether begin() needs the range of the values.
+  virtual bool wants_range() const = 0;
+  // Once, before any apply(): where wants_range(), [lo, hi] is the range of
+  // the values after the activation over the whole tensor, NaNs left out
+  // (+inf, -inf: none), as an observer's reduction would find it.
+  virtual void begin(float lo, float hi) = 0;
+  // n values after the activation, in -> out; passes (null: no gradient
+  // wanted): 1 where the gradient passes the stage, 0 where it is
+  // multiplied by 0. Called concurrently for different planes.
+  virtual void apply(const float* in, float* out, uint8_t* passes, int64_t n) const = 0;
+};
+
+// stage: applied after act (the op's output is then the stage's); its
+// backward masks the gradient by the stage's passes and the activation's,
+// kept as one byte an element instead of the output.
 Tensor batch_norm_scaled(const Tensor& x, const Tensor& s, const Tensor& weight, const Tensor& bias,
                          const Tensor& running_mean, const Tensor& running_var, bool training, float momentum = 0.1f,
-                         float eps = 1e-5f, BnActivation act = BnActivation::none);
+                         float eps = 1e-5f, BnActivation act = BnActivation::none, BnOutputStage* stage = nullptr);
 
 }  // namespace qat

@@ -9,6 +9,7 @@
 #include "core/collective.h"
 #include "core/profiler.h"
 #include "quant/observe/minmax.h"
+#include "quant/sim/fq_channel_rows.h"
 #include "quant/sim/lsq.h"
 
 namespace qat::quant {
@@ -162,6 +163,67 @@ Tensor ObserverFakeQuantizer::forward(const Tensor& x) {
   store_qparams(used.scale, used.zero_point);
   set_initialized();
   return y;
+}
+
+// Note [the output quantizer inside batch norm]
+// A QAT Conv+BN(+ReLU/ReLU6) layer's output quantizer reads the batch
+// norm's output once to observe it and once to fake-quantize it, and that
+// output is stored only to be read so. Run inside the batch norm as its
+// output stage (core/ops/batch_norm.h), the quantizer observes the range
+// the op finds before writing (each channel's extremes are those of its
+// input through a monotonic map), then fake-quantizes each plane as it is
+// written: the output is never stored, and the op keeps one mask byte an
+// element for both backwards instead of the output. What the quantizer
+// does to itself is forward()'s with fake quantization on: the fold of the
+// range into the observer, the qparams from it, stored and used (or the
+// stored ones with the observer off); the per-element rule is
+// fake_quantize's (fq_span), so output, gradients, observer state and
+// qparams are the same bits as the ops one after another (tested). Only
+// per-tensor quantizers with a min/max-fold observer (or none on), outside
+// calibration and data-parallel runs, on the CPU.
+class ObserverFakeQuantizer::InsideStage final : public BnOutputStage {
+ public:
+  explicit InsideStage(ObserverFakeQuantizer& q) : q_(q) {}
+  bool wants_range() const override { return q_.observer_->enabled; }
+  void begin(float lo, float hi) override {
+    if (q_.observer_->enabled) {
+      ChannelMinMaxFold* fold = q_.observer_->channel_fold();
+      fold->fold_channel(0, lo, hi);  // as observe(): update() of one channel
+      fold->end_fold();
+      float a, b;
+      fold->channel_range(0, a, b);
+      float sc;
+      int32_t zp;
+      qparams_from_range(q_.cfg_.spec, a, b, sc, zp);
+      q_.store_qparams(Tensor::from_vector({sc}, {1}), Tensor::from_vector_i32({zp}, {1}));
+      q_.set_initialized();
+    }
+    s_ = q_.scale_.data<float>()[0];
+    const int32_t zp = q_.zero_point_.data<int32_t>()[0];
+    QAT_CHECK(s_ > 0.f && std::isfinite(s_), "fake_quantize: scale must be positive and finite, got ", s_);
+    z_ = static_cast<float>(zp);
+    inv_ = 1.0f / s_;
+  }
+  void apply(const float* in, float* out, uint8_t* passes, int64_t n) const override {
+    const float qmin = static_cast<float>(q_.cfg_.spec.qmin()), qmax = static_cast<float>(q_.cfg_.spec.qmax());
+    if (passes && q_.cfg_.ste == SteKind::clipped) return fq_span<true>(in, out, passes, n, s_, inv_, z_, qmin, qmax);
+    fq_span<false>(in, out, nullptr, n, s_, inv_, z_, qmin, qmax);
+    if (passes) std::fill(passes, passes + n, uint8_t{1});  // the plain STE passes everything
+  }
+
+ private:
+  ObserverFakeQuantizer& q_;
+  float s_ = 0.f, inv_ = 0.f, z_ = 0.f;
+};
+
+std::unique_ptr<BnOutputStage> ObserverFakeQuantizer::inside_stage(const Tensor& x) {
+  if (!fake_quant_enabled() || calibrating_ || cfg_.spec.per_channel || lookahead_ || collective() ||
+      x.device() != Device::cpu)
+    return nullptr;
+  observer_->enabled = observer_enabled() && is_training();  // as forward()
+  if (observer_->enabled && !observer_->channel_fold()) return nullptr;
+  stop_looking_ahead();  // (forward() stops it too: an activation is no weight)
+  return std::make_unique<InsideStage>(*this);
 }
 
 bool ObserverFakeQuantizer::forward_codes(const Tensor& w, QuantCodes& out, const std::string& what) {

@@ -17,6 +17,7 @@
 // Parameters (learned kind): step (C) [, offset (C)].
 #include <memory>
 
+#include "core/ops/batch_norm.h"
 #include "layers/module.h"
 #include "quant/backend.h"
 #include "quant/observe/observer.h"
@@ -104,8 +105,14 @@ class ObserverFakeQuantizer final : public FakeQuantizer {
   std::string describe() const override;
   const Observer& observer() const { return *observer_; }
   Observer& observer() { return *observer_; }
+  // Note [the output quantizer inside batch norm]: this quantizer as a
+  // stage of the batch norm whose output it quantizes (x: that output's
+  // input), doing to itself what forward() of the output would; null where
+  // it cannot (then forward() runs on the output).
+  std::unique_ptr<BnOutputStage> inside_stage(const Tensor& x);
 
  private:
+  class InsideStage;
   // Note [weight lookahead]: after a training forward on a per-channel
   // weight parameter, its next fake quantization is computed by the
   // optimizer's update (the parameter's update hook); otherwise off.

@@ -46,6 +46,18 @@ void QatLayer::set_integer_forward(std::function<std::optional<ActGrid>()> grid,
   int_forward_name_ = std::move(name);
 }
 
+namespace {
+bool g_output_quantizer_inside_bn = true;
+}  // namespace
+
+void set_output_quantizer_inside_bn(bool on) { g_output_quantizer_inside_bn = on; }
+bool output_quantizer_inside_bn() { return g_output_quantizer_inside_bn; }
+
+std::unique_ptr<BnOutputStage> QatLayer::output_stage(const Tensor& x) const {
+  auto* q = dynamic_cast<ObserverFakeQuantizer*>(activation_post_process.get());
+  return q && g_output_quantizer_inside_bn ? q->inside_stage(x) : nullptr;
+}
+
 Tensor QatLayer::integer_eval(const Tensor& x) const {
   if (!int_eval_ || is_training() || grad_enabled()) return Tensor();
   return int_eval_(x);
@@ -128,8 +140,10 @@ Tensor QatConv2d::forward(const Tensor& x_in) {
     } else {  // the unscaling and the activation inside the batch norm: the same bits, two passes less
       // (core/ops/batch_norm.h)
       const BnActivation act = relu ? BnActivation::relu : relu6 ? BnActivation::relu6 : BnActivation::none;
-      return quantized_output(batch_norm_scaled(y, unscale, bn->weight, bn->bias, bn->running_mean,
-                                                bn->running_var, batch_stats, bn->momentum, bn->eps, act));
+      const std::unique_ptr<BnOutputStage> stage = output_stage(y);
+      Tensor out = batch_norm_scaled(y, unscale, bn->weight, bn->bias, bn->running_mean, bn->running_var,
+                                     batch_stats, bn->momentum, bn->eps, act, stage.get());
+      return stage ? out : quantized_output(out);
     }
   }
   if (relu)

@@ -33,6 +33,13 @@ namespace qat::quant {
 // output grid; an undefined tensor where it does not apply now.
 using IntegerEval = std::function<Tensor(const Tensor& x)>;
 
+// Whether QAT Conv+BN layers run their output quantizer inside the batch
+// norm where it can (Note [the output quantizer inside batch norm]): on by
+// default; off runs it after, as its own op (the same bits: for tests and
+// timings).
+void set_output_quantizer_inside_bn(bool on);
+bool output_quantizer_inside_bn();
+
 // What QatConv2d and QatLinear share: the weight and its quantizers, and
 // the integer forms of the weighted op (INT8 training, the integer forward,
 // the integer eval), each set by its own setter.
@@ -71,6 +78,10 @@ class QatLayer : public Module {
   // The integer eval's output where it applies now (eval mode, no
   // gradient), else an undefined tensor.
   Tensor integer_eval(const Tensor& x) const;
+  // The output quantizer as the output stage of the batch norm that reads
+  // x, where it can be now (Note [the output quantizer inside batch norm]),
+  // else null.
+  std::unique_ptr<BnOutputStage> output_stage(const Tensor& x) const;
 
   // Which form of the weighted op runs now on the weight w, with what it
   // needs: INT8 training on the weight's integers (codes) or on its
