@@ -1,7 +1,9 @@
 #include "core/ops/batch_norm.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -104,17 +106,22 @@ void activate_plane(BnActivation act, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = op_math::relu6_value(y[i]);
 }
 
-// Whether the activation's gradient passes at its output value y (the
-// rules of relu_grad / relu6_grad).
-inline bool activation_passes(BnActivation act, float y) {
-  if (act == BnActivation::relu) return op_math::relu_grad(y, 1.f) != 0.f;
-  if (act == BnActivation::relu6) return op_math::relu6_grad(y, 1.f) != 0.f;
-  return true;
-}
-
 // With an output stage, the byte kept for the backward of each element:
 // bit 1 the activation passes, bit 0 the stage passes.
 constexpr uint8_t kActivationPasses = 2;
+
+// m[i] |= kActivationPasses where the activation's gradient passes at its
+// output y[i] (the rules of relu_grad / relu6_grad). A loop per activation,
+// on restrict pointers: a byte store may alias anything, and GCC otherwise
+// reloads act and n every element and does not vectorise.
+void mark_activation_passes(BnActivation act, const float* __restrict y, uint8_t* __restrict m, int64_t n) {
+  if (act == BnActivation::relu)
+    for (int64_t i = 0; i < n; ++i) m[i] |= op_math::relu_grad(y[i], 1.f) != 0.f ? kActivationPasses : 0;
+  else if (act == BnActivation::relu6)
+    for (int64_t i = 0; i < n; ++i) m[i] |= op_math::relu6_grad(y[i], 1.f) != 0.f ? kActivationPasses : 0;
+  else
+    for (int64_t i = 0; i < n; ++i) m[i] |= kActivationPasses;
+}
 
 // The gradient that reaches the batch norm's output: g itself; after an
 // activation, the activation's backward of g read from the saved output
@@ -135,9 +142,14 @@ struct GradIn {
     float* __restrict buf = channel_buf + n * L.hw;
     const float* pg = g + o;
     if (mask) {
-      const uint8_t* pm = mask + o;
-      for (int64_t i = 0; i < L.hw; ++i)
-        buf[i] = (pm[i] & kActivationPasses) ? pg[i] * static_cast<float>(pm[i] & 1) : 0.f;
+      // The select as a bit mask (all ones or +0.0f): GCC keeps a select
+      // guarding a product as a branch, one element at a time.
+      const uint8_t* __restrict pm = mask + o;
+      for (int64_t i = 0; i < L.hw; ++i) {
+        const float through = pg[i] * static_cast<float>(pm[i] & 1);
+        const uint32_t keep = 0u - static_cast<uint32_t>((pm[i] & kActivationPasses) != 0);
+        buf[i] = std::bit_cast<float>(std::bit_cast<uint32_t>(through) & keep);
+      }
       return buf;
     }
     const float* py = y + o;
@@ -273,12 +285,11 @@ struct Forward {
   void write(int64_t c) {
     const Layout& L = in.L;
     const float scale = scale_c[c], shift = shift_c[c];
-    thread_local std::vector<float> staged;  // a plane before the stage
-    if (stage) staged.resize(static_cast<size_t>(L.hw));
+    thread_local std::vector<float> staged;  // the channel's planes before the stage, one after another
+    if (stage) staged.resize(static_cast<size_t>(L.n * L.hw));
     for (int64_t n = 0; n < L.n; ++n) {
       const float* p = in.raw(n, c);
-      float* out = po + (n * L.c + c) * L.hw;
-      float* q = stage ? staged.data() : out;
+      float* q = stage ? staged.data() + n * L.hw : po + (n * L.c + c) * L.hw;
       if (in.s) {  // (x * s) * scale + shift: the product rounded as the plane held it, then the same expression
         const float sc = in.s[c];
         for (int64_t i = 0; i < L.hw; ++i) q[i] = (p[i] * sc) * scale + shift;
@@ -286,11 +297,32 @@ struct Forward {
         for (int64_t i = 0; i < L.hw; ++i) q[i] = p[i] * scale + shift;
       }
       activate_plane(act, q, L.hw);
-      if (!stage) continue;
-      uint8_t* m = mask ? mask + (n * L.c + c) * L.hw : nullptr;
-      stage->apply(q, out, m, L.hw);
-      if (m)
-        for (int64_t i = 0; i < L.hw; ++i) m[i] |= activation_passes(act, q[i]) ? kActivationPasses : 0;
+    }
+    if (stage) run_stage(c, staged.data());
+  }
+
+  // The stage on channel c's planes (staged: its values after the
+  // activation, plane after plane), into the output and the mask. Small
+  // planes (16 values at 4x4) run as one contiguous run into buffers, then
+  // are copied into place: a loop of 16 values is all scalar tail.
+  void run_stage(int64_t c, const float* staged) const {
+    const Layout& L = in.L;
+    const int64_t first = c * L.hw, stride = L.c * L.hw, all = L.n * L.hw;
+    if (L.hw >= 64) {
+      stage->apply(staged, po + first, mask ? mask + first : nullptr, L.n, L.hw, stride);
+      if (mask)
+        for (int64_t n = 0; n < L.n; ++n) mark_activation_passes(act, staged + n * L.hw, mask + first + n * stride, L.hw);
+      return;
+    }
+    thread_local std::vector<float> out_buf;
+    thread_local std::vector<uint8_t> mask_buf;
+    out_buf.resize(static_cast<size_t>(all));
+    mask_buf.resize(mask ? static_cast<size_t>(all) : 0);
+    stage->apply(staged, out_buf.data(), mask ? mask_buf.data() : nullptr, 1, all, all);
+    if (mask) mark_activation_passes(act, staged, mask_buf.data(), all);
+    for (int64_t n = 0; n < L.n; ++n) {
+      std::memcpy(po + first + n * stride, out_buf.data() + n * L.hw, static_cast<size_t>(L.hw) * sizeof(float));
+      if (mask) std::memcpy(mask + first + n * stride, mask_buf.data() + n * L.hw, static_cast<size_t>(L.hw));
     }
   }
 
@@ -306,15 +338,29 @@ struct Forward {
   // The range of channel c's output values, NaNs left out (+inf, -inf: none).
   void channel_range(int64_t c, float& lo, float& hi) const {
     const Layout& L = in.L;
-    float mn = std::numeric_limits<float>::infinity(), mx = -mn;
+    // 16 lanes in a GCC vector (a running min is a chain; GCC vectorises
+    // neither it nor an array of lanes), the tail one lane at a time. The
+    // select keeps the lane where the value is NaN (compares false).
+    using Lanes = float __attribute__((vector_size(64)));
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    Lanes vmn = Lanes{} + kInf, vmx = Lanes{} - kInf;
     for (int64_t n = 0; n < L.n; ++n) {
       const float* p = in.raw(n, c);
-      for (int64_t i = 0; i < L.hw; ++i) {  // (a NaN compares false: left out)
-        mn = p[i] < mn ? p[i] : mn;
-        mx = p[i] > mx ? p[i] : mx;
+      int64_t i = 0;
+      for (; i + 16 <= L.hw; i += 16) {
+        Lanes v;
+        std::memcpy(&v, p + i, sizeof v);
+        vmn = v < vmn ? v : vmn;
+        vmx = v > vmx ? v : vmx;
+      }
+      for (int j = 0; i < L.hw; ++i, ++j) {
+        vmn[j] = p[i] < vmn[j] ? p[i] : vmn[j];
+        vmx[j] = p[i] > vmx[j] ? p[i] : vmx[j];
       }
     }
-    lo = std::numeric_limits<float>::infinity(), hi = -lo;
+    float mn = kInf, mx = -kInf;
+    for (int j = 0; j < 16; ++j) mn = vmn[j] < mn ? vmn[j] : mn, mx = vmx[j] > mx ? vmx[j] : mx;
+    lo = kInf, hi = -kInf;
     if (mn > mx) return;
     for (const float v : {value(c, mn), value(c, mx)}) {
       lo = v < lo ? v : lo;

@@ -44,10 +44,12 @@ class BnOutputStage {
   // the values after the activation over the whole tensor, NaNs left out
   // (+inf, -inf: none), as an observer's reduction would find it.
   virtual void begin(float lo, float hi) = 0;
-  // n values after the activation, in -> out; passes (null: no gradient
-  // wanted): 1 where the gradient passes the stage, 0 where it is
-  // multiplied by 0. Called concurrently for different planes.
-  virtual void apply(const float* in, float* out, uint8_t* passes, int64_t n) const = 0;
+  // `planes` runs of `len` values after the activation: run k at in + k len
+  // -> out + k stride; passes (null: no gradient wanted), at passes + k
+  // stride: 1 where the gradient passes the stage, 0 where it is multiplied
+  // by 0. Called concurrently for different runs.
+  virtual void apply(const float* in, float* out, uint8_t* passes, int64_t planes, int64_t len,
+                     int64_t stride) const = 0;
 };
 
 // stage: applied after act (the op's output is then the stage's); its

@@ -204,11 +204,20 @@ class ObserverFakeQuantizer::InsideStage final : public BnOutputStage {
     z_ = static_cast<float>(zp);
     inv_ = 1.0f / s_;
   }
-  void apply(const float* in, float* out, uint8_t* passes, int64_t n) const override {
+  void apply(const float* in, float* out, uint8_t* passes, int64_t planes, int64_t len,
+             int64_t stride) const override {
     const float qmin = static_cast<float>(q_.cfg_.spec.qmin()), qmax = static_cast<float>(q_.cfg_.spec.qmax());
-    if (passes && q_.cfg_.ste == SteKind::clipped) return fq_span<true>(in, out, passes, n, s_, inv_, z_, qmin, qmax);
-    fq_span<false>(in, out, nullptr, n, s_, inv_, z_, qmin, qmax);
-    if (passes) std::fill(passes, passes + n, uint8_t{1});  // the plain STE passes everything
+    for (int64_t k = 0; k < planes; ++k) {
+      const float* x = in + k * len;
+      float* y = out + k * stride;
+      uint8_t* m = passes ? passes + k * stride : nullptr;
+      if (m && q_.cfg_.ste == SteKind::clipped) {
+        fq_span<true>(x, y, m, len, s_, inv_, z_, qmin, qmax);
+      } else {
+        fq_span<false>(x, y, nullptr, len, s_, inv_, z_, qmin, qmax);
+        if (m) std::fill(m, m + len, uint8_t{1});  // the plain STE passes everything
+      }
+    }
   }
 
  private:
