@@ -52,6 +52,17 @@ Run run(bool fused, const Shape& shape, bool training, bool affine, uint64_t see
   return r;
 }
 
+// Every output of a and b the same bits.
+void check_same_bits(const Run& a, const Run& b) {
+  CHECK(same_bits(a.y, b.y));
+  CHECK(same_bits(a.rm, b.rm));
+  CHECK(same_bits(a.rv, b.rv));
+  CHECK(same_bits(a.gx, b.gx));
+  CHECK(same_bits(a.gs, b.gs));
+  CHECK(same_bits(a.gw, b.gw));
+  CHECK(same_bits(a.gb, b.gb));
+}
+
 }  // namespace
 
 TEST_CASE("batch_norm_scaled equals scale_channels then batch_norm bit for bit", "[ops][batchnorm]") {
@@ -63,13 +74,7 @@ TEST_CASE("batch_norm_scaled equals scale_channels then batch_norm bit for bit",
                                 << threads << " threads");
           qat::testing::ThreadsGuard guard(threads);
           const Run a = run(true, shape, training, affine, 40), b = run(false, shape, training, affine, 40);
-          CHECK(same_bits(a.y, b.y));
-          CHECK(same_bits(a.rm, b.rm));
-          CHECK(same_bits(a.rv, b.rv));
-          CHECK(same_bits(a.gx, b.gx));
-          CHECK(same_bits(a.gs, b.gs));
-          CHECK(same_bits(a.gw, b.gw));
-          CHECK(same_bits(a.gb, b.gb));
+          check_same_bits(a, b);
         }
       }
     }
@@ -113,13 +118,7 @@ TEST_CASE("batch_norm_scaled with a fused ReLU or ReLU6 equals the ops one after
         // both kinks are crossed, so the masks are exercised
         CHECK(count_equal(a.y, 0.f) > 50);
         if (act == BnActivation::relu6) CHECK(count_equal(a.y, 6.f) > 50);
-        CHECK(same_bits(a.y, b.y));
-        CHECK(same_bits(a.rm, b.rm));
-        CHECK(same_bits(a.rv, b.rv));
-        CHECK(same_bits(a.gx, b.gx));
-        CHECK(same_bits(a.gs, b.gs));
-        CHECK(same_bits(a.gw, b.gw));
-        CHECK(same_bits(a.gb, b.gb));
+        check_same_bits(a, b);
       }
     }
   }
@@ -158,13 +157,7 @@ TEST_CASE("batch norm one channel at a time equals it pass by pass (synchronised
       const Run synced = run(true, shape, true, true, 120, all, act, 8.f);
       set_sync_batch_norm(false);
       set_collective(nullptr);
-      CHECK(same_bits(alone.y, synced.y));
-      CHECK(same_bits(alone.rm, synced.rm));
-      CHECK(same_bits(alone.rv, synced.rv));
-      CHECK(same_bits(alone.gx, synced.gx));
-      CHECK(same_bits(alone.gs, synced.gs));
-      CHECK(same_bits(alone.gw, synced.gw));
-      CHECK(same_bits(alone.gb, synced.gb));
+      check_same_bits(alone, synced);
     }
   }
 }
