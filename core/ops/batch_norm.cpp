@@ -311,7 +311,8 @@ struct Forward {
     if (L.hw >= 64) {
       stage->apply(staged, po + first, mask ? mask + first : nullptr, L.n, L.hw, stride);
       if (mask)
-        for (int64_t n = 0; n < L.n; ++n) mark_activation_passes(act, staged + n * L.hw, mask + first + n * stride, L.hw);
+        for (int64_t n = 0; n < L.n; ++n)
+          mark_activation_passes(act, staged + n * L.hw, mask + first + n * stride, L.hw);
       return;
     }
     thread_local std::vector<float> out_buf;
