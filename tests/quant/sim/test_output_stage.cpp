@@ -146,6 +146,28 @@ TEST_CASE("the output quantizer inside batch norm: refused where forward() would
   CHECK(per_channel->inside_stage(x) == nullptr);
 }
 
+// In a prepared MobileNetV2 in training, every Conv+BN layer with an
+// output quantizer runs it inside (so the test below compares the two paths).
+TEST_CASE("the output quantizer inside batch norm: every Conv+BN layer of a QAT MobileNetV2 takes it",
+          "[quant][qat]") {
+  ModulePtr m = make_model("mobilenet_v2", 10, 3, ModelOptions{ResNetStem::small});
+  prepare(*m, testing::test_backend("default"), QConfig{});
+  m->train(true);
+  const Tensor x = Tensor::zeros({2, 8, 4, 4});
+  int layers = 0, inside = 0;
+  for (const auto& [name, mod] : m->named_modules()) {
+    auto* qc = dynamic_cast<QatConv2d*>(mod);
+    if (!qc || !qc->bn || !qc->activation_post_process) continue;
+    ++layers;
+    auto* q = dynamic_cast<ObserverFakeQuantizer*>(qc->activation_post_process.get());
+    INFO(name);
+    CHECK(q != nullptr);
+    if (q && q->inside_stage(x)) ++inside;
+  }
+  CHECK(layers >= 30);
+  CHECK(inside == layers);
+}
+
 // A whole QAT MobileNetV2 (every Conv+BN+ReLU6 and Conv+BN layer): training
 // steps and an eval forward with the quantizers inside and after.
 TEST_CASE("the output quantizer inside batch norm: QAT MobileNetV2 trains to the same bits", "[quant][qat]") {
