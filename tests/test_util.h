@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/collective.h"
 #include "core/ops.h"
 #include "core/safetensors.h"
 #include "core/threads.h"
@@ -17,6 +18,18 @@
 #include "quant/integer/integer_model.h"
 
 namespace qat::testing {
+
+// A job of two processes whose collectives are all the identity, as if the
+// other process added nothing (collective() ignores a job of one): what is
+// synchronised is then computed as alone, on the synchronised paths.
+struct IdentityCollective final : Collective {
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  void sum(double*, int64_t) override {}
+  void sum(float*, int64_t) override {}
+  void min(float*, int64_t) override {}
+  void max(float*, int64_t) override {}
+};
 
 // The committed sample data (data/samples/imagenette-mini).
 std::string sample_data_dir();

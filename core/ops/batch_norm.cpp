@@ -444,7 +444,7 @@ struct Backward {
   float* pds;    // null: s needs no gradient (or there is none)
   float *pdw, *pdb;
 
-  // The two sums of channel c; the activation's gradient planes left in
+  // The two sums of channel c; the masked gradient planes (GradIn) left in
   // gbuf (N planes) for input_grad to read.
   std::pair<double, double> sums(int64_t c, float* gbuf) const {
     return with_lanes(in.L.hw, [&](auto sg) { return sums(c, gbuf, sg, decltype(sg){}); });
@@ -503,8 +503,8 @@ struct Backward {
     if (pds) pds[c] = static_cast<float>(ds);
   }
 
-  // The calling thread's buffer for a channel's activation gradient (empty
-  // without an activation).
+  // The calling thread's buffer for a channel's masked gradient planes
+  // (GradIn; empty where the gradient is g's own).
   float* channel_buffer() const {
     thread_local std::vector<float> buf;
     buf.resize(gin.masks() ? static_cast<size_t>(in.L.n * in.L.hw) : 0);

@@ -198,23 +198,27 @@ class ObserverFakeQuantizer::InsideStage final : public BnOutputStage {
       q_.store_qparams(Tensor::from_vector({sc}, {1}), Tensor::from_vector_i32({zp}, {1}));
       q_.set_initialized();
     }
+    // The applied qparams, checked and prepared as plan_fake_quantize does.
     s_ = q_.scale_.data<float>()[0];
     const int32_t zp = q_.zero_point_.data<int32_t>()[0];
+    const QuantSpec& spec = q_.cfg_.spec;
     QAT_CHECK(s_ > 0.f && std::isfinite(s_), "fake_quantize: scale must be positive and finite, got ", s_);
+    QAT_CHECK(zp >= spec.qmin() && zp <= spec.qmax(), "fake_quantize: zero_point ", zp, " outside [", spec.qmin(),
+              ", ", spec.qmax(), "]");
     z_ = static_cast<float>(zp);
     inv_ = 1.0f / s_;
+    qmin_ = static_cast<float>(spec.qmin()), qmax_ = static_cast<float>(spec.qmax());
   }
   void apply(const float* in, float* out, uint8_t* passes, int64_t planes, int64_t len,
              int64_t stride) const override {
-    const float qmin = static_cast<float>(q_.cfg_.spec.qmin()), qmax = static_cast<float>(q_.cfg_.spec.qmax());
     for (int64_t k = 0; k < planes; ++k) {
       const float* x = in + k * len;
       float* y = out + k * stride;
       uint8_t* m = passes ? passes + k * stride : nullptr;
       if (m && q_.cfg_.ste == SteKind::clipped) {
-        fq_span<true>(x, y, m, len, s_, inv_, z_, qmin, qmax);
+        fq_span<true>(x, y, m, len, s_, inv_, z_, qmin_, qmax_);
       } else {
-        fq_span<false>(x, y, nullptr, len, s_, inv_, z_, qmin, qmax);
+        fq_span<false>(x, y, nullptr, len, s_, inv_, z_, qmin_, qmax_);
         if (m) std::fill(m, m + len, uint8_t{1});  // the plain STE passes everything
       }
     }
@@ -222,7 +226,7 @@ class ObserverFakeQuantizer::InsideStage final : public BnOutputStage {
 
  private:
   ObserverFakeQuantizer& q_;
-  float s_ = 0.f, inv_ = 0.f, z_ = 0.f;
+  float s_ = 0.f, inv_ = 0.f, z_ = 0.f, qmin_ = 0.f, qmax_ = 0.f;  // set by begin()
 };
 
 std::unique_ptr<BnOutputStage> ObserverFakeQuantizer::inside_stage(const Tensor& x) {

@@ -124,22 +124,6 @@ TEST_CASE("batch_norm_scaled with a fused ReLU or ReLU6 equals the ops one after
   }
 }
 
-namespace {
-
-// A job of two processes whose sums are the identity (as if the other
-// process added nothing; collective() ignores a job of one), so
-// synchronised batch norm must give what the unsynchronised one gives.
-struct IdentitySums : Collective {
-  int rank() const override { return 0; }
-  int size() const override { return 2; }
-  void sum(double*, int64_t) override {}
-  void sum(float*, int64_t) override {}
-  void min(float*, int64_t) override {}
-  void max(float*, int64_t) override {}
-};
-
-}  // namespace
-
 // Note [one channel at a time] (core/ops/batch_norm.cpp): unsynchronised,
 // each channel runs every pass at once; synchronised, pass by pass with the
 // global sums between. Both must compute the same bits.
@@ -151,7 +135,7 @@ TEST_CASE("batch norm one channel at a time equals it pass by pass (synchronised
       qat::testing::ThreadsGuard guard(2);
       const std::array<bool, 4> all{true, true, true, true};
       const Run alone = run(true, shape, true, true, 120, all, act, 8.f);
-      IdentitySums identity;
+      qat::testing::IdentityCollective identity;
       set_collective(&identity);
       set_sync_batch_norm(true);
       const Run synced = run(true, shape, true, true, 120, all, act, 8.f);

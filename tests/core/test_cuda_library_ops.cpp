@@ -346,14 +346,7 @@ TEST_CASE("cuda library ops: on cuda without a GPU they refuse with the reason, 
 
 TEST_CASE("cuda library ops: synchronised batch norm is refused on cuda, naming why", "[cuda]") {
   // Rank 0 of two processes; the op refuses before it would sum anything.
-  struct TwoProcesses final : qat::Collective {
-    int rank() const override { return 0; }
-    int size() const override { return 2; }
-    void sum(double*, int64_t) override {}
-    void sum(float*, int64_t) override {}
-    void min(float*, int64_t) override {}
-    void max(float*, int64_t) override {}
-  } two;
+  qat::testing::IdentityCollective two;
   CudaOrLabelled x(Tensor::ones({4, 3}));
   qat::set_collective(&two);
   qat::set_sync_batch_norm(true);
