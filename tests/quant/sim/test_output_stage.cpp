@@ -195,3 +195,24 @@ TEST_CASE("the output quantizer inside batch norm: QAT MobileNetV2 trains to the
     CHECK(same_bits(t, states[0].at(name)));
   }
 }
+
+// Stored qparams off the grid (a crafted calibration cache, say) get
+// fake_quantize's error inside the op as after it.
+TEST_CASE("the output quantizer inside batch norm: a zero point off the grid is refused as fake_quantize refuses it",
+          "[quant][qat]") {
+  const Case k{BnActivation::relu6, QuantMethod::moving_average, SteKind::clipped, false, true};
+  for (const bool fused : {true, false}) {
+    INFO((fused ? "inside" : "after"));
+    std::shared_ptr<ObserverFakeQuantizer> q = quantizer(k);
+    q->set_qparams({Tensor::from_vector({0.1f}, {1}), Tensor::from_vector_i32({300}, {1})});
+    const Tensor x = rand_tensor({2, 3, 4, 4}, 2), s = Tensor::ones({3});
+    auto op = [&] {
+      const std::unique_ptr<BnOutputStage> stage = fused ? q->inside_stage(x) : nullptr;
+      REQUIRE((stage != nullptr) == fused);
+      Tensor y = batch_norm_scaled(x, s, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1f, 1e-5f,
+                                   BnActivation::relu6, stage.get());
+      if (!fused) y = q->forward(y);
+    };
+    CHECK_THROWS_WITH(op(), Catch::Contains("zero_point 300") && Catch::Contains("outside [0, 255]"));
+  }
+}
