@@ -42,50 +42,136 @@ struct PlanArrays {
         add_even(q.add_even.data()),
         add_odd(q.add_odd.data()),
         t_even(q.t_even.data()),
-        t_odd(q.t_odd.data()) {}
+        t_odd(q.t_odd.data()),
+        blocks(q.blocks.data()) {}
   const int64_t n;
   const int32_t *add32, *e, *m0;
   const int64_t *add_even, *add_odd, *t_even, *t_odd;
+  const RequantPlan::Block16* blocks;
 };
 
-// 16 channels at a time. kShift (every multiplier 2^30, make_requant_plan):
-// (acc + add32) >> e in 32 bits. Otherwise p = acc * m0 + add (64-bit, even
-// and odd lanes apart), then an arithmetic shift by t; add = bias * m0 +
-// residual + 2^(t-1) was folded per channel by make_requant_plan.
-template <bool kShift>
-__attribute__((target("avx512f,avx512bw"))) void requantize_rows_avx512(const int32_t* acc, int64_t rows,
-                                                                        const RequantPlan& q, uint8_t* out) {
+// The AVX-512 requantization, 16 channels a vector (RequantKind):
+//   shift: every multiplier 2^30 (make_requant_plan): (acc + add32) >> e in
+//     32 bits;
+//   general: p = acc * m0 + add (64-bit, even and odd lanes apart), then an
+//     arithmetic shift by t; add = bias * m0 + residual + 2^(t-1) was folded
+//     per channel by make_requant_plan;
+//   high (every t >= 32): as general, but the odd lanes shift by t - 32,
+//     which leaves floor(p / 2^t) in their high halves, where the result
+//     goes, with no shift left after; their accumulators and multipliers are
+//     read one int32 further on (the low half of each 64-bit lane is what
+//     vpmuldq multiplies) instead of shifted into place;
+//   high_zero: as high, with the zero point in the addend too (z 2^t: the
+//     same low 32 bits after the shift as adding z after it, one add fewer;
+//     where every t <= 52, so that no addend overflows).
+// kCap (hi != 255, or lo < 0): the clamp's upper bound. Without it, the
+// byte conversion's unsigned saturation is the clamp to 255.
+enum class RequantKind { shift, general, high, high_zero };
+
+#define QAT_AVX512_TARGET __attribute__((target("avx512f,avx512bw")))
+
+// The requantized int32 lanes of the 16 accumulators at x (live lanes m),
+// of channels [c, c + 16) (block b = c / 16 of the plan): with the zero
+// point (ahead of the clamp).
+template <RequantKind kKind>
+QAT_AVX512_TARGET inline __m512i requantize16(const PlanArrays& p, const int32_t* x, int64_t c, __mmask16 m,
+                                              __m512i zero) {
+  const __m512i v = _mm512_maskz_loadu_epi32(m, x);
+  if constexpr (kKind == RequantKind::shift)
+    return _mm512_add_epi32(
+        _mm512_srav_epi32(_mm512_add_epi32(v, _mm512_loadu_si512(p.add32 + c)), _mm512_loadu_si512(p.e + c)), zero);
+  const RequantPlan::Block16& b = p.blocks[c / 16];
+  const __m512i even = _mm512_srav_epi64(
+      _mm512_add_epi64(_mm512_mul_epi32(v, _mm512_load_si512(b.m0)), _mm512_load_si512(b.add_even)),
+      _mm512_load_si512(b.t_even));
+  // the odd channels' accumulators in the low halves of 64-bit lanes
+  const __m512i v_odd = kKind == RequantKind::general
+                            ? _mm512_srli_epi64(v, 32)
+                            : _mm512_maskz_loadu_epi32(static_cast<__mmask16>(m >> 1), x + 1);
+  const __m512i odd = _mm512_srav_epi64(
+      _mm512_add_epi64(_mm512_mul_epi32(v_odd, _mm512_load_si512(b.m0_next)), _mm512_load_si512(b.add_odd)),
+      _mm512_load_si512(b.t_odd));
+  if constexpr (kKind == RequantKind::general)
+    return _mm512_add_epi32(_mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32)), zero);
+  const __m512i both = _mm512_mask_blend_epi32(0xAAAA, even, odd);
+  return kKind == RequantKind::high_zero ? both : _mm512_add_epi32(both, zero);
+}
+
+// Four vectors of int32 lanes as 64 bytes in order, each lane clamped to
+// [0, 255] (signed saturation to 16 bits, then unsigned to 8: exact for any
+// int32), then to [lo, hi].
+template <bool kCap>
+QAT_AVX512_TARGET inline __m512i bytes64(__m512i a, __m512i b, __m512i c, __m512i d, __m512i lo, __m512i hi) {
+  // the packs interleave by 128-bit lanes: dword 4 L + k holds elements
+  // 4 L .. 4 L + 3 of the k-th source; put them back in order
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512i packed = _mm512_packus_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(c, d));
+  const __m512i v = _mm512_max_epu8(_mm512_permutexvar_epi32(order, packed), lo);
+  return kCap ? _mm512_min_epu8(v, hi) : v;
+}
+
+// One vector clamped and stored as bytes (live lanes m).
+template <bool kCap>
+QAT_AVX512_TARGET inline void store16(__m512i v, __m512i lo, __m512i hi, __mmask16 m, uint8_t* o) {
+  v = _mm512_max_epi32(v, lo);
+  if (m != 0xFFFF) {  // (a masked byte conversion to memory stalls: only in a tail)
+    if (kCap)
+      _mm512_mask_cvtepi32_storeu_epi8(o, m, _mm512_min_epi32(v, hi));
+    else
+      _mm512_mask_cvtusepi32_storeu_epi8(o, m, v);
+    return;
+  }
+  const __m128i b = kCap ? _mm512_cvtepi32_epi8(_mm512_min_epi32(v, hi)) : _mm512_cvtusepi32_epi8(v);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(o), b);
+}
+
+// Rows whose width n is a multiple of 16 as one run of rows n values (each
+// vector inside one row), 64 values a step through bytes64.
+template <RequantKind kKind, bool kCap>
+QAT_AVX512_TARGET void requantize_run_avx512(const int32_t* acc, int64_t rows, const RequantPlan& q, uint8_t* out) {
+  const PlanArrays p(q);
+  const __m512i zero = _mm512_set1_epi32(q.params.out_zero), lo32 = _mm512_set1_epi32(q.params.lo),
+                hi32 = _mm512_set1_epi32(q.params.hi), lo8 = _mm512_set1_epi8(static_cast<char>(q.params.lo)),
+                hi8 = _mm512_set1_epi8(static_cast<char>(q.params.hi));
+  const int64_t total = rows * p.n;
+  auto next = [n = p.n](int64_t c) { return c + 16 == n ? 0 : c + 16; };
+  int64_t f = 0, c = 0;
+  for (; f + 64 <= total; f += 64) {
+    const int64_t c1 = next(c), c2 = next(c1), c3 = next(c2);
+    const __m512i a = requantize16<kKind>(p, acc + f, c, 0xFFFF, zero);
+    const __m512i b = requantize16<kKind>(p, acc + f + 16, c1, 0xFFFF, zero);
+    const __m512i d = requantize16<kKind>(p, acc + f + 32, c2, 0xFFFF, zero);
+    const __m512i e = requantize16<kKind>(p, acc + f + 48, c3, 0xFFFF, zero);
+    _mm512_storeu_si512(out + f, bytes64<kCap>(a, b, d, e, lo8, hi8));
+    c = next(c3);
+  }
+  for (; f < total; f += 16, c = next(c))
+    store16<kCap>(requantize16<kKind>(p, acc + f, c, 0xFFFF, zero), lo32, hi32, 0xFFFF, out + f);
+}
+
+// Rows of any width n, 16 channels a step, the last vector of a row masked.
+template <RequantKind kKind, bool kCap>
+QAT_AVX512_TARGET void requantize_rows_avx512(const int32_t* acc, int64_t rows, const RequantPlan& q, uint8_t* out) {
+  if (q.n % 16 == 0) return requantize_run_avx512<kKind, kCap>(acc, rows, q, out);
+  const PlanArrays p(q);
   const __m512i zero = _mm512_set1_epi32(q.params.out_zero), lo = _mm512_set1_epi32(q.params.lo),
                 hi = _mm512_set1_epi32(q.params.hi);
-  const PlanArrays p(q);
+  const int64_t full = p.n / 16 * 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (p.n - full)) - 1);
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t* a = acc + r * p.n;
     uint8_t* o = out + r * p.n;
-    for (int64_t c = 0, blk = 0; c < p.n; c += 16, blk += 8) {
-      const __mmask16 m = p.n - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (p.n - c)) - 1);
-      const __m512i x = _mm512_maskz_loadu_epi32(m, a + c);
-      __m512i v;
-      if constexpr (kShift) {
-        v = _mm512_srav_epi32(_mm512_add_epi32(x, _mm512_loadu_si512(p.add32 + c)), _mm512_loadu_si512(p.e + c));
-      } else {
-        const __m512i m0 = _mm512_loadu_si512(p.m0 + c);
-        const __m512i even =
-            _mm512_srav_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m0), _mm512_loadu_si512(p.add_even + blk)),
-                              _mm512_loadu_si512(p.t_even + blk));
-        const __m512i odd =
-            _mm512_srav_epi64(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m0, 32)),
-                                               _mm512_loadu_si512(p.add_odd + blk)),
-                              _mm512_loadu_si512(p.t_odd + blk));
-        v = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-      }
-      v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zero), lo), hi);
-      // a plain store but in the tail (vpmovdb to memory with a mask stalls)
-      if (m == 0xFFFF)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c), _mm512_cvtepi32_epi8(v));
-      else
-        _mm512_mask_cvtepi32_storeu_epi8(o + c, m, v);
-    }
+    for (int64_t c = 0; c < full; c += 16)
+      store16<kCap>(requantize16<kKind>(p, a + c, c, 0xFFFF, zero), lo, hi, 0xFFFF, o + c);
+    store16<kCap>(requantize16<kKind>(p, a + full, full, tail, zero), lo, hi, tail, o + full);
   }
+}
+
+template <RequantKind kKind>
+void requantize_rows_avx512(const int32_t* acc, int64_t rows, const RequantPlan& q, uint8_t* out) {
+  // (without the cap, the byte conversion's unsigned saturation is the clamp to 255)
+  if (q.params.hi != 255 || q.params.lo < 0) return requantize_rows_avx512<kKind, true>(acc, rows, q, out);
+  requantize_rows_avx512<kKind, false>(acc, rows, q, out);
 }
 
 #define QAT_AVX2_TARGET __attribute__((target("avx2")))
@@ -176,13 +262,31 @@ RequantPlan make_requant_plan(const RequantParams& p, int64_t n) {
     q.add32[c] = static_cast<int32_t>(add32);
     q.e[c] = t - 30;
   }
+  // The AVX-512 blocks: the odd lanes shift high where every t >= 32, the
+  // zero point goes in the addends where every t <= 52 (|bias m0| < 2^62,
+  // |residual| < 2^31, 2^(t-1) and z 2^t < 2^60: every sum stays inside int64).
+  q.high = std::all_of(p.shift, p.shift + n, [](int32_t s) { return 31 + s >= 32; });
+  q.zero_in_addend = q.high && std::all_of(p.shift, p.shift + n, [](int32_t s) { return 31 + s <= 52; });
+  q.blocks.assign(static_cast<size_t>(padded / 16), RequantPlan::Block16{});
+  for (int64_t c = 0; c < n; ++c) {
+    RequantPlan::Block16& b = q.blocks[c / 16];
+    const int64_t k = c % 16, lane = k / 2;
+    const int t = 31 + p.shift[c];
+    const int64_t add = (c % 2 ? q.add_odd : q.add_even)[c / 2] + (q.zero_in_addend ? int64_t{p.out_zero} << t : 0);
+    b.m0[k] = p.m0[c];
+    if (k > 0) b.m0_next[k - 1] = p.m0[c];
+    (k % 2 ? b.add_odd : b.add_even)[lane] = add;
+    (k % 2 ? b.t_odd : b.t_even)[lane] = k % 2 && q.high ? t - 32 : t;
+  }
   return q;
 }
 
 void requantize_rows(const int32_t* acc, int64_t rows, const RequantPlan& q, uint8_t* out) {
   if (q.vector && q.avx512) {
-    if (q.pure_shift) return requantize_rows_avx512<true>(acc, rows, q, out);
-    return requantize_rows_avx512<false>(acc, rows, q, out);
+    if (q.pure_shift) return requantize_rows_avx512<RequantKind::shift>(acc, rows, q, out);
+    if (q.high && q.zero_in_addend) return requantize_rows_avx512<RequantKind::high_zero>(acc, rows, q, out);
+    if (q.high) return requantize_rows_avx512<RequantKind::high>(acc, rows, q, out);
+    return requantize_rows_avx512<RequantKind::general>(acc, rows, q, out);
   }
   if (q.vector && q.pure_shift) return requantize_rows_avx2<true>(acc, rows, q, out);
   if (q.vector) return requantize_rows_avx2<false>(acc, rows, q, out);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/aligned_vector.h"
 #include "quant/integer/byte_layout.h"
 #include "quant/integer/requant.h"
 
@@ -52,6 +53,18 @@ struct RequantPlan {
   std::vector<int32_t> add32, e;
   std::vector<int32_t> m0;
   std::vector<int64_t> add_even, add_odd, t_even, t_odd;
+  // The AVX-512 path's constants, one block of 16 channels each (one
+  // pointer a vector): the multipliers, and again one channel on (the odd
+  // channels' in the low halves of 64-bit lanes); the even and odd
+  // channels' addends and shifts. With `high` (every t = 31 + shift >= 32)
+  // the odd shifts are t - 32; with `zero_in_addend` (every t <= 52) the
+  // addends hold z_out 2^t too.
+  struct alignas(64) Block16 {
+    int32_t m0[16], m0_next[16];
+    int64_t add_even[8], add_odd[8], t_even[8], t_odd[8];
+  };
+  bool high = false, zero_in_addend = false;
+  AlignedVector<Block16> blocks;
 };
 RequantPlan make_requant_plan(const RequantParams& p, int64_t n);  // p's arrays must outlive the plan
 // `rows` consecutive rows of n (acc and out row-major).

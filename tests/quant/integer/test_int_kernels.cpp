@@ -29,46 +29,69 @@ std::vector<std::vector<uint8_t>> requantize_each_path(const int32_t* acc, int64
 TEST_CASE("vectorised requantization equals the scalar reference", "[quant][integer]") {
   if (!cpu_has_avx2()) WARN("no AVX2 here: the vector requantization is not tested");
   std::mt19937 rng(5);
-  std::uniform_int_distribution<int32_t> acc_d(-(1 << 28), 1 << 28), m_d(1 << 30, INT32_MAX), s_d(0, 31), z_d(0, 255),
-      sign_d(0, 1);
-  for (int64_t n : {1, 7, 8, 9, 16, 17, 64, 100}) {
-    std::vector<int32_t> acc(n), bias(n), m0(n), shift(n), residual(n);
-    for (int64_t c = 0; c < n; ++c) {
-      acc[c] = acc_d(rng);
-      bias[c] = acc_d(rng) / 8;
-      m0[c] = c % 3 == 0 ? (1 << 30) : m_d(rng);  // every third a power of two (pure shift)
-      shift[c] = s_d(rng);
-      residual[c] = static_cast<int32_t>(acc_d(rng) % (m0[c] / 2));
-    }
-    // Exact ties (x.5 before the zero point), which must round upwards:
-    // (acc + bias) * 2^30 / 2^(31 + shift) with no bias or residual.
-    auto tie = [&](int64_t c, int32_t a, int32_t s) {
-      if (c >= n) return;
-      acc[c] = a, bias[c] = 0, residual[c] = 0, m0[c] = 1 << 30, shift[c] = s;
-    };
-    tie(0, 3 << 19, 19);   //  1.5 -> 2
-    tie(1, 3, 0);          //  1.5 -> 2
-    tie(2, -(5 << 9), 9);  // -2.5 -> -2
-    // The largest products: |acc|, |bias| just under 2^30, m0 just under 2^31.
-    for (int64_t c = 3; c < n; c += 5) {
-      acc[c] = sign_d(rng) ? (1 << 30) - 1 : -(1 << 30) + 1;
-      bias[c] = sign_d(rng) ? (1 << 30) - 1 : -(1 << 30) + 1;
-      m0[c] = INT32_MAX - sign_d(rng);
-      shift[c] = std::max(shift[c], 1);  // (shift 0 could reach 2^31 - 2 before the zero point: int32 overflow)
-      residual[c] = sign_d(rng) ? m0[c] / 2 : -(m0[c] / 2);
-    }
-    const int32_t zero = z_d(rng);
-    const RequantParams p{bias.data(), m0.data(), shift.data(), residual.data(), zero, std::min(zero, 3), 255};
-    std::vector<uint8_t> ref(n);
-    requantize_row_reference(acc.data(), n, p, ref.data());
-    for (const auto& fast : requantize_each_path(acc.data(), 1, make_requant_plan(p, n))) REQUIRE(fast == ref);
-    // The ties' values, upwards: zero + 2 and zero - 2 (inside the clamp for these zero points).
-    const RequantParams& q = p;
-    auto clamped = [&](int v) { return static_cast<uint8_t>(std::clamp(v, int{q.lo}, int{q.hi})); };
-    CHECK(ref[0] == clamped(zero + 2));
-    if (n > 1) CHECK(ref[1] == clamped(zero + 2));
-    if (n > 2) CHECK(ref[2] == clamped(zero - 2));
-  }
+  std::uniform_int_distribution<int32_t> acc_d(-(1 << 28), 1 << 28), m_d(1 << 30, INT32_MAX), z_d(0, 255), sign_d(0, 1);
+  constexpr int64_t kRows = 3;  // (the AVX-512 path's odd lanes read one int32 on: rows back to back)
+  // Each width (a multiple of 16 or not: the AVX-512 path takes such rows as
+  // one run, 64 values a step, channels wrapping inside a step), each plan
+  // kind (a shift of 0 somewhere: the odd lanes shifted apart; every shift
+  // >= 1: shifted high; every shift in [1, 21]: shifted high, the zero point in the
+  // addend too), and a clamp at 255 or below it (the byte conversion
+  // saturates, or a min).
+  enum Kind { kShiftZero, kHigh, kHighZero };
+  for (int64_t n : {1, 7, 8, 9, 16, 17, 32, 48, 64, 100})
+    for (const Kind kind : {kShiftZero, kHigh, kHighZero})
+      for (const int32_t hi : {255, 250}) {
+        std::uniform_int_distribution<int32_t> s_d(1, kind == kHighZero ? 21 : 31);
+        std::vector<int32_t> acc(n * kRows), bias(n), m0(n), shift(n), residual(n);
+        for (auto& a : acc) a = acc_d(rng);
+        for (int64_t c = 0; c < n; ++c) {
+          bias[c] = acc_d(rng) / 8;
+          m0[c] = c % 3 == 0 ? (1 << 30) : m_d(rng);  // every third a power of two (pure shift)
+          shift[c] = s_d(rng);
+          residual[c] = static_cast<int32_t>(acc_d(rng) % (m0[c] / 2));
+        }
+        if (kind == kShiftZero) shift[n - 1] = 0;
+        if (kind == kHigh) shift[n - 1] = 31;
+        // Exact ties (x.5 before the zero point), which must round upwards:
+        // (acc + bias) * 2^30 / 2^(31 + shift) with no bias or residual.
+        auto tie = [&](int64_t c, int32_t a, int32_t s) {
+          if (c >= n) return;
+          acc[c] = a, bias[c] = 0, residual[c] = 0, m0[c] = 1 << 30, shift[c] = s;
+        };
+        tie(0, 3 << 19, 19);                      //  1.5 -> 2
+        tie(1, 3, kind == kShiftZero ? 0 : 1);    //  1.5 -> 2 (0.75 -> 1 with shift 1)
+        tie(2, -(5 << 9), 9);                     // -2.5 -> -2
+        // The largest products: |acc|, |bias| just under 2^30, m0 just under 2^31.
+        for (int64_t c = 3; c < n; c += 5) {
+          acc[c] = sign_d(rng) ? (1 << 30) - 1 : -(1 << 30) + 1;
+          bias[c] = sign_d(rng) ? (1 << 30) - 1 : -(1 << 30) + 1;
+          m0[c] = INT32_MAX - sign_d(rng);
+          shift[c] = std::max(shift[c], 1);  // (shift 0 could reach 2^31 - 2 before the zero point: int32 overflow)
+          residual[c] = sign_d(rng) ? m0[c] / 2 : -(m0[c] / 2);
+        }
+        const int32_t zero = z_d(rng);
+        const RequantParams p{bias.data(), m0.data(), shift.data(), residual.data(), zero, std::min(zero, 3), hi};
+        std::vector<uint8_t> ref(acc.size());
+        for (int64_t r = 0; r < kRows; ++r)
+          requantize_row_reference(acc.data() + r * n, n, p, ref.data() + r * n);
+        INFO("n " << n << ", plan kind " << kind << ", hi " << hi);
+        const RequantPlan plan = make_requant_plan(p, n);
+        if (plan.vector && n > 3) {  // (the plan kind the case means to test; n <= 3: ties only)
+          CHECK(plan.high == (kind != kShiftZero));
+          const bool small = std::all_of(shift.begin(), shift.end(), [](int32_t s) { return s <= 21; });
+          CHECK(plan.zero_in_addend == (kind != kShiftZero && small));
+          if (kind == kHighZero) CHECK(plan.zero_in_addend);
+          if (kind == kHigh) CHECK(!plan.zero_in_addend);
+        }
+        for (const auto& fast : requantize_each_path(acc.data(), kRows, plan)) REQUIRE(fast == ref);
+        // The ties' values, upwards: zero + 2 and zero - 2 (inside the clamp for these zero points).
+        auto clamped = [&](int v) { return static_cast<uint8_t>(std::clamp(v, int{p.lo}, int{p.hi})); };
+        CHECK(ref[0] == clamped(zero + 2));
+        if (n > 1) CHECK(ref[1] == clamped(zero + (kind == kShiftZero ? 2 : 1)));
+        if (n > 2) CHECK(ref[2] == clamped(zero - 2));
+        // Both clamps bind somewhere in the wide rows.
+        if (n >= 64) CHECK((std::count(ref.begin(), ref.end(), p.lo) > 0 && std::count(ref.begin(), ref.end(), hi) > 0));
+      }
 }
 
 TEST_CASE("power-of-two requantization plans are pure shifts equal to the reference", "[quant][integer]") {
