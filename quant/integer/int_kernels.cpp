@@ -64,8 +64,9 @@ struct PlanArrays {
 //   high_zero: as high, with the zero point in the addend too (z 2^t: the
 //     same low 32 bits after the shift as adding z after it, one add fewer;
 //     where every t <= 52, so that no addend overflows).
-// kCap (hi != 255, or lo < 0): the clamp's upper bound. Without it, the
-// byte conversion's unsigned saturation is the clamp to 255.
+// kCap (hi < 255): the clamp's upper bound. Without it, the byte
+// conversion's unsigned saturation is the clamp to 255 (0 <= lo <= hi <= 255:
+// make_requant_plan checks).
 enum class RequantKind { shift, general, high, high_zero };
 
 #define QAT_AVX512_TARGET __attribute__((target("avx512f,avx512bw")))
@@ -163,14 +164,14 @@ QAT_AVX512_TARGET void requantize_rows_avx512(const int32_t* acc, int64_t rows, 
     uint8_t* o = out + r * p.n;
     for (int64_t c = 0; c < full; c += 16)
       store16<kCap>(requantize16<kKind>(p, a + c, c, 0xFFFF, zero), lo, hi, 0xFFFF, o + c);
-    store16<kCap>(requantize16<kKind>(p, a + full, full, tail, zero), lo, hi, tail, o + full);
+    if (tail != 0) store16<kCap>(requantize16<kKind>(p, a + full, full, tail, zero), lo, hi, tail, o + full);
   }
 }
 
 template <RequantKind kKind>
 void requantize_rows_avx512(const int32_t* acc, int64_t rows, const RequantPlan& q, uint8_t* out) {
   // (without the cap, the byte conversion's unsigned saturation is the clamp to 255)
-  if (q.params.hi != 255 || q.params.lo < 0) return requantize_rows_avx512<kKind, true>(acc, rows, q, out);
+  if (q.params.hi < 255) return requantize_rows_avx512<kKind, true>(acc, rows, q, out);
   requantize_rows_avx512<kKind, false>(acc, rows, q, out);
 }
 
@@ -190,7 +191,7 @@ QAT_AVX2_TARGET inline void store_u8x8(__m256i v, __m256i lo, __m256i hi, uint8_
   std::memcpy(o, tmp, static_cast<size_t>(live));
 }
 
-// The 64-bit lanes p of requantize_rows_avx512<false> shifted right by t: AVX2 has
+// The 64-bit lanes p of the general requantization shifted right by t: AVX2 has
 // no arithmetic 64-bit shift, so p + 2^63 (p's sign bit flipped: in
 // [0, 2^64) for every int64 p) is shifted logically and 2^(63 - t) comes
 // off, which is floor(p / 2^t) exactly (2^t divides 2^63 for t <= 62).
@@ -231,6 +232,10 @@ QAT_AVX2_TARGET void requantize_rows_avx2(const int32_t* acc, int64_t rows, cons
 }  // namespace
 
 RequantPlan make_requant_plan(const RequantParams& p, int64_t n) {
+  // The vector paths clamp and narrow in bytes: the clamp must lie in them (a
+  // layer's stored grid always does).
+  QAT_CHECK(0 <= p.lo && p.lo <= p.hi && p.hi <= 255, "requantization: clamp [", p.lo, ", ", p.hi,
+            "] is not inside the stored bytes 0..255");
   RequantPlan q;
   q.params = p;
   q.n = n;

@@ -66,7 +66,8 @@ struct RequantPlan {
   bool high = false, zero_in_addend = false;
   AlignedVector<Block16> blocks;
 };
-RequantPlan make_requant_plan(const RequantParams& p, int64_t n);  // p's arrays must outlive the plan
+// p's arrays must outlive the plan; 0 <= p.lo <= p.hi <= 255 (else an error).
+RequantPlan make_requant_plan(const RequantParams& p, int64_t n);
 // `rows` consecutive rows of n (acc and out row-major).
 void requantize_rows(const int32_t* acc, int64_t rows, const RequantPlan& plan, uint8_t* out);
 void requantize_row_reference(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out);

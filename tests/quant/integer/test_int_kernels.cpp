@@ -30,7 +30,7 @@ TEST_CASE("vectorised requantization equals the scalar reference", "[quant][inte
   if (!cpu_has_avx2()) WARN("no AVX2 here: the vector requantization is not tested");
   std::mt19937 rng(5);
   std::uniform_int_distribution<int32_t> acc_d(-(1 << 28), 1 << 28), m_d(1 << 30, INT32_MAX), z_d(0, 255), sign_d(0, 1);
-  constexpr int64_t kRows = 3;  // (the AVX-512 path's odd lanes read one int32 on: rows back to back)
+  constexpr int64_t kRows = 3;  // (rows back to back: the AVX-512 path may take them as one run)
   // Each width (a multiple of 16 or not: the AVX-512 path takes such rows as
   // one run, 64 values a step, channels wrapping inside a step), each plan
   // kind (a shift of 0 somewhere: the odd lanes shifted apart; every shift
@@ -97,21 +97,37 @@ TEST_CASE("vectorised requantization equals the scalar reference", "[quant][inte
 TEST_CASE("power-of-two requantization plans are pure shifts equal to the reference", "[quant][integer]") {
   std::mt19937 rng(8);
   std::uniform_int_distribution<int32_t> acc_d(-(1 << 24), 1 << 24), s_d(0, 20);
-  for (int64_t n : {1, 16, 37}) {
-    std::vector<int32_t> acc(n * 3), bias(n), m0(n, 1 << 30), shift(n), residual(n);
-    for (auto& a : acc) a = acc_d(rng);
-    for (int64_t c = 0; c < n; ++c) {
-      bias[c] = acc_d(rng) / 4;
-      shift[c] = s_d(rng);
-      residual[c] = static_cast<int32_t>(acc_d(rng) % (1 << 29));
+  // (32 and 64 channels: the AVX-512 path's runs of 64 values; 250: its clamp below 255)
+  for (int64_t n : {1, 16, 37, 32, 64})
+    for (const int32_t hi : {255, 250}) {
+      std::vector<int32_t> acc(n * 3), bias(n), m0(n, 1 << 30), shift(n), residual(n);
+      for (auto& a : acc) a = acc_d(rng);
+      for (int64_t c = 0; c < n; ++c) {
+        bias[c] = acc_d(rng) / 4;
+        shift[c] = s_d(rng);
+        residual[c] = static_cast<int32_t>(acc_d(rng) % (1 << 29));
+      }
+      const RequantParams p{bias.data(), m0.data(), shift.data(), residual.data(), 3, 0, hi};
+      const RequantPlan plan = make_requant_plan(p, n);
+      if (plan.vector) REQUIRE(plan.pure_shift);
+      std::vector<uint8_t> ref(n * 3);
+      for (int r = 0; r < 3; ++r) requantize_row_reference(acc.data() + r * n, n, p, ref.data() + r * n);
+      INFO("n " << n << ", hi " << hi);
+      for (const auto& fast : requantize_each_path(acc.data(), 3, plan)) REQUIRE(fast == ref);
+      if (n >= 32) CHECK((std::count(ref.begin(), ref.end(), 0) > 0 && std::count(ref.begin(), ref.end(), hi) > 0));
     }
-    const RequantParams p{bias.data(), m0.data(), shift.data(), residual.data(), 3, 0, 255};
-    const RequantPlan plan = make_requant_plan(p, n);
-    if (plan.vector) REQUIRE(plan.pure_shift);
-    std::vector<uint8_t> ref(n * 3);
-    for (int r = 0; r < 3; ++r) requantize_row_reference(acc.data() + r * n, n, p, ref.data() + r * n);
-    for (const auto& fast : requantize_each_path(acc.data(), 3, plan)) REQUIRE(fast == ref);
-  }
+}
+
+TEST_CASE("a requantization plan refuses a clamp outside the stored bytes", "[quant][integer]") {
+  const int32_t bias = 0, m0 = 1 << 30, shift = 3, residual = 0;
+  auto plan = [&](int32_t lo, int32_t hi) {
+    return make_requant_plan(RequantParams{&bias, &m0, &shift, &residual, 0, lo, hi}, 1);
+  };
+  REQUIRE_NOTHROW(plan(0, 255));
+  REQUIRE_NOTHROW(plan(7, 7));
+  REQUIRE_THROWS_WITH(plan(-1, 255), Catch::Matchers::Contains("clamp [-1, 255] is not inside the stored bytes"));
+  REQUIRE_THROWS_WITH(plan(0, 256), Catch::Matchers::Contains("clamp [0, 256]"));
+  REQUIRE_THROWS_WITH(plan(9, 8), Catch::Matchers::Contains("clamp [9, 8]"));
 }
 
 TEST_CASE("requantization is exact rounding of x * M + residual, ties upwards", "[quant][integer]") {
