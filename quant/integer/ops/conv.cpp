@@ -207,11 +207,12 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
             const int64_t iw = ow * p.stride_w - p.pad_w + kj * p.dil_w;
             if (iw < 0 || iw >= W) continue;
             const uint8_t* xr = xd + ((n * H + ih) * W + iw) * C;
-            const int32_t* wr = wt.data() + (ki * KW + kj) * C;
+            const int64_t tap = (ki * KW + kj) * C;  // the tap's weight row in wt and lanes
             if (blocked) {
-              in.x[in.count] = xr, in.w[in.count] = lanes.data() + (wr - wt.data()), ++in.count;
+              in.x[in.count] = xr, in.w[in.count] = lanes.data() + tap, ++in.count;
               continue;
             }
+            const int32_t* wr = wt.data() + tap;
             for (int64_t c = 0; c < C; ++c) a[c] += (static_cast<int32_t>(xr[c]) - zx) * wr[c];
             if (frac)
               for (int64_t c = 0; c < C; ++c) sums[ow * C + c] += static_cast<int32_t>(xr[c]) - zx;
