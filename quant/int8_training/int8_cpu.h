@@ -29,6 +29,12 @@ using Geom = int8_math::Geometry;
 inline bool is_1x1(const Geom& g) {
   return g.P() == 1 && g.h == 1 && g.w == 1 && g.kh == 1 && g.kw == 1 && g.pad_h == 0 && g.pad_w == 0;
 }
+// A 1x1 kernel read at every input position (stride 1, no padding): its
+// im2row rows are each image's planes transposed.
+inline bool is_pointwise(const Geom& g) {
+  return !g.depthwise() && g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 &&
+         g.pad_w == 0 && g.oh == g.h && g.ow == g.w;
+}
 
 // ---------------------------------------------------------------- kernels
 // The kernel set_int8_training_kernel chose, else the best here.

@@ -79,25 +79,29 @@ namespace {
 
 // x on `grid` as integers u (N, C, H, W); a value more than 1e-3 steps off
 // the grid or outside [0, levels) is an error: the layer's input must be what
-// a quantizer produced.
+// a quantizer produced. int8_math::input_integer's rule, written without a
+// branch so that the compiler vectorises it (every quantized layer's input,
+// every step); the first bad value is looked for only once one was seen.
 std::vector<uint8_t> input_integers(const Tensor& x, const ActGrid& grid, const std::string& who) {
   QAT_PROFILE("int8_train.input_integers");
   const int64_t n = x.numel();
   std::vector<uint8_t> u(static_cast<size_t>(n));
   const float* px = x.data<float>();
-  const double inv = 1.0 / static_cast<double>(grid.scale);
-  int64_t bad = -1;
-#pragma omp parallel for schedule(static) if (n >= (1 << 15))
+  uint8_t* pu = u.data();
+  const double inv = 1.0 / static_cast<double>(grid.scale), zero = grid.zero;
+  const double top = static_cast<double>(grid.levels);
+  int32_t off_grid = 0;
+#pragma omp parallel for simd schedule(static) reduction(| : off_grid) if (n >= (1 << 15))
   for (int64_t i = 0; i < n; ++i) {
-    const int32_t r = int8_math::input_integer(px[i], inv, grid.zero, grid.levels);
-    if (r < 0) {
-#pragma omp critical(int8_input_bad)
-      if (bad < 0 || i < bad) bad = i;
-      continue;
-    }
-    u[i] = static_cast<uint8_t>(r);
+    const double t = std::fma(static_cast<double>(px[i]), inv, zero);
+    const double r = std::nearbyint(t);
+    const bool ok = std::fabs(t - r) <= 1e-3 && r >= 0.0 && r < top;
+    pu[i] = static_cast<uint8_t>(static_cast<int32_t>(ok ? r : 0.0));
+    off_grid |= ok ? 0 : 1;
   }
-  if (bad >= 0) fail_input_off_grid(who, px[bad], bad, grid);
+  if (off_grid)
+    for (int64_t i = 0; i < n; ++i)
+      if (int8_math::input_integer(px[i], inv, zero, grid.levels) < 0) fail_input_off_grid(who, px[i], i, grid);
   return u;
 }
 
@@ -168,7 +172,10 @@ Tensor CpuStages::forward_gemm(Saved& sv, const Tensor& bias) const {
   Tensor kept;
   if (!is_1x1(g)) {
     kept = Tensor::empty({g.M() * g.K()}, DType::u8);
-    im2row_nchw(sv.u->data(), window_of(g), g.n, sv.pad, kept.data<uint8_t>());
+    if (is_pointwise(g))
+      pointwise_rows_nchw(sv.u->data(), g.n, g.c, g.P(), kept.data<uint8_t>());
+    else
+      im2row_nchw(sv.u->data(), window_of(g), g.n, sv.pad, kept.data<uint8_t>());
     rows = kept.data<uint8_t>();
   }
   Tensor y = forward_int(rows, sv.grid, *sv.wi, bias, g);

@@ -299,24 +299,41 @@ void planes_to_float(const int64_t* planes, const Im2RowShape& s, double scale, 
     }
 }
 
-// 64 x 64 tiles read by rows into a local block and written by rows, so both
-// sides stream (the strided element-wise version cost 160 ms a step on
-// AlexNet's classifier).
-void transpose_bytes(const int8_t* src, int64_t rows, int64_t cols, int8_t* dst) {
+namespace {
+
+// Columns [c0, c0 + 64) of src (rows, cols) into dst (cols, rows) as 64 x 64
+// tiles read by rows into a local block and written by rows, so both sides
+// stream (the strided element-wise version cost 160 ms a step on AlexNet's
+// classifier).
+void transpose_column_block(const uint8_t* src, int64_t rows, int64_t cols, int64_t c0, uint8_t* dst) {
   constexpr int64_t B = 64;
-#pragma omp parallel for schedule(static)
-  for (int64_t c0 = 0; c0 < cols; c0 += B) {
-    alignas(64) int8_t tile[B][B];
-    const int64_t cn = std::min(B, cols - c0);
-    for (int64_t r0 = 0; r0 < rows; r0 += B) {
-      const int64_t rn = std::min(B, rows - r0);
-      for (int64_t r = 0; r < rn; ++r) std::memcpy(tile[r], src + (r0 + r) * cols + c0, static_cast<size_t>(cn));
-      for (int64_t c = 0; c < cn; ++c) {
-        int8_t* d = dst + (c0 + c) * rows + r0;
-        for (int64_t r = 0; r < rn; ++r) d[r] = tile[r][c];
-      }
+  alignas(64) uint8_t tile[B][B];
+  const int64_t cn = std::min(B, cols - c0);
+  for (int64_t r0 = 0; r0 < rows; r0 += B) {
+    const int64_t rn = std::min(B, rows - r0);
+    for (int64_t r = 0; r < rn; ++r) std::memcpy(tile[r], src + (r0 + r) * cols + c0, static_cast<size_t>(cn));
+    for (int64_t c = 0; c < cn; ++c) {
+      uint8_t* d = dst + (c0 + c) * rows + r0;
+      for (int64_t r = 0; r < rn; ++r) d[r] = tile[r][c];
     }
   }
+}
+
+}  // namespace
+
+void transpose_bytes(const int8_t* src, int64_t rows, int64_t cols, int8_t* dst) {
+  const auto* s = reinterpret_cast<const uint8_t*>(src);
+  auto* d = reinterpret_cast<uint8_t*>(dst);
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < cols; c0 += 64) transpose_column_block(s, rows, cols, c0, d);
+}
+
+void pointwise_rows_nchw(const uint8_t* u, int64_t n, int64_t c, int64_t hw, uint8_t* rows) {
+  QAT_PROFILE("int8_train.pointwise_rows");
+  const int64_t blocks = (hw + 63) / 64;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t b = 0; b < blocks; ++b) transpose_column_block(u + i * c * hw, c, hw, b * 64, rows + i * hw * c);
 }
 
 }  // namespace qat::quant

@@ -48,6 +48,9 @@ void im2row_u8_padded_range(const uint8_t* padded, const Im2RowShape& s, int64_t
 // rows (n oh ow x c kh kw): the im2row rows of u (n, c, h, w), `pad` outside;
 // row m = (n, oy, ox), column k = (c, ki, kj).
 void im2row_nchw(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, uint8_t* rows);
+// The same rows for a 1x1 kernel at stride 1 without padding (K = c): each
+// image's planes (c, hw) transposed to (hw, c).
+void pointwise_rows_nchw(const uint8_t* u, int64_t n, int64_t c, int64_t hw, uint8_t* rows);
 // col (K x M): the transpose of those rows, stored as u - 128 (s8).
 void im2col_nchw(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, int8_t* col);
 // The padded planes of one image (c x (h + 2 pad_h) x (w + 2 pad_w)), in elements.
