@@ -90,4 +90,8 @@ void depthwise_forward(const float* x, const float* w, const float* b, const Geo
   }
 }
 
+void depthwise_forward_plane(PhasePlane& plane, const float* w_oc, float bias, const Geometry& g, float* out) {
+  with_row_width(g.ow, [&](auto kW) { forward_plane<kW>(plane, w_oc, bias, g, out); });
+}
+
 }  // namespace qat::conv_detail

@@ -15,4 +15,9 @@ bool is_depthwise(const Geometry& g);
 void depthwise_forward(const float* x, const float* w, const float* b, const Geometry& g, const Conv2dParams& p,
                        float* out);
 
+// One output plane (OH x OW) = bias + the taps of w_oc (KH x KW) over a
+// loaded plane, in (ki, kj) order: the forward's step, for INT8 training's
+// depthwise forward on planes of integers (quant/int8_training/int8_cpu_depthwise.cpp).
+void depthwise_forward_plane(PhasePlane& plane, const float* w_oc, float bias, const Geometry& g, float* out);
+
 }  // namespace qat::conv_detail

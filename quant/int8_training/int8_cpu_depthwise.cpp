@@ -29,7 +29,10 @@
 // same double expression of it (the device twin's test holds the two equal).
 #include <vector>
 
+#include <cmath>
+
 #include "core/ops/conv_plane.h"
+#include "core/ops/depthwise_conv.h"
 #include "core/profiler.h"
 #include "quant/int8_training/int8_cpu.h"
 
@@ -96,13 +99,50 @@ void input_grad_plane(IntPlane& plane, const int8_t* w, const int32_t* gy, const
 
 }  // namespace
 
-Tensor depthwise_forward(const std::vector<uint8_t>& u, uint8_t pad, const ActGrid& grid, const QuantCodes& wi,
-                         const Tensor& bias, const Geom& g) {
-  QAT_PROFILE("int8_train.depthwise_forward");
+namespace {
+
+// Note [exact float depthwise sums]: where the input's zero point z is an
+// integer, each product (u - z) W[c][t] is an integer of magnitude at most
+// 255 * 128, and with at most 514 taps every partial sum stays below 2^24:
+// float arithmetic (the float forward's plane kernel, FMA or not) computes
+// sum_t (u - z) W exactly, which is acc - z sum_t W, the same integer the
+// int32 planes give. The padding, the integer z, becomes 0. The float kernel
+// runs its rows as whole vectors of constant width, where the int32 planes
+// take two instructions a product.
+bool exact_in_float(const ActGrid& grid, const Geom& g) {
+  return grid.zero == std::nearbyint(grid.zero) && grid.zero >= 0.0 && grid.zero <= 255.0 && g.K() <= 514;
+}
+
+// The output from planes of (u - z) as floats, summed by the float forward's
+// kernel; each plane's sums dequantized while in cache.
+void forward_float(const std::vector<uint8_t>& u, const ActGrid& grid, const QuantCodes& wi, const float* pb,
+                   const Geom& g, float* py) {
   const int64_t P = g.P(), K = g.K(), HW = g.h * g.w;
-  Tensor y = Tensor::empty({g.n, g.c, g.oh, g.ow});
-  float* py = y.data<float>();
-  const float* pb = bias.defined() ? bias.data<float>() : nullptr;
+  const auto z = static_cast<int32_t>(grid.zero);
+  std::vector<float> wf(static_cast<size_t>(g.c * K));
+  for (int64_t i = 0; i < g.c * K; ++i) wf[i] = static_cast<float>(wi.q.get()[i]);
+  const conv_detail::Geometry pg = plane_geometry(g);
+#pragma omp parallel
+  {
+    conv_detail::PhasePlane plane(pg, plane_params(g), 0.f);
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t n = 0; n < g.n; ++n)
+      for (int64_t c = 0; c < g.c; ++c) {
+        plane.load(u.data() + (n * g.c + c) * HW, [z](uint8_t v) { return static_cast<float>(int32_t{v} - z); });
+        float* out = py + (n * g.c + c) * P;
+        conv_detail::depthwise_forward_plane(plane, wf.data() + c * K, 0.f, pg, out);
+        const double s = static_cast<double>(grid.scale) * static_cast<double>(wi.scale[c]);
+        const float b = pb ? pb[c] : 0.f;
+#pragma omp simd
+        for (int64_t p = 0; p < P; ++p) out[p] = static_cast<float>(s * static_cast<double>(out[p])) + b;
+      }
+  }
+}
+
+// The same output from the int32 planes (any zero point and size).
+void forward_int(const std::vector<uint8_t>& u, uint8_t pad, const ActGrid& grid, const QuantCodes& wi,
+                 const float* pb, const Geom& g, float* py) {
+  const int64_t P = g.P(), K = g.K(), HW = g.h * g.w;
 #pragma omp parallel
   {
     IntPlane plane(plane_geometry(g), plane_params(g), pad);
@@ -112,7 +152,6 @@ Tensor depthwise_forward(const std::vector<uint8_t>& u, uint8_t pad, const ActGr
       for (int64_t c = 0; c < g.c; ++c) {
         plane.load(u.data() + (n * g.c + c) * HW, [](uint8_t v) { return int32_t{v}; });
         forward_plane(plane, wi.q.get() + c * K, g, acc.data());
-        // DepthwiseForward's expression: s_x s_w[c] (acc - z sum_t W[c][t]) + b[c]
         const double s = static_cast<double>(grid.scale) * static_cast<double>(wi.scale[c]);
         const double corr = grid.zero * static_cast<double>(wi.rowsum[c]);
         float* out = py + (n * g.c + c) * P;
@@ -120,6 +159,22 @@ Tensor depthwise_forward(const std::vector<uint8_t>& u, uint8_t pad, const ActGr
           out[p] = static_cast<float>(s * (static_cast<double>(acc[p]) - corr)) + (pb ? pb[c] : 0.f);
       }
   }
+}
+
+}  // namespace
+
+// DepthwiseForward's expression: s_x s_w[c] (acc - z sum_t W[c][t]) + b[c]
+// (acc - z sum_t W is exact either way, so both give the same floats).
+Tensor depthwise_forward(const std::vector<uint8_t>& u, uint8_t pad, const ActGrid& grid, const QuantCodes& wi,
+                         const Tensor& bias, const Geom& g) {
+  QAT_PROFILE("int8_train.depthwise_forward");
+  Tensor y = Tensor::empty({g.n, g.c, g.oh, g.ow});
+  float* py = y.data<float>();
+  const float* pb = bias.defined() ? bias.data<float>() : nullptr;
+  if (exact_in_float(grid, g))
+    forward_float(u, grid, wi, pb, g, py);
+  else
+    forward_int(u, pad, grid, wi, pb, g, py);
   return y;
 }
 

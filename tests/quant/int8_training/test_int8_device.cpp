@@ -169,6 +169,10 @@ std::vector<Case> cases() {
        {4, 1, 3, 3}, {1, 1, 2, 2, 2, 2, 4}, centred, false, false, true, config(nearest, max)},
       {"depthwise 5x5, stride 1x2, padding 2x1 (two column phases of the CPU's planes), bias", {2, 5, 11, 10},
        {5, 1, 5, 5}, {1, 2, 2, 1, 1, 1, 5}, u8, true, true, true, config(stochastic, direction_sensitive)},
+      // The CPU's forward sums in float where the zero point is an integer
+      // (Note [exact float depthwise sums]); this one takes its int32 planes.
+      {"depthwise 2x2 without padding on a fractional zero point (LSQ+)", {2, 4, 6, 5}, {4, 1, 2, 2},
+       {1, 1, 0, 0, 1, 1, 4}, frac, true, true, true, config(stochastic, direction_sensitive)},
   };
 }
 
