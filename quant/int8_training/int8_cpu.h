@@ -100,6 +100,7 @@ struct CpuStages {
     bool keep_rows = false;  // keep the im2row rows for the packed weight gradient
     std::shared_ptr<std::vector<uint8_t>> u;  // the input's integers (N, C, H, W)
     Tensor rows;  // the im2row rows (M x K) where kept (a 1x1 layer's rows are u)
+    bool rows_nhwc = false;  // the rows' columns are in (ki, kj, c) order, not (c, ki, kj)
   };
   struct Codes {
     std::vector<int8_t> q;      // G (O, M) or Gx (M, O)

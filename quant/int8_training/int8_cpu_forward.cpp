@@ -114,8 +114,10 @@ bool packed_forward(GemmKernel kernel, const Geom& g) {
   return packs(kernel) && g.P() > 1 && can_use_packed(kernel, g.o);
 }
 
-// rows: the im2row rows (M x K) of the input.
-Tensor forward_int(const uint8_t* rows, const ActGrid& grid, const QuantCodes& wi, const Tensor& bias, const Geom& g) {
+// rows: the im2row rows (M x K) of the input; wq: the weight's integers in
+// the rows' column order (wi.q, or its columns reordered).
+Tensor forward_int(const uint8_t* rows, const int8_t* wq, const ActGrid& grid, const QuantCodes& wi,
+                   const Tensor& bias, const Geom& g) {
   QAT_PROFILE("int8_train.forward_gemm");
   const int64_t M = g.M(), K = g.K(), O = g.o, P = g.P();
   int32_t* acc = scratch<int32_t>(kAcc, M * O);
@@ -125,9 +127,9 @@ Tensor forward_int(const uint8_t* rows, const ActGrid& grid, const QuantCodes& w
     if (packed_forward(kernel, g)) {
       // The weight packed for the broadcast kernel (its quads of k copied):
       // a convolution's few weights against its many patch rows.
-      gemm_u8s8s32_packed(kernel, M, rows, K, pack_b_vnni(wi.q.get(), O, K, K), acc, O);
+      gemm_u8s8s32_packed(kernel, M, rows, K, pack_b_vnni(wq, O, K, K), acc, O);
     } else {
-      gemm_u8s8s32(kernel, M, O, K, rows, K, wi.q.get(), K, acc, O);
+      gemm_u8s8s32(kernel, M, O, K, rows, K, wq, K, acc, O);
     }
   }
   Tensor y = Tensor::empty({g.n, O, g.oh, g.ow});
@@ -164,21 +166,27 @@ void CpuStages::input_integers(Saved& sv, const Tensor& x, const std::string& wh
 
 // The im2row rows (a linear layer's are its input), kept for the packed
 // weight gradient where sv.keep_rows (a tensor: the caching allocator reuses
-// its memory).
+// its memory). A convolution whose window is more than one pixel builds them
+// from NHWC images, in (ki, kj, c) order (sv.rows_nhwc), with the weight's
+// columns reordered to match: the same sums.
 Tensor CpuStages::forward_gemm(Saved& sv, const Tensor& bias) const {
   const Geom& g = sv.g;
   if (g.depthwise()) return depthwise_forward(*sv.u, sv.pad, sv.grid, *sv.wi, bias, g);
-  const uint8_t* rows = sv.u->data();
-  Tensor kept;
-  if (!is_1x1(g)) {
-    kept = Tensor::empty({g.M() * g.K()}, DType::u8);
-    if (is_pointwise(g))
-      pointwise_rows_nchw(sv.u->data(), g.n, g.c, g.P(), kept.data<uint8_t>());
-    else
-      im2row_nchw(sv.u->data(), window_of(g), g.n, sv.pad, kept.data<uint8_t>());
-    rows = kept.data<uint8_t>();
+  if (is_1x1(g)) return forward_int(sv.u->data(), sv.wi->q.get(), sv.grid, *sv.wi, bias, g);
+  Tensor kept = Tensor::empty({g.M() * g.K()}, DType::u8);
+  uint8_t* rows = kept.data<uint8_t>();
+  const int8_t* wq = sv.wi->q.get();
+  std::vector<int8_t> reordered;
+  sv.rows_nhwc = !is_pointwise(g);
+  if (sv.rows_nhwc) {
+    im2row_nchw_as_nhwc(sv.u->data(), window_of(g), g.n, sv.pad, rows);
+    reordered.resize(static_cast<size_t>(g.o * g.K()));
+    weight_as_nhwc(wq, g.o, g.c, g.kh * g.kw, reordered.data());
+    wq = reordered.data();
+  } else {
+    pointwise_rows_nchw(sv.u->data(), g.n, g.c, g.P(), rows);
   }
-  Tensor y = forward_int(rows, sv.grid, *sv.wi, bias, g);
+  Tensor y = forward_int(rows, wq, sv.grid, *sv.wi, bias, g);
   if (sv.keep_rows) sv.rows = kept;
   return y;
 }

@@ -228,6 +228,33 @@ void im2row_nchw(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad,
                   rows + (i * s.out_h + oy) * s.out_w * K);
 }
 
+void im2row_nchw_as_nhwc(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, uint8_t* rows) {
+  QAT_PROFILE("int8_train.im2row");
+  const int64_t hw = s.h * s.w, P = s.out_h * s.out_w, K = s.kh * s.kw * s.c;
+  thread_local std::vector<uint8_t> nhwc;
+  if (nhwc.size() < static_cast<size_t>(n * hw * s.c)) nhwc.resize(static_cast<size_t>(n * hw * s.c));
+  pointwise_rows_nchw(u, n, s.c, hw, nhwc.data());
+  const uint8_t* images = nhwc.data();
+  const PaddedPlanes pp = nhwc_planes(s);
+#pragma omp parallel
+  {
+    std::vector<uint8_t> padded(static_cast<size_t>(padded_image_bytes(s)));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      pad_image_u8(images + i * hw * s.c, s, pad, padded.data());
+      window_rows(padded.data(), pp, 0, P, rows + i * P * K, K);
+    }
+  }
+}
+
+void weight_as_nhwc(const int8_t* w, int64_t o, int64_t c, int64_t taps, int8_t* out) {
+  const int64_t K = c * taps;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < o; ++r)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t t = 0; t < taps; ++t) out[r * K + t * c + ch] = w[r * K + ch * taps + t];
+}
+
 // Built directly, stored as u - 128 (s8) for the s8 x s8 weight-gradient
 // GEMM (u ^ 0x80 is u - 128 in two's complement).
 void im2col_nchw(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, int8_t* col) {

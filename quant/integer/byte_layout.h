@@ -51,6 +51,13 @@ void im2row_nchw(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad,
 // The same rows for a 1x1 kernel at stride 1 without padding (K = c): each
 // image's planes (c, hw) transposed to (hw, c).
 void pointwise_rows_nchw(const uint8_t* u, int64_t n, int64_t c, int64_t hw, uint8_t* rows);
+// The rows of the same windows with each row's bytes in (ki, kj, c) order,
+// the integer model's (im2row_u8): the images transposed to NHWC first, so
+// that a kernel row is one run of kw c bytes instead of c runs of kw.
+void im2row_nchw_as_nhwc(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, uint8_t* rows);
+// w (O, c kh kw) with each row's columns reordered to (kh, kw, c): the
+// weight that multiplies those rows.
+void weight_as_nhwc(const int8_t* w, int64_t o, int64_t c, int64_t taps, int8_t* out);
 // col (K x M): the transpose of those rows, stored as u - 128 (s8).
 void im2col_nchw(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, int8_t* col);
 // The padded planes of one image (c x (h + 2 pad_h) x (w + 2 pad_w)), in elements.
