@@ -22,9 +22,6 @@ __attribute__((target("avx512f,avx512bw"))) inline void copy_upto64(uint8_t* dst
   _mm512_mask_storeu_epi8(dst, m, _mm512_maskz_loadu_epi8(m, src));
 }
 
-// Bytes read past the last padded plane by the word copies of window_rows.
-constexpr int64_t kPlaneSlack = 64;
-
 // The window rows of positions [first, first + count), `stride` bytes
 // apart: each kernel row's bytes by copy(r, src, end), r its place in the
 // row that ends at `end` (its K bytes: those up to the stride are left as
@@ -113,11 +110,6 @@ PaddedPlanes nhwc_planes(const Im2RowShape& s) {
           s.stride_w * s.c, s.stride_h * row_bytes, s.out_w};
 }
 
-PaddedPlanes nchw_planes(const Im2RowShape& s) {
-  const int64_t row_bytes = s.w + 2 * s.pad_w;
-  return {s.c,        s.h + 2 * s.pad_h,     row_bytes, s.kw, 1, s.dil_w, s.kh, s.dil_h * row_bytes,
-          s.stride_w, s.stride_h * row_bytes, s.out_w};
-}
 
 void pad_plane_u8(const uint8_t* src, int64_t rows, int64_t row_bytes, int64_t pad_rows, int64_t pad_bytes,
                   uint8_t value, uint8_t* dst) {
@@ -205,28 +197,6 @@ void im2row_u8_padded_range(const uint8_t* padded, const Im2RowShape& s, int64_t
 
 // ---------------------------------------------------------------- NCHW
 int64_t padded_planes_elems(const Im2RowShape& s) { return s.c * (s.h + 2 * s.pad_h) * (s.w + 2 * s.pad_w); }
-
-void im2row_nchw(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, uint8_t* rows) {
-  QAT_PROFILE("int8_train.im2row");
-  // The (n, c) planes padded, and kPlaneSlack bytes past the last: every tap
-  // of every output position then reads inside.
-  const PaddedPlanes pp = nchw_planes(s);
-  const int64_t planes_bytes = n * s.c * pp.plane_bytes();
-  thread_local std::vector<uint8_t> buffer;
-  if (buffer.size() < static_cast<size_t>(planes_bytes + kPlaneSlack))
-    buffer.resize(static_cast<size_t>(planes_bytes + kPlaneSlack));
-  uint8_t* planes = buffer.data();
-  std::memset(planes + planes_bytes, pad, kPlaneSlack);
-#pragma omp parallel for schedule(static)
-  for (int64_t nc = 0; nc < n * s.c; ++nc)
-    pad_plane_u8(u + nc * s.h * s.w, s.h, s.w, s.pad_h, s.pad_w, pad, planes + nc * pp.plane_bytes());
-  const int64_t K = pp.row_len();
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t oy = 0; oy < s.out_h; ++oy)
-      window_rows(planes + i * s.c * pp.plane_bytes(), pp, oy * s.out_w, s.out_w,
-                  rows + (i * s.out_h + oy) * s.out_w * K);
-}
 
 void im2row_nchw_as_nhwc(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, uint8_t* rows) {
   QAT_PROFILE("int8_train.im2row");

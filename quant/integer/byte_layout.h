@@ -3,14 +3,16 @@
 // the integer model (NHWC images) and INT8 training (NCHW batches).
 //
 // Note [byte layouts]
-// Both layouts are padded planes read through a window. An NHWC image is
-// one plane of h rows of w*c bytes, and an output position's window is kh
-// runs of kw*c bytes in it; an NCHW image is c planes of h rows of w bytes,
-// the window kh runs of kw bytes in each. So one padding (pad_plane_u8) and
-// one window copy (window_rows: each run one word-sized move, exact at a
-// row's end) serve both: PaddedPlanes says which layout's planes they are.
-// Only INT8 training's backward needs the rest (NCHW): the transposed rows
-// (im2col), their scatter back (col2im) and the byte transpose.
+// Both read windows of NHWC images: an image is one plane of h rows of w*c
+// bytes, and an output position's window is kh runs of kw*c bytes in it.
+// The integer model's activations are NHWC; INT8 training's (and the
+// integer forward's) are NCHW batches, whose images are transposed to NHWC
+// before their rows are built (im2row_nchw_as_nhwc), since a window of
+// NCHW planes would be c kh runs of only kw bytes each. So one padding
+// (pad_plane_u8) and one window copy (window_rows: each run one word-sized
+// move, exact at a row's end) serve both. Only INT8 training's backward
+// needs the rest (NCHW): the transposed rows (im2col), their scatter back
+// (col2im) and the byte transpose.
 #include <cstdint>
 
 namespace qat::quant {
@@ -45,20 +47,19 @@ void im2row_u8_padded_range(const uint8_t* padded, const Im2RowShape& s, int64_t
                             int64_t stride = 0);
 
 // ---------------------------------------------------------------- NCHW (INT8 training), n images
-// rows (n oh ow x c kh kw): the im2row rows of u (n, c, h, w), `pad` outside;
-// row m = (n, oy, ox), column k = (c, ki, kj).
-void im2row_nchw(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, uint8_t* rows);
+// rows (n oh ow x kh kw c): the im2row rows of u (n, c, h, w), `pad` outside;
+// row m = (n, oy, ox), column (ki, kj, c), the integer model's order
+// (im2row_u8): the images are transposed to NHWC first, so that a kernel
+// row is one run of kw c bytes instead of c runs of kw.
+void im2row_nchw_as_nhwc(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, uint8_t* rows);
 // The same rows for a 1x1 kernel at stride 1 without padding (K = c): each
 // image's planes (c, hw) transposed to (hw, c).
 void pointwise_rows_nchw(const uint8_t* u, int64_t n, int64_t c, int64_t hw, uint8_t* rows);
-// The rows of the same windows with each row's bytes in (ki, kj, c) order,
-// the integer model's (im2row_u8): the images transposed to NHWC first, so
-// that a kernel row is one run of kw c bytes instead of c runs of kw.
-void im2row_nchw_as_nhwc(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, uint8_t* rows);
 // w (O, c kh kw) with each row's columns reordered to (kh, kw, c): the
 // weight that multiplies those rows.
 void weight_as_nhwc(const int8_t* w, int64_t o, int64_t c, int64_t taps, int8_t* out);
-// col (K x M): the transpose of those rows, stored as u - 128 (s8).
+// col (K x M): the im2row rows with columns in (c, ki, kj) order,
+// transposed, stored as u - 128 (s8).
 void im2col_nchw(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, int8_t* col);
 // The padded planes of one image (c x (h + 2 pad_h) x (w + 2 pad_w)), in elements.
 int64_t padded_planes_elems(const Im2RowShape& s);
@@ -73,7 +74,7 @@ void transpose_bytes(const int8_t* src, int64_t rows, int64_t cols, int8_t* dst)
 // ---------------------------------------------------------------- shared (Note [byte layouts])
 // The padded planes of one image in either layout, and its window in them.
 struct PaddedPlanes {
-  int64_t planes;           // per image: 1 (NHWC) or c (NCHW)
+  int64_t planes;           // per image (1: an NHWC image)
   int64_t rows, row_bytes;  // of one padded plane
   int64_t kw, chunk, gap;   // a kernel row: kw chunks of `chunk` bytes, `gap` bytes apart
   int64_t kh, down;         // kernel rows, `down` bytes apart
@@ -85,7 +86,6 @@ struct PaddedPlanes {
   int64_t row_len() const { return planes * kh * run_bytes(); }  // K
 };
 PaddedPlanes nhwc_planes(const Im2RowShape& s);
-PaddedPlanes nchw_planes(const Im2RowShape& s);
 
 // A plane of `rows` x `row_bytes` bytes padded with `value`: pad_rows rows
 // above and below, pad_bytes bytes on each side of every row.

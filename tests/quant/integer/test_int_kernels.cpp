@@ -258,6 +258,26 @@ TEST_CASE("im2row from a padded image equals the general im2row, its rows packed
 // element by element: kernel rows of 1 to 80 bytes (each word size of the
 // shared window copy, and the exact copies past 64), dilation along both
 // sides, padding, strides, two images.
+// A 1x1 layer's rows are its images' planes transposed (blocks of 64
+// crossed on both sides); a weight's columns reordered to (taps, c).
+TEST_CASE("NCHW pointwise rows and the NHWC weight order equal their definitions", "[quant][integer]") {
+  std::mt19937 rng(5);
+  const int64_t n = 3, c = 70, hw = 130;
+  std::vector<uint8_t> u(static_cast<size_t>(n * c * hw)), rows(u.size());
+  for (auto& v : u) v = static_cast<uint8_t>(rng());
+  pointwise_rows_nchw(u.data(), n, c, hw, rows.data());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t p = 0; p < hw; ++p)
+      for (int64_t ch = 0; ch < c; ++ch) REQUIRE(rows[(i * hw + p) * c + ch] == u[(i * c + ch) * hw + p]);
+  const int64_t o = 5, taps = 9;
+  std::vector<int8_t> w(static_cast<size_t>(o * c * taps)), out(w.size());
+  for (auto& v : w) v = static_cast<int8_t>(rng());
+  weight_as_nhwc(w.data(), o, c, taps, out.data());
+  for (int64_t r = 0; r < o; ++r)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t t = 0; t < taps; ++t) REQUIRE(out[(r * taps + t) * c + ch] == w[(r * c + ch) * taps + t]);
+}
+
 TEST_CASE("NCHW im2row, im2col and col2im equal their definitions", "[quant][integer]") {
   std::mt19937 rng(12);
   const std::vector<Im2RowShape> shapes = {
@@ -282,13 +302,15 @@ TEST_CASE("NCHW im2row, im2col and col2im equal their definitions", "[quant][int
       const int64_t y = oy * s.stride_h - s.pad_h + ki * s.dil_h, x = ox * s.stride_w - s.pad_w + kj * s.dil_w;
       return y < 0 || y >= s.h || x < 0 || x >= s.w ? pad : u[((i * s.c + c) * s.h + y) * s.w + x];
     };
+    // The rows in (ki, kj, c) order (through NHWC images), the columns in (c, ki, kj).
     std::vector<uint8_t> rows(static_cast<size_t>(M * K));
-    im2row_nchw(u.data(), s, n, pad, rows.data());
+    im2row_nchw_as_nhwc(u.data(), s, n, pad, rows.data());
     std::vector<int8_t> col(static_cast<size_t>(K * M));
     im2col_nchw(u.data(), s, n, pad, col.data());
+    const int64_t taps = s.kh * s.kw;
     for (int64_t m = 0; m < M; ++m)
       for (int64_t k = 0; k < K; ++k) {
-        REQUIRE(rows[m * K + k] == at(m, k));
+        REQUIRE(rows[m * K + (k % taps) * s.c + k / taps] == at(m, k));
         REQUIRE(col[k * M + m] == static_cast<int8_t>(at(m, k) - 128));
       }
     // col2im of image 1's rows of values: each input pixel sums the values of
