@@ -6,6 +6,7 @@
 // quantization and backward GEMMs (int8_cpu_backward.cpp), and what they
 // share: the geometry, the kernel choice and the per-thread buffers.
 // Internal to quant/int8_training.
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -68,6 +69,39 @@ inline Im2RowShape window_of(const Geom& g) {
   return {g.h, g.w, g.c, g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dil_h, g.dil_w, g.oh, g.ow};
 }
 
+// ---------------------------------------------------------------- the input's integers
+// int8_math::input_integer's rule without a branch, for vectorised loops:
+// u, and 1 where x is off the grid (u is then 0).
+struct InputRule {
+  double inv, zero, top;
+  explicit InputRule(const ActGrid& grid)
+      : inv(1.0 / static_cast<double>(grid.scale)), zero(grid.zero), top(static_cast<double>(grid.levels)) {}
+  int32_t operator()(float x, uint8_t& u) const {
+    const double t = std::fma(static_cast<double>(x), inv, zero);
+    const double r = std::nearbyint(t);
+    const bool ok = std::fabs(t - r) <= 1e-3 && r >= 0.0 && r < top;
+    u = static_cast<uint8_t>(static_cast<int32_t>(ok ? r : 0.0));
+    return ok ? 0 : 1;
+  }
+  // The same, v = u - zero as a float (exact: integers below 2^8), with no
+  // byte in between (which kept GCC from vectorising the loop).
+  int32_t centred(float x, float& v) const {
+    const double t = std::fma(static_cast<double>(x), inv, zero);
+    const double r = std::nearbyint(t);
+    const bool ok = (std::fabs(t - r) <= 1e-3) & (r >= 0.0) & (r < top);  // (no short circuit: no branch)
+    v = static_cast<float>(r - zero);  // (off the grid: any value, the caller fails)
+    return ok ? 0 : 1;
+  }
+};
+// u[i] = x[i]'s integer for i < n; 1 where any is off the grid. Out of
+// line, so that each caller gets the vectorised loop (inlined into a lambda
+// in an OpenMP region, GCC kept the scalar one).
+int32_t grid_codes(const float* x, int64_t n, const InputRule& rule, uint8_t* u);
+// v[i] = x[i]'s integer minus the zero point, as a float.
+int32_t centred_grid_codes(const float* x, int64_t n, const InputRule& rule, float* v);
+// The error for the first of x's n values off the grid (one is known to be).
+[[noreturn]] void fail_first_off_grid(const float* x, int64_t n, const ActGrid& grid, const std::string& who);
+
 // ---------------------------------------------------------------- stages (int8_layer.h)
 // How the integer forward's errors name a layer (INT8 training's: int8_training_who).
 std::string int_forward_who(const std::string& layer);
@@ -80,6 +114,14 @@ std::shared_ptr<QuantCodes> weight_integers(const Tensor& wq, const Tensor& w_sc
 // G (O, M) and Gx (M, O) the gradients' as the dense layers lay them out.
 Tensor depthwise_forward(const std::vector<uint8_t>& u, uint8_t pad, const ActGrid& grid, const QuantCodes& wi,
                          const Tensor& bias, const Geom& g);
+// Where the input's zero point lets the forward sum in float (Note [exact
+// float depthwise sums]).
+bool depthwise_sums_in_float(const ActGrid& grid, const Geom& g);
+// The same forward read from x (N, C, H, W) itself, where
+// depthwise_sums_in_float: each plane's integers made as it is loaded (off
+// the grid: an error naming who).
+Tensor depthwise_forward_of(const Tensor& x, const ActGrid& grid, const QuantCodes& wi, const Tensor& bias,
+                            const Geom& g, const std::string& who);
 Tensor depthwise_weight_grad(const std::vector<uint8_t>& u, uint8_t pad, const ActGrid& grid, const int8_t* G,
                              const int64_t* gsum, float scale_g, const Geom& g);
 Tensor depthwise_input_grad(const int8_t* Gx, float scale_gx, const QuantCodes& wi, const Geom& g);
@@ -101,6 +143,12 @@ struct CpuStages {
     std::shared_ptr<std::vector<uint8_t>> u;  // the input's integers (N, C, H, W)
     Tensor rows;  // the im2row rows (M x K) where kept (a 1x1 layer's rows are u)
     bool rows_nhwc = false;  // the rows' columns are in (ki, kj, c) order, not (c, ki, kj)
+    // The integer forward of a QAT layer: no backward reads u, so a 1x1 or
+    // depthwise layer's forward makes its integers from x as it reads it
+    // (x and who kept for it, u left empty).
+    bool forward_only = false;
+    Tensor x;
+    std::string who;
   };
   struct Codes {
     std::vector<int8_t> q;      // G (O, M) or Gx (M, O)

@@ -101,34 +101,25 @@ void input_grad_plane(IntPlane& plane, const int8_t* w, const int32_t* gy, const
 
 namespace {
 
-// Note [exact float depthwise sums]: where the input's zero point z is an
-// integer, each product (u - z) W[c][t] is an integer of magnitude at most
-// 255 * 128, and with at most 514 taps every partial sum stays below 2^24:
-// float arithmetic (the float forward's plane kernel, FMA or not) computes
-// sum_t (u - z) W exactly, which is acc - z sum_t W, the same integer the
-// int32 planes give. The padding, the integer z, becomes 0. The float kernel
-// runs its rows as whole vectors of constant width, where the int32 planes
-// take two instructions a product.
-bool exact_in_float(const ActGrid& grid, const Geom& g) {
-  return grid.zero == std::nearbyint(grid.zero) && grid.zero >= 0.0 && grid.zero <= 255.0 && g.K() <= 514;
-}
-
 // The output from planes of (u - z) as floats, summed by the float forward's
-// kernel; each plane's sums dequantized while in cache.
-void forward_float(const std::vector<uint8_t>& u, const ActGrid& grid, const QuantCodes& wi, const float* pb,
-                   const Geom& g, float* py) {
-  const int64_t P = g.P(), K = g.K(), HW = g.h * g.w;
-  const auto z = static_cast<int32_t>(grid.zero);
+// kernel; each plane's sums dequantized while in cache. make_load() makes
+// each thread's loader: load(n, c, plane) fills the plane of image n,
+// channel c (a thread's (n, c) pairs come in order).
+template <class MakeLoad>
+void forward_float(const ActGrid& grid, const QuantCodes& wi, const float* pb, const Geom& g, float* py,
+                   const MakeLoad& make_load) {
+  const int64_t P = g.P(), K = g.K();
   std::vector<float> wf(static_cast<size_t>(g.c * K));
   for (int64_t i = 0; i < g.c * K; ++i) wf[i] = static_cast<float>(wi.q.get()[i]);
   const conv_detail::Geometry pg = plane_geometry(g);
 #pragma omp parallel
   {
     conv_detail::PhasePlane plane(pg, plane_params(g), 0.f);
+    auto load = make_load();
 #pragma omp for collapse(2) schedule(static)
     for (int64_t n = 0; n < g.n; ++n)
       for (int64_t c = 0; c < g.c; ++c) {
-        plane.load(u.data() + (n * g.c + c) * HW, [z](uint8_t v) { return static_cast<float>(int32_t{v} - z); });
+        load(n, c, plane);
         float* out = py + (n * g.c + c) * P;
         conv_detail::depthwise_forward_plane(plane, wf.data() + c * K, 0.f, pg, out);
         const double s = static_cast<double>(grid.scale) * static_cast<double>(wi.scale[c]);
@@ -163,6 +154,18 @@ void forward_int(const std::vector<uint8_t>& u, uint8_t pad, const ActGrid& grid
 
 }  // namespace
 
+// Note [exact float depthwise sums]: where the input's zero point z is an
+// integer, each product (u - z) W[c][t] is an integer of magnitude at most
+// 255 * 128, and with at most 514 taps every partial sum stays below 2^24:
+// float arithmetic (the float forward's plane kernel, FMA or not) computes
+// sum_t (u - z) W exactly, which is acc - z sum_t W, the same integer the
+// int32 planes give. The padding, the integer z, becomes 0. The float kernel
+// runs its rows as whole vectors of constant width, where the int32 planes
+// take two instructions a product.
+bool depthwise_sums_in_float(const ActGrid& grid, const Geom& g) {
+  return grid.zero == std::nearbyint(grid.zero) && grid.zero >= 0.0 && grid.zero <= 255.0 && g.K() <= 514;
+}
+
 // DepthwiseForward's expression: s_x s_w[c] (acc - z sum_t W[c][t]) + b[c]
 // (acc - z sum_t W is exact either way, so both give the same floats).
 Tensor depthwise_forward(const std::vector<uint8_t>& u, uint8_t pad, const ActGrid& grid, const QuantCodes& wi,
@@ -171,10 +174,48 @@ Tensor depthwise_forward(const std::vector<uint8_t>& u, uint8_t pad, const ActGr
   Tensor y = Tensor::empty({g.n, g.c, g.oh, g.ow});
   float* py = y.data<float>();
   const float* pb = bias.defined() ? bias.data<float>() : nullptr;
-  if (exact_in_float(grid, g))
-    forward_float(u, grid, wi, pb, g, py);
-  else
+  if (depthwise_sums_in_float(grid, g)) {
+    const auto z = static_cast<int32_t>(grid.zero);
+    forward_float(grid, wi, pb, g, py, [&] {
+      return [&](int64_t n, int64_t c, conv_detail::PhasePlane& plane) {
+        plane.load(u.data() + (n * g.c + c) * g.h * g.w,
+                   [z](uint8_t v) { return static_cast<float>(int32_t{v} - z); });
+      };
+    });
+  } else {
     forward_int(u, pad, grid, wi, pb, g, py);
+  }
+  return y;
+}
+
+Tensor depthwise_forward_of(const Tensor& x, const ActGrid& grid, const QuantCodes& wi, const Tensor& bias,
+                            const Geom& g, const std::string& who) {
+  QAT_PROFILE("int8_train.depthwise_forward");
+  const int64_t HW = g.h * g.w;
+  Tensor y = Tensor::empty({g.n, g.c, g.oh, g.ow});
+  const float* px = x.data<float>();
+  const InputRule rule(grid);
+  int32_t off_grid = 0;
+  // Each thread makes the integers of a run of planes at a time (at least
+  // 4096 values: a plane of 4x4 alone would run the scalar tail of the
+  // vectorised loop), then loads its planes from them.
+  const int64_t planes = g.n * g.c, run = std::max<int64_t>(1, 4096 / HW);
+  forward_float(grid, wi, bias.defined() ? bias.data<float>() : nullptr, g, y.data<float>(), [&] {
+    return [&, v = std::vector<float>(static_cast<size_t>(run * HW)), first = int64_t{-1}](
+               int64_t n, int64_t c, conv_detail::PhasePlane& plane) mutable {
+      const int64_t at = n * g.c + c;
+      if (first < 0 || at < first || at >= first + run) {
+        first = at;
+        const int64_t count = std::min(run, planes - at);
+        if (centred_grid_codes(px + at * HW, count * HW, rule, v.data())) {
+#pragma omp atomic
+          off_grid |= 1;
+        }
+      }
+      plane.load(v.data() + (at - first) * HW);
+    };
+  });
+  if (off_grid) fail_first_off_grid(px, g.n * g.c * HW, grid, who);
   return y;
 }
 

@@ -32,6 +32,29 @@ bool packed_backward() { return packs(int8_gemm_kernel()); }
 // How the integer forward's errors name a layer (INT8 training's: int8_training_who).
 std::string int_forward_who(const std::string& layer) { return "quant.integer_forward: layer " + layer; }
 
+int32_t grid_codes(const float* __restrict x, int64_t n, const InputRule& rule, uint8_t* __restrict u) {
+  const InputRule r = rule;
+  int32_t off = 0;
+#pragma omp simd reduction(| : off)
+  for (int64_t i = 0; i < n; ++i) off |= r(x[i], u[i]);
+  return off;
+}
+
+int32_t centred_grid_codes(const float* __restrict x, int64_t n, const InputRule& rule, float* __restrict v) {
+  const InputRule r = rule;
+  int32_t off = 0;
+#pragma omp simd reduction(| : off)
+  for (int64_t i = 0; i < n; ++i) off |= r.centred(x[i], v[i]);
+  return off;
+}
+
+void fail_first_off_grid(const float* x, int64_t n, const ActGrid& grid, const std::string& who) {
+  const double inv = 1.0 / static_cast<double>(grid.scale);
+  for (int64_t i = 0; i < n; ++i)
+    if (int8_math::input_integer(x[i], inv, grid.zero, grid.levels) < 0) fail_input_off_grid(who, x[i], i, grid);
+  QAT_FAIL(who, ": an input value is off its quantizer's grid, but none was found on a second look");
+}
+
 // wq / s_w[o] as int8 (O, K) and its row sums: the integers of a weight
 // that arrives fake-quantized (LSQ; the observed kinds give them directly,
 // FakeQuantizer::forward_codes).
@@ -79,30 +102,41 @@ namespace {
 
 // x on `grid` as integers u (N, C, H, W); a value more than 1e-3 steps off
 // the grid or outside [0, levels) is an error: the layer's input must be what
-// a quantizer produced. int8_math::input_integer's rule, written without a
-// branch so that the compiler vectorises it (every quantized layer's input,
-// every step); the first bad value is looked for only once one was seen.
+// a quantizer produced. The first bad value is looked for only once one was
+// seen.
 std::vector<uint8_t> input_integers(const Tensor& x, const ActGrid& grid, const std::string& who) {
   QAT_PROFILE("int8_train.input_integers");
   const int64_t n = x.numel();
   std::vector<uint8_t> u(static_cast<size_t>(n));
   const float* px = x.data<float>();
   uint8_t* pu = u.data();
-  const double inv = 1.0 / static_cast<double>(grid.scale), zero = grid.zero;
-  const double top = static_cast<double>(grid.levels);
+  const InputRule rule(grid);
+  constexpr int64_t kBlock = 1 << 14;
   int32_t off_grid = 0;
-#pragma omp parallel for simd schedule(static) reduction(| : off_grid) if (n >= (1 << 15))
-  for (int64_t i = 0; i < n; ++i) {
-    const double t = std::fma(static_cast<double>(px[i]), inv, zero);
-    const double r = std::nearbyint(t);
-    const bool ok = std::fabs(t - r) <= 1e-3 && r >= 0.0 && r < top;
-    pu[i] = static_cast<uint8_t>(static_cast<int32_t>(ok ? r : 0.0));
-    off_grid |= ok ? 0 : 1;
-  }
-  if (off_grid)
-    for (int64_t i = 0; i < n; ++i)
-      if (int8_math::input_integer(px[i], inv, zero, grid.levels) < 0) fail_input_off_grid(who, px[i], i, grid);
+#pragma omp parallel for schedule(static) reduction(| : off_grid) if (n >= (1 << 15))
+  for (int64_t b = 0; b < n; b += kBlock) off_grid |= grid_codes(px + b, std::min(kBlock, n - b), rule, pu + b);
+  if (off_grid) fail_first_off_grid(px, n, grid, who);
   return u;
+}
+
+// rows (n hw x c): the integers of x (n, c, hw) transposed, a 1x1 layer's
+// im2row rows without u in memory: image by image, its integers made into a
+// buffer that stays in cache, then transposed into its rows.
+void pointwise_rows_of(const float* x, const ActGrid& grid, const Geom& g, uint8_t* rows, const std::string& who) {
+  QAT_PROFILE("int8_train.pointwise_rows");
+  const int64_t C = g.c, HW = g.h * g.w;
+  const InputRule rule(grid);
+  int32_t off_grid = 0;
+#pragma omp parallel reduction(| : off_grid)
+  {
+    std::vector<uint8_t> image(static_cast<size_t>(C * HW));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.n; ++n) {
+      off_grid |= grid_codes(x + n * C * HW, C * HW, rule, image.data());
+      transpose_planes(image.data(), C, HW, rows + n * HW * C);
+    }
+  }
+  if (off_grid) fail_first_off_grid(x, g.n * C * HW, grid, who);
 }
 
 // ---------------------------------------------------------------- forward
@@ -161,6 +195,12 @@ Tensor forward_int(const uint8_t* rows, const int8_t* wq, const ActGrid& grid, c
 }  // namespace
 
 void CpuStages::input_integers(Saved& sv, const Tensor& x, const std::string& who) const {
+  const Geom& g = sv.g;
+  const bool reads_x = (is_pointwise(g) && !is_1x1(g)) || (g.depthwise() && depthwise_sums_in_float(sv.grid, g));
+  if (sv.forward_only && reads_x) {
+    sv.x = x.contiguous(), sv.who = who;
+    return;
+  }
   sv.u = std::make_shared<std::vector<uint8_t>>(int8_cpu::input_integers(x.contiguous(), sv.grid, who));
 }
 
@@ -171,7 +211,9 @@ void CpuStages::input_integers(Saved& sv, const Tensor& x, const std::string& wh
 // columns reordered to match: the same sums.
 Tensor CpuStages::forward_gemm(Saved& sv, const Tensor& bias) const {
   const Geom& g = sv.g;
-  if (g.depthwise()) return depthwise_forward(*sv.u, sv.pad, sv.grid, *sv.wi, bias, g);
+  if (g.depthwise())
+    return sv.u ? depthwise_forward(*sv.u, sv.pad, sv.grid, *sv.wi, bias, g)
+                : depthwise_forward_of(sv.x, sv.grid, *sv.wi, bias, g, sv.who);
   if (is_1x1(g)) return forward_int(sv.u->data(), sv.wi->q.get(), sv.grid, *sv.wi, bias, g);
   Tensor kept = Tensor::empty({g.M() * g.K()}, DType::u8);
   uint8_t* rows = kept.data<uint8_t>();
@@ -183,8 +225,10 @@ Tensor CpuStages::forward_gemm(Saved& sv, const Tensor& bias) const {
     reordered.resize(static_cast<size_t>(g.o * g.K()));
     weight_as_nhwc(wq, g.o, g.c, g.kh * g.kw, reordered.data());
     wq = reordered.data();
-  } else {
+  } else if (sv.u) {
     pointwise_rows_nchw(sv.u->data(), g.n, g.c, g.P(), rows);
+  } else {
+    pointwise_rows_of(sv.x.data<float>(), sv.grid, g, rows, sv.who);
   }
   Tensor y = forward_int(rows, wq, sv.grid, *sv.wi, bias, g);
   if (sv.keep_rows) sv.rows = kept;

@@ -114,6 +114,7 @@ Tensor integer_forward_values(const Tensor& x, const ActGrid& grid, const Tensor
   if (x.device() == Device::cpu) {
     int8_cpu::CpuStages s;
     int8_cpu::CpuStages::Saved sv = cpu_saved(grid, integers_of(wq, w_scale, g, who), g, who);
+    sv.forward_only = true;
     return int8_steps::forward(s, sv, x, bias, who);
   }
   check_one_device(x, wq, bias, who);

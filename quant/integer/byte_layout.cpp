@@ -325,6 +325,10 @@ void transpose_bytes(const int8_t* src, int64_t rows, int64_t cols, int8_t* dst)
   for (int64_t c0 = 0; c0 < cols; c0 += 64) transpose_column_block(s, rows, cols, c0, d);
 }
 
+void transpose_planes(const uint8_t* planes, int64_t c, int64_t hw, uint8_t* rows) {
+  for (int64_t c0 = 0; c0 < hw; c0 += 64) transpose_column_block(planes, c, hw, c0, rows);
+}
+
 void pointwise_rows_nchw(const uint8_t* u, int64_t n, int64_t c, int64_t hw, uint8_t* rows) {
   QAT_PROFILE("int8_train.pointwise_rows");
   const int64_t blocks = (hw + 63) / 64;

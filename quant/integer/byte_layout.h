@@ -55,6 +55,8 @@ void im2row_nchw_as_nhwc(const uint8_t* u, const Im2RowShape& s, int64_t n, uint
 // The same rows for a 1x1 kernel at stride 1 without padding (K = c): each
 // image's planes (c, hw) transposed to (hw, c).
 void pointwise_rows_nchw(const uint8_t* u, int64_t n, int64_t c, int64_t hw, uint8_t* rows);
+// One image's planes (c, hw) transposed to (hw, c) on the calling thread.
+void transpose_planes(const uint8_t* planes, int64_t c, int64_t hw, uint8_t* rows);
 // w (O, c kh kw) with each row's columns reordered to (kh, kw, c): the
 // weight that multiplies those rows.
 void weight_as_nhwc(const int8_t* w, int64_t o, int64_t c, int64_t taps, int8_t* out);

@@ -51,6 +51,14 @@ std::vector<Case> cases() {
        Conv2dParams{}, frac, true, true},
       {"conv 1x1, 64 outputs (the packed kernels' column block)", {2, 8, 5, 5}, {64, 8, 1, 1}, Conv2dParams{}, u8,
        true, true},
+      {"conv 1x1, 70 inputs, 72 positions (the pointwise rows' blocks of 64 crossed)", {2, 70, 9, 8},
+       {64, 70, 1, 1}, Conv2dParams{}, u8, true, true},
+      {"depthwise 3x3, stride 2, padding 1, per-channel weights, bias", {2, 6, 9, 8}, {6, 1, 3, 3},
+       {2, 2, 1, 1, 1, 1, 6}, u8, true, true},
+      {"depthwise 3x3, dilation 2, padding 2, per-tensor weight, zero point 128", {3, 4, 7, 7}, {4, 1, 3, 3},
+       {1, 1, 2, 2, 2, 2, 4}, centred, false, false},
+      {"depthwise 2x2 without padding on a fractional zero point (LSQ+): the int32 planes", {2, 4, 6, 5},
+       {4, 1, 2, 2}, {1, 1, 0, 0, 1, 1, 4}, frac, true, true},
       {"linear, 70 outputs, 100 inputs", {5, 100}, {70, 100}, Conv2dParams{}, u8, true, true},
       {"linear, one sample, per-tensor weight, no bias", {1, 33}, {3, 33}, Conv2dParams{}, centred, false, false},
   };
@@ -94,7 +102,8 @@ Tensor float_op(const Case& c, const std::vector<Tensor>& in) {
 // sum W)) + b, the product of the scales and the correction in double.
 Tensor formula(const Case& c, const Operands& op) {
   const bool lin = c.linear();
-  const int64_t N = c.x[0], C = c.x[1], H = lin ? 1 : c.x[2], W = lin ? 1 : c.x[3];
+  const int64_t N = c.x[0], H = lin ? 1 : c.x[2], W = lin ? 1 : c.x[3];
+  const int64_t C = lin ? c.x[1] : c.w[1];  // a depthwise output reads its own channel only
   const int64_t O = c.w[0], KH = lin ? 1 : c.w[2], KW = lin ? 1 : c.w[3];
   const Conv2dParams p = lin ? Conv2dParams{} : c.p;
   const int64_t OH = lin ? 1 : conv_out_size(H, KH, p.stride_h, p.pad_h, p.dil_h, "test");
@@ -112,7 +121,8 @@ Tensor formula(const Case& c, const Operands& op) {
                 const int64_t wv = op.w[static_cast<size_t>(((o * C + ci) * KH + ky) * KW + kx)];
                 const int64_t iy = oy * p.stride_h - p.pad_h + ky * p.dil_h, ix = ox * p.stride_w - p.pad_w + kx * p.dil_w;
                 const bool inside = iy >= 0 && iy < H && ix >= 0 && ix < W;
-                const int64_t u = inside ? op.u[static_cast<size_t>(((n * C + ci) * H + iy) * W + ix)]
+                const int64_t ch = C == c.x[1] ? ci : o, CX = c.x[1];
+                const int64_t u = inside ? op.u[static_cast<size_t>(((n * CX + ch) * H + iy) * W + ix)]
                                          : static_cast<int64_t>(zx);  // (padded cases have integer zero points)
                 uw += u * wv;
                 wsum += wv;
@@ -135,7 +145,7 @@ Tensor emulated_values(const Case& c, const Operands& op) {
     g = {c.x[0], c.x[1], c.x[2], c.x[3], c.w[0], c.w[2], c.w[3],
          conv_out_size(c.x[2], c.w[2], p.stride_h, p.pad_h, p.dil_h, "test"),
          conv_out_size(c.x[3], c.w[3], p.stride_w, p.pad_w, p.dil_w, "test"),
-         p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dil_h, p.dil_w};
+         p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dil_h, p.dil_w, p.groups};
   Tensor y = int8_device::integer_forward_values(ex, op.x, c.grid, op.wq, op.scales, op.bias, g,
                                                  "quant.integer_forward: layer features.3");
   return c.linear() ? reshape(y, {c.x[0], c.w[0]}) : y;
@@ -204,6 +214,16 @@ TEST_CASE("the integer forward names the layer and the value off the grid", "[qu
                       Contains("quant.integer_forward: layer features.3: input value") && Contains("at index 17"));
   REQUIRE_THROWS_WITH(emulated_values(c, op),
                       Contains("quant.integer_forward: layer features.3: input value") && Contains("at index 17"));
+  // The layers that make their integers as they read x (a 1x1 layer's rows, a depthwise layer's planes).
+  const std::vector<Case> all = cases();
+  for (const size_t k : {size_t{4}, size_t{6}}) {
+    const Case& d = all[k];
+    INFO(d.name);
+    Operands od = operands(d, 14);
+    od.x.data<float>()[17] += 0.01f;
+    REQUIRE_THROWS_WITH(int_forward_op(d, {od.x, od.wq, od.scales, od.bias}),
+                        Contains("quant.integer_forward: layer features.3: input value") && Contains("at index 17"));
+  }
   op = operands(c, 14);
   op.wq.data<float>()[2 * 27 + 5] *= 1.5f;  // row 2
   REQUIRE_THROWS_WITH(int_forward_op(c, {op.x, op.wq, op.scales, op.bias}),
