@@ -27,9 +27,10 @@ struct Geometry {
 // reads a contiguous run of OW values: phase (kj dil_w) mod stride_w, row
 // oy stride_h + ki dil_h, from column (kj dil_w) / stride_w. So a kernel reads
 // whole runs, with no bounds checks and no strided access. Of floats for the
-// float depthwise forward; of int32 for INT8 training's depthwise kernel
-// (quant/int8_training/int8_cpu_depthwise.cpp), whose padding is the input's
-// zero-point integer.
+// float depthwise forward, and for INT8 training's depthwise forward on
+// planes of u - z (padding 0); of int32 for its gradients and for its
+// forward where z is fractional (quant/int8_training/int8_cpu_depthwise.cpp;
+// their padding is the input's zero-point integer).
 template <class T>
 class PhasePlaneOf {
  public:

@@ -64,7 +64,7 @@ inline T* scratch(Slot slot, int64_t n) {
 
 // ---------------------------------------------------------------- layouts
 // The layer's window as the byte layouts take it (quant/integer/byte_layout.h:
-// im2row_nchw, im2col_nchw, col2im_nchw, with g.n images).
+// im2row_nchw_as_nhwc, im2col_nchw, col2im_nchw, with g.n images).
 inline Im2RowShape window_of(const Geom& g) {
   return {g.h, g.w, g.c, g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dil_h, g.dil_w, g.oh, g.ow};
 }
@@ -79,7 +79,7 @@ struct InputRule {
   int32_t operator()(float x, uint8_t& u) const {
     const double t = std::fma(static_cast<double>(x), inv, zero);
     const double r = std::nearbyint(t);
-    const bool ok = std::fabs(t - r) <= 1e-3 && r >= 0.0 && r < top;
+    const bool ok = (std::fabs(t - r) <= 1e-3) & (r >= 0.0) & (r < top);
     u = static_cast<uint8_t>(static_cast<int32_t>(ok ? r : 0.0));
     return ok ? 0 : 1;
   }
@@ -89,7 +89,8 @@ struct InputRule {
     const double t = std::fma(static_cast<double>(x), inv, zero);
     const double r = std::nearbyint(t);
     const bool ok = (std::fabs(t - r) <= 1e-3) & (r >= 0.0) & (r < top);  // (no short circuit: no branch)
-    v = static_cast<float>(r - zero);  // (off the grid: any value, the caller fails)
+    const double below = r > top ? top : r;  // (bounded off the grid too: no float overflow)
+    v = static_cast<float>((below < 0.0 ? 0.0 : below) - zero);
     return ok ? 0 : 1;
   }
 };

@@ -24,9 +24,11 @@
 // On the CPU the bodies' sums run as Note [depthwise kernel]'s plane loops
 // (core/ops/depthwise_conv.cpp) on int32 planes (PhasePlaneOf): each (image,
 // channel) plane loaded once with its padding, each tap a contiguous run per
-// output row, no index arithmetic per product. The sums are of integers, so
-// their order does not matter: each equals the body's, and the output is the
-// same double expression of it (the device twin's test holds the two equal).
+// output row, no index arithmetic per product. The forward runs the float
+// kernel itself on planes of u - z where that is exact (Note [exact float
+// depthwise sums] below). The sums are of integers, so their order does not
+// matter: each equals the body's, and the output is the same double
+// expression of it (the device twin's test holds the two equal).
 #include <vector>
 
 #include <cmath>

@@ -1,5 +1,7 @@
 // INT8 training's forward on the CPU (int8_cpu.h): the operands' integers,
 // the forward GEMM and its dequantization; the kernel choice.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -196,7 +198,10 @@ Tensor forward_int(const uint8_t* rows, const int8_t* wq, const ActGrid& grid, c
 
 void CpuStages::input_integers(Saved& sv, const Tensor& x, const std::string& who) const {
   const Geom& g = sv.g;
-  const bool reads_x = (is_pointwise(g) && !is_1x1(g)) || (g.depthwise() && depthwise_sums_in_float(sv.grid, g));
+  // (A 1x1 layer's rows are made image by image on the threads: with fewer
+  // images than threads, u and its transpose split finer.)
+  const bool reads_x = (is_pointwise(g) && !is_1x1(g) && g.n >= omp_get_max_threads()) ||
+                       (g.depthwise() && depthwise_sums_in_float(sv.grid, g));
   if (sv.forward_only && reads_x) {
     sv.x = x.contiguous(), sv.who = who;
     return;

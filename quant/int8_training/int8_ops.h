@@ -164,7 +164,7 @@ Tensor int8_linear(const Tensor& x, const ActGrid& grid, const Tensor& w, std::s
 // rounding (tests bound it by the float-sum error). The backward is the
 // float op's own (conv2d_backward / linear_backward on x and wq): QAT's
 // gradients, bit for bit. Same operand rules as INT8 training (symmetric
-// weights of at most 8 bits, groups 1, x on one per-tensor grid of at most
+// weights of at most 8 bits, groups 1 or depthwise, x on one per-tensor grid of at most
 // 256 levels); a value off the grid is an error naming `layer`.
 Tensor int_forward_conv2d(const Tensor& x, const ActGrid& grid, const Tensor& wq, const Tensor& w_scale,
                           const Tensor& bias, const Conv2dParams& p, const std::string& layer);

@@ -29,13 +29,12 @@ __attribute__((target("avx512f,avx512bw"))) inline void copy_upto64(uint8_t* dst
 template <class Copy>
 [[gnu::always_inline]] inline void window_rows_with(const uint8_t* planes, const PaddedPlanes& pp, int64_t first,
                                                     int64_t count, uint8_t* rows, int64_t stride, const Copy& copy) {
-  const int64_t K = pp.row_len(), run = pp.run_bytes(), next_plane = pp.plane_bytes() - pp.kh * pp.down;
+  const int64_t K = pp.row_len(), run = pp.run_bytes();
   for (int64_t p = first; p < first + count; ++p) {
     uint8_t* r = rows + (p - first) * stride;
     const uint8_t* const end = r + K;
     const uint8_t* src = planes + (p / pp.out_w) * pp.step_y + (p % pp.out_w) * pp.step_x;
-    for (int64_t c = 0; c < pp.planes; ++c, src += next_plane)
-      for (int64_t ki = 0; ki < pp.kh; ++ki, r += run, src += pp.down) copy(r, src, end);
+    for (int64_t ki = 0; ki < pp.kh; ++ki, r += run, src += pp.down) copy(r, src, end);
   }
 }
 
@@ -106,7 +105,7 @@ inline void gather_run(const uint8_t* xrow, int64_t w, int64_t x0, int64_t step,
 // ---------------------------------------------------------------- shared
 PaddedPlanes nhwc_planes(const Im2RowShape& s) {
   const int64_t row_bytes = (s.w + 2 * s.pad_w) * s.c;
-  return {1,           s.h + 2 * s.pad_h,     row_bytes, s.kw, s.c, s.dil_w * s.c, s.kh, s.dil_h * row_bytes,
+  return {s.h + 2 * s.pad_h, row_bytes, s.kw, s.c, s.dil_w * s.c, s.kh, s.dil_h * row_bytes,
           s.stride_w * s.c, s.stride_h * row_bytes, s.out_w};
 }
 
@@ -198,23 +197,28 @@ void im2row_u8_padded_range(const uint8_t* padded, const Im2RowShape& s, int64_t
 // ---------------------------------------------------------------- NCHW
 int64_t padded_planes_elems(const Im2RowShape& s) { return s.c * (s.h + 2 * s.pad_h) * (s.w + 2 * s.pad_w); }
 
+namespace {
+void planes_to_rows(const uint8_t* u, int64_t n, int64_t c, int64_t hw, uint8_t* rows);  // (below)
+}  // namespace
+
 void im2row_nchw_as_nhwc(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, uint8_t* rows) {
   QAT_PROFILE("int8_train.im2row");
-  const int64_t hw = s.h * s.w, P = s.out_h * s.out_w, K = s.kh * s.kw * s.c;
-  thread_local std::vector<uint8_t> nhwc;
-  if (nhwc.size() < static_cast<size_t>(n * hw * s.c)) nhwc.resize(static_cast<size_t>(n * hw * s.c));
-  pointwise_rows_nchw(u, n, s.c, hw, nhwc.data());
+  const int64_t hw = s.h * s.w, P = s.out_h * s.out_w, K = s.kh * s.kw * s.c, image = hw * s.c;
+  const int64_t padded = padded_image_bytes(s);  // (with the slack the window copies read past it)
+  thread_local std::vector<uint8_t> nhwc, planes;
+  if (nhwc.size() < static_cast<size_t>(n * image)) nhwc.resize(static_cast<size_t>(n * image));
+  if (planes.size() < static_cast<size_t>(n * padded)) planes.resize(static_cast<size_t>(n * padded));
+  planes_to_rows(u, n, s.c, hw, nhwc.data());
   const uint8_t* images = nhwc.data();
+  uint8_t* pimg = planes.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) pad_image_u8(images + i * image, s, pad, pimg + i * padded);
+  // (image, output row) pairs on the threads: a batch of one image still splits.
   const PaddedPlanes pp = nhwc_planes(s);
-#pragma omp parallel
-  {
-    std::vector<uint8_t> padded(static_cast<size_t>(padded_image_bytes(s)));
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      pad_image_u8(images + i * hw * s.c, s, pad, padded.data());
-      window_rows(padded.data(), pp, 0, P, rows + i * P * K, K);
-    }
-  }
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t oy = 0; oy < s.out_h; ++oy)
+      window_rows(pimg + i * padded, pp, oy * s.out_w, s.out_w, rows + (i * P + oy * s.out_w) * K, K);
 }
 
 void weight_as_nhwc(const int8_t* w, int64_t o, int64_t c, int64_t taps, int8_t* out) {
@@ -329,12 +333,19 @@ void transpose_planes(const uint8_t* planes, int64_t c, int64_t hw, uint8_t* row
   for (int64_t c0 = 0; c0 < hw; c0 += 64) transpose_column_block(planes, c, hw, c0, rows);
 }
 
-void pointwise_rows_nchw(const uint8_t* u, int64_t n, int64_t c, int64_t hw, uint8_t* rows) {
-  QAT_PROFILE("int8_train.pointwise_rows");
+namespace {
+// pointwise_rows_nchw without its profile scope (im2row_nchw_as_nhwc's first step).
+void planes_to_rows(const uint8_t* u, int64_t n, int64_t c, int64_t hw, uint8_t* rows) {
   const int64_t blocks = (hw + 63) / 64;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t i = 0; i < n; ++i)
     for (int64_t b = 0; b < blocks; ++b) transpose_column_block(u + i * c * hw, c, hw, b * 64, rows + i * hw * c);
+}
+}  // namespace
+
+void pointwise_rows_nchw(const uint8_t* u, int64_t n, int64_t c, int64_t hw, uint8_t* rows) {
+  QAT_PROFILE("int8_train.pointwise_rows");
+  planes_to_rows(u, n, c, hw, rows);
 }
 
 }  // namespace qat::quant

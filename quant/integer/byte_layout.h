@@ -74,10 +74,9 @@ void planes_to_float(const int64_t* planes, const Im2RowShape& s, double scale, 
 void transpose_bytes(const int8_t* src, int64_t rows, int64_t cols, int8_t* dst);
 
 // ---------------------------------------------------------------- shared (Note [byte layouts])
-// The padded planes of one image in either layout, and its window in them.
+// The padded plane of one NHWC image, and its window in it.
 struct PaddedPlanes {
-  int64_t planes;           // per image (1: an NHWC image)
-  int64_t rows, row_bytes;  // of one padded plane
+  int64_t rows, row_bytes;  // of the padded plane
   int64_t kw, chunk, gap;   // a kernel row: kw chunks of `chunk` bytes, `gap` bytes apart
   int64_t kh, down;         // kernel rows, `down` bytes apart
   int64_t step_x, step_y;   // bytes between output columns, output rows
@@ -85,7 +84,7 @@ struct PaddedPlanes {
   int64_t plane_bytes() const { return rows * row_bytes; }
   int64_t run_bytes() const { return kw * chunk; }  // what one kernel row writes
   bool contiguous() const { return gap == chunk; }
-  int64_t row_len() const { return planes * kh * run_bytes(); }  // K
+  int64_t row_len() const { return kh * run_bytes(); }  // K
 };
 PaddedPlanes nhwc_planes(const Im2RowShape& s);
 

@@ -155,6 +155,8 @@ std::vector<Case> cases() {
        {3, 2, 3, 2}, {2, 1, 2, 1, 2, 2, 1}, centred, false, false, true, config(nearest, max)},
       {"conv without padding on a fractional zero point (LSQ+), 4-bit gradients", {2, 4, 5, 5}, {6, 4, 2, 2},
        Conv2dParams{}, frac, true, true, true, config(stochastic, direction_sensitive, 4)},
+      {"conv 1x1, 64 outputs (its rows the planes transposed, kept for the packed weight gradient)", {2, 8, 5, 5},
+       {64, 8, 1, 1}, Conv2dParams{}, u8, true, true, true, config(stochastic, direction_sensitive)},
       {"linear, 70 outputs (two GEMM tiles), 100 inputs", {5, 100}, {70, 100}, Conv2dParams{}, u8, true, true, true,
        config(stochastic, direction_sensitive)},
       {"linear, one sample, per-tensor weight", {1, 33}, {3, 33}, Conv2dParams{}, centred, false, true, true,

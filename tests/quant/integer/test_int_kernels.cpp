@@ -254,10 +254,6 @@ TEST_CASE("im2row from a padded image equals the general im2row, its rows packed
   }
 }
 
-// The NCHW layouts of INT8 training (byte_layout.h) against the definition,
-// element by element: kernel rows of 1 to 80 bytes (each word size of the
-// shared window copy, and the exact copies past 64), dilation along both
-// sides, padding, strides, two images.
 // A 1x1 layer's rows are its images' planes transposed (blocks of 64
 // crossed on both sides); a weight's columns reordered to (taps, c).
 TEST_CASE("NCHW pointwise rows and the NHWC weight order equal their definitions", "[quant][integer]") {
@@ -278,14 +274,22 @@ TEST_CASE("NCHW pointwise rows and the NHWC weight order equal their definitions
       for (int64_t t = 0; t < taps; ++t) REQUIRE(out[(r * taps + t) * c + ch] == w[(r * c + ch) * taps + t]);
 }
 
+// The NCHW layouts of INT8 training (byte_layout.h) against the definition,
+// element by element: the rows' kernel rows (kw c bytes, NHWC) of 5 to 128
+// bytes (each word size of the shared window copy, the AVX-512 masked
+// copies, and the exact copies past 64), dilation along both sides, padding,
+// strides, two images.
 TEST_CASE("NCHW im2row, im2col and col2im equal their definitions", "[quant][integer]") {
   std::mt19937 rng(12);
   const std::vector<Im2RowShape> shapes = {
-      {6, 9, 3, 3, 3, 1, 1, 1, 1, 1, 1, 6, 9},      // 3-byte runs, padded
-      {12, 12, 2, 2, 11, 2, 1, 1, 5, 1, 1, 7, 12},  // 11 bytes: 16-byte words
-      {5, 40, 1, 2, 24, 1, 3, 0, 4, 1, 1, 4, 9},    // 24 bytes: 32-byte words
-      {4, 70, 2, 1, 64, 1, 2, 0, 0, 1, 1, 4, 4},    // exactly 64
+      {7, 10, 1, 3, 5, 1, 1, 1, 2, 1, 1, 7, 10},    // 5 bytes: 8-byte words, padded
+      {6, 9, 3, 3, 3, 1, 1, 1, 1, 1, 1, 6, 9},      // 9 bytes: 16-byte words
+      {12, 12, 2, 2, 11, 2, 1, 1, 5, 1, 1, 7, 12},  // 22 bytes: 32-byte words
+      {5, 40, 1, 2, 24, 1, 3, 0, 4, 1, 1, 4, 9},    // 24 bytes: 32-byte words, stride 3
+      {5, 6, 16, 3, 3, 2, 1, 1, 1, 1, 1, 3, 6},     // 48 bytes: AVX-512 moves
+      {4, 5, 32, 2, 2, 1, 1, 0, 0, 1, 1, 3, 4},     // exactly 64
       {3, 90, 1, 2, 80, 1, 5, 1, 0, 1, 1, 4, 3},    // 80: exact copies
+      {4, 70, 2, 1, 64, 1, 2, 0, 0, 1, 1, 4, 4},    // 128: exact copies
       {11, 13, 2, 3, 3, 2, 2, 2, 3, 2, 3, 6, 7},    // dilation on both sides
   };
   for (const Im2RowShape& s : shapes) {

@@ -53,6 +53,8 @@ std::vector<Case> cases() {
        true, true},
       {"conv 1x1, 70 inputs, 72 positions (the pointwise rows' blocks of 64 crossed)", {2, 70, 9, 8},
        {64, 70, 1, 1}, Conv2dParams{}, u8, true, true},
+      {"conv 1x1 at stride 2 (a window of one tap)", {2, 5, 7, 6}, {4, 5, 1, 1}, {2, 2, 0, 0, 1, 1, 1}, u8, true,
+       true},
       {"depthwise 3x3, stride 2, padding 1, per-channel weights, bias", {2, 6, 9, 8}, {6, 1, 3, 3},
        {2, 2, 1, 1, 1, 1, 6}, u8, true, true},
       {"depthwise 3x3, dilation 2, padding 2, per-tensor weight, zero point 128", {3, 4, 7, 7}, {4, 1, 3, 3},
@@ -214,13 +216,15 @@ TEST_CASE("the integer forward names the layer and the value off the grid", "[qu
                       Contains("quant.integer_forward: layer features.3: input value") && Contains("at index 17"));
   REQUIRE_THROWS_WITH(emulated_values(c, op),
                       Contains("quant.integer_forward: layer features.3: input value") && Contains("at index 17"));
-  // The layers that make their integers as they read x (a 1x1 layer's rows, a depthwise layer's planes).
-  const std::vector<Case> all = cases();
-  for (const size_t k : {size_t{4}, size_t{6}}) {
-    const Case& d = all[k];
+  // The layers that make their integers as they read x (a 1x1 layer's rows,
+  // a depthwise layer's planes): the first of two values off the grid named.
+  for (const Case& d : cases()) {
+    const bool reads_x = !d.linear() && d.w[2] * d.w[3] == 1 ? d.p.stride_h == 1 : d.p.groups > 1;
+    if (!reads_x) continue;
     INFO(d.name);
     Operands od = operands(d, 14);
     od.x.data<float>()[17] += 0.01f;
+    od.x.data<float>()[od.x.numel() - 3] += 0.02f;
     REQUIRE_THROWS_WITH(int_forward_op(d, {od.x, od.wq, od.scales, od.bias}),
                         Contains("quant.integer_forward: layer features.3: input value") && Contains("at index 17"));
   }
