@@ -17,7 +17,8 @@ keep() {  # keep a run's small files
   cp "$1.log" "$HERE/$2/train.log" 2>/dev/null || true
 }
 ONE=(--set train.threads=1 --set quant.init_from="$FP32")
-W8=(configs/resnet18_w8a8_imagenette.yaml "${ONE[@]}")
+# (the float forward these runs used; the config has since set quant.integer_forward)
+W8=(configs/resnet18_w8a8_imagenette.yaml "${ONE[@]}" --set quant.integer_forward=false)
 [ -f "$WORK/w8a8/best.safetensors" ] ||
   $QAT train "${W8[@]}" --set output.dir="$WORK/w8a8" > "$WORK/w8a8.log" 2>&1
 keep "$WORK/w8a8" w8a8
