@@ -22,7 +22,7 @@ keep() {  # keep a run's small files
 keep "$WORK/fp32" fp32
 for run in float integer_forward; do
   W8=(configs/resnet18_w8a8_imagenette.yaml "${D[@]}" --set quant.init_from="$WORK/fp32/best.safetensors")
-  [ "$run" = integer_forward ] && W8+=(--set quant.integer_forward=true)
+  if [ "$run" = integer_forward ]; then W8+=(--set quant.integer_forward=true); else W8+=(--set quant.integer_forward=false); fi
   [ -f "$WORK/$run/best.safetensors" ] ||
     $QAT train "${W8[@]}" --set output.dir="$WORK/$run" > "$WORK/$run.log" 2>&1
   keep "$WORK/$run" "$run"
