@@ -36,6 +36,10 @@ inline bool is_pointwise(const Geom& g) {
   return !g.depthwise() && g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 &&
          g.pad_w == 0 && g.oh == g.h && g.ow == g.w;
 }
+// Whether the forward builds a dense layer's rows from NHWC images, columns
+// in (ki, kj, c) order (im2row_nchw_as_nhwc); a 1x1 layer's are u or its
+// planes transposed, columns in c order either way.
+inline bool rows_in_nhwc_order(const Geom& g) { return !g.depthwise() && !is_1x1(g) && !is_pointwise(g); }
 
 // ---------------------------------------------------------------- kernels
 // The kernel set_int8_training_kernel chose, else the best here.
@@ -76,19 +80,24 @@ struct InputRule {
   double inv, zero, top;
   explicit InputRule(const ActGrid& grid)
       : inv(1.0 / static_cast<double>(grid.scale)), zero(grid.zero), top(static_cast<double>(grid.levels)) {}
-  int32_t operator()(float x, uint8_t& u) const {
+  // r: x's nearest grid integer; whether x is on the grid (no short
+  // circuit: no branch).
+  bool nearest(float x, double& r) const {
     const double t = std::fma(static_cast<double>(x), inv, zero);
-    const double r = std::nearbyint(t);
-    const bool ok = (std::fabs(t - r) <= 1e-3) & (r >= 0.0) & (r < top);
+    r = std::nearbyint(t);
+    return (std::fabs(t - r) <= 1e-3) & (r >= 0.0) & (r < top);
+  }
+  int32_t operator()(float x, uint8_t& u) const {
+    double r;
+    const bool ok = nearest(x, r);
     u = static_cast<uint8_t>(static_cast<int32_t>(ok ? r : 0.0));
     return ok ? 0 : 1;
   }
   // The same, v = u - zero as a float (exact: integers below 2^8), with no
   // byte in between (which kept GCC from vectorising the loop).
   int32_t centred(float x, float& v) const {
-    const double t = std::fma(static_cast<double>(x), inv, zero);
-    const double r = std::nearbyint(t);
-    const bool ok = (std::fabs(t - r) <= 1e-3) & (r >= 0.0) & (r < top);  // (no short circuit: no branch)
+    double r;
+    const bool ok = nearest(x, r);
     const double below = r > top ? top : r;  // (bounded off the grid too: no float overflow)
     v = static_cast<float>((below < 0.0 ? 0.0 : below) - zero);
     return ok ? 0 : 1;
@@ -143,7 +152,6 @@ struct CpuStages {
     bool keep_rows = false;  // keep the im2row rows for the packed weight gradient
     std::shared_ptr<std::vector<uint8_t>> u;  // the input's integers (N, C, H, W)
     Tensor rows;  // the im2row rows (M x K) where kept (a 1x1 layer's rows are u)
-    bool rows_nhwc = false;  // the rows' columns are in (ki, kj, c) order, not (c, ki, kj)
     // The integer forward of a QAT layer: no backward reads u, so a 1x1 or
     // depthwise layer's forward makes its integers from x as it reads it
     // (x and who kept for it, u left empty).

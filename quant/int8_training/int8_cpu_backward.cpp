@@ -378,22 +378,6 @@ float CpuStages::max_abs(const Saved& sv, const Tensor& dy, int which, bool nan_
   return m;
 }
 
-namespace {
-// dW (O, K) computed from rows in (ki, kj, c) order, its columns put back
-// into the weight's (c, ki, kj) order.
-Tensor weight_from_nhwc(const Tensor& dw, const Geom& g) {
-  const int64_t K = g.K(), taps = g.kh * g.kw;
-  Tensor out = Tensor::empty({g.o, K});
-  const float* src = dw.data<float>();
-  float* dst = out.data<float>();
-#pragma omp parallel for schedule(static)
-  for (int64_t o = 0; o < g.o; ++o)
-    for (int64_t c = 0; c < g.c; ++c)
-      for (int64_t t = 0; t < taps; ++t) dst[o * K + c * taps + t] = src[o * K + t * g.c + c];
-  return out;
-}
-}  // namespace
-
 void CpuStages::refresh_clip(const Saved& sv, const Tensor& dy, int which, Int8GradState& st) const {
   if (which == 0) return st.refresh_clip(0, dy.data<float>(), dy.numel());
   const std::vector<float> v = scaled_dy(sv, dy);
@@ -423,7 +407,12 @@ Tensor CpuStages::weight_grad(const Saved& sv, const Codes& c, float scale) cons
                                                : nullptr;
   Tensor dw = g.depthwise() ? depthwise_weight_grad(*sv.u, sv.pad, sv.grid, c.q.data(), c.gsum.data(), scale, g)
                             : int8_cpu::weight_grad(*sv.u, rows, sv.grid, c.q.data(), c.gsum.data(), scale, g, sv.pad);
-  if (rows && sv.rows_nhwc) dw = weight_from_nhwc(dw, g);
+  if (rows && rows_in_nhwc_order(g)) {
+    // dW computed from the kept rows: its columns back into the weight's (c, ki, kj) order.
+    Tensor back = Tensor::empty({g.o, g.K()});
+    transpose_within_rows(dw.data<float>(), g.o, g.kh * g.kw, g.c, back.data<float>());
+    dw = back;
+  }
   if (sv.apply_ste) {
     // dw = dwq * mask, as fake_quantize's backward (NaN * 0 stays NaN).
     float* pd = dw.data<float>();

@@ -212,7 +212,7 @@ void CpuStages::input_integers(Saved& sv, const Tensor& x, const std::string& wh
 // The im2row rows (a linear layer's are its input), kept for the packed
 // weight gradient where sv.keep_rows (a tensor: the caching allocator reuses
 // its memory). A convolution whose window is more than one pixel builds them
-// from NHWC images, in (ki, kj, c) order (sv.rows_nhwc), with the weight's
+// from NHWC images, in (ki, kj, c) order (rows_in_nhwc_order), with the weight's
 // columns reordered to match: the same sums.
 Tensor CpuStages::forward_gemm(Saved& sv, const Tensor& bias) const {
   const Geom& g = sv.g;
@@ -224,8 +224,7 @@ Tensor CpuStages::forward_gemm(Saved& sv, const Tensor& bias) const {
   uint8_t* rows = kept.data<uint8_t>();
   const int8_t* wq = sv.wi->q.get();
   std::vector<int8_t> reordered;
-  sv.rows_nhwc = !is_pointwise(g);
-  if (sv.rows_nhwc) {
+  if (rows_in_nhwc_order(g)) {
     im2row_nchw_as_nhwc(sv.u->data(), window_of(g), g.n, sv.pad, rows);
     reordered.resize(static_cast<size_t>(g.o * g.K()));
     weight_as_nhwc(wq, g.o, g.c, g.kh * g.kw, reordered.data());

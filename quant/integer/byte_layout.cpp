@@ -221,14 +221,6 @@ void im2row_nchw_as_nhwc(const uint8_t* u, const Im2RowShape& s, int64_t n, uint
       window_rows(pimg + i * padded, pp, oy * s.out_w, s.out_w, rows + (i * P + oy * s.out_w) * K, K);
 }
 
-void weight_as_nhwc(const int8_t* w, int64_t o, int64_t c, int64_t taps, int8_t* out) {
-  const int64_t K = c * taps;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < o; ++r)
-    for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t t = 0; t < taps; ++t) out[r * K + t * c + ch] = w[r * K + ch * taps + t];
-}
-
 // Built directly, stored as u - 128 (s8) for the s8 x s8 weight-gradient
 // GEMM (u ^ 0x80 is u - 128 in two's complement).
 void im2col_nchw(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, int8_t* col) {

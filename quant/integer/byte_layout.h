@@ -57,9 +57,22 @@ void im2row_nchw_as_nhwc(const uint8_t* u, const Im2RowShape& s, int64_t n, uint
 void pointwise_rows_nchw(const uint8_t* u, int64_t n, int64_t c, int64_t hw, uint8_t* rows);
 // One image's planes (c, hw) transposed to (hw, c) on the calling thread.
 void transpose_planes(const uint8_t* planes, int64_t c, int64_t hw, uint8_t* rows);
+// Each of `rows` rows of src holds an (a, b) block; dst's rows hold its
+// transpose (b, a). A weight's columns go from (c, kh kw) to the NHWC rows'
+// (kh kw, c) order with a = c, b = kh kw, and back with a = kh kw, b = c.
+template <class T>
+void transpose_within_rows(const T* src, int64_t rows, int64_t a, int64_t b, T* dst) {
+  const int64_t K = a * b;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < a; ++i)
+      for (int64_t j = 0; j < b; ++j) dst[r * K + j * a + i] = src[r * K + i * b + j];
+}
 // w (O, c kh kw) with each row's columns reordered to (kh, kw, c): the
 // weight that multiplies those rows.
-void weight_as_nhwc(const int8_t* w, int64_t o, int64_t c, int64_t taps, int8_t* out);
+inline void weight_as_nhwc(const int8_t* w, int64_t o, int64_t c, int64_t taps, int8_t* out) {
+  transpose_within_rows(w, o, c, taps, out);
+}
 // col (K x M): the im2row rows with columns in (c, ki, kj) order,
 // transposed, stored as u - 128 (s8).
 void im2col_nchw(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, int8_t* col);
