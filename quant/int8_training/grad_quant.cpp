@@ -214,21 +214,43 @@ double clip_cosine_distance(const float* g, int64_t n, float clip, int bits) {
   return cosine_distance(clip_cosine_stats(g, n, clip, bits, best_grad_stats_kernel()));
 }
 
+SpanAbsMax span_abs_max(const float* __restrict g, int64_t n, float s) {
+  constexpr int kLanes = 32;  // two AVX-512 registers per accumulator
+  // `a > m ? a : m` is vmaxps's semantics (a NaN never wins), so NaN and
+  // non-finite values are flagged in lanes of their own.
+  float mx[kLanes] = {}, nan[kLanes] = {}, bad[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const float a = std::fabs(g[i + j] * s);
+      mx[j] = a > mx[j] ? a : mx[j];
+      nan[j] = a != a ? 1.f : nan[j];
+      bad[j] = a <= std::numeric_limits<float>::max() ? bad[j] : 1.f;
+    }
+  for (; i < n; ++i) {
+    const float a = std::fabs(g[i] * s);
+    mx[0] = a > mx[0] ? a : mx[0];
+    nan[0] = a != a ? 1.f : nan[0];
+    bad[0] = a <= std::numeric_limits<float>::max() ? bad[0] : 1.f;
+  }
+  SpanAbsMax r;
+  for (int j = 0; j < kLanes; ++j) {
+    r.max = mx[j] > r.max ? mx[j] : r.max;
+    r.nan |= nan[j] != 0.f;
+    r.non_finite |= bad[j] != 0.f;
+  }
+  return r;
+}
+
 float max_abs(const float* g, int64_t n) {
   QAT_CHECK(n >= 0, "max_abs: negative element count ", n);
   const int64_t nc = chunk_count(n);
   std::vector<float> part(static_cast<size_t>(nc), 0.f);
 #pragma omp parallel for schedule(static) if (nc > 1)
   for (int64_t c = 0; c < nc; ++c) {
-    // `a > m ? a : m` never lets a NaN win, so NaN is tracked on its own.
-    float m = 0;
-    bool nan = false;
-    for (int64_t i = c * kChunk, e = std::min(n, (c + 1) * kChunk); i < e; ++i) {
-      const float a = std::fabs(g[i]);
-      m = a > m ? a : m;
-      nan |= a != a;
-    }
-    part[static_cast<size_t>(c)] = nan ? std::numeric_limits<float>::quiet_NaN() : m;
+    const int64_t b = c * kChunk;
+    const SpanAbsMax m = span_abs_max(g + b, std::min(n, b + kChunk) - b, 1.f);
+    part[static_cast<size_t>(c)] = m.nan ? std::numeric_limits<float>::quiet_NaN() : m.max;
   }
   float m = 0;
   for (const float p : part) {

@@ -148,6 +148,15 @@ GradQuantStats clip_cosine_stats(const float* g, int64_t n, float clip, int bits
 // max |g_i|: 0 for n == 0, NaN if any element is NaN (never hidden by the max).
 float max_abs(const float* g, int64_t n);
 
+// One pass over |g_i s| (the product in float, as the quantizers form it):
+// its largest value (NaN left out), and whether one was NaN or not finite.
+// Written in lanes, so it vectorises without -ffast-math.
+struct SpanAbsMax {
+  float max = 0;
+  bool nan = false, non_finite = false;
+};
+SpanAbsMax span_abs_max(const float* g, int64_t n, float s);
+
 // Direction-sensitive clipping: the clip in (0, max|g|] with the least d(c).
 // d is not unimodal in general (rounding makes it jagged), so: a coarse
 // geometric grid c = max|g| 2^(-j/4), j = 0..48 (down to max|g| / 2^12),

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 #include "core/profiler.h"
@@ -352,30 +353,42 @@ Tensor bias_grad(const float* dy, const Geom& g) {
 // dY * s_w[o] (the values Gx quantizes), on the host.
 std::vector<float> scaled_dy(const CpuStages::Saved& sv, const Tensor& dy) {
   const float* p = dy.data<float>();
-  const int64_t n = dy.numel(), P = sv.g.P(), O = sv.g.o;
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[i] = p[i] * sv.wi->scale[(i / P) % O];
+  const int64_t P = sv.g.P(), O = sv.g.o, planes = sv.g.n * O;
+  std::vector<float> v(static_cast<size_t>(planes * P));
+  for (int64_t i = 0; i < planes; ++i) {
+    const float s = sv.wi->scale[i % O];
+    for (int64_t k = 0; k < P; ++k) v[i * P + k] = p[i * P + k] * s;
+  }
   return v;
+}
+
+// max |dY s_w[o]|, plane by plane: NaN if one is NaN (nan_wins), else the
+// first non-finite value in index order where there is one.
+float scaled_max_abs(const CpuStages::Saved& sv, const float* p, bool nan_wins) {
+  const int64_t P = sv.g.P(), O = sv.g.o, planes = sv.g.n * O;
+  std::vector<SpanAbsMax> per(static_cast<size_t>(planes));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < planes; ++i) per[i] = span_abs_max(p + i * P, P, sv.wi->scale[i % O]);
+  float m = 0.f;
+  for (int64_t i = 0; i < planes; ++i) {
+    const SpanAbsMax& r = per[i];
+    if (nan_wins && r.nan) return std::numeric_limits<float>::quiet_NaN();
+    if (!nan_wins && r.non_finite)
+      for (int64_t k = 0;; ++k) {  // (the plane has one)
+        const float a = std::abs(p[i * P + k] * sv.wi->scale[i % O]);
+        if (!std::isfinite(a)) return a;
+      }
+    m = std::max(m, r.max);
+  }
+  return m;
 }
 
 }  // namespace
 
 float CpuStages::max_abs(const Saved& sv, const Tensor& dy, int which, bool nan_wins) const {
   const float* p = dy.data<float>();
-  const int64_t n = dy.numel();
-  if (which == 0) return quant::max_abs(p, n);  // (tracked and refreshed alike: any NaN wins)
-  if (nan_wins) {
-    const std::vector<float> v = scaled_dy(sv, dy);
-    return quant::max_abs(v.data(), n);
-  }
-  // The first non-finite |dY s_w[o]| in index order, else the max.
-  const int64_t P = sv.g.P(), O = sv.g.o;
-  float m = 0.f;
-  for (int64_t i = 0; i < n && std::isfinite(m); ++i) {
-    const float a = std::abs(p[i] * sv.wi->scale[(i / P) % O]);
-    m = std::isfinite(a) ? std::max(m, a) : a;
-  }
-  return m;
+  if (which == 0) return quant::max_abs(p, dy.numel());  // (tracked and refreshed alike: any NaN wins)
+  return scaled_max_abs(sv, p, nan_wins);
 }
 
 void CpuStages::refresh_clip(const Saved& sv, const Tensor& dy, int which, Int8GradState& st) const {

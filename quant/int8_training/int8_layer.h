@@ -70,6 +70,7 @@ Tensor forward(S& s, typename S::Saved& sv, const Tensor& x, const Tensor& bias,
 // (nan_wins false), everything else any NaN.
 template <class S>
 void update_clip(S& s, const typename S::Saved& sv, const Tensor& dy, Int8GradState& st, int which) {
+  QAT_PROFILE("int8_train.clip");
   if (!st.clip_due(which)) return st.track_clip(which, s.max_abs(sv, dy, which, which == 0));
   if (st.config().clipping == GradClipping::max) return st.refresh_max_clip(which, s.max_abs(sv, dy, which, true));
   s.refresh_clip(sv, dy, which, st);

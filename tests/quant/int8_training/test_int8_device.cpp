@@ -206,14 +206,16 @@ std::string message_of(F f) {
 }  // namespace
 
 TEST_CASE("INT8 training's device twin reports a non-finite gradient as the CPU op does", "[quant][int8train][math]") {
-  // dW's tracking and every refresh: a NaN anywhere wins; dX's tracking (the
-  // weight needing no gradient): the first non-finite value, here an inf.
+  // dW's tracking and every refresh (step 0's): a NaN anywhere wins; dX's
+  // tracking (the weight needing no gradient): the first non-finite value, an
+  // inf or a NaN (nan_first: which of the two comes first in index order).
   const Case base = cases()[0];
   for (const bool weight_grad : {true, false}) {
     for (const int bad_step : {0, 1}) {
+    for (const bool nan_first : {false, true}) {
       Case c = base;
       c.weight_grad = weight_grad;
-      CAPTURE(weight_grad, bad_step);
+      CAPTURE(weight_grad, bad_step, nan_first);
       auto run = [&](auto op) {
         Generator g(5);
         const Tensor s = Tensor::full({c.w[0]}, 0.01f);
@@ -225,16 +227,19 @@ TEST_CASE("INT8 training's device twin reports a non-finite gradient as the CPU 
             Tensor y = op(c, x, w, s, Tensor(), st);
             Tensor gy = Tensor::randn(y.sizes(), g);
             if (step == bad_step) {
-              gy.data<float>()[40] = std::numeric_limits<float>::infinity();
-              gy.data<float>()[300] = std::numeric_limits<float>::quiet_NaN();
+              gy.data<float>()[nan_first ? 300 : 40] = std::numeric_limits<float>::infinity();
+              gy.data<float>()[nan_first ? 40 : 300] = std::numeric_limits<float>::quiet_NaN();
             }
             sum(mul(y, gy)).backward();
           }
         });
       };
       const std::string want = run(cpu_op), got = run(emulated_op);
-      CHECK_THAT(want, Contains("layer features.3: the output gradient holds"));
+      const bool nan_reported = weight_grad || bad_step == 0 || nan_first;  // (step 0 refreshes the clip)
+      CHECK_THAT(want, Contains(std::string("layer features.3: the output gradient holds ") +
+                                (nan_reported ? "nan" : "inf")));
       CHECK(got == want);
+    }
     }
   }
 }
