@@ -214,32 +214,8 @@ double clip_cosine_distance(const float* g, int64_t n, float clip, int bits) {
   return cosine_distance(clip_cosine_stats(g, n, clip, bits, best_grad_stats_kernel()));
 }
 
-SpanAbsMax span_abs_max(const float* __restrict g, int64_t n, float s) {
-  constexpr int kLanes = 32;  // two AVX-512 registers per accumulator
-  // `a > m ? a : m` is vmaxps's semantics (a NaN never wins), so NaN and
-  // non-finite values are flagged in lanes of their own.
-  float mx[kLanes] = {}, nan[kLanes] = {}, bad[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) {
-      const float a = std::fabs(g[i + j] * s);
-      mx[j] = a > mx[j] ? a : mx[j];
-      nan[j] = a != a ? 1.f : nan[j];
-      bad[j] = a <= std::numeric_limits<float>::max() ? bad[j] : 1.f;
-    }
-  for (; i < n; ++i) {
-    const float a = std::fabs(g[i] * s);
-    mx[0] = a > mx[0] ? a : mx[0];
-    nan[0] = a != a ? 1.f : nan[0];
-    bad[0] = a <= std::numeric_limits<float>::max() ? bad[0] : 1.f;
-  }
-  SpanAbsMax r;
-  for (int j = 0; j < kLanes; ++j) {
-    r.max = mx[j] > r.max ? mx[j] : r.max;
-    r.nan |= nan[j] != 0.f;
-    r.non_finite |= bad[j] != 0.f;
-  }
-  return r;
+SpanAbsMax span_abs_max(const float* g, int64_t n, float s) {
+  return abs_max_lanes(g, n, [s](int64_t) { return s; });
 }
 
 float max_abs(const float* g, int64_t n) {

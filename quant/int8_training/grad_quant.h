@@ -148,13 +148,38 @@ GradQuantStats clip_cosine_stats(const float* g, int64_t n, float clip, int bits
 // max |g_i|: 0 for n == 0, NaN if any element is NaN (never hidden by the max).
 float max_abs(const float* g, int64_t n);
 
-// One pass over |g_i s| (the product in float, as the quantizers form it):
+// One pass over |g_i s_i| (the product in float, as the quantizers form it):
 // its largest value (NaN left out), and whether one was NaN or not finite.
-// Written in lanes, so it vectorises without -ffast-math.
 struct SpanAbsMax {
   float max = 0;
   bool nan = false, non_finite = false;
 };
+// s(i): element i's scale. Written in lanes, so it vectorises without
+// -ffast-math: `a > m ? a : m` is vmaxps's semantics (a NaN never wins), so
+// NaN and non-finite values are flagged in lanes of their own.
+template <class Scale>
+SpanAbsMax abs_max_lanes(const float* __restrict g, int64_t n, Scale s) {
+  constexpr int kLanes = 32;  // two AVX-512 registers per accumulator
+  float mx[kLanes] = {}, nan[kLanes] = {}, bad[kLanes] = {};
+  auto step = [&](int j, int64_t i) {
+    const float a = std::fabs(g[i] * s(i));
+    mx[j] = a > mx[j] ? a : mx[j];
+    nan[j] = a != a ? 1.f : nan[j];
+    bad[j] = a <= 3.40282347e38f ? bad[j] : 1.f;  // (FLT_MAX: NaN and inf fail it)
+  };
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) step(j, i + j);
+  for (; i < n; ++i) step(0, i);
+  SpanAbsMax r;
+  for (int j = 0; j < kLanes; ++j) {
+    r.max = mx[j] > r.max ? mx[j] : r.max;
+    r.nan |= nan[j] != 0.f;
+    r.non_finite |= bad[j] != 0.f;
+  }
+  return r;
+}
+// The same with one scale for the whole span.
 SpanAbsMax span_abs_max(const float* g, int64_t n, float s);
 
 // Direction-sensitive clipping: the clip in (0, max|g|] with the least d(c).

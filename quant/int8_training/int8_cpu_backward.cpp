@@ -362,20 +362,29 @@ std::vector<float> scaled_dy(const CpuStages::Saved& sv, const Tensor& dy) {
   return v;
 }
 
-// max |dY s_w[o]|, plane by plane: NaN if one is NaN (nan_wins), else the
-// first non-finite value in index order where there is one.
+// max |dY s_w[o]|: NaN if one is NaN (nan_wins), else the first non-finite
+// value in index order where there is one. Plane by plane, or where planes
+// are shorter than the lanes (4x4 maps) image by image against each
+// position's scale, so that they run in vector registers too.
 float scaled_max_abs(const CpuStages::Saved& sv, const float* p, bool nan_wins) {
-  const int64_t P = sv.g.P(), O = sv.g.o, planes = sv.g.n * O;
-  std::vector<SpanAbsMax> per(static_cast<size_t>(planes));
+  const int64_t P = sv.g.P(), O = sv.g.o;
+  const float* scale = sv.wi->scale.data();
+  const bool by_image = P < 64;
+  std::vector<float> repeated(by_image ? static_cast<size_t>(O * P) : 0);
+  for (int64_t i = 0; i < static_cast<int64_t>(repeated.size()); ++i) repeated[i] = scale[i / P];
+  const int64_t len = by_image ? O * P : P, units = by_image ? sv.g.n : sv.g.n * O;
+  std::vector<SpanAbsMax> per(static_cast<size_t>(units));
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < planes; ++i) per[i] = span_abs_max(p + i * P, P, sv.wi->scale[i % O]);
+  for (int64_t u = 0; u < units; ++u)
+    per[u] = by_image ? abs_max_lanes(p + u * len, len, [r = repeated.data()](int64_t i) { return r[i]; })
+                      : span_abs_max(p + u * len, len, scale[u % O]);
   float m = 0.f;
-  for (int64_t i = 0; i < planes; ++i) {
-    const SpanAbsMax& r = per[i];
+  for (int64_t u = 0; u < units; ++u) {
+    const SpanAbsMax& r = per[u];
     if (nan_wins && r.nan) return std::numeric_limits<float>::quiet_NaN();
     if (!nan_wins && r.non_finite)
-      for (int64_t k = 0;; ++k) {  // (the plane has one)
-        const float a = std::abs(p[i * P + k] * sv.wi->scale[i % O]);
+      for (int64_t i = u * len;; ++i) {  // (the unit has one)
+        const float a = std::abs(p[i] * scale[(i / P) % O]);
         if (!std::isfinite(a)) return a;
       }
     m = std::max(m, r.max);

@@ -209,13 +209,17 @@ TEST_CASE("INT8 training's device twin reports a non-finite gradient as the CPU 
   // dW's tracking and every refresh (step 0's): a NaN anywhere wins; dX's
   // tracking (the weight needing no gradient): the first non-finite value, an
   // inf or a NaN (nan_first: which of the two comes first in index order).
+  // Output planes of 7x6 and 12x10: dX's scan runs image by image below 64
+  // positions a plane, plane by plane from there.
   const Case base = cases()[0];
   for (const bool weight_grad : {true, false}) {
     for (const int bad_step : {0, 1}) {
     for (const bool nan_first : {false, true}) {
+    for (const bool long_planes : {false, true}) {
       Case c = base;
       c.weight_grad = weight_grad;
-      CAPTURE(weight_grad, bad_step, nan_first);
+      if (long_planes) c.x = {2, 3, 12, 10};
+      CAPTURE(weight_grad, bad_step, nan_first, long_planes);
       auto run = [&](auto op) {
         Generator g(5);
         const Tensor s = Tensor::full({c.w[0]}, 0.01f);
@@ -239,6 +243,7 @@ TEST_CASE("INT8 training's device twin reports a non-finite gradient as the CPU 
       CHECK_THAT(want, Contains(std::string("layer features.3: the output gradient holds ") +
                                 (nan_reported ? "nan" : "inf")));
       CHECK(got == want);
+    }
     }
     }
   }
