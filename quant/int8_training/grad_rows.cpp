@@ -71,10 +71,17 @@ QAT_GR_AVX512 inline __m512i mix64_x8(__m512i z) {
 }
 
 // sr_uniform_mixed(key, index) for eight consecutive indices from `index`.
+// key + (index + 1 + j) C is formed as (index + 1) C in a scalar register
+// plus the constant j C: the same sums mod 2^64, without a vector product
+// (vpmullq is three micro-ops).
 QAT_GR_AVX512 inline __m256 uniform_x8(__m512i key, uint64_t index) {
-  const __m512i idx =
-      _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(index + 1)), _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
-  const __m512i z = _mm512_add_epi64(key, _mm512_mullo_epi64(idx, _mm512_set1_epi64(0x9E3779B97F4A7C15ll)));
+  constexpr uint64_t C = 0x9E3779B97F4A7C15ull;
+  const __m512i lanes = _mm512_set_epi64(static_cast<long long>(7 * C), static_cast<long long>(6 * C),
+                                         static_cast<long long>(5 * C), static_cast<long long>(4 * C),
+                                         static_cast<long long>(3 * C), static_cast<long long>(2 * C),
+                                         static_cast<long long>(C), 0);
+  const __m512i z = _mm512_add_epi64(_mm512_add_epi64(key, _mm512_set1_epi64(static_cast<long long>((index + 1) * C))),
+                                     lanes);
   return _mm256_mul_ps(_mm512_cvtepi64_ps(_mm512_srli_epi64(mix64_x8(z), 40)), _mm256_set1_ps(0x1.0p-24f));
 }
 
@@ -206,11 +213,13 @@ QAT_GR_AVX2 inline __m256i mix64_x4(__m256i z) {
 
 // double(sr_uniform_mixed(key, index + j)) for j = 0..3 (u is k 2^-24 with
 // k < 2^24: exact in float and in double).
+// (The index's product as in uniform_x8: a scalar one plus constant lanes.)
 QAT_GR_AVX2 inline __m256d uniform_x4(__m256i key, uint64_t index) {
-  const __m256i idx =
-      _mm256_add_epi64(_mm256_set1_epi64x(static_cast<long long>(index + 1)), _mm256_setr_epi64x(0, 1, 2, 3));
-  const __m256i z =
-      _mm256_add_epi64(key, mullo64(idx, _mm256_set1_epi64x(static_cast<long long>(0x9E3779B97F4A7C15ull))));
+  constexpr uint64_t C = 0x9E3779B97F4A7C15ull;
+  const __m256i lanes = _mm256_setr_epi64x(0, static_cast<long long>(C), static_cast<long long>(2 * C),
+                                           static_cast<long long>(3 * C));
+  const __m256i z = _mm256_add_epi64(
+      _mm256_add_epi64(key, _mm256_set1_epi64x(static_cast<long long>((index + 1) * C))), lanes);
   const __m256i top = _mm256_srli_epi64(mix64_x4(z), 40);
   const __m128i k = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(top, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
   return _mm256_mul_pd(_mm256_cvtepi32_pd(k), _mm256_set1_pd(0x1.0p-24));
