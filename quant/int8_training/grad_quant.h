@@ -33,6 +33,7 @@
 //    so a step with a badly pointed gradient moves less, but never below beta.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "core/enum_names.h"
 #include "core/host_device.h"
@@ -165,7 +166,7 @@ SpanAbsMax abs_max_lanes(const float* __restrict g, int64_t n, Scale s) {
     const float a = std::fabs(g[i] * s(i));
     mx[j] = a > mx[j] ? a : mx[j];
     nan[j] = a != a ? 1.f : nan[j];
-    bad[j] = a <= 3.40282347e38f ? bad[j] : 1.f;  // (FLT_MAX: NaN and inf fail it)
+    bad[j] = a <= std::numeric_limits<float>::max() ? bad[j] : 1.f;  // (NaN and inf fail it)
   };
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)

@@ -212,40 +212,36 @@ TEST_CASE("INT8 training's device twin reports a non-finite gradient as the CPU 
   // Output planes of 7x6 and 12x10: dX's scan runs image by image below 64
   // positions a plane, plane by plane from there.
   const Case base = cases()[0];
-  for (const bool weight_grad : {true, false}) {
-    for (const int bad_step : {0, 1}) {
-    for (const bool nan_first : {false, true}) {
-    for (const bool long_planes : {false, true}) {
-      Case c = base;
-      c.weight_grad = weight_grad;
-      if (long_planes) c.x = {2, 3, 12, 10};
-      CAPTURE(weight_grad, bad_step, nan_first, long_planes);
-      auto run = [&](auto op) {
-        Generator g(5);
-        const Tensor s = Tensor::full({c.w[0]}, 0.01f);
-        const Tensor x0 = on_grid(c.x, c.grid, g), w0 = int8_weight(c.w, s, g);
-        auto st = std::make_shared<Int8GradState>(c.cfg, 7, "features.3");
-        return message_of([&] {
-          for (int step = 0; step <= bad_step; ++step) {
-            Tensor x = x0.clone().set_requires_grad(true), w = w0.clone().set_requires_grad(weight_grad);
-            Tensor y = op(c, x, w, s, Tensor(), st);
-            Tensor gy = Tensor::randn(y.sizes(), g);
-            if (step == bad_step) {
-              gy.data<float>()[nan_first ? 300 : 40] = std::numeric_limits<float>::infinity();
-              gy.data<float>()[nan_first ? 40 : 300] = std::numeric_limits<float>::quiet_NaN();
-            }
-            sum(mul(y, gy)).backward();
+  for (int variant = 0; variant < 16; ++variant) {  // every combination of the four choices
+    const bool weight_grad = (variant & 1) == 0, nan_first = (variant & 4) != 0, long_planes = (variant & 8) != 0;
+    const int bad_step = (variant >> 1) & 1;
+    Case c = base;
+    c.weight_grad = weight_grad;
+    if (long_planes) c.x = {2, 3, 12, 10};
+    CAPTURE(weight_grad, bad_step, nan_first, long_planes);
+    auto run = [&](auto op) {
+      Generator g(5);
+      const Tensor s = Tensor::full({c.w[0]}, 0.01f);
+      const Tensor x0 = on_grid(c.x, c.grid, g), w0 = int8_weight(c.w, s, g);
+      auto st = std::make_shared<Int8GradState>(c.cfg, 7, "features.3");
+      return message_of([&] {
+        for (int step = 0; step <= bad_step; ++step) {
+          Tensor x = x0.clone().set_requires_grad(true), w = w0.clone().set_requires_grad(weight_grad);
+          Tensor y = op(c, x, w, s, Tensor(), st);
+          Tensor gy = Tensor::randn(y.sizes(), g);
+          if (step == bad_step) {
+            gy.data<float>()[nan_first ? 300 : 40] = std::numeric_limits<float>::infinity();
+            gy.data<float>()[nan_first ? 40 : 300] = std::numeric_limits<float>::quiet_NaN();
           }
-        });
-      };
-      const std::string want = run(cpu_op), got = run(emulated_op);
-      const bool nan_reported = weight_grad || bad_step == 0 || nan_first;  // (step 0 refreshes the clip)
-      CHECK_THAT(want, Contains(std::string("layer features.3: the output gradient holds ") +
-                                (nan_reported ? "nan" : "inf")));
-      CHECK(got == want);
-    }
-    }
-    }
+          sum(mul(y, gy)).backward();
+        }
+      });
+    };
+    const std::string want = run(cpu_op), got = run(emulated_op);
+    const bool nan_reported = weight_grad || bad_step == 0 || nan_first;  // (step 0 refreshes the clip)
+    CHECK_THAT(want, Contains(std::string("layer features.3: the output gradient holds ") +
+                              (nan_reported ? "nan" : "inf")));
+    CHECK(got == want);
   }
 }
 
