@@ -150,6 +150,38 @@ bool packed_forward(GemmKernel kernel, const Geom& g) {
   return packs(kernel) && g.P() > 1 && can_use_packed(kernel, g.o);
 }
 
+// The forward's dequantization: y = s[o] (acc - corr[o]) + bias[o], in
+// double as written, per output channel o.
+struct Dequant {
+  std::vector<double> s, corr;
+  const float* bias = nullptr;
+};
+Dequant dequant_of(const ActGrid& grid, const QuantCodes& wi, const Tensor& bias, int64_t O) {
+  Dequant d;
+  d.s.resize(static_cast<size_t>(O)), d.corr.resize(static_cast<size_t>(O));
+  for (int64_t o = 0; o < O; ++o) {
+    d.s[o] = static_cast<double>(grid.scale) * static_cast<double>(wi.scale[o]);
+    d.corr[o] = grid.zero * static_cast<double>(wi.rowsum[o]);
+  }
+  d.bias = bias.defined() ? bias.data<float>() : nullptr;
+  return d;
+}
+
+// Positions [p0, p1) of image n: acc holds that image's rows (P x O) and
+// y's planes get them, channel by channel (the block's rows of acc stay in
+// cache while each channel's run of y is written).
+constexpr int64_t kDequantBlock = 32;
+void dequantize_block(const int32_t* acc, int64_t n, int64_t p0, int64_t p1, const Dequant& d, const Geom& g,
+                      float* py) {
+  const int64_t O = g.o, P = g.P();
+  for (int64_t o = 0; o < O; ++o) {
+    const float b = d.bias ? d.bias[o] : 0.f;
+    float* out = py + (n * O + o) * P;
+    for (int64_t p = p0; p < p1; ++p)
+      out[p] = static_cast<float>(d.s[o] * (static_cast<double>(acc[p * O + o]) - d.corr[o])) + b;
+  }
+}
+
 // rows: the im2row rows (M x K) of the input; wq: the weight's integers in
 // the rows' column order (wi.q, or its columns reordered).
 Tensor forward_int(const uint8_t* rows, const int8_t* wq, const ActGrid& grid, const QuantCodes& wi,
@@ -169,28 +201,58 @@ Tensor forward_int(const uint8_t* rows, const int8_t* wq, const ActGrid& grid, c
     }
   }
   Tensor y = Tensor::empty({g.n, O, g.oh, g.ow});
-  float* py = y.data<float>();
-  const float* pb = bias.defined() ? bias.data<float>() : nullptr;
-  std::vector<double> s(static_cast<size_t>(O)), corr(static_cast<size_t>(O));
-  for (int64_t o = 0; o < O; ++o) {
-    s[o] = static_cast<double>(grid.scale) * static_cast<double>(wi.scale[o]);
-    corr[o] = grid.zero * static_cast<double>(wi.rowsum[o]);
-  }
-  // acc (M, O) -> y (N, O, P) in blocks of 32 positions: the block's rows of
-  // acc stay in cache while each channel's run of y is written.
-  constexpr int64_t B = 32;
-  const int64_t blocks = (P + B - 1) / B;
+  const Dequant d = dequant_of(grid, wi, bias, O);
+  const int64_t blocks = (P + kDequantBlock - 1) / kDequantBlock;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t n = 0; n < g.n; ++n)
-    for (int64_t pb0 = 0; pb0 < blocks; ++pb0) {
-      const int64_t p0 = pb0 * B, p1 = std::min(P, p0 + B);
-      for (int64_t o = 0; o < O; ++o) {
-        const float b = pb ? pb[o] : 0.f;
-        for (int64_t p = p0; p < p1; ++p)
-          py[(n * O + o) * P + p] =
-              static_cast<float>(s[o] * (static_cast<double>(acc[(n * P + p) * O + o]) - corr[o])) + b;
-      }
-    }
+    for (int64_t pb0 = 0; pb0 < blocks; ++pb0)
+      dequantize_block(acc + n * P * O, n, pb0 * kDequantBlock, std::min(P, (pb0 + 1) * kDequantBlock), d, g,
+                       y.data<float>());
+  return y;
+}
+
+// Note [the forward in chunks]: a convolution's im2row rows, its GEMM and
+// the dequantization, a few images at a time on each thread, so that the
+// rows the GEMM reads and the sums the dequantization reads are still in
+// L2 (the whole batch's rows are tens of MB: written, then read back from
+// memory by the GEMM, whose int32 result went through memory again).
+// Integer sums: any split gives the same y. Used with at least as many
+// images as threads; a chunk is enough whole images for about 256 rows.
+bool forward_in_chunks(GemmKernel kernel, const Geom& g) {
+  return rows_in_nhwc_order(g) && packed_forward(kernel, g) && g.n >= omp_get_max_threads();
+}
+
+// kept: where the rows are kept (M x K), else null (each thread's buffer).
+Tensor forward_in_chunks(const std::vector<uint8_t>& u, uint8_t pad, const int8_t* wq, const ActGrid& grid,
+                         const QuantCodes& wi, const Tensor& bias, const Geom& g, uint8_t* kept) {
+  QAT_PROFILE("int8_train.forward_chunks");
+  const int64_t K = g.K(), O = g.o, P = g.P();
+  const Im2RowShape s = window_of(g);
+  const int64_t padded = padded_image_bytes(s);
+  const uint8_t* images = padded_nhwc_images(u.data(), s, g.n, pad);
+  const PaddedPlanes pp = nhwc_planes(s);
+  const GemmKernel kernel = int8_gemm_kernel();
+  const PackedB B = pack_b_vnni(wq, O, K, K);
+  Tensor y = Tensor::empty({g.n, O, g.oh, g.ow});
+  const Dequant d = dequant_of(grid, wi, bias, O);
+  const int64_t threads = omp_get_max_threads();
+  const int64_t per = std::clamp<int64_t>(256 / P, 1, (g.n + threads - 1) / threads);
+  const int64_t chunks = (g.n + per - 1) / per;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t n0 = c * per, n1 = std::min(g.n, n0 + per), rows_c = (n1 - n0) * P;
+    thread_local std::vector<uint8_t> own;
+    thread_local std::vector<int32_t> acc;
+    if (!kept && own.size() < static_cast<size_t>(rows_c * K)) own.resize(static_cast<size_t>(rows_c * K));
+    if (acc.size() < static_cast<size_t>(rows_c * O)) acc.resize(static_cast<size_t>(rows_c * O));
+    uint8_t* rows = kept ? kept + n0 * P * K : own.data();
+    for (int64_t n = n0; n < n1; ++n) image_window_rows(images + n * padded, s, pp, rows + (n - n0) * P * K);
+    gemm_u8s8s32_packed(kernel, rows_c, rows, K, B, acc.data(), O);  // (one thread: inside this region)
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t p0 = 0; p0 < P; p0 += kDequantBlock)
+        dequantize_block(acc.data() + (n - n0) * P * O, n, p0, std::min(P, p0 + kDequantBlock), d, g,
+                         y.data<float>());
+  }
   return y;
 }
 
@@ -220,15 +282,24 @@ Tensor CpuStages::forward_gemm(Saved& sv, const Tensor& bias) const {
     return sv.u ? depthwise_forward(*sv.u, sv.pad, sv.grid, *sv.wi, bias, g)
                 : depthwise_forward_of(sv.x, sv.grid, *sv.wi, bias, g, sv.who);
   if (is_1x1(g)) return forward_int(sv.u->data(), sv.wi->q.get(), sv.grid, *sv.wi, bias, g);
-  Tensor kept = Tensor::empty({g.M() * g.K()}, DType::u8);
-  uint8_t* rows = kept.data<uint8_t>();
   const int8_t* wq = sv.wi->q.get();
   std::vector<int8_t> reordered;
   if (rows_in_nhwc_order(g)) {
-    im2row_nchw_as_nhwc(sv.u->data(), window_of(g), g.n, sv.pad, rows);
     reordered.resize(static_cast<size_t>(g.o * g.K()));
     weight_as_nhwc(wq, g.o, g.c, g.kh * g.kw, reordered.data());
     wq = reordered.data();
+  }
+  if (forward_in_chunks(int8_gemm_kernel(), g)) {
+    Tensor kept = sv.keep_rows ? Tensor::empty({g.M() * g.K()}, DType::u8) : Tensor();
+    Tensor y = forward_in_chunks(*sv.u, sv.pad, wq, sv.grid, *sv.wi, bias, g,
+                                 kept.defined() ? kept.data<uint8_t>() : nullptr);
+    if (sv.keep_rows) sv.rows = kept;
+    return y;
+  }
+  Tensor kept = Tensor::empty({g.M() * g.K()}, DType::u8);
+  uint8_t* rows = kept.data<uint8_t>();
+  if (rows_in_nhwc_order(g)) {
+    im2row_nchw_as_nhwc(sv.u->data(), window_of(g), g.n, sv.pad, rows);
   } else if (sv.u) {
     pointwise_rows_nchw(sv.u->data(), g.n, g.c, g.P(), rows);
   } else {

@@ -201,9 +201,8 @@ namespace {
 void planes_to_rows(const uint8_t* u, int64_t n, int64_t c, int64_t hw, uint8_t* rows);  // (below)
 }  // namespace
 
-void im2row_nchw_as_nhwc(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, uint8_t* rows) {
-  QAT_PROFILE("int8_train.im2row");
-  const int64_t hw = s.h * s.w, P = s.out_h * s.out_w, K = s.kh * s.kw * s.c, image = hw * s.c;
+const uint8_t* padded_nhwc_images(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad) {
+  const int64_t hw = s.h * s.w, image = hw * s.c;
   const int64_t padded = padded_image_bytes(s);  // (with the slack the window copies read past it)
   thread_local std::vector<uint8_t> nhwc, planes;
   if (nhwc.size() < static_cast<size_t>(n * image)) nhwc.resize(static_cast<size_t>(n * image));
@@ -213,6 +212,18 @@ void im2row_nchw_as_nhwc(const uint8_t* u, const Im2RowShape& s, int64_t n, uint
   uint8_t* pimg = planes.data();
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) pad_image_u8(images + i * image, s, pad, pimg + i * padded);
+  return pimg;
+}
+
+void image_window_rows(const uint8_t* padded, const Im2RowShape& s, const PaddedPlanes& pp, uint8_t* rows) {
+  const int64_t K = s.kh * s.kw * s.c;
+  for (int64_t oy = 0; oy < s.out_h; ++oy) window_rows(padded, pp, oy * s.out_w, s.out_w, rows + oy * s.out_w * K, K);
+}
+
+void im2row_nchw_as_nhwc(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, uint8_t* rows) {
+  QAT_PROFILE("int8_train.im2row");
+  const int64_t P = s.out_h * s.out_w, K = s.kh * s.kw * s.c, padded = padded_image_bytes(s);
+  const uint8_t* pimg = padded_nhwc_images(u, s, n, pad);
   // (image, output row) pairs on the threads: a batch of one image still splits.
   const PaddedPlanes pp = nhwc_planes(s);
 #pragma omp parallel for collapse(2) schedule(static)

@@ -52,6 +52,13 @@ void im2row_u8_padded_range(const uint8_t* padded, const Im2RowShape& s, int64_t
 // (im2row_u8): the images are transposed to NHWC first, so that a kernel
 // row is one run of kw c bytes instead of c runs of kw.
 void im2row_nchw_as_nhwc(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad, uint8_t* rows);
+// Its two steps, for callers that use each image's rows while they are in
+// cache: the n images transposed to NHWC and padded (padded_image_bytes(s)
+// apart, in this thread's buffer, valid until its next call), then one
+// image's rows (out_h out_w x K) from its padded plane, on the calling thread.
+struct PaddedPlanes;
+const uint8_t* padded_nhwc_images(const uint8_t* u, const Im2RowShape& s, int64_t n, uint8_t pad);
+void image_window_rows(const uint8_t* padded, const Im2RowShape& s, const PaddedPlanes& pp, uint8_t* rows);
 // The same rows for a 1x1 kernel at stride 1 without padding (K = c): each
 // image's planes (c, hw) transposed to (hw, c).
 void pointwise_rows_nchw(const uint8_t* u, int64_t n, int64_t c, int64_t hw, uint8_t* rows);
