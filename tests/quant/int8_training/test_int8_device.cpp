@@ -163,6 +163,10 @@ std::vector<Case> cases() {
        config(nearest, direction_sensitive)},
       {"conv over 4096 elements (several per reduction slot), max clipping, an all-zero gradient on step 1",
        {2, 4, 31, 29}, {8, 4, 3, 3}, {1, 1, 1, 1, 1, 1, 1}, u8, true, true, true, config(stochastic, max), true, 1},
+      {"conv over 4418 output positions: the packed weight gradient in two blocks of M, the second ending mid-quad "
+       "(Note [the weight gradient in blocks of M])",
+       {2, 3, 47, 47}, {16, 3, 3, 3}, {1, 1, 1, 1, 1, 1, 1}, u8, true, true, true,
+       config(stochastic, direction_sensitive)},
       {"linear whose weight takes no gradient (the input's only), an all-zero gradient on step 0", {4, 50}, {9, 50},
        Conv2dParams{}, u8, true, false, true, config(stochastic, direction_sensitive), false, 0},
       {"depthwise 3x3, stride 2, padding 1, per-channel weights, bias (Note [INT8 training of depthwise layers])",
