@@ -15,7 +15,7 @@
 
 namespace qat::quant::int8_cpu {
 
-bool packed_weight_grad(const Geom& g) { return packed_backward() && g.M() <= (int64_t{1} << 16) && !g.depthwise(); }
+bool packed_weight_grad(const Geom& g) { return packed_backward() && !g.depthwise(); }
 
 namespace {
 
@@ -157,24 +157,21 @@ Tensor weight_grad_unpacked(const std::vector<uint8_t>& u, const ActGrid& grid, 
   return dw;
 }
 
-// The same on the packed VNNI kernel (M <= 2^16): B = col is packed from
-// its transpose, the im2row rows u (M x K; a linear layer's input itself),
-// read as u - 128 with the column sums; G is read as G + 128 by the kernel;
-// the tiles leave it as floats: dWq = s (C - 128 colsum[k] + (128 - zx) gsum[o])
-// with the same double operations as above.
 // Note [the weight gradient in blocks of M]: the kernel runs each 6 x 64
 // tile of dW over all of M, so every tile of G's rows streams its 64 columns
 // of the packed rows (64 M bytes: 2 MB for ResNet-18's layer 1 at 128 px)
 // from L3. Where M is longer than kBlockM, the rows are packed and
 // multiplied a block of M at a time (its columns then stay in L2 while the
-// tiles pass), the blocks' int32 sums added: the same integers (every
-// partial sum of the whole fits int32: M <= 2^16), so the same floats.
+// tiles pass), the blocks' int32 sums added in int64: the same integers,
+// so the same floats as the unblocked kernel (whose int32 sums hold up to
+// M = 2^16) and as weight_grad_unpacked (for any M: the stem of a network
+// at 128 px has 2^17 rows).
 constexpr int64_t kBlockM = 4096;
-Tensor weight_grad_blocked(const uint8_t* rows, const int8_t* G, const DequantEpilogue& e, const Geom& g) {
+Tensor weight_grad_blocked(const uint8_t* rows, const int8_t* G, const double* corr, double scale, const Geom& g) {
   const int64_t M = g.M(), K = g.K(), O = g.o, N = (K + 63) / 64 * 64;
   thread_local PackedB packed;
-  std::vector<int32_t> sums(static_cast<size_t>(N), 0), part_sums(static_cast<size_t>(N));
-  std::vector<int32_t> acc(static_cast<size_t>(O * N), 0), part(static_cast<size_t>(O * N));
+  std::vector<int64_t> sums(static_cast<size_t>(N), 0), acc(static_cast<size_t>(O * N), 0);
+  std::vector<int32_t> part_sums(static_cast<size_t>(N)), part(static_cast<size_t>(O * N));
   for (int64_t m0 = 0; m0 < M; m0 += kBlockM) {
     const int64_t len = std::min(kBlockM, M - m0);
     {
@@ -187,23 +184,27 @@ Tensor weight_grad_blocked(const uint8_t* rows, const int8_t* G, const DequantEp
     for (int64_t i = 0; i < O * N; ++i) acc[i] += part[i];
     for (int64_t n = 0; n < N; ++n) sums[n] += part_sums[n];
   }
-  DequantEpilogue whole = e;
-  whole.sums = sums.data();
   Tensor dw = Tensor::empty({O, K});
+  float* pd = dw.data<float>();
 #pragma omp parallel for schedule(static)
-  for (int64_t o = 0; o < O; ++o) whole.store(acc.data() + o * N, N, o, 1, 0, K, dw.data<float>(), K);
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t k = 0; k < K; ++k)  // (DequantEpilogue::value's operations, on the int64 sums)
+      pd[o * K + k] = static_cast<float>(scale * (static_cast<double>(acc[o * N + k] - 128 * sums[k]) + corr[o]));
   return dw;
 }
 
+// The same on the packed VNNI kernel (M <= kBlockM here): B = col is packed from
+// its transpose, the im2row rows u (M x K; a linear layer's input itself),
+// read as u - 128 with the column sums; G is read as G + 128 by the kernel;
+// the tiles leave it as floats: dWq = s (C - 128 colsum[k] + (128 - zx) gsum[o])
+// with the same double operations as above.
 Tensor weight_grad_packed(const uint8_t* rows, const ActGrid& grid, const int8_t* G, const int64_t* gsum, float scale_g,
                           const Geom& g) {
   const int64_t M = g.M(), K = g.K(), O = g.o;
-  if (M > kBlockM) {
-    std::vector<double> corr(static_cast<size_t>(O));
-    for (int64_t o = 0; o < O; ++o) corr[o] = (128.0 - grid.zero) * static_cast<double>(gsum[o]);
-    const DequantEpilogue e{K, nullptr, corr.data(), static_cast<double>(scale_g) * static_cast<double>(grid.scale)};
-    return weight_grad_blocked(rows, G, e, g);
-  }
+  std::vector<double> corr(static_cast<size_t>(O));
+  for (int64_t o = 0; o < O; ++o) corr[o] = (128.0 - grid.zero) * static_cast<double>(gsum[o]);
+  const double scale = static_cast<double>(scale_g) * static_cast<double>(grid.scale);
+  if (M > kBlockM) return weight_grad_blocked(rows, G, corr.data(), scale, g);
   thread_local PackedB packed;
   std::vector<int32_t> sums(static_cast<size_t>((K + 63) / 64 * 64));
   {
@@ -211,11 +212,9 @@ Tensor weight_grad_packed(const uint8_t* rows, const ActGrid& grid, const int8_t
     pack_b_vnni_transposed(reinterpret_cast<const int8_t*>(rows), M, K, K, packed, sums.data(), true,
                            int8_gemm_kernel());
   }
-  std::vector<double> corr(static_cast<size_t>(O));
-  for (int64_t o = 0; o < O; ++o) corr[o] = (128.0 - grid.zero) * static_cast<double>(gsum[o]);
   Tensor dw = Tensor::empty({O, K});
   QAT_PROFILE("int8_train.gemm_dw");
-  const DequantEpilogue e{K, sums.data(), corr.data(), static_cast<double>(scale_g) * static_cast<double>(grid.scale)};
+  const DequantEpilogue e{K, sums.data(), corr.data(), scale};
   gemm_s8s8_packed_dequant(int8_gemm_kernel(), O, G, M, packed, e, dw.data<float>(), K);
   return dw;
 }

@@ -167,6 +167,11 @@ std::vector<Case> cases() {
        "(Note [the weight gradient in blocks of M])",
        {2, 3, 47, 47}, {16, 3, 3, 3}, {1, 1, 1, 1, 1, 1, 1}, u8, true, true, true,
        config(stochastic, direction_sensitive)},
+      // Inputs on {0, 1}: every (G + 128)(u - 128) term near -128^2, so dW's sums pass -2^31.
+      {"conv over 153600 output positions on a two-level grid: the blocks' sums past int32 (Note [the weight "
+       "gradient in blocks of M])",
+       {2, 1, 256, 300}, {16, 1, 3, 3}, {1, 1, 1, 1, 1, 1, 1}, ActGrid{0.05f, 0.0, 2}, true, true, false,
+       config(stochastic, direction_sensitive)},
       {"linear whose weight takes no gradient (the input's only), an all-zero gradient on step 0", {4, 50}, {9, 50},
        Conv2dParams{}, u8, true, false, true, config(stochastic, direction_sensitive), false, 0},
       {"depthwise 3x3, stride 2, padding 1, per-channel weights, bias (Note [INT8 training of depthwise layers])",
