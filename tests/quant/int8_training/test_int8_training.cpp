@@ -398,7 +398,9 @@ TEST_CASE("INT8 linear gradients equal the double backward of the quantized inte
 
 // M = 70,000 output positions: the weight gradient sums two chunks of 2^16
 // rows (int32 each, int64 across), on any thread count the same.
-TEST_CASE("the INT8 weight gradient sums more than 2^16 rows exactly on any thread count", "[quant][int8train]") {
+// (On the packed kernels, in blocks of M: Note [the weight gradient in blocks of M].)
+TEST_CASE("the INT8 weight gradient sums more than 2^16 rows exactly on any thread count and kernel",
+          "[quant][int8train]") {
   Generator g(8);
   const ActGrid grid{0.01f, 5.0, 256};
   const int64_t N = 7, C = 2, H = 100, W = 100, O = 3;
@@ -406,7 +408,10 @@ TEST_CASE("the INT8 weight gradient sums more than 2^16 rows exactly on any thre
   Weights w = int8_weights({O, C, 1, 1}, g);
   Tensor gy = Tensor::randn({N, O, H, W}, g);
   std::vector<std::vector<float>> dws;
+  for (const GemmKernel kernel : testing::gemm_kernels_here())
   for (const int threads : {1, 2}) {
+    INFO(enum_name(kernel) << ", " << threads << " threads");
+    KernelGuard kg(kernel);
     testing::ThreadsGuard tg(threads);
     Tensor wq = w.wq.clone().set_requires_grad(true);
     auto st = state_keeping_integers();
@@ -428,7 +433,7 @@ TEST_CASE("the INT8 weight gradient sums more than 2^16 rows exactly on any thre
     REQUIRE(wq.grad().to_vector() == want);
     dws.push_back(wq.grad().to_vector());
   }
-  REQUIRE(dws[0] == dws[1]);
+  for (const std::vector<float>& dw : dws) REQUIRE(dw == dws[0]);
 }
 
 TEST_CASE("an INT8 layer refuses inputs that are not on its grid", "[quant][int8train]") {
