@@ -453,12 +453,37 @@ struct Backward {
   std::pair<double, double> sums(int64_t c, float* gbuf, Lanes sg, Lanes sgx) const {
     const Layout& L = in.L;
     for (int64_t n = 0; n < L.n; ++n) {
-      const float* p = in.plane(n, c);
       const float* q = gin.plane(n, c, gbuf);
       sg.add(q, L.hw);
-      sgx.add_products_with_deviations(q, p, L.hw, mean[c]);
+      sgx.add_products_with_deviations(q, in.plane(n, c), L.hw, mean[c]);
     }
     return {sg.total(), sgx.total()};
+  }
+
+  // Note [the scaled input gradient in one pass]: batch_norm_scaled's
+  // d = k (q - a - (p - mean) b) on the plane p = x s, then scale_channels'
+  // backward from it, dx = d s and the plane's dot_lanes(d, x), in one loop:
+  // each value is the separate passes' (the same float operations; the
+  // dot's sixteen partial sums in dot_lanes's order), without d's plane
+  // written and read back twice. p stays a plane in memory: made inside the
+  // loop, its product could be fused into the subtraction (-ffp-contract),
+  // another rounding than the two ops'.
+  float scaled_plane_grad(const float* __restrict q, const float* __restrict p, const float* __restrict x, float sc,
+                          float mu, float k, float a, float b, float* __restrict out_dx) const {
+    const int64_t n = in.L.hw;
+    float part[16] = {};
+    auto one = [&](int64_t i, int j) {
+      const float d = use_batch_stats ? k * (q[i] - a - (p[i] - mu) * b) : k * q[i];
+      if (out_dx) out_dx[i] = d * sc;
+      part[j] = op_math::mul_add(d, x[i], part[j]);
+    };
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+      for (int j = 0; j < 16; ++j) one(i + j, j);
+    for (int j = 0; i < n; ++i, ++j) one(i, j);
+    float dot = 0.f;
+    for (int j = 0; j < 16; ++j) dot += part[j];
+    return dot;
   }
 
   // weight and bias: this process's part (the training loop sums the
@@ -480,13 +505,17 @@ struct Backward {
     // scaled: the gradient d of x * s, then scale_channels' backward
     // from it (dx = d s; ds = its per-image dot products with x, in
     // double in image order: op_math::scale_channel_grad).
-    thread_local std::vector<float> dbuf;
-    dbuf.resize(static_cast<size_t>(L.hw));
     double ds = 0;
     for (int64_t n = 0; n < L.n; ++n) {
       const float* q = fresh && gin.masks() ? gbuf + n * L.hw : gin.plane(n, c, gbuf);
       float* out_dx = pdx ? pdx + (n * L.c + c) * L.hw : nullptr;
-      float* d = in.s ? dbuf.data() : out_dx;
+      if (in.s) {
+        const float a = sum_g * inv_m, b = sum_gxhat * inv_m * istd[c];
+        ds += scaled_plane_grad(q, use_batch_stats ? in.plane(n, c) : in.raw(n, c), in.raw(n, c), in.s[c], mean[c], k, a,
+                                b, out_dx);
+        continue;
+      }
+      float* d = out_dx;
       if (use_batch_stats) {  // (the running statistics' gradient needs no input plane)
         const float* p = in.plane(n, c);
         const float a = sum_g * inv_m, b = sum_gxhat * inv_m * istd[c];
@@ -494,11 +523,6 @@ struct Backward {
       } else {
         for (int64_t i = 0; i < L.hw; ++i) d[i] = k * q[i];
       }
-      if (!in.s) continue;
-      const float sc = in.s[c];
-      if (out_dx)
-        for (int64_t i = 0; i < L.hw; ++i) out_dx[i] = d[i] * sc;
-      if (pds) ds += op_math::dot_lanes(d, in.raw(n, c), L.hw);
     }
     if (pds) pds[c] = static_cast<float>(ds);
   }
