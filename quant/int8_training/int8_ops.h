@@ -24,8 +24,9 @@
 //             backward computed in double from the same integers exactly.
 // The bias gradient is the float sum of dY. The weight and input gradients
 // then flow through the fake quantizers' backward (STE / LSQ) as in QAT.
-// The dW sum runs over M in chunks of 2^16 rows (int32 accumulators, summed
-// in int64), the others have short sums (K, O <= 2^16, checked).
+// The dW sum runs over M in chunks (of 2^16 rows unpacked, 4096 on the
+// packed kernels: int32 accumulators, summed in int64), the others have
+// short sums (K, O <= 2^16, checked).
 #include <cstdint>
 #include <memory>
 #include <optional>
