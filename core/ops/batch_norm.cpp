@@ -453,9 +453,10 @@ struct Backward {
   std::pair<double, double> sums(int64_t c, float* gbuf, Lanes sg, Lanes sgx) const {
     const Layout& L = in.L;
     for (int64_t n = 0; n < L.n; ++n) {
+      const float* p = in.plane(n, c);
       const float* q = gin.plane(n, c, gbuf);
       sg.add(q, L.hw);
-      sgx.add_products_with_deviations(q, in.plane(n, c), L.hw, mean[c]);
+      sgx.add_products_with_deviations(q, p, L.hw, mean[c]);
     }
     return {sg.total(), sgx.total()};
   }
@@ -505,12 +506,12 @@ struct Backward {
     // scaled: the gradient d of x * s, then scale_channels' backward
     // from it (dx = d s; ds = its per-image dot products with x, in
     // double in image order: op_math::scale_channel_grad).
+    const float a = sum_g * inv_m, b = sum_gxhat * inv_m * istd[c];
     double ds = 0;
     for (int64_t n = 0; n < L.n; ++n) {
       const float* q = fresh && gin.masks() ? gbuf + n * L.hw : gin.plane(n, c, gbuf);
       float* out_dx = pdx ? pdx + (n * L.c + c) * L.hw : nullptr;
       if (in.s) {
-        const float a = sum_g * inv_m, b = sum_gxhat * inv_m * istd[c];
         ds += scaled_plane_grad(q, use_batch_stats ? in.plane(n, c) : in.raw(n, c), in.raw(n, c), in.s[c], mean[c], k, a,
                                 b, out_dx);
         continue;
@@ -518,7 +519,6 @@ struct Backward {
       float* d = out_dx;
       if (use_batch_stats) {  // (the running statistics' gradient needs no input plane)
         const float* p = in.plane(n, c);
-        const float a = sum_g * inv_m, b = sum_gxhat * inv_m * istd[c];
         for (int64_t i = 0; i < L.hw; ++i) d[i] = k * (q[i] - a - (p[i] - mean[c]) * b);
       } else {
         for (int64_t i = 0; i < L.hw; ++i) d[i] = k * q[i];

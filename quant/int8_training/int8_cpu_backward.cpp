@@ -172,15 +172,16 @@ Tensor weight_grad_blocked(const uint8_t* rows, const int8_t* G, const double* c
   thread_local PackedB packed;
   std::vector<int64_t> sums(static_cast<size_t>(N), 0), acc(static_cast<size_t>(O * N), 0);
   std::vector<int32_t> part_sums(static_cast<size_t>(N)), part(static_cast<size_t>(O * N));
+  const GemmKernel kernel = int8_gemm_kernel();
   for (int64_t m0 = 0; m0 < M; m0 += kBlockM) {
     const int64_t len = std::min(kBlockM, M - m0);
     {
       QAT_PROFILE("int8_train.pack_rows");
       pack_b_vnni_transposed(reinterpret_cast<const int8_t*>(rows + m0 * K), len, K, K, packed, part_sums.data(),
-                             true, int8_gemm_kernel());
+                             true, kernel);
     }
     QAT_PROFILE("int8_train.gemm_dw");
-    gemm_s8s8s32_packed_offset(int8_gemm_kernel(), O, G + m0, M, packed, part.data(), N);
+    gemm_s8s8s32_packed_offset(kernel, O, G + m0, M, packed, part.data(), N);
     for (int64_t i = 0; i < O * N; ++i) acc[i] += part[i];
     for (int64_t n = 0; n < N; ++n) sums[n] += part_sums[n];
   }

@@ -201,13 +201,13 @@ Tensor forward_int(const uint8_t* rows, const int8_t* wq, const ActGrid& grid, c
     }
   }
   Tensor y = Tensor::empty({g.n, O, g.oh, g.ow});
+  float* py = y.data<float>();
   const Dequant d = dequant_of(grid, wi, bias, O);
   const int64_t blocks = (P + kDequantBlock - 1) / kDequantBlock;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t n = 0; n < g.n; ++n)
     for (int64_t pb0 = 0; pb0 < blocks; ++pb0)
-      dequantize_block(acc + n * P * O, n, pb0 * kDequantBlock, std::min(P, (pb0 + 1) * kDequantBlock), d, g,
-                       y.data<float>());
+      dequantize_block(acc + n * P * O, n, pb0 * kDequantBlock, std::min(P, (pb0 + 1) * kDequantBlock), d, g, py);
   return y;
 }
 
@@ -218,7 +218,7 @@ Tensor forward_int(const uint8_t* rows, const int8_t* wq, const ActGrid& grid, c
 // memory by the GEMM, whose int32 result went through memory again).
 // Integer sums: any split gives the same y. Used with at least as many
 // images as threads; a chunk is enough whole images for about 256 rows.
-bool forward_in_chunks(GemmKernel kernel, const Geom& g) {
+bool runs_in_chunks(GemmKernel kernel, const Geom& g) {
   return rows_in_nhwc_order(g) && packed_forward(kernel, g) && g.n >= omp_get_max_threads();
 }
 
@@ -234,6 +234,7 @@ Tensor forward_in_chunks(const std::vector<uint8_t>& u, uint8_t pad, const int8_
   const GemmKernel kernel = int8_gemm_kernel();
   const PackedB B = pack_b_vnni(wq, O, K, K);
   Tensor y = Tensor::empty({g.n, O, g.oh, g.ow});
+  float* py = y.data<float>();
   const Dequant d = dequant_of(grid, wi, bias, O);
   const int64_t threads = omp_get_max_threads();
   const int64_t per = std::clamp<int64_t>(256 / P, 1, (g.n + threads - 1) / threads);
@@ -250,8 +251,7 @@ Tensor forward_in_chunks(const std::vector<uint8_t>& u, uint8_t pad, const int8_
     gemm_u8s8s32_packed(kernel, rows_c, rows, K, B, acc.data(), O);  // (one thread: inside this region)
     for (int64_t n = n0; n < n1; ++n)
       for (int64_t p0 = 0; p0 < P; p0 += kDequantBlock)
-        dequantize_block(acc.data() + (n - n0) * P * O, n, p0, std::min(P, p0 + kDequantBlock), d, g,
-                         y.data<float>());
+        dequantize_block(acc.data() + (n - n0) * P * O, n, p0, std::min(P, p0 + kDequantBlock), d, g, py);
   }
   return y;
 }
@@ -289,7 +289,7 @@ Tensor CpuStages::forward_gemm(Saved& sv, const Tensor& bias) const {
     weight_as_nhwc(wq, g.o, g.c, g.kh * g.kw, reordered.data());
     wq = reordered.data();
   }
-  if (forward_in_chunks(int8_gemm_kernel(), g)) {
+  if (runs_in_chunks(int8_gemm_kernel(), g)) {
     Tensor kept = sv.keep_rows ? Tensor::empty({g.M() * g.K()}, DType::u8) : Tensor();
     Tensor y = forward_in_chunks(*sv.u, sv.pad, wq, sv.grid, *sv.wi, bias, g,
                                  kept.defined() ? kept.data<uint8_t>() : nullptr);
