@@ -73,6 +73,17 @@ struct Lanes {
   QAT_CODES_TARGET static void store_first(int8_t* q, I v, int64_t n) {
     _mm_mask_storeu_epi8(q, static_cast<__mmask16>((1u << n) - 1), _mm512_cvtepi32_epi8(v));
   }
+  // Each half's indices packed to the front of a register, then stored whole
+  // (a compressing store to memory is slow on Zen 4).
+  QAT_CODES_TARGET static int64_t append(int64_t* buf, int64_t cnt, int64_t i, unsigned out) {
+    const __m512i first = _mm512_add_epi64(_mm512_set1_epi64(i), _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+    const __m512i second = _mm512_add_epi64(first, _mm512_set1_epi64(8));
+    const auto lo = static_cast<__mmask8>(out & 0xFF), hi = static_cast<__mmask8>(out >> 8);
+    _mm512_storeu_si512(buf + cnt, _mm512_maskz_compress_epi64(lo, first));
+    cnt += std::popcount(static_cast<unsigned>(lo));
+    _mm512_storeu_si512(buf + cnt, _mm512_maskz_compress_epi64(hi, second));
+    return cnt + std::popcount(static_cast<unsigned>(hi));
+  }
 };
 #include "quant/sim/weight_codes_lanes.inc"
 #undef QAT_CODES_TARGET
@@ -114,6 +125,14 @@ struct Lanes {
     alignas(16) int8_t b[16];
     _mm_store_si128(reinterpret_cast<__m128i*>(b), bytes(v));
     std::memcpy(q, b, static_cast<size_t>(n));
+  }
+  // Every lane's index written, the count advanced by its bit.
+  static int64_t append(int64_t* buf, int64_t cnt, int64_t i, unsigned out) {
+    for (int64_t j = 0; j < kWidth; ++j) {
+      buf[cnt] = i + j;
+      cnt += (out >> j) & 1u;
+    }
+    return cnt;
   }
 };
 #include "quant/sim/weight_codes_lanes.inc"
