@@ -59,9 +59,9 @@ __attribute__((target("avx"))) inline void transpose8x8(__m256* r) {
 }
 
 // ---------------------------------------------------------------- AVX-512
-// The same operations as the scalar loops, lane by lane: the noise hash on
-// 64-bit lanes, floor(x + u) in double, grad_simd.h's nearest rounding and
-// clamp, so the same bits.
+// The same integers as the scalar loops, lane by lane: the noise hash on
+// 64-bit lanes, floor(x + u) in float (Note [stochastic rounding in float]),
+// grad_simd.h's nearest rounding and clamp.
 #define QAT_GR_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 QAT_GR_AVX512 inline __m512i mix64_x8(__m512i z) {
@@ -70,25 +70,40 @@ QAT_GR_AVX512 inline __m512i mix64_x8(__m512i z) {
   return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
 }
 
-// sr_uniform_mixed(key, index) for eight consecutive indices from `index`.
-// key + (index + 1 + j) C is formed as (index + 1) C in a scalar register
-// plus the constant j C: the same sums mod 2^64, without a vector product
-// (vpmullq is three micro-ops).
-QAT_GR_AVX512 inline __m256 uniform_x8(__m512i key, uint64_t index) {
+// The hashes of noise indices index + j, j = 0..7 (8..15 with `from` 8): key +
+// (index + 1 + j) C is formed as (index + 1) C in a scalar register plus
+// the constant j C: the same sums mod 2^64, without a vector product
+// (vpmullq is three micro-ops on Intel).
+QAT_GR_AVX512 inline __m512i noise_hash_x8(__m512i key, uint64_t index, uint64_t from) {
   constexpr uint64_t C = 0x9E3779B97F4A7C15ull;
-  const __m512i lanes = _mm512_set_epi64(static_cast<long long>(7 * C), static_cast<long long>(6 * C),
-                                         static_cast<long long>(5 * C), static_cast<long long>(4 * C),
-                                         static_cast<long long>(3 * C), static_cast<long long>(2 * C),
-                                         static_cast<long long>(C), 0);
-  const __m512i z = _mm512_add_epi64(_mm512_add_epi64(key, _mm512_set1_epi64(static_cast<long long>((index + 1) * C))),
-                                     lanes);
-  return _mm256_mul_ps(_mm512_cvtepi64_ps(_mm512_srli_epi64(mix64_x8(z), 40)), _mm256_set1_ps(0x1.0p-24f));
+  const auto lane = [&](uint64_t j) { return static_cast<long long>((from + j) * C); };
+  const __m512i lanes = _mm512_set_epi64(lane(7), lane(6), lane(5), lane(4), lane(3), lane(2), lane(1), lane(0));
+  return mix64_x8(
+      _mm512_add_epi64(_mm512_add_epi64(key, _mm512_set1_epi64(static_cast<long long>((index + 1) * C))), lanes));
 }
 
-// floor(double(x) + double(u)) back in float, eight lanes.
-QAT_GR_AVX512 inline __m256 floor_sum_x8(__m256 x, __m256 u) {
-  const __m512d s = _mm512_add_pd(_mm512_cvtps_pd(x), _mm512_cvtps_pd(u));
-  return _mm512_cvtpd_ps(_mm512_roundscale_pd(s, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+// sr_uniform_mixed(key, index + j) for j = 0..15: each hash's top 24 bits
+// (the high halves of both vectors' lanes gathered by one permute, then
+// shifted by 8) times 2^-24, exact in float.
+QAT_GR_AVX512 inline __m512 uniform_x16(__m512i key, uint64_t index) {
+  const __m512i high_halves = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  const __m512i top = _mm512_permutex2var_epi32(noise_hash_x8(key, index, 0), high_halves,
+                                                noise_hash_x8(key, index, 8));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(top, 8)), _mm512_set1_ps(0x1.0p-24f));
+}
+
+// Note [stochastic rounding in float]: quantize_grad_value's rule is
+// floor(double(x) + double(u)), which is the exact floor(x + u) (the double
+// sum is exact, or x is so far from u's scale that its rounding cannot cross
+// an integer). The float sum rounded down, RD(x + u), has the same floor:
+// the integer n = floor(x + u) is a float wherever |n| <= 2^24, so
+// n <= RD(x + u) <= x + u < n + 1; beyond that x is itself an integer and
+// RD(x + u) = x. So one float add with its rounding mode in the instruction
+// and one vrndscaleps give the double form's bits on sixteen lanes, where
+// the double form took ten conversions and sums on two halves.
+QAT_GR_AVX512 inline __m512 floor_sum_x16(__m512 x, __m512 u) {
+  return _mm512_roundscale_ps(_mm512_add_round_ps(x, u, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC),
+                              _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
 }
 
 // Sixteen values (v already loaded, lanes `live`), element 0 drawing noise
@@ -98,11 +113,7 @@ QAT_GR_AVX512 inline __m512i quantize_x16(__m512 v, __m512 inv, __m512 hi, __m51
                                           __mmask16 live) {
   __m512 r;
   if constexpr (R == GradRounding::stochastic) {
-    const __m512 x = _mm512_mul_ps(v, inv);
-    const __m256 lo8 = floor_sum_x8(_mm512_castps512_ps256(x), uniform_x8(key, index));
-    const __m256 hi8 =
-        floor_sum_x8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)), uniform_x8(key, index + 8));
-    r = _mm512_insertf32x8(_mm512_castps256_ps512(lo8), hi8, 1);
+    r = floor_sum_x16(_mm512_mul_ps(v, inv), uniform_x16(key, index));
   } else {
     r = grad_simd::nearest(v, inv);
   }
@@ -213,7 +224,7 @@ QAT_GR_AVX2 inline __m256i mix64_x4(__m256i z) {
 
 // double(sr_uniform_mixed(key, index + j)) for j = 0..3 (u is k 2^-24 with
 // k < 2^24: exact in float and in double).
-// (The index's product as in uniform_x8: a scalar one plus constant lanes.)
+// (The index's product as in noise_hash_x8: a scalar one plus constant lanes.)
 QAT_GR_AVX2 inline __m256d uniform_x4(__m256i key, uint64_t index) {
   constexpr uint64_t C = 0x9E3779B97F4A7C15ull;
   const __m256i lanes = _mm256_setr_epi64x(0, static_cast<long long>(C), static_cast<long long>(2 * C),

@@ -78,6 +78,39 @@ TEST_CASE("grad rows: quantize_run equals quantize_grad_value element by element
   }
 }
 
+// Values placed against their own noise draw u: x = m - u (the sum exactly
+// the integer m) and the floats on either side of it, the sum a hair below
+// or above m, for m across the grid and for tiny and huge magnitudes. A
+// rounding to nearest of x + u would round some sums below m up to m.
+TEST_CASE("grad rows: stochastic rounding holds floor(x + u) where x + u is a hair from an integer",
+          "[quant][int8train][gradquant]") {
+  const uint64_t key = mix64(77), index0 = 1000;
+  std::vector<float> v;
+  for (int64_t m = -130; m <= 130; m += 1)
+    for (int side = -2; side <= 2; ++side) {
+      const float u = sr_uniform_mixed(key, index0 + v.size());
+      float x = static_cast<float>(m) - u;  // exact: u = k 2^-24 and |m| < 2^8
+      for (int s = 0; s < std::abs(side); ++s) x = std::nextafter(x, side < 0 ? -INFINITY : INFINITY);
+      v.push_back(x);
+    }
+  for (const float mag : {1e-45f, 1e-38f, 3e-8f, 5.9604645e-8f, 8388607.5f, 16777216.f, 1e30f})
+    for (const float sign : {1.f, -1.f}) v.push_back(sign * mag);
+  const int64_t n = static_cast<int64_t>(v.size());
+  std::vector<int8_t> want(v.size());
+  for (int64_t i = 0; i < n; ++i)
+    want[static_cast<size_t>(i)] = quantize_grad_value(v[static_cast<size_t>(i)], 1.f, 127, GradRounding::stochastic,
+                                                       sr_uniform_mixed(key, index0 + static_cast<uint64_t>(i)));
+  for (const GradStatsKernel k : kernels_here()) {
+    INFO("kernel " << enum_name(k));
+    std::vector<int8_t> q(v.size());
+    std::vector<float> qf(v.size());
+    quantize_run(k, v.data(), n, 1.f, 127, GradRounding::stochastic, key, index0, q.data(), qf.data());
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; ++i) differ += q[static_cast<size_t>(i)] != want[static_cast<size_t>(i)];
+    CHECK(differ == 0);
+  }
+}
+
 TEST_CASE("grad rows: chunk_stats sums each item in its order on every kernel", "[quant][int8train][gradquant]") {
   const int64_t total = 20000;
   const std::vector<float> v = gradient_values(total, 3);
