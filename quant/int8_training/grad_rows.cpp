@@ -168,21 +168,29 @@ struct Lanes {
 // Eight items on the lanes, eight steps at a time: each item's next eight
 // values (and integers) loaded as a row, the 8 x 8 block transposed, then
 // step s adds element t0 + s of every item, one fused multiply-add per sum.
-// Past an item's end the block holds zeros, whose terms leave a sum as it is
-// (x + 0 = x; a sum never is -0: it starts at +0 and round-to-nearest
-// gives +0 to every exact zero), so no lane needs a mask.
+// Blocks where all eight items have eight values left load without masks;
+// elsewhere, past an item's end the block holds zeros, whose terms leave a
+// sum as it is (x + 0 = x; a sum never is -0: it starts at +0 and
+// round-to-nearest gives +0 to every exact zero), so no lane needs a mask.
 QAT_GR_AVX512 void chunk_stats_x8(const float* v, const float* qf, const int64_t* start, const int64_t* len,
                                   int64_t items, GradQuantStats* out) {
-  int64_t longest = 0;
-  for (int64_t i = 0; i < items; ++i) longest = std::max(longest, len[i]);
+  int64_t longest = 0, shortest = items < 8 ? 0 : len[0];
+  for (int64_t i = 0; i < items; ++i) longest = std::max(longest, len[i]), shortest = std::min(shortest, len[i]);
   __m512d dot = _mm512_setzero_pd(), qq = dot, gg = dot;
   for (int64_t t0 = 0; t0 < longest; t0 += 8) {
     __m256 x[8], k[8];
-    for (int64_t i = 0; i < 8; ++i) {
-      const int64_t left = i < items ? std::clamp<int64_t>(len[i] - t0, 0, 8) : 0;
-      const __mmask8 m = static_cast<__mmask8>((1u << left) - 1);
-      x[i] = left ? _mm256_maskz_loadu_ps(m, v + start[i] + t0) : _mm256_setzero_ps();
-      k[i] = left ? _mm256_maskz_loadu_ps(m, qf + start[i] + t0) : _mm256_setzero_ps();
+    if (t0 + 8 <= shortest) {
+      for (int64_t i = 0; i < 8; ++i) {
+        x[i] = _mm256_loadu_ps(v + start[i] + t0);
+        k[i] = _mm256_loadu_ps(qf + start[i] + t0);
+      }
+    } else {
+      for (int64_t i = 0; i < 8; ++i) {
+        const int64_t left = i < items ? std::clamp<int64_t>(len[i] - t0, 0, 8) : 0;
+        const __mmask8 m = static_cast<__mmask8>((1u << left) - 1);
+        x[i] = left ? _mm256_maskz_loadu_ps(m, v + start[i] + t0) : _mm256_setzero_ps();
+        k[i] = left ? _mm256_maskz_loadu_ps(m, qf + start[i] + t0) : _mm256_setzero_ps();
+      }
     }
     transpose8x8(x);
     transpose8x8(k);
