@@ -27,4 +27,9 @@ int64_t quantize_run(GradStatsKernel kernel, const float* v, int64_t n, float in
 void chunk_stats(GradStatsKernel kernel, const float* v, const float* qf, const int64_t* start, const int64_t* len,
                  int64_t items, GradQuantStats* out);
 
+// dst[p * O + o] = src[o * P + p] * scale[o] (Gx's row of one image: dY's
+// planes (O, P) scaled per channel, turned to (P, O)); one float product
+// each, so every kernel gives the same bits.
+void scaled_transpose(GradStatsKernel kernel, const float* src, int64_t O, int64_t P, const float* scale, float* dst);
+
 }  // namespace qat::quant

@@ -99,14 +99,7 @@ GradQuantStats quantize_gx(const float* dy, const Geom& g, const std::vector<flo
     thread_local RowBlock rb;
     rb.reset(1, L);
     float* row = rb.v.data();
-    // (o, p) to (p, o), 64 positions at a time: their rows stay in L1 while every channel writes into them
-    for (int64_t p0 = 0; p0 < P; p0 += 64) {
-      const int64_t p1 = std::min(P, p0 + 64);
-      for (int64_t o = 0; o < O; ++o) {
-        const float* src = dy + (n * O + o) * P;
-        for (int64_t p = p0; p < p1; ++p) row[p * O + o] = src[p] * ws[o];
-      }
-    }
+    scaled_transpose(kernel, dy + n * O * P, O, P, ws.data(), row);
     quantize_run(kernel, row, L, q.inv, q.qmax, q.rounding, q.mixed_key, static_cast<uint64_t>(n * L), Gx + n * L,
                  rb.qf.data());
     rb.add_row_items(0, L);

@@ -149,3 +149,26 @@ TEST_CASE("grad rows: chunk_stats sums each item in its order on every kernel", 
                       Catch::Contains("does not run on this CPU"));
   }
 }
+
+TEST_CASE("grad rows: scaled_transpose turns (O, P) planes into scaled (P, O) rows on every kernel",
+          "[quant][int8train][gradquant]") {
+  // Whole 16 x 16 blocks, ragged edges on either side or both, fewer than 16 of either.
+  for (const auto& [O, P] : std::vector<std::pair<int64_t, int64_t>>{
+           {16, 16}, {64, 1024}, {512, 16}, {40, 37}, {17, 100}, {32, 4}, {3, 5}, {48, 80}}) {
+    const std::vector<float> src = gradient_values(O * P, static_cast<uint64_t>(O * 1000 + P));
+    const std::vector<float> scale = gradient_values(O, 5);
+    std::vector<float> want(static_cast<size_t>(O * P));
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t p = 0; p < P; ++p)
+        want[static_cast<size_t>(p * O + o)] = src[static_cast<size_t>(o * P + p)] * scale[static_cast<size_t>(o)];
+    for (const GradStatsKernel k : kernels_here()) {
+      INFO("O " << O << " P " << P << " kernel " << enum_name(k));
+      std::vector<float> got(static_cast<size_t>(O * P) + 1, 99.f);
+      scaled_transpose(k, src.data(), O, P, scale.data(), got.data());
+      bool same = true;
+      for (size_t i = 0; i < want.size(); ++i) same &= same_bits(got[i], want[i]);
+      CHECK(same);
+      CHECK(got.back() == 99.f);  // nothing written past the rows
+    }
+  }
+}
