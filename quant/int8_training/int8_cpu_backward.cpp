@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 
 #include "core/error.h"
 #include "core/profiler.h"
@@ -311,47 +312,145 @@ Tensor input_grad_packed(const int8_t* Gx, float scale_gx, const QuantCodes& wi,
 // < 2^31), so the same floats as the col2im form. The packed kernel reads
 // Gx + 128 (padding: Gx = 0, read 128 as every other byte), hence
 // - 128 sum_k B[c][k].
+//
+// Note [the strided input gradient in phases]: at stride s, Gx's row
+// (y + p - i d) / s exists only where s divides y + p - i d. The input rows
+// y = s a + py of one phase py (0 <= py < s) take the taps i of one residue
+// class (the largest such i, then every s / gcd(s, d)-th below it) from
+// Gx's rows a + off_i, off_i = (py + p - i d) / s, which step by
+// d / gcd(s, d): a stride-1 convolution of Gx with those taps, as above. The s_h s_w phases
+// hold every tap once between them: the GEMM's products, without its
+// oh ow x c kh kw int32 sums and their col2im in int64 (ResNet's
+// downsampling 3x3 convolutions). A phase without taps (k < s) is 0.
+
+// One dimension of phase ph: its taps first, first - step, ... (`taps` of
+// them; none where no tap reaches it), the window over Gx they make (its
+// padding: the first tap's offset, negated; its dilation) and the input
+// rows (or columns) it covers.
+struct PhaseAxis {
+  int64_t taps = 0, first = 0, step = 1, pad = 0, dil = 1, out = 0;
+};
+
+PhaseAxis phase_axis(int64_t ph, int64_t k, int64_t s, int64_t p, int64_t d, int64_t in) {
+  PhaseAxis a;
+  a.out = ph < in ? (in - ph + s - 1) / s : 0;
+  a.step = s / std::gcd(s, d);
+  a.dil = d / std::gcd(s, d);
+  int64_t first = k - 1;  // (ph + p - i d may be negative: % keeps its sign, 0 either way)
+  while (first >= 0 && (ph + p - first * d) % s != 0) --first;
+  if (first < 0) return a;
+  a.first = first;
+  a.taps = first / a.step + 1;
+  a.pad = -(ph + p - first * d) / s;
+  return a;
+}
+
+bool phases_fit(const Geom& g) {
+  for (int64_t py = 0; py < g.stride_h; ++py)
+    if (phase_axis(py, g.kh, g.stride_h, g.pad_h, g.dil_h, g.h).pad < 0) return false;
+  for (int64_t px = 0; px < g.stride_w; ++px)
+    if (phase_axis(px, g.kw, g.stride_w, g.pad_w, g.dil_w, g.w).pad < 0) return false;
+  return true;
+}
+
+// Phase (py, px)'s B (c rows of its taps x O) packed, with - 128 each row's
+// sum, and where its output rows go in an input plane.
+struct Phase {
+  PhaseAxis y, x;
+  PackedB packed;
+  std::vector<int64_t> corr, at;
+};
+
+// wt: the weight's codes transposed (K x O), so that each tap's O bytes are one row.
+Phase make_phase(const int8_t* wt, const Geom& g, int64_t py, int64_t px) {
+  Phase ph;
+  ph.y = phase_axis(py, g.kh, g.stride_h, g.pad_h, g.dil_h, g.h);
+  ph.x = phase_axis(px, g.kw, g.stride_w, g.pad_w, g.dil_w, g.w);
+  const int64_t O = g.o, C = g.c, KK = g.kh * g.kw, KB = ph.y.taps * ph.x.taps * O;
+  for (int64_t a = 0; a < ph.y.out; ++a)
+    for (int64_t b = 0; b < ph.x.out; ++b) ph.at.push_back((a * g.stride_h + py) * g.w + b * g.stride_w + px);
+  if (KB == 0) return ph;
+  std::vector<int8_t> b(static_cast<size_t>(C * KB));
+  ph.corr.assign(static_cast<size_t>(C), 0);
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t ti = 0; ti < ph.y.taps; ++ti)
+      for (int64_t tj = 0; tj < ph.x.taps; ++tj) {
+        const int64_t i = ph.y.first - ti * ph.y.step, j = ph.x.first - tj * ph.x.step;
+        const int8_t* tap = wt + (c * KK + i * g.kw + j) * O;
+        std::memcpy(b.data() + c * KB + (ti * ph.x.taps + tj) * O, tap, static_cast<size_t>(O));
+        int64_t sum = 0;
+        for (int64_t o = 0; o < O; ++o) sum += tap[o];
+        ph.corr[c] += 128 * sum;
+      }
+  ph.packed = pack_b_vnni(b.data(), C, KB, KB);
+  return ph;
+}
+
+// A phase's NHWC sums (Q x C, ldc) to its places in the NCHW planes as
+// floats, 64 positions at a time (their sums stay in L1 while each
+// channel's run is written); `dense`: one phase, its places 0, 1, ...
+void phase_to_planes(const int32_t* acc, int64_t ldc, const Phase& ph, double s, bool dense, int64_t C, int64_t HW,
+                     float* out) {
+  const int64_t Q = ph.y.out * ph.x.out;
+  const int64_t* at = ph.at.data();
+  for (int64_t q0 = 0; q0 < Q; q0 += 64) {
+    const int64_t q1 = std::min(Q, q0 + 64);
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t corr = ph.corr[static_cast<size_t>(c)];
+      float* plane = out + c * HW;
+      if (dense) {  // (contiguous runs, on vector lanes)
+        for (int64_t q = q0; q < q1; ++q)
+          plane[q] = static_cast<float>(s * static_cast<double>(int64_t{acc[q * ldc + c]} - corr));
+        continue;
+      }
+      float run[64];  // (the values on vector lanes first, then to their strided places)
+      for (int64_t q = q0; q < q1; ++q)
+        run[q - q0] = static_cast<float>(s * static_cast<double>(int64_t{acc[q * ldc + c]} - corr));
+      for (int64_t q = q0; q < q1; ++q) plane[at[q]] = run[q - q0];
+    }
+  }
+}
+
 bool input_grad_as_conv(const Geom& g, GemmKernel kernel) {
-  return packed_backward() && !is_1x1(g) && !g.depthwise() && g.stride_h == 1 && g.stride_w == 1 &&
-         g.pad_h <= g.dil_h * (g.kh - 1) && g.pad_w <= g.dil_w * (g.kw - 1) && g.kh * g.kw * g.o <= 65536 &&
-         can_use_packed(kernel, g.c);
+  return packed_backward() && !is_1x1(g) && !g.depthwise() && g.kh * g.kw * g.o <= 65536 &&
+         can_use_packed(kernel, g.c) && phases_fit(g);
 }
 
 Tensor input_grad_conv(const int8_t* Gx, float scale_gx, const QuantCodes& wi, const Geom& g, GemmKernel kernel) {
   QAT_PROFILE("int8_train.input_grad_conv");
-  const int64_t KK = g.kh * g.kw, O = g.o, C = g.c, KB = KK * O, K = g.K(), HW = g.h * g.w;
-  std::vector<int8_t> b(static_cast<size_t>(C * KB));
-  std::vector<int64_t> corr(static_cast<size_t>(C), 0);
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t t = 0; t < KK; ++t) {
-      const int64_t i = g.kh - 1 - t / g.kw, j = g.kw - 1 - t % g.kw;
-      int8_t* row = b.data() + c * KB + t * O;
-      for (int64_t o = 0; o < O; ++o) {
-        row[o] = wi.q[o * K + c * KK + i * g.kw + j];
-        corr[c] += 128 * int64_t{row[o]};
-      }
-    }
-  const PackedB packed = pack_b_vnni(b.data(), C, KB, KB);
-  const Im2RowShape window{
-      g.oh,    g.ow,    O,   g.kh, g.kw, 1, 1, g.dil_h * (g.kh - 1) - g.pad_h, g.dil_w * (g.kw - 1) - g.pad_w,
-      g.dil_h, g.dil_w, g.h, g.w};
+  const int64_t O = g.o, C = g.c, HW = g.h * g.w, S = g.stride_h * g.stride_w;
+  int8_t* wt = scratch<int8_t>(kWt, g.K() * O);
+  transpose_bytes(wi.q.get(), O, g.K(), wt);
+  std::vector<Phase> phases;
+  for (int64_t py = 0; py < g.stride_h; ++py)
+    for (int64_t px = 0; px < g.stride_w; ++px) phases.push_back(make_phase(wt, g, py, px));
+  int64_t most_rows = 0, most_bytes = 0;
+  for (const Phase& ph : phases) {
+    most_rows = std::max(most_rows, ph.y.out * ph.x.out);
+    most_bytes = std::max(most_bytes, ph.y.out * ph.x.out * ph.y.taps * ph.x.taps * O);
+  }
   Tensor dx = Tensor::empty({g.n, C, g.h, g.w});
   float* pd = dx.data<float>();
   const double s = static_cast<double>(scale_gx);
-  const int64_t ldc = packed.N;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < g.n; ++n) {
-    uint8_t* rows = scratch<uint8_t>(kCol, HW * KB);
-    int32_t* acc = scratch<int32_t>(kAcc, HW * ldc);
-    im2row_u8_range(reinterpret_cast<const uint8_t*>(Gx + n * g.P() * O), window, 0, 0, HW, rows);
-    gemm_s8s8s32_packed_offset(kernel, HW, reinterpret_cast<const int8_t*>(rows), KB, packed, acc, ldc);
-    // NHWC sums to NCHW floats, 64 positions at a time (their sums stay in L1 while each channel's run is written)
+    uint8_t* rows = scratch<uint8_t>(kCol, most_bytes);
+    int32_t* acc = scratch<int32_t>(kAcc, most_rows * ((C + 63) / 64 * 64));
     float* out = pd + n * C * HW;
-    for (int64_t q0 = 0; q0 < HW; q0 += 64) {
-      const int64_t q1 = std::min(HW, q0 + 64);
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t q = q0; q < q1; ++q)
-          out[c * HW + q] = static_cast<float>(s * static_cast<double>(int64_t{acc[q * ldc + c]} - corr[c]));
+    for (int64_t f = 0; f < S; ++f) {
+      const Phase& ph = phases[static_cast<size_t>(f)];
+      const int64_t OH = ph.y.out, OW = ph.x.out, Q = OH * OW;
+      if (ph.y.taps * ph.x.taps == 0) {  // no tap reaches these positions
+        for (int64_t c = 0; c < C; ++c)
+          for (const int64_t at : ph.at) out[c * HW + at] = 0.f;
+        continue;
+      }
+      const int64_t KB = ph.y.taps * ph.x.taps * O, ldc = ph.packed.N;
+      const Im2RowShape window{g.oh,     g.ow,     O,  ph.y.taps, ph.x.taps, 1, 1, ph.y.pad, ph.x.pad,
+                               ph.y.dil, ph.x.dil, OH, OW};
+      im2row_u8_range(reinterpret_cast<const uint8_t*>(Gx + n * g.P() * O), window, 0, 0, Q, rows);
+      gemm_s8s8s32_packed_offset(kernel, Q, reinterpret_cast<const int8_t*>(rows), KB, ph.packed, acc, ldc);
+      phase_to_planes(acc, ldc, ph, s, S == 1, C, HW, out);
     }
   }
   return dx;

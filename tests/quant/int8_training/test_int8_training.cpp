@@ -150,10 +150,13 @@ TEST_CASE("INT8 linear forward equals the float linear of the fake-quantized val
 // dWq[o][k] = (s_G s_x) (sum_m G[o][m] u[m][k] - zx sum_m G[o][m]) and
 // dXq[n][c][y][x] = s_Gx sum over the windows covering the pixel of Gx W,
 // computed here in int64 / double from the op's own integers.
-// Stride (2, 1) and 3 channels: the col2im form of the input gradient; stride
-// 1 with channels a multiple of 16: its convolution form (Note [the input
-// gradient as a convolution]) where the packed kernels run, with padding
-// below the kernel's reach and dilation.
+// Stride (2, 1) and 3 channels: the col2im form of the input gradient; with
+// channels a multiple of 16: its convolution form (Note [the input gradient
+// as a convolution]) where the packed kernels run, with padding below the
+// kernel's reach and dilation, and at strides 2 and 3 in phases (Note [the
+// strided input gradient in phases]): ResNet's downsampling 3x3 on an odd
+// map, unequal strides, a 2x2 kernel at stride 3 (rows no tap reaches),
+// stride 2 with dilation 2 (one phase takes every tap, the other none).
 TEST_CASE("INT8 conv gradients equal the double backward of the quantized integers exactly", "[quant][int8train]") {
   Generator g(3);
   const ActGrid grid{0.03f, 17.0, 256};
@@ -163,7 +166,11 @@ TEST_CASE("INT8 conv gradients equal the double backward of the quantized intege
   };
   const Shape shapes[] = {{3, 7, 6, 5, 3, 2, {2, 1, 1, 1, 1, 1, 1}},
                           {16, 6, 5, 7, 3, 3, {1, 1, 1, 1, 1, 1, 1}},
-                          {32, 7, 7, 5, 3, 2, {1, 1, 2, 0, 2, 1, 1}}};
+                          {32, 7, 7, 5, 3, 2, {1, 1, 2, 0, 2, 1, 1}},
+                          {16, 9, 8, 7, 3, 3, {2, 2, 1, 1, 1, 1, 1}},
+                          {16, 10, 9, 6, 3, 2, {2, 3, 1, 0, 1, 1, 1}},
+                          {16, 8, 7, 5, 2, 2, {3, 3, 0, 0, 1, 1, 1}},
+                          {32, 9, 9, 4, 3, 3, {2, 2, 2, 2, 2, 2, 1}}};
   for (const Shape& sh : shapes)
   for (const GemmKernel kernel : testing::gemm_kernels_here()) {
     for (const GradRounding rounding : {GradRounding::stochastic, GradRounding::nearest}) {
