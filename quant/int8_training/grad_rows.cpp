@@ -208,33 +208,6 @@ QAT_GR_AVX512 void chunk_stats_x8(const float* v, const float* qf, const int64_t
   for (int64_t i = 0; i < items; ++i) out[i] = {d[i], q2[i], g2[i]};
 }
 
-// Sixteen rows of sixteen floats to their columns: pairs of rows
-// interleaved (ps, then pd), then 128-bit lanes gathered in two rounds.
-QAT_GR_AVX512 inline void transpose16x16(__m512* r) {
-  __m512 a[16], b[16];
-  for (int i = 0; i < 8; ++i) {
-    a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // b[4i + c], 128-bit lane L: column c + 4L of rows 4i..4i+3
-    const __m512d lo0 = _mm512_castps_pd(a[4 * i]), lo1 = _mm512_castps_pd(a[4 * i + 2]);
-    const __m512d hi0 = _mm512_castps_pd(a[4 * i + 1]), hi1 = _mm512_castps_pd(a[4 * i + 3]);
-    b[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo0, lo1));
-    b[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo0, lo1));
-    b[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi0, hi1));
-    b[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi0, hi1));
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512 e0 = _mm512_shuffle_f32x4(b[c], b[4 + c], 0x88), e1 = _mm512_shuffle_f32x4(b[c], b[4 + c], 0xDD);
-    const __m512 e2 = _mm512_shuffle_f32x4(b[8 + c], b[12 + c], 0x88);
-    const __m512 e3 = _mm512_shuffle_f32x4(b[8 + c], b[12 + c], 0xDD);
-    r[c] = _mm512_shuffle_f32x4(e0, e2, 0x88);
-    r[c + 8] = _mm512_shuffle_f32x4(e0, e2, 0xDD);
-    r[c + 4] = _mm512_shuffle_f32x4(e1, e3, 0x88);
-    r[c + 12] = _mm512_shuffle_f32x4(e1, e3, 0xDD);
-  }
-}
-
 // scaled_transpose's whole 16 x 16 blocks (channels [0, O16), positions [0, P16)).
 QAT_GR_AVX512 void scaled_transpose_blocks(const float* src, int64_t O, int64_t P, const float* scale, float* dst,
                                            int64_t O16, int64_t P16) {
@@ -243,7 +216,7 @@ QAT_GR_AVX512 void scaled_transpose_blocks(const float* src, int64_t O, int64_t 
       __m512 r[16];
       for (int64_t i = 0; i < 16; ++i)
         r[i] = _mm512_mul_ps(_mm512_loadu_ps(src + (o0 + i) * P + p0), _mm512_set1_ps(scale[o0 + i]));
-      transpose16x16(r);
+      simd::transpose16x16(r);
       for (int64_t j = 0; j < 16; ++j) _mm512_storeu_ps(dst + (p0 + j) * O + o0, r[j]);
     }
 }

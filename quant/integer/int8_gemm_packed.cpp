@@ -9,6 +9,7 @@
 #include "core/cpu_features.h"
 #include "quant/integer/int8_gemm_amx.h"
 #include "quant/integer/int8_gemm_avx2.h"
+#include "quant/integer/simd.h"
 
 namespace qat::quant {
 
@@ -305,6 +306,21 @@ bool any_packed_kernel_here(int64_t N) {
   return false;
 }
 
+namespace {
+// Sixteen rows n0.. of B, quads [0, q16) (q16 a multiple of 16, 4 q16 <= K):
+// each block of sixteen quads is a 16 x 16 transpose of four-byte values,
+// so its sixteen 64-byte rows land whole in the packed layout.
+__attribute__((target("avx512f"))) void pack_group_avx512(const int8_t* B, int64_t ldb, int64_t n0, int64_t q16,
+                                                         int64_t K4, int8_t* data) {
+  for (int64_t q0 = 0; q0 < q16; q0 += 16) {
+    __m512 r[16];
+    for (int64_t i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(reinterpret_cast<const float*>(B + (n0 + i) * ldb + 4 * q0));
+    simd::transpose16x16(r);
+    for (int64_t j = 0; j < 16; ++j) _mm512_storeu_ps(reinterpret_cast<float*>(data + ((n0 / 16) * K4 + q0 + j) * 64), r[j]);
+  }
+}
+}  // namespace
+
 PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb) {
   QAT_CHECK(N > 0 && K > 0 && ldb >= K, "pack_b_vnni: N (", N, ") and K (", K, ") must be > 0, ldb (", ldb, ") >= K");
   PackedB p;
@@ -312,12 +328,20 @@ PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb) {
   p.K = K;
   p.K4 = (K + 3) / 4;
   p.data.assign(static_cast<size_t>(p.N * p.K4 * 4 + kAmxSlack), 0);
-  // quad by quad: 4 bytes of K of one channel are contiguous in both layouts
-  for (int64_t n = 0; n < N; ++n) {
-    int8_t* dst = p.data.data() + ((n / 16) * p.K4 * 16 + n % 16) * 4;
-    const int8_t* src = B + n * ldb;
-    for (int64_t q = 0; q < p.K4; ++q)
-      std::memcpy(dst + q * 64, src + 4 * q, static_cast<size_t>(std::min<int64_t>(4, K - 4 * q)));
+  // Whole groups of 16 rows and blocks of 16 quads as transposes where the
+  // CPU has AVX-512; the rest quad by quad (4 bytes of K of one channel are
+  // contiguous in both layouts).
+  const bool wide = cpu_has_avx512bw();
+  const int64_t N16 = wide ? N / 16 * 16 : 0, q16 = wide ? K / 64 * 16 : 0;
+#pragma omp parallel for schedule(static) if (N * K >= (1 << 18))
+  for (int64_t n0 = 0; n0 < (N + 15) / 16 * 16; n0 += 16) {
+    if (n0 < N16 && q16 > 0) pack_group_avx512(B, ldb, n0, q16, p.K4, p.data.data());
+    for (int64_t n = n0; n < std::min(N, n0 + 16); ++n) {
+      int8_t* dst = p.data.data() + ((n / 16) * p.K4 * 16 + n % 16) * 4;
+      const int8_t* src = B + n * ldb;
+      for (int64_t q = n < N16 ? q16 : 0; q < p.K4; ++q)
+        std::memcpy(dst + q * 64, src + 4 * q, static_cast<size_t>(std::min<int64_t>(4, K - 4 * q)));
+    }
   }
   return p;
 }
