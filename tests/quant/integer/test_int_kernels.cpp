@@ -274,6 +274,25 @@ TEST_CASE("NCHW pointwise rows and the NHWC weight order equal their definitions
       for (int64_t t = 0; t < taps; ++t) REQUIRE(out[(r * taps + t) * c + ch] == w[(r * c + ch) * taps + t]);
 }
 
+// transpose_bytes: whole blocks of 16 rows and 64 columns in registers
+// where the CPU has AVX-512, the rest through the scalar tile; shapes with
+// both kinds and neither.
+TEST_CASE("transpose_bytes equals the element-wise transpose on ragged shapes", "[quant][integer]") {
+  std::mt19937 rng(8);
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {16, 64}, {64, 128}, {37, 64}, {64, 100}, {130, 190}, {15, 63}, {1, 64}, {512, 2304}}) {
+    std::vector<int8_t> src(static_cast<size_t>(rows * cols)), dst(src.size() + 1, 99);
+    for (auto& v : src) v = static_cast<int8_t>(rng());
+    transpose_bytes(src.data(), rows, cols, dst.data());
+    bool same = true;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) same &= dst[c * rows + r] == src[r * cols + c];
+    INFO(rows << " x " << cols);
+    CHECK(same);
+    CHECK(dst.back() == 99);  // nothing past the end
+  }
+}
+
 // The NCHW layouts of INT8 training (byte_layout.h) against the definition,
 // element by element: the rows' kernel rows (kw c bytes, NHWC) of 5 to 128
 // bytes (each word size of the shared window copy, the AVX-512 masked
