@@ -2,6 +2,8 @@
 
 #include "quant/integer/int8_gemm_x86.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -177,13 +179,14 @@ __attribute__((target("avx512f,avx512bw"))) inline void interleave4(__m512i r0, 
   out[3] = _mm512_shuffle_i32x4(t2, t3, 0xDD);
 }
 
-// One 64-column chunk (n0 = 64 ch). The OpenMP loop over chunks lives in a
-// plain function: Clang outlines a parallel region into a function of its
-// own, which would not inherit this one's target attribute.
+// One 64-column chunk (n0 = 64 ch), quads [q0, q1); sums (64 entries) get
+// the range's column sums. The OpenMP loop over chunks lives in a plain
+// function: Clang outlines a parallel region into a function of its own,
+// which would not inherit this one's target attribute.
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void pack_chunk_avx512(const int8_t* Bt, int64_t K,
                                                                               int64_t N, int64_t ldbt, bool flip,
-                                                                              int64_t ch, PackedB& out,
-                                                                              int32_t* sums) {
+                                                                              int64_t ch, int64_t q0, int64_t q1,
+                                                                              PackedB& out, int32_t* sums) {
   const int64_t K4 = out.K4, n0 = ch * 64;
   int8_t* data = out.data.data();
   const __m512i ones = _mm512_set1_epi8(1);
@@ -192,7 +195,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void pack_chunk_avx512(co
   const __m512i signs = _mm512_maskz_mov_epi8(flip ? live : 0, _mm512_set1_epi8(static_cast<char>(0x80)));
   __m512i sum[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
                     _mm512_setzero_si512()};
-  for (int64_t q = 0; q < K4; ++q) {
+  for (int64_t q = q0; q < q1; ++q) {
     __m512i r[4];
     for (int i = 0; i < 4; ++i) {
       const int64_t k = 4 * q + i;
@@ -207,15 +210,31 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void pack_chunk_avx512(co
       asm("vpdpbusd %2, %1, %0" : "+v"(sum[j]) : "v"(ones), "v"(chunk[j]));
     }
   }
-  if (sums)
-    for (int j = 0; j < 4; ++j) _mm512_storeu_si512(sums + n0 + 16 * j, sum[j]);
+  for (int j = 0; j < 4; ++j) _mm512_storeu_si512(sums + 16 * j, sum[j]);
 }
 
+// Chunks split in two ranges of quads where they do not share out evenly
+// (ResNet's stem: 3 chunks; its 3x3 convolutions over 64 channels: 9), so
+// that the threads get equal shares; the ranges' column sums added after
+// (integers: any order).
 void pack_transposed_avx512(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, bool flip, PackedB& out,
                             int32_t* sums) {
-  const int64_t chunks = out.N / 64;
+  const int64_t chunks = out.N / 64, K4 = out.K4, threads = omp_get_max_threads();
+  const bool uneven = chunks % threads != 0 || chunks < 4 * threads;
+  const int64_t ranges = uneven && K4 >= 2 ? 2 : 1, items = chunks * ranges;
+  std::vector<int32_t> part(static_cast<size_t>(items * 64));
 #pragma omp parallel for schedule(static) if (K * N >= (1 << 16))
-  for (int64_t ch = 0; ch < chunks; ++ch) pack_chunk_avx512(Bt, K, N, ldbt, flip, ch, out, sums);
+  for (int64_t it = 0; it < items; ++it) {
+    const int64_t ch = it / ranges, r = it % ranges;
+    pack_chunk_avx512(Bt, K, N, ldbt, flip, ch, K4 * r / ranges, K4 * (r + 1) / ranges, out, part.data() + it * 64);
+  }
+  if (!sums) return;
+  for (int64_t ch = 0; ch < chunks; ++ch)
+    for (int64_t j = 0; j < 64; ++j) {
+      int32_t t = 0;
+      for (int64_t r = 0; r < ranges; ++r) t += part[static_cast<size_t>((ch * ranges + r) * 64 + j)];
+      sums[ch * 64 + j] = t;
+    }
 }
 
 // The ymm packing is AVX2 code (no VNNI), so that the AVX2 kernel's CPUs
