@@ -53,6 +53,29 @@ bool packed_backward();
 // forward's im2row rows, which the layer then keeps for its backward.
 bool packed_weight_grad(const Geom& g);
 
+// Note [the weight gradient's rows packed in the forward]: the packed
+// weight gradient multiplies G by the forward's im2row rows, packed for its
+// kernel a block of M at a time (Note [the weight gradient in blocks of M]).
+// Packed in the backward, the rows came back from memory (layer 1 of
+// ResNet-18 at 128 px: 19 MB a layer, about 11 GB/s). Where this applies,
+// the forward's chunks pack their rows while they are in cache instead,
+// into the blocks' layout, and keep that: blocks of whole images (P <= kBlockM:
+// floor(kBlockM / P) images) or of kBlockM rows (P a multiple of it), each
+// [N/16][rows/4][16][4] (N: K padded to 64), one after the other; and the
+// column sums of u - 128 of each segment (an image, or kBlockM rows of one),
+// added up per block by the backward. The same bytes and sums as packing
+// the block in the backward: the same integers, the same floats.
+constexpr int64_t kBlockM = 4096;
+struct PackedRows {
+  Tensor bytes;               // the blocks (u8)
+  std::vector<int32_t> sums;  // per segment, N each
+  int64_t block = 0, segment = 0, n = 0;  // rows a block (the last may be shorter) and a segment; N
+  bool defined() const { return bytes.defined(); }
+};
+// Whether the forward packs a layer's rows (AVX-512 VNNI kernel, chunked
+// forward, P a multiple of 4 that fits the blocks).
+bool packs_rows_in_forward(const Geom& g, GemmKernel kernel);
+
 // Per-thread buffers reused across steps (AlexNet's classifier needs 150 MB
 // of accumulators: a fresh zeroed vector every step page-faults and clears
 // all of it). Contents are garbage on return.
@@ -152,6 +175,7 @@ struct CpuStages {
     bool keep_rows = false;  // keep the im2row rows for the packed weight gradient
     std::shared_ptr<std::vector<uint8_t>> u;  // the input's integers (N, C, H, W)
     Tensor rows;  // the im2row rows (M x K) where kept (a 1x1 layer's rows are u)
+    PackedRows packed;  // or those rows packed (Note [the weight gradient's rows packed in the forward])
     // The integer forward of a QAT layer: no backward reads u, so a 1x1 or
     // depthwise layer's forward makes its integers from x as it reads it
     // (x and who kept for it, u left empty).

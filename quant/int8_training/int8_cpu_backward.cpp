@@ -160,27 +160,33 @@ Tensor weight_grad_unpacked(const std::vector<uint8_t>& u, const ActGrid& grid, 
 // so the same floats as the unblocked kernel (whose int32 sums hold up to
 // M = 2^16) and as weight_grad_unpacked (for any M: the stem of a network
 // at 128 px has 2^17 rows).
-constexpr int64_t kBlockM = 4096;
-Tensor weight_grad_blocked(const uint8_t* rows, const int8_t* G, const double* corr, double scale, const Geom& g) {
+// block(m0, len, sums): the packed rows [m0, m0 + len) (their N column
+// sums of u - 128 into sums), blocks of `rows` rows. One block: the GEMM's
+// tiles leave dW as floats; more: their int32 sums added in int64 first.
+template <class Block>
+Tensor weight_grad_in_blocks(int64_t rows, const int8_t* G, const double* corr, double scale, const Geom& g,
+                             Block block) {
   const int64_t M = g.M(), K = g.K(), O = g.o, N = (K + 63) / 64 * 64;
-  thread_local PackedB packed;
-  std::vector<int64_t> sums(static_cast<size_t>(N), 0), acc(static_cast<size_t>(O * N), 0);
-  std::vector<int32_t> part_sums(static_cast<size_t>(N)), part(static_cast<size_t>(O * N));
   const GemmKernel kernel = int8_gemm_kernel();
-  for (int64_t m0 = 0; m0 < M; m0 += kBlockM) {
-    const int64_t len = std::min(kBlockM, M - m0);
-    {
-      QAT_PROFILE("int8_train.pack_rows");
-      pack_b_vnni_transposed(reinterpret_cast<const int8_t*>(rows + m0 * K), len, K, K, packed, part_sums.data(),
-                             true, kernel);
-    }
+  std::vector<int32_t> part_sums(static_cast<size_t>(N));
+  Tensor dw = Tensor::empty({O, K});
+  float* pd = dw.data<float>();
+  if (M <= rows) {
+    const PackedB& packed = block(0, M, part_sums.data());
+    QAT_PROFILE("int8_train.gemm_dw");
+    const DequantEpilogue e{K, part_sums.data(), corr, scale};
+    gemm_s8s8_packed_dequant(kernel, O, G, M, packed, e, pd, K);
+    return dw;
+  }
+  std::vector<int64_t> sums(static_cast<size_t>(N), 0), acc(static_cast<size_t>(O * N), 0);
+  std::vector<int32_t> part(static_cast<size_t>(O * N));
+  for (int64_t m0 = 0; m0 < M; m0 += rows) {
+    const PackedB& packed = block(m0, std::min(rows, M - m0), part_sums.data());
     QAT_PROFILE("int8_train.gemm_dw");
     gemm_s8s8s32_packed_offset(kernel, O, G + m0, M, packed, part.data(), N);
     for (int64_t i = 0; i < O * N; ++i) acc[i] += part[i];
     for (int64_t n = 0; n < N; ++n) sums[n] += part_sums[n];
   }
-  Tensor dw = Tensor::empty({O, K});
-  float* pd = dw.data<float>();
 #pragma omp parallel for schedule(static)
   for (int64_t o = 0; o < O; ++o)
     for (int64_t k = 0; k < K; ++k)  // (DequantEpilogue::value's operations, on the int64 sums)
@@ -188,37 +194,44 @@ Tensor weight_grad_blocked(const uint8_t* rows, const int8_t* G, const double* c
   return dw;
 }
 
-// The same on the packed VNNI kernel (M <= kBlockM here): B = col is packed from
-// its transpose, the im2row rows u (M x K; a linear layer's input itself),
-// read as u - 128 with the column sums; G is read as G + 128 by the kernel;
-// the tiles leave it as floats: dWq = s (C - 128 colsum[k] + (128 - zx) gsum[o])
-// with the same double operations as above.
-Tensor weight_grad_packed(const uint8_t* rows, const ActGrid& grid, const int8_t* G, const int64_t* gsum, float scale_g,
-                          const Geom& g) {
-  const int64_t M = g.M(), K = g.K(), O = g.o;
+// The packed VNNI kernel: B = col is packed from its transpose, the im2row
+// rows u (M x K; a linear layer's input itself), read as u - 128 with the
+// column sums; G is read as G + 128 by the kernel: dWq = s (C - 128
+// colsum[k] + (128 - zx) gsum[o]) with the same double operations as above.
+// The rows as the forward left them: plain (packed here, kBlockM at a
+// time), or packed (Note [the weight gradient's rows packed in the forward]).
+Tensor weight_grad_packed(const uint8_t* rows, const PackedRows& pr, const ActGrid& grid, const int8_t* G,
+                          const int64_t* gsum, float scale_g, const Geom& g) {
+  const int64_t K = g.K(), O = g.o;
   std::vector<double> corr(static_cast<size_t>(O));
   for (int64_t o = 0; o < O; ++o) corr[o] = (128.0 - grid.zero) * static_cast<double>(gsum[o]);
   const double scale = static_cast<double>(scale_g) * static_cast<double>(grid.scale);
-  if (M > kBlockM) return weight_grad_blocked(rows, G, corr.data(), scale, g);
-  thread_local PackedB packed;
-  std::vector<int32_t> sums(static_cast<size_t>((K + 63) / 64 * 64));
-  {
-    QAT_PROFILE("int8_train.pack_rows");
-    pack_b_vnni_transposed(reinterpret_cast<const int8_t*>(rows), M, K, K, packed, sums.data(), true,
-                           int8_gemm_kernel());
+  if (pr.defined()) {
+    PackedB view;
+    return weight_grad_in_blocks(pr.block, G, corr.data(), scale, g, [&](int64_t m0, int64_t len, int32_t* sums) -> const PackedB& {
+      view.N = pr.n, view.K = len, view.K4 = len / 4;
+      view.view = reinterpret_cast<const int8_t*>(pr.bytes.data<uint8_t>() + m0 * pr.n);
+      view.view_bytes = pr.bytes.numel() - m0 * pr.n;
+      std::fill(sums, sums + pr.n, 0);
+      for (int64_t s0 = m0; s0 < m0 + len; s0 += pr.segment)
+        for (int64_t n = 0; n < pr.n; ++n) sums[n] += pr.sums[static_cast<size_t>(s0 / pr.segment * pr.n + n)];
+      return view;
+    });
   }
-  Tensor dw = Tensor::empty({O, K});
-  QAT_PROFILE("int8_train.gemm_dw");
-  const DequantEpilogue e{K, sums.data(), corr.data(), scale};
-  gemm_s8s8_packed_dequant(int8_gemm_kernel(), O, G, M, packed, e, dw.data<float>(), K);
-  return dw;
+  thread_local PackedB packed;
+  return weight_grad_in_blocks(kBlockM, G, corr.data(), scale, g, [&](int64_t m0, int64_t len, int32_t* sums) -> const PackedB& {
+    QAT_PROFILE("int8_train.pack_rows");
+    pack_b_vnni_transposed(reinterpret_cast<const int8_t*>(rows + m0 * K), len, K, K, packed, sums, true,
+                           int8_gemm_kernel());
+    return packed;
+  });
 }
 
-// rows: the forward's im2row rows where packed_weight_grad(g).
-Tensor weight_grad(const std::vector<uint8_t>& u, const uint8_t* rows, const ActGrid& grid, const int8_t* G,
-                   const int64_t* gsum, float scale_g, const Geom& g, uint8_t pad) {
+// rows (or pr): the forward's im2row rows where packed_weight_grad(g).
+Tensor weight_grad(const std::vector<uint8_t>& u, const uint8_t* rows, const PackedRows& pr, const ActGrid& grid,
+                   const int8_t* G, const int64_t* gsum, float scale_g, const Geom& g, uint8_t pad) {
   QAT_PROFILE("int8_train.weight_grad_gemm");
-  if (rows) return weight_grad_packed(rows, grid, G, gsum, scale_g, g);
+  if (rows || pr.defined()) return weight_grad_packed(rows, pr, grid, G, gsum, scale_g, g);
   return weight_grad_unpacked(u, grid, G, gsum, scale_g, g, pad, int8_gemm_kernel());
 }
 
@@ -558,9 +571,13 @@ Tensor CpuStages::weight_grad(const Saved& sv, const Codes& c, float scale) cons
                         : sv.rows.defined()    ? sv.rows.data<uint8_t>()
                         : is_1x1(g)            ? sv.u->data()
                                                : nullptr;
-  Tensor dw = g.depthwise() ? depthwise_weight_grad(*sv.u, sv.pad, sv.grid, c.q.data(), c.gsum.data(), scale, g)
-                            : int8_cpu::weight_grad(*sv.u, rows, sv.grid, c.q.data(), c.gsum.data(), scale, g, sv.pad);
-  if (rows && rows_in_nhwc_order(g)) {
+  // (packed by the forward for the AVX-512 VNNI kernel: another kernel since, the rows from u)
+  static const PackedRows none;
+  const PackedRows& pr = sv.packed.defined() && int8_gemm_kernel() == GemmKernel::avx512_vnni ? sv.packed : none;
+  Tensor dw = g.depthwise()
+                  ? depthwise_weight_grad(*sv.u, sv.pad, sv.grid, c.q.data(), c.gsum.data(), scale, g)
+                  : int8_cpu::weight_grad(*sv.u, rows, pr, sv.grid, c.q.data(), c.gsum.data(), scale, g, sv.pad);
+  if ((rows || pr.defined()) && rows_in_nhwc_order(g)) {
     // dW computed from the kept rows: its columns back into the weight's (c, ki, kj) order.
     Tensor back = Tensor::empty({g.o, g.K()});
     transpose_within_rows(dw.data<float>(), g.o, g.kh * g.kw, g.c, back.data<float>());

@@ -254,9 +254,42 @@ bool runs_in_chunks(GemmKernel kernel, const Geom& g) {
   return rows_in_nhwc_order(g) && packed_forward(kernel, g) && g.n >= omp_get_max_threads();
 }
 
-// kept: where the rows are kept (M x K), else null (each thread's buffer).
+}  // namespace
+
+bool packs_rows_in_forward(const Geom& g, GemmKernel kernel) {
+  const int64_t P = g.P();
+  return kernel == GemmKernel::avx512_vnni && cpu_has_avx512_vnni() && runs_in_chunks(kernel, g) && P % 4 == 0 &&
+         (P <= kBlockM || P % kBlockM == 0);
+}
+
+namespace {
+
+// The layout of a layer's packed rows, its bytes and sums not yet made.
+PackedRows packed_rows_layout(const Geom& g) {
+  PackedRows pr;
+  const int64_t P = g.P();
+  pr.block = P <= kBlockM ? kBlockM / P * P : kBlockM;
+  pr.segment = std::min(P, kBlockM);
+  pr.n = (g.K() + 63) / 64 * 64;
+  return pr;
+}
+
+// Image n's rows (P x K, at rows) packed into pr, segment by segment.
+void pack_image_rows(const uint8_t* rows, int64_t n, const Geom& g, PackedRows& pr) {
+  const int64_t P = g.P(), M = g.M(), K = g.K(), S = pr.segment;
+  uint8_t* bytes = pr.bytes.data<uint8_t>();
+  for (int64_t s0 = 0; s0 < P; s0 += S) {
+    const int64_t m = n * P + s0, b = m / pr.block, len = std::min(pr.block, M - b * pr.block);
+    pack_rows_vnni_transposed_at(reinterpret_cast<const int8_t*>(rows + s0 * K), S, K, K,
+                                 reinterpret_cast<int8_t*>(bytes + b * pr.block * pr.n), len / 4,
+                                 (m - b * pr.block) / 4, pr.sums.data() + (m / S) * pr.n);
+  }
+}
+
+// kept: where the rows are kept (M x K), else null (each thread's buffer);
+// packed (defined): where they are kept packed instead.
 Tensor forward_in_chunks(const std::vector<uint8_t>& u, uint8_t pad, const int8_t* wq, const ActGrid& grid,
-                         const QuantCodes& wi, const Tensor& bias, const Geom& g, uint8_t* kept) {
+                         const QuantCodes& wi, const Tensor& bias, const Geom& g, uint8_t* kept, PackedRows& packed) {
   QAT_PROFILE("int8_train.forward_chunks");
   const int64_t K = g.K(), O = g.o, P = g.P();
   const Im2RowShape s = window_of(g);
@@ -281,6 +314,8 @@ Tensor forward_in_chunks(const std::vector<uint8_t>& u, uint8_t pad, const int8_
     uint8_t* rows = kept ? kept + n0 * P * K : own.data();
     for (int64_t n = n0; n < n1; ++n) image_window_rows(images + n * padded, s, pp, rows + (n - n0) * P * K);
     gemm_u8s8s32_packed(kernel, rows_c, rows, K, B, acc.data(), O);  // (one thread: inside this region)
+    if (packed.defined())
+      for (int64_t n = n0; n < n1; ++n) pack_image_rows(rows + (n - n0) * P * K, n, g, packed);
     for (int64_t n = n0; n < n1; ++n)
       for (int64_t p0 = 0; p0 < P; p0 += kDequantBlock)
         dequantize_block(acc.data() + (n - n0) * P * O, n, p0, std::min(P, p0 + kDequantBlock), d, g, py);
@@ -322,10 +357,19 @@ Tensor CpuStages::forward_gemm(Saved& sv, const Tensor& bias) const {
     wq = reordered.data();
   }
   if (runs_in_chunks(int8_gemm_kernel(), g)) {
-    Tensor kept = sv.keep_rows ? Tensor::empty({g.M() * g.K()}, DType::u8) : Tensor();
+    // Note [the weight gradient's rows packed in the forward]
+    const bool pack = sv.keep_rows && packs_rows_in_forward(g, int8_gemm_kernel());
+    PackedRows packed;
+    if (pack) {
+      packed = packed_rows_layout(g);
+      packed.bytes = Tensor::empty({packed.n * g.M()}, DType::u8);
+      packed.sums.resize(static_cast<size_t>(g.M() / packed.segment * packed.n));
+    }
+    Tensor kept = sv.keep_rows && !pack ? Tensor::empty({g.M() * g.K()}, DType::u8) : Tensor();
     Tensor y = forward_in_chunks(*sv.u, sv.pad, wq, sv.grid, *sv.wi, bias, g,
-                                 kept.defined() ? kept.data<uint8_t>() : nullptr);
-    if (sv.keep_rows) sv.rows = kept;
+                                 kept.defined() ? kept.data<uint8_t>() : nullptr, packed);
+    if (kept.defined()) sv.rows = kept;
+    if (pack) sv.packed = std::move(packed);
     return y;
   }
   Tensor kept = Tensor::empty({g.M() * g.K()}, DType::u8);

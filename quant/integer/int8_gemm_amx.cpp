@@ -132,7 +132,7 @@ void run(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, 
         }
       }
       const int64_t j0 = 2 * cb, n0 = j0 * kTileRows, cols = std::min(kBlock, n - n0);
-      const int8_t* b0 = B.data.data() + j0 * bstride;
+      const int8_t* b0 = B.bytes() + j0 * bstride;
       const bool two_a = rows > kTileRows, two_b = j0 + 1 < nblocks16;
       const int8_t* b1 = two_b ? b0 + bstride : b0;
       const bool direct = C != nullptr && rows == kBlock && cols == kBlock;
@@ -153,7 +153,7 @@ void dispatch(bool emulate, int64_t M, const uint8_t* A, int64_t lda, const Pack
               int64_t ldc, bool a_zero_tail, const Sink& sink) {
   QAT_CHECK(emulate || amx_hardware_usable(), "AMX GEMM: this CPU (or its kernel) does not allow AMX tiles");
   QAT_CHECK(B.N % kTileRows == 0 && n <= B.N && lda >= B.K &&
-                static_cast<int64_t>(B.data.size()) >= B.N * B.K4 * 4 + kTileRows * kTileBytes,
+                B.size() >= B.N * B.K4 * 4 + kTileRows * kTileBytes,
             "AMX GEMM: bad packed operand (N=", B.N, ", K=", B.K, ", n=", n, ", lda=", lda,
             "; packed by pack_b_vnni / pack_b_vnni_transposed?)");
   if (M == 0 || n == 0) return;

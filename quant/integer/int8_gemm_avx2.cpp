@@ -205,13 +205,13 @@ void block(const typename Path::Elem* panel, int64_t kp, int64_t rows, const Pac
   const int64_t thin = rows % kRows <= 2 ? rows % kRows : 0, full = rows - thin;
   for (int64_t j = 0; j < cols; j += 8) {
     const int64_t ch = n0 + j;  // a multiple of 8: half (ch / 8) % 2 of block ch / 16
-    const int8_t* b = B.data.data() + (ch / 16) * block_stride + 32 * ((ch / 8) % 2);
+    const int8_t* b = B.bytes() + (ch / 16) * block_stride + 32 * ((ch / 8) % 2);
     for (int64_t s = 0; s < full; s += kRows)
       Path::tiles[std::min<int64_t>(kRows, full - s)](panel + s * kp, kp, b, B.K4, &c[s][j], kChunk);
   }
   if (thin)
     for (int64_t j = 0; j < cols; j += 16)
-      Path::thin_tiles[thin](panel + full * kp, kp, B.data.data() + ((n0 + j) / 16) * block_stride, B.K4, &c[full][j],
+      Path::thin_tiles[thin](panel + full * kp, kp, B.bytes() + ((n0 + j) / 16) * block_stride, B.K4, &c[full][j],
                              kChunk);
 }
 
@@ -247,7 +247,7 @@ void run(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, 
 template <class Path, bool kFlip, class Sink>
 void dispatch(int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int64_t n, const Sink& sink) {
   QAT_CHECK(cpu_has_avx2(), "AVX2 packed GEMM: this CPU has no AVX2");
-  QAT_CHECK(B.N % 16 == 0 && n >= 0 && n <= B.N && lda >= B.K && static_cast<int64_t>(B.data.size()) >= B.N * B.K4 * 4,
+  QAT_CHECK(B.N % 16 == 0 && n >= 0 && n <= B.N && lda >= B.K && B.size() >= B.N * B.K4 * 4,
             "AVX2 packed GEMM: bad packed operand (N=", B.N, ", K=", B.K, ", n=", n, ", lda=", lda,
             "; packed by pack_b_vnni / pack_b_vnni_transposed?)");
   if (M == 0 || n == 0) return;

@@ -141,7 +141,7 @@ template <bool kFlip>
 void run_tile(const Tiles& t, int64_t rows, const uint8_t* A, int64_t lda, const PackedB& B, int64_t g, int32_t* C,
               int64_t ldc) {
   const int64_t block_stride = B.K4 * 64;
-  t.fns_of(g)[rows](A, lda, B.data.data() + g * (t.cols / 16) * block_stride, block_stride, B.K, B.K4, C, ldc);
+  t.fns_of(g)[rows](A, lda, B.bytes() + g * (t.cols / 16) * block_stride, block_stride, B.K, B.K4, C, ldc);
 }
 
 template <bool kFlip>
@@ -179,6 +179,13 @@ __attribute__((target("avx512f,avx512bw"))) inline void interleave4(__m512i r0, 
   out[3] = _mm512_shuffle_i32x4(t2, t3, 0xDD);
 }
 
+// Where pack_chunk_avx512 writes: a layout of K4 quads a 16-column group,
+// quad q of Bt landing at quad at + q.
+struct PackDest {
+  int8_t* data;
+  int64_t K4, at;
+};
+
 // One 64-column chunk (n0 = 64 ch), quads [q0, q1); sums (64 entries) get
 // the range's column sums. The OpenMP loop over chunks lives in a plain
 // function: Clang outlines a parallel region into a function of its own,
@@ -186,9 +193,9 @@ __attribute__((target("avx512f,avx512bw"))) inline void interleave4(__m512i r0, 
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void pack_chunk_avx512(const int8_t* Bt, int64_t K,
                                                                               int64_t N, int64_t ldbt, bool flip,
                                                                               int64_t ch, int64_t q0, int64_t q1,
-                                                                              PackedB& out, int32_t* sums) {
-  const int64_t K4 = out.K4, n0 = ch * 64;
-  int8_t* data = out.data.data();
+                                                                              const PackDest& dest, int32_t* sums) {
+  const int64_t K4 = dest.K4, n0 = ch * 64;
+  int8_t* data = dest.data + dest.at * 64;
   const __m512i ones = _mm512_set1_epi8(1);
   const __mmask64 live = N - n0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (N - n0)) - 1;
   // flip: the sign bits of the real bytes (the padding stays 0)
@@ -226,7 +233,8 @@ void pack_transposed_avx512(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt
 #pragma omp parallel for schedule(static) if (K * N >= (1 << 16))
   for (int64_t it = 0; it < items; ++it) {
     const int64_t ch = it / ranges, r = it % ranges;
-    pack_chunk_avx512(Bt, K, N, ldbt, flip, ch, K4 * r / ranges, K4 * (r + 1) / ranges, out, part.data() + it * 64);
+    pack_chunk_avx512(Bt, K, N, ldbt, flip, ch, K4 * r / ranges, K4 * (r + 1) / ranges, {out.data.data(), K4, 0},
+                      part.data() + it * 64);
   }
   if (!sums) return;
   for (int64_t ch = 0; ch < chunks; ++ch)
@@ -424,6 +432,15 @@ void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt
   out.data.resize(static_cast<size_t>(out.N * out.K4 * 4) + kAmxSlack);  // every packed byte is written below
   if (ymm) pack_transposed_ymm(Bt, K, N, ldbt, flip_signs, out, sums);
   else pack_transposed_avx512(Bt, K, N, ldbt, flip_signs, out, sums);
+}
+
+void pack_rows_vnni_transposed_at(const int8_t* Bt, int64_t rows, int64_t N, int64_t ldbt, int8_t* data, int64_t K4,
+                                  int64_t at, int32_t* sums) {
+  QAT_CHECK(cpu_has_avx512_vnni() && rows > 0 && N > 0 && ldbt >= N && at >= 0 && at + (rows + 3) / 4 <= K4,
+            "pack_rows_vnni_transposed_at: needs AVX-512 VNNI, ", rows, " rows at quad ", at, " of ", K4);
+  const int64_t chunks = (N + 63) / 64;
+  for (int64_t ch = 0; ch < chunks; ++ch)
+    pack_chunk_avx512(Bt, rows, N, ldbt, true, ch, 0, (rows + 3) / 4, {data, K4, at}, sums + ch * 64);
 }
 
 }  // namespace qat::quant

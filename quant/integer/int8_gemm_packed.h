@@ -25,7 +25,13 @@ struct PackedB {
   // [N / 16][K4][16][4], zero beyond K; then 1 KiB of slack (AMX tiles).
   // 64-byte aligned: every kernel loads it in 64-byte rows.
   AlignedVector<int8_t> data;
-  bool empty() const { return data.empty(); }
+  // Or the same layout held elsewhere (INT8 training's rows, packed by its
+  // forward a block at a time), `view_bytes` of it readable; data then empty.
+  const int8_t* view = nullptr;
+  int64_t view_bytes = 0;
+  const int8_t* bytes() const { return view ? view : data.data(); }
+  int64_t size() const { return view ? view_bytes : static_cast<int64_t>(data.size()); }
+  bool empty() const { return size() == 0; }
 };
 
 // Whether `kernel` multiplies packed operands with N output columns: N a
@@ -67,6 +73,14 @@ void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt
                             bool flip_signs = false, GemmKernel kernel = GemmKernel::avx512_vnni);
 void gemm_s8s8s32_packed_offset(GemmKernel kernel, int64_t M, const int8_t* A, int64_t lda, const PackedB& B,
                                 int32_t* C, int64_t ldc);
+// Part of a packing as pack_b_vnni_transposed(flip_signs) makes it, on one
+// thread (INT8 training's forward packs each chunk of its rows while they
+// are in cache): Bt's `rows` rows (u8, flipped to s8) as quads at, at + 1,
+// ... of a layout of K4 quads a 16-column group at data (N padded to 64
+// columns; the last quad's missing rows 0); sums (N padded to 64 entries)
+// get these rows' column sums. AVX-512 VNNI CPUs only.
+void pack_rows_vnni_transposed_at(const int8_t* Bt, int64_t rows, int64_t N, int64_t ldbt, int8_t* data, int64_t K4,
+                                  int64_t at, int32_t* sums);
 
 // INT8 training's weight gradient: the same product, each tile of C turned
 // into floats while it is in registers/L1 (no int32 matrix through memory):

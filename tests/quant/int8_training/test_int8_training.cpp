@@ -311,6 +311,10 @@ TEST_CASE("an INT8 conv on two threads equals it on one bit for bit", "[quant][i
       {{2, 3, 35, 35}, {4, 3, 11, 11}, {4, 4, 2, 2, 1, 1, 1}},  // conv1-like: 16-byte words
       {{2, 2, 9, 9}, {3, 2, 2, 3}, {1, 1, 1, 1, 2, 2, 1}},      // width dilation: strided copies
       {{2, 2, 5, 21}, {3, 2, 2, 17}, {1, 1, 0, 1, 1, 1, 1}},    // rows of 17 bytes
+      // 16 outputs: the forward in chunks, and on AVX-512 VNNI its rows packed by
+      // the chunks of both threads into two blocks (Note [the weight gradient's
+      // rows packed in the forward])
+      {{6, 8, 32, 32}, {16, 8, 3, 3}, {1, 1, 1, 1, 1, 1, 1}},
   };
   Generator g(21);
   const ActGrid grid{0.05f, 9.0, 256};
