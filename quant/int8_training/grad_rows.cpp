@@ -99,8 +99,10 @@ QAT_GR_AVX512 inline __m512 uniform_x16(__m512i key, uint64_t index) {
 // the integer n = floor(x + u) is a float wherever |n| <= 2^24, so
 // n <= RD(x + u) <= x + u < n + 1; beyond that x is itself an integer and
 // RD(x + u) = x. So one float add with its rounding mode in the instruction
-// and one vrndscaleps give the double form's bits on sixteen lanes, where
-// the double form took ten conversions and sums on two halves.
+// and one vrndscaleps give the double form's integers on sixteen lanes
+// (where x = -u the float form's floor is -0, the double form's +0: both
+// the integer 0), where the double form took ten conversions and sums on
+// two halves.
 QAT_GR_AVX512 inline __m512 floor_sum_x16(__m512 x, __m512 u) {
   return _mm512_roundscale_ps(_mm512_add_round_ps(x, u, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC),
                               _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);

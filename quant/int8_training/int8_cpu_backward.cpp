@@ -208,7 +208,7 @@ Tensor weight_grad_packed(const uint8_t* rows, const PackedRows& pr, const ActGr
   const double scale = static_cast<double>(scale_g) * static_cast<double>(grid.scale);
   if (pr.defined()) {
     PackedB view;
-    return weight_grad_in_blocks(pr.block, G, corr.data(), scale, g, [&](int64_t m0, int64_t len, int32_t* sums) -> const PackedB& {
+    const auto in_place = [&](int64_t m0, int64_t len, int32_t* sums) -> const PackedB& {
       view.N = pr.n, view.K = len, view.K4 = len / 4;
       view.view = reinterpret_cast<const int8_t*>(pr.bytes.data<uint8_t>() + m0 * pr.n);
       view.view_bytes = pr.bytes.numel() - m0 * pr.n;
@@ -216,15 +216,17 @@ Tensor weight_grad_packed(const uint8_t* rows, const PackedRows& pr, const ActGr
       for (int64_t s0 = m0; s0 < m0 + len; s0 += pr.segment)
         for (int64_t n = 0; n < pr.n; ++n) sums[n] += pr.sums[static_cast<size_t>(s0 / pr.segment * pr.n + n)];
       return view;
-    });
+    };
+    return weight_grad_in_blocks(pr.block, G, corr.data(), scale, g, in_place);
   }
   thread_local PackedB packed;
-  return weight_grad_in_blocks(kBlockM, G, corr.data(), scale, g, [&](int64_t m0, int64_t len, int32_t* sums) -> const PackedB& {
+  const auto packed_here = [&](int64_t m0, int64_t len, int32_t* sums) -> const PackedB& {
     QAT_PROFILE("int8_train.pack_rows");
     pack_b_vnni_transposed(reinterpret_cast<const int8_t*>(rows + m0 * K), len, K, K, packed, sums, true,
                            int8_gemm_kernel());
     return packed;
-  });
+  };
+  return weight_grad_in_blocks(kBlockM, G, corr.data(), scale, g, packed_here);
 }
 
 // rows (or pr): the forward's im2row rows where packed_weight_grad(g).
@@ -334,7 +336,10 @@ Tensor input_grad_packed(const int8_t* Gx, float scale_gx, const QuantCodes& wi,
 // d / gcd(s, d): a stride-1 convolution of Gx with those taps, as above. The s_h s_w phases
 // hold every tap once between them: the GEMM's products, without its
 // oh ow x c kh kw int32 sums and their col2im in int64 (ResNet's
-// downsampling 3x3 convolutions). A phase without taps (k < s) is 0.
+// downsampling 3x3 convolutions). A phase no tap reaches (k < s, or a
+// dilation sharing a factor with s) is 0. Where a phase's first tap would
+// read below Gx's first row (its padding negative: p large against k and
+// s), the layer takes the GEMM and col2im instead (phases_fit).
 
 // One dimension of phase ph: its taps first, first - step, ... (`taps` of
 // them; none where no tap reaches it), the window over Gx they make (its

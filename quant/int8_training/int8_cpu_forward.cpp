@@ -192,8 +192,8 @@ __attribute__((target("avx512f"))) void dequantize_16x16(const int32_t* acc, int
     const __m512d s = _mm512_set1_pd(d.s[o]), corr = _mm512_set1_pd(d.corr[o]);
     const __m256 lo = dequantize_x8(_mm512_castsi512_si256(v), s, corr);
     const __m256 hi = dequantize_x8(_mm512_extracti64x4_epi64(v, 1), s, corr);
-    const __m512 y = _mm512_add_ps(_mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1),
-                                   _mm512_set1_ps(d.bias ? d.bias[o] : 0.f));
+    const __m512d both = _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1);
+    const __m512 y = _mm512_add_ps(_mm512_castpd_ps(both), _mm512_set1_ps(d.bias ? d.bias[o] : 0.f));
     _mm512_storeu_ps(plane0 + o * P + p0, y);
   }
 }

@@ -220,10 +220,10 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void pack_chunk_avx512(co
   for (int j = 0; j < 4; ++j) _mm512_storeu_si512(sums + 16 * j, sum[j]);
 }
 
-// Chunks split in two ranges of quads where they do not share out evenly
-// (ResNet's stem: 3 chunks; its 3x3 convolutions over 64 channels: 9), so
-// that the threads get equal shares; the ranges' column sums added after
-// (integers: any order).
+// Chunks split in two ranges of quads where they are few (under four a
+// thread) or do not share out evenly (ResNet's stem: 3 chunks; its 3x3
+// convolutions over 64 channels: 9), so that two threads get equal shares;
+// the ranges' column sums added after (integers: any order).
 void pack_transposed_avx512(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt, bool flip, PackedB& out,
                             int32_t* sums) {
   const int64_t chunks = out.N / 64, K4 = out.K4, threads = omp_get_max_threads();
@@ -341,9 +341,11 @@ __attribute__((target("avx512f"))) void pack_group_avx512(const int8_t* B, int64
                                                          int64_t K4, int8_t* data) {
   for (int64_t q0 = 0; q0 < q16; q0 += 16) {
     __m512 r[16];
-    for (int64_t i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(reinterpret_cast<const float*>(B + (n0 + i) * ldb + 4 * q0));
+    for (int64_t i = 0; i < 16; ++i)
+      r[i] = _mm512_loadu_ps(reinterpret_cast<const float*>(B + (n0 + i) * ldb + 4 * q0));
     simd::transpose16x16(r);
-    for (int64_t j = 0; j < 16; ++j) _mm512_storeu_ps(reinterpret_cast<float*>(data + ((n0 / 16) * K4 + q0 + j) * 64), r[j]);
+    for (int64_t j = 0; j < 16; ++j)
+      _mm512_storeu_ps(reinterpret_cast<float*>(data + ((n0 / 16) * K4 + q0 + j) * 64), r[j]);
   }
 }
 }  // namespace
@@ -429,6 +431,7 @@ void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt
   out.N = (N + 63) / 64 * 64;
   out.K = K;
   out.K4 = (K + 3) / 4;
+  out.view = nullptr, out.view_bytes = 0;  // (its own bytes again)
   out.data.resize(static_cast<size_t>(out.N * out.K4 * 4) + kAmxSlack);  // every packed byte is written below
   if (ymm) pack_transposed_ymm(Bt, K, N, ldbt, flip_signs, out, sums);
   else pack_transposed_avx512(Bt, K, N, ldbt, flip_signs, out, sums);
@@ -436,8 +439,7 @@ void pack_b_vnni_transposed(const int8_t* Bt, int64_t K, int64_t N, int64_t ldbt
 
 void pack_rows_vnni_transposed_at(const int8_t* Bt, int64_t rows, int64_t N, int64_t ldbt, int8_t* data, int64_t K4,
                                   int64_t at, int32_t* sums) {
-  QAT_CHECK(cpu_has_avx512_vnni() && rows > 0 && N > 0 && ldbt >= N && at >= 0 && at + (rows + 3) / 4 <= K4,
-            "pack_rows_vnni_transposed_at: needs AVX-512 VNNI, ", rows, " rows at quad ", at, " of ", K4);
+  // (no check that throws: it runs inside its callers' parallel regions; the header states what they ensure)
   const int64_t chunks = (N + 63) / 64;
   for (int64_t ch = 0; ch < chunks; ++ch)
     pack_chunk_avx512(Bt, rows, N, ldbt, true, ch, 0, (rows + 3) / 4, {data, K4, at}, sums + ch * 64);

@@ -78,7 +78,9 @@ void gemm_s8s8s32_packed_offset(GemmKernel kernel, int64_t M, const int8_t* A, i
 // are in cache): Bt's `rows` rows (u8, flipped to s8) as quads at, at + 1,
 // ... of a layout of K4 quads a 16-column group at data (N padded to 64
 // columns; the last quad's missing rows 0); sums (N padded to 64 entries)
-// get these rows' column sums. AVX-512 VNNI CPUs only.
+// get these rows' column sums. The caller ensures an AVX-512 VNNI CPU,
+// rows > 0, ldbt >= N and at + ceil(rows / 4) <= K4 (nothing is checked:
+// it runs inside parallel regions, where an exception cannot leave).
 void pack_rows_vnni_transposed_at(const int8_t* Bt, int64_t rows, int64_t N, int64_t ldbt, int8_t* data, int64_t K4,
                                   int64_t at, int32_t* sums);
 
