@@ -28,6 +28,33 @@ void check_pool_params(const Pool2dParams& p, const char* op) {
             ")");
 }
 
+bool has_avx512f();
+
+// One tap of stride-2 outputs j in [0, n) (value r[2 j], index base + 2 j)
+// against best and arg, sixteen at a time: the even floats of 32 contiguous
+// ones picked by one permute, the row loop's selects on lanes. The last
+// block's loads are masked to the floats the tap reads (r[2 n - 2] is its
+// last), so nothing past them is touched.
+__attribute__((target("avx512f"))) void max_pool_tap_s2_avx512(const float* r, int32_t base, int64_t n, float* best,
+                                                              int32_t* arg) {
+  // 2 lane: the permute's picks (the even floats of the pair of loads), and each lane's index offset
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  for (int64_t j = 0; j < n; j += 16) {
+    const int64_t outs = std::min<int64_t>(16, n - j), floats = 2 * outs - 1;  // (r[2 j] .. r[2 (j + outs - 1)])
+    const auto first = [](int64_t k) { return static_cast<__mmask16>(k >= 16 ? 0xFFFF : (1u << k) - 1); };
+    const __mmask16 live = first(outs);
+    const __m512 lo = _mm512_maskz_loadu_ps(first(floats), r + 2 * j);
+    const __m512 hi = _mm512_maskz_loadu_ps(first(std::max<int64_t>(0, floats - 16)), r + 2 * j + 16);
+    const __m512 v = _mm512_permutex2var_ps(lo, even, hi);
+    const __m512 b = _mm512_maskz_loadu_ps(live, best + j);
+    const __mmask16 take = live & (_mm512_cmp_ps_mask(v, b, _CMP_GT_OQ) |
+                                   (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & _mm512_cmp_ps_mask(b, b, _CMP_ORD_Q)));
+    _mm512_mask_storeu_ps(best + j, take, v);
+    const __m512i at = _mm512_add_epi32(_mm512_set1_epi32(base + static_cast<int32_t>(2 * j)), even);
+    _mm512_mask_storeu_epi32(arg + j, take, at);
+  }
+}
+
 // One output row of one plane: best[ox] = the window maximum, arg[ox] its
 // index in the plane (the first in row-major order among equal maxima; a NaN
 // wins and stays, as in PyTorch). The window rows [y0, y1) are already
@@ -64,6 +91,10 @@ void max_pool_row(const float* xp, int64_t W, int64_t y0, int64_t y1, const Pool
     for (int64_t kx = iy == y0 ? 1 : 0; kx < p.kernel_w; ++kx) {
       const float* r = xp + iy * W + x0 + kx;
       const int32_t base = static_cast<int32_t>(iy * W + x0 + kx);
+      if (s == 2 && has_avx512f()) {  // (ResNet's stem pool)
+        max_pool_tap_s2_avx512(r, base, hi - lo, best + lo, arg + lo);
+        continue;
+      }
       for (int64_t j = 0; j < hi - lo; ++j) {
         const float v = r[j * s], b = best[lo + j];
         const bool take = v > b || (v != v && b == b);

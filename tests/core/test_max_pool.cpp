@@ -1,7 +1,8 @@
 // max_pool2d's vectorised rows against the plain window scan written here:
 // same values bit for bit (ties between equal values and +0 / -0 resolved to
 // the first in row-major order, NaN wins and stays) and the same gradient
-// routing (the argmax), over kernels, strides and paddings with edges.
+// routing (the argmax), over kernels, strides and paddings with edges, rows
+// wide enough for several 16-output blocks of the stride-2 AVX-512 taps.
 #include "tests/test_util.h"
 
 #include <cmath>
@@ -50,7 +51,7 @@ TEST_CASE("max_pool2d equals the plain window scan: ties, signed zeros, NaN, edg
     for (int64_t s : {1, 2, 3})
       for (int64_t pad = 0; 2 * pad <= k; ++pad)
         for (int64_t H : {k, int64_t{5}, int64_t{9}})
-          for (int64_t W : {k, int64_t{7}, int64_t{31}, int64_t{40}}) {
+          for (int64_t W : {k, int64_t{7}, int64_t{31}, int64_t{40}, int64_t{71}}) {
             const Pool2dParams p{k, k == 4 ? 3 : k, s, s == 3 ? 2 : s, pad, k == 4 ? 1 : pad};
             if (H + 2 * p.pad_h < p.kernel_h || W + 2 * p.pad_w < p.kernel_w || 2 * p.pad_w > p.kernel_w) continue;
             const int64_t planes = 3, OH = (H + 2 * p.pad_h - p.kernel_h) / p.stride_h + 1;
