@@ -160,6 +160,7 @@ Tensor weight_grad_unpacked(const std::vector<uint8_t>& u, const ActGrid& grid, 
 // so the same floats as the unblocked kernel (whose int32 sums hold up to
 // M = 2^16) and as weight_grad_unpacked (for any M: the stem of a network
 // at 128 px has 2^17 rows).
+//
 // block(m0, len, sums): the packed rows [m0, m0 + len) (their N column
 // sums of u - 128 into sums), blocks of `rows` rows. One block: the GEMM's
 // tiles leave dW as floats; more: their int32 sums added in int64 first.
@@ -200,24 +201,24 @@ Tensor weight_grad_in_blocks(int64_t rows, const int8_t* G, const double* corr, 
 // colsum[k] + (128 - zx) gsum[o]) with the same double operations as above.
 // The rows as the forward left them: plain (packed here, kBlockM at a
 // time), or packed (Note [the weight gradient's rows packed in the forward]).
-Tensor weight_grad_packed(const uint8_t* rows, const PackedRows& pr, const ActGrid& grid, const int8_t* G,
+Tensor weight_grad_packed(const uint8_t* rows, const PackedRows* pr, const ActGrid& grid, const int8_t* G,
                           const int64_t* gsum, float scale_g, const Geom& g) {
   const int64_t K = g.K(), O = g.o;
   std::vector<double> corr(static_cast<size_t>(O));
   for (int64_t o = 0; o < O; ++o) corr[o] = (128.0 - grid.zero) * static_cast<double>(gsum[o]);
   const double scale = static_cast<double>(scale_g) * static_cast<double>(grid.scale);
-  if (pr.defined()) {
+  if (pr) {
     PackedB view;
     const auto in_place = [&](int64_t m0, int64_t len, int32_t* sums) -> const PackedB& {
-      view.N = pr.n, view.K = len, view.K4 = len / 4;
-      view.view = reinterpret_cast<const int8_t*>(pr.bytes.data<uint8_t>() + m0 * pr.n);
-      view.view_bytes = pr.bytes.numel() - m0 * pr.n;
-      std::fill(sums, sums + pr.n, 0);
-      for (int64_t s0 = m0; s0 < m0 + len; s0 += pr.segment)
-        for (int64_t n = 0; n < pr.n; ++n) sums[n] += pr.sums[static_cast<size_t>(s0 / pr.segment * pr.n + n)];
+      view.N = pr->n, view.K = len, view.K4 = len / 4;
+      view.view = reinterpret_cast<const int8_t*>(pr->bytes.data<uint8_t>() + m0 * pr->n);
+      view.view_bytes = pr->bytes.numel() - m0 * pr->n;
+      std::fill(sums, sums + pr->n, 0);
+      for (int64_t s0 = m0; s0 < m0 + len; s0 += pr->segment)
+        for (int64_t n = 0; n < pr->n; ++n) sums[n] += pr->sums[static_cast<size_t>(s0 / pr->segment * pr->n + n)];
       return view;
     };
-    return weight_grad_in_blocks(pr.block, G, corr.data(), scale, g, in_place);
+    return weight_grad_in_blocks(pr->block, G, corr.data(), scale, g, in_place);
   }
   thread_local PackedB packed;
   const auto packed_here = [&](int64_t m0, int64_t len, int32_t* sums) -> const PackedB& {
@@ -229,11 +230,11 @@ Tensor weight_grad_packed(const uint8_t* rows, const PackedRows& pr, const ActGr
   return weight_grad_in_blocks(kBlockM, G, corr.data(), scale, g, packed_here);
 }
 
-// rows (or pr): the forward's im2row rows where packed_weight_grad(g).
-Tensor weight_grad(const std::vector<uint8_t>& u, const uint8_t* rows, const PackedRows& pr, const ActGrid& grid,
+// rows (or, packed, pr): the forward's im2row rows where packed_weight_grad(g).
+Tensor weight_grad(const std::vector<uint8_t>& u, const uint8_t* rows, const PackedRows* pr, const ActGrid& grid,
                    const int8_t* G, const int64_t* gsum, float scale_g, const Geom& g, uint8_t pad) {
   QAT_PROFILE("int8_train.weight_grad_gemm");
-  if (rows || pr.defined()) return weight_grad_packed(rows, pr, grid, G, gsum, scale_g, g);
+  if (rows || pr) return weight_grad_packed(rows, pr, grid, G, gsum, scale_g, g);
   return weight_grad_unpacked(u, grid, G, gsum, scale_g, g, pad, int8_gemm_kernel());
 }
 
@@ -372,7 +373,8 @@ bool phases_fit(const Geom& g) {
 }
 
 // Phase (py, px)'s B (c rows of its taps x O) packed, with - 128 each row's
-// sum, and where its output rows go in an input plane.
+// sum, and, at stride > 1, where its output rows go in an input plane (at
+// stride 1 the one phase's rows are the plane's positions in order).
 struct Phase {
   PhaseAxis y, x;
   PackedB packed;
@@ -385,8 +387,9 @@ Phase make_phase(const int8_t* wt, const Geom& g, int64_t py, int64_t px) {
   ph.y = phase_axis(py, g.kh, g.stride_h, g.pad_h, g.dil_h, g.h);
   ph.x = phase_axis(px, g.kw, g.stride_w, g.pad_w, g.dil_w, g.w);
   const int64_t O = g.o, C = g.c, KK = g.kh * g.kw, KB = ph.y.taps * ph.x.taps * O;
-  for (int64_t a = 0; a < ph.y.out; ++a)
-    for (int64_t b = 0; b < ph.x.out; ++b) ph.at.push_back((a * g.stride_h + py) * g.w + b * g.stride_w + px);
+  if (g.stride_h * g.stride_w > 1)
+    for (int64_t a = 0; a < ph.y.out; ++a)
+      for (int64_t b = 0; b < ph.x.out; ++b) ph.at.push_back((a * g.stride_h + py) * g.w + b * g.stride_w + px);
   if (KB == 0) return ph;
   std::vector<int8_t> b(static_cast<size_t>(C * KB));
   ph.corr.assign(static_cast<size_t>(C), 0);
@@ -406,11 +409,11 @@ Phase make_phase(const int8_t* wt, const Geom& g, int64_t py, int64_t px) {
 
 // A phase's NHWC sums (Q x C, ldc) to its places in the NCHW planes as
 // floats, 64 positions at a time (their sums stay in L1 while each
-// channel's run is written); `dense`: one phase, its places 0, 1, ...
-void phase_to_planes(const int32_t* acc, int64_t ldc, const Phase& ph, double s, bool dense, int64_t C, int64_t HW,
-                     float* out) {
+// channel's run is written).
+void phase_to_planes(const int32_t* acc, int64_t ldc, const Phase& ph, double s, int64_t C, int64_t HW, float* out) {
   const int64_t Q = ph.y.out * ph.x.out;
   const int64_t* at = ph.at.data();
+  const bool dense = ph.at.empty();  // (stride 1: places 0, 1, ...)
   for (int64_t q0 = 0; q0 < Q; q0 += 64) {
     const int64_t q1 = std::min(Q, q0 + 64);
     for (int64_t c = 0; c < C; ++c) {
@@ -468,7 +471,7 @@ Tensor input_grad_conv(const int8_t* Gx, float scale_gx, const QuantCodes& wi, c
                                ph.y.dil, ph.x.dil, OH, OW};
       im2row_u8_range(reinterpret_cast<const uint8_t*>(Gx + n * g.P() * O), window, 0, 0, Q, rows);
       gemm_s8s8s32_packed_offset(kernel, Q, reinterpret_cast<const int8_t*>(rows), KB, ph.packed, acc, ldc);
-      phase_to_planes(acc, ldc, ph, s, S == 1, C, HW, out);
+      phase_to_planes(acc, ldc, ph, s, C, HW, out);
     }
   }
   return dx;
@@ -577,12 +580,11 @@ Tensor CpuStages::weight_grad(const Saved& sv, const Codes& c, float scale) cons
                         : is_1x1(g)            ? sv.u->data()
                                                : nullptr;
   // (packed by the forward for the AVX-512 VNNI kernel: another kernel since, the rows from u)
-  static const PackedRows none;
-  const PackedRows& pr = sv.packed.defined() && int8_gemm_kernel() == GemmKernel::avx512_vnni ? sv.packed : none;
+  const PackedRows* pr = sv.packed.defined() && int8_gemm_kernel() == GemmKernel::avx512_vnni ? &sv.packed : nullptr;
   Tensor dw = g.depthwise()
                   ? depthwise_weight_grad(*sv.u, sv.pad, sv.grid, c.q.data(), c.gsum.data(), scale, g)
                   : int8_cpu::weight_grad(*sv.u, rows, pr, sv.grid, c.q.data(), c.gsum.data(), scale, g, sv.pad);
-  if ((rows || pr.defined()) && rows_in_nhwc_order(g)) {
+  if ((rows || pr) && rows_in_nhwc_order(g)) {
     // dW computed from the kept rows: its columns back into the weight's (c, ki, kj) order.
     Tensor back = Tensor::empty({g.o, g.K()});
     transpose_within_rows(dw.data<float>(), g.o, g.kh * g.kw, g.c, back.data<float>());

@@ -168,10 +168,7 @@ Dequant dequant_of(const ActGrid& grid, const QuantCodes& wi, const Tensor& bias
   return d;
 }
 
-// Positions [p0, p1) of image n: acc holds that image's rows (P x O) and
-// y's planes get them, channel by channel (the block's rows of acc stay in
-// cache while each channel's run of y is written).
-constexpr int64_t kDequantBlock = 32;
+constexpr int64_t kDequantBlock = 32;  // positions a block of dequantize_block
 
 // float(s (double(v) - corr)) of eight int32 lanes.
 __attribute__((target("avx512f"))) inline __m256 dequantize_x8(__m256i v, __m512d s, __m512d corr) {
@@ -198,6 +195,9 @@ __attribute__((target("avx512f"))) void dequantize_16x16(const int32_t* acc, int
   }
 }
 
+// Positions [p0, p1) of image n: acc holds that image's rows (P x O) and
+// y's planes get them, channel by channel (the block's rows of acc stay in
+// cache while each channel's run of y is written).
 void dequantize_block(const int32_t* acc, int64_t n, int64_t p0, int64_t p1, const Dequant& d, const Geom& g,
                       float* py) {
   const int64_t O = g.o, P = g.P();
@@ -264,13 +264,15 @@ bool packs_rows_in_forward(const Geom& g, GemmKernel kernel) {
 
 namespace {
 
-// The layout of a layer's packed rows, its bytes and sums not yet made.
-PackedRows packed_rows_layout(const Geom& g) {
+// A layer's packed rows, their bytes and sums allocated, not yet written.
+PackedRows packed_rows_for(const Geom& g) {
   PackedRows pr;
   const int64_t P = g.P();
   pr.block = P <= kBlockM ? kBlockM / P * P : kBlockM;
   pr.segment = std::min(P, kBlockM);
   pr.n = (g.K() + 63) / 64 * 64;
+  pr.bytes = Tensor::empty({pr.n * g.M()}, DType::u8);
+  pr.sums.resize(static_cast<size_t>(g.M() / pr.segment * pr.n));
   return pr;
 }
 
@@ -359,12 +361,7 @@ Tensor CpuStages::forward_gemm(Saved& sv, const Tensor& bias) const {
   if (runs_in_chunks(int8_gemm_kernel(), g)) {
     // Note [the weight gradient's rows packed in the forward]
     const bool pack = sv.keep_rows && packs_rows_in_forward(g, int8_gemm_kernel());
-    PackedRows packed;
-    if (pack) {
-      packed = packed_rows_layout(g);
-      packed.bytes = Tensor::empty({packed.n * g.M()}, DType::u8);
-      packed.sums.resize(static_cast<size_t>(g.M() / packed.segment * packed.n));
-    }
+    PackedRows packed = pack ? packed_rows_for(g) : PackedRows{};
     Tensor kept = sv.keep_rows && !pack ? Tensor::empty({g.M() * g.K()}, DType::u8) : Tensor();
     Tensor y = forward_in_chunks(*sv.u, sv.pad, wq, sv.grid, *sv.wi, bias, g,
                                  kept.defined() ? kept.data<uint8_t>() : nullptr, packed);
