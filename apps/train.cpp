@@ -354,7 +354,8 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
   const Int8TrainingConfig& i8 = cfg.quant.int8_training;
   if (i8.enabled) {
     check_keep_float(cfg, *model);
-    const auto layers = quant::enable_int8_training(*model, i8.grad, i8.keep_float, cfg.train.seed, quant::make_integer_eval);
+    const auto layers = quant::enable_int8_training(*model, i8.grad, i8.keep_float, cfg.train.seed,
+                                                   quant::make_integer_eval, quant::make_add_eval);
     if (print) {
       std::printf("INT8 training (%s) on %zu layers:", layers.front().state->describe().c_str(), layers.size());
       for (const auto& l : layers) std::printf(" %s", l.name.c_str());

@@ -11,7 +11,8 @@
 // blocks a few of them moved 13 of 10,000 top-1 answers.
 //
 // INT8 training's layers (quant.int8_training) have the same output stage
-// after their integer forward, and get the same integer eval.
+// after their integer forward, and get the same integer eval, their
+// residual adds too.
 //
 // In eval mode with no gradient (validation, compare-layers, `qat eval`),
 // each quantized layer with an integer eval runs freeze()'s integer layer of

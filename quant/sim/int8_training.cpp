@@ -178,11 +178,25 @@ void walk_quantized_layers(Module& model, F&& f) {
   }
 }
 
+// Each add node of a graph whose inputs are both quantized gets add_eval's
+// integer eval (none without a factory, or outside a graph).
+void set_add_evals(Module& model, const AddEvalFactory& add_eval) {
+  auto* g = dynamic_cast<Graph*>(&model);
+  if (!g || !add_eval) return;
+  walk_graph_layers(*g, [](const std::string&, auto&, const auto&, const auto&, size_t) {},
+                    [&](const std::string& name, const std::shared_ptr<FakeQuantizer>& a,
+                        const std::shared_ptr<FakeQuantizer>& b) {
+                      if (Graph::AddEval e = a && b ? add_eval(*g, name, a, b) : Graph::AddEval())
+                        g->set_add_eval(name, std::move(e));
+                    });
+}
+
 }  // namespace
 
 std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig& cfg,
                                             const std::vector<std::string>& keep_float, uint64_t seed,
-                                            const IntegerEvalFactory& eval) {
+                                            const IntegerEvalFactory& eval, const AddEvalFactory& add_eval) {
+  set_add_evals(model, add_eval);
   std::set<std::string> keep(keep_float.begin(), keep_float.end()), seen;
   std::vector<Int8Layer> out;
   walk_quantized_layers(model, [&](const std::string& name, auto& l, const std::shared_ptr<FakeQuantizer>& source,
@@ -230,13 +244,7 @@ std::string integer_forward_refusal(const L& l, const std::shared_ptr<FakeQuanti
 
 std::vector<IntegerForwardLayer> enable_integer_forward(Module& model, const IntegerEvalFactory& eval,
                                                        const AddEvalFactory& add_eval) {
-  if (auto* g = dynamic_cast<Graph*>(&model); g && add_eval)
-    walk_graph_layers(*g, [](const std::string&, auto&, const auto&, const auto&, size_t) {},
-                      [&](const std::string& name, const std::shared_ptr<FakeQuantizer>& a,
-                          const std::shared_ptr<FakeQuantizer>& b) {
-                        if (Graph::AddEval e = a && b ? add_eval(*g, name, a, b) : Graph::AddEval())
-                          g->set_add_eval(name, std::move(e));
-                      });
+  set_add_evals(model, add_eval);
   std::vector<IntegerForwardLayer> out;
   walk_quantized_layers(model, [&](const std::string& name, auto& l, const std::shared_ptr<FakeQuantizer>& source,
                                    const std::vector<const Dropout*>& dropouts, size_t) {

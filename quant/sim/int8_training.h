@@ -39,11 +39,15 @@ struct Int8Layer {
 // a quantized layer. seed: the run's seed (the gradient noise derives from it).
 // eval (optional): makes each layer's integer eval (Note [integer eval],
 // quant/convert/integer_eval.h: make_integer_eval), set on every INT8 layer.
+// add_eval (optional): on a graph, makes each add node's integer eval from
+// its two inputs' quantizers (both quantized; null where it has none).
 using IntegerEvalFactory =
     std::function<IntegerEval(const std::string& name, Module& layer, const std::shared_ptr<FakeQuantizer>& source)>;
+using AddEvalFactory = std::function<Graph::AddEval(
+    Graph& g, const std::string& node, const std::shared_ptr<FakeQuantizer>& a, const std::shared_ptr<FakeQuantizer>& b)>;
 std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig& cfg,
                                             const std::vector<std::string>& keep_float, uint64_t seed,
-                                            const IntegerEvalFactory& eval = {});
+                                            const IntegerEvalFactory& eval = {}, const AddEvalFactory& add_eval = {});
 // quant.integer_forward (Note [integer forward of QAT layers], int8_ops.h):
 // each quantized conv / linear layer whose operands allow it computes its
 // forward on the integer GEMMs whenever its input quantizer fake-quantizes
@@ -51,17 +55,13 @@ std::vector<Int8Layer> enable_int8_training(Module& model, const Int8GradConfig&
 // QAT's. Returns every quantized layer in order, with why it stays float
 // (empty: it runs on integers). Throws, naming each layer's reason, when
 // none can.
-// eval (optional): as enable_int8_training's, set on the layers that run on
-// integers.
+// eval, add_eval (optional): as enable_int8_training's, set on the layers
+// that run on integers and on the adds.
 struct IntegerForwardLayer {
   std::string name;
   std::string float_because;
   bool integer_eval = false;  // its eval forward is the integer model's layer
 };
-// add_eval (optional): on a graph, makes each add node's integer eval from
-// its two inputs' quantizers (both quantized; null where it has none).
-using AddEvalFactory = std::function<Graph::AddEval(
-    Graph& g, const std::string& node, const std::shared_ptr<FakeQuantizer>& a, const std::shared_ptr<FakeQuantizer>& b)>;
 std::vector<IntegerForwardLayer> enable_integer_forward(Module& model, const IntegerEvalFactory& eval = {},
                                                        const AddEvalFactory& add_eval = {});
 
