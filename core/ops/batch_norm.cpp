@@ -85,13 +85,18 @@ struct Input {
   Layout L;
   const float* raw(int64_t n, int64_t c) const { return x + (n * L.c + c) * L.hw; }
   const float* plane(int64_t n, int64_t c) const {
-    const float* p = raw(n, c);
-    if (!s) return p;
+    if (!s) return raw(n, c);
     thread_local std::vector<float> buf;
     buf.resize(static_cast<size_t>(L.hw));
+    return plane_into(n, c, buf.data());
+  }
+  // The same plane made in dst (x's own plane where there is no s).
+  const float* plane_into(int64_t n, int64_t c, float* __restrict dst) const {
+    const float* __restrict p = raw(n, c);
+    if (!s) return p;
     const float sc = s[c];
-    for (int64_t i = 0; i < L.hw; ++i) buf[i] = p[i] * sc;
-    return buf.data();
+    for (int64_t i = 0; i < L.hw; ++i) dst[i] = p[i] * sc;
+    return dst;
   }
 };
 
@@ -445,15 +450,16 @@ struct Backward {
   float *pdw, *pdb;
 
   // The two sums of channel c; the masked gradient planes (GradIn) left in
-  // gbuf (N planes) for input_grad to read.
-  std::pair<double, double> sums(int64_t c, float* gbuf) const {
-    return with_lanes(in.L.hw, [&](auto sg) { return sums(c, gbuf, sg, decltype(sg){}); });
+  // gbuf and the scaled input's planes (x s) in pbuf (N planes each, where
+  // there are such planes) for input_grad to read.
+  std::pair<double, double> sums(int64_t c, float* gbuf, float* pbuf) const {
+    return with_lanes(in.L.hw, [&](auto sg) { return sums(c, gbuf, pbuf, sg, decltype(sg){}); });
   }
   template <class Lanes>
-  std::pair<double, double> sums(int64_t c, float* gbuf, Lanes sg, Lanes sgx) const {
+  std::pair<double, double> sums(int64_t c, float* gbuf, float* pbuf, Lanes sg, Lanes sgx) const {
     const Layout& L = in.L;
     for (int64_t n = 0; n < L.n; ++n) {
-      const float* p = in.plane(n, c);
+      const float* p = in.s ? in.plane_into(n, c, pbuf + n * L.hw) : in.raw(n, c);
       const float* q = gin.plane(n, c, gbuf);
       sg.add(q, L.hw);
       sgx.add_products_with_deviations(q, p, L.hw, mean[c]);
@@ -495,8 +501,8 @@ struct Backward {
   }
 
   // x's (and s's) gradient of channel c from the (global) sums. fresh:
-  // gbuf holds the activation's gradient planes sums() made.
-  void input_grad(int64_t c, std::pair<double, double> s, float* gbuf, bool fresh) const {
+  // gbuf and pbuf hold the planes sums() made.
+  void input_grad(int64_t c, std::pair<double, double> s, float* gbuf, const float* pbuf, bool fresh) const {
     if (!pdx && !pds) return;
     const Layout& L = in.L;
     const float inv_m = 1.f / static_cast<float>(count);
@@ -512,8 +518,8 @@ struct Backward {
       const float* q = fresh && gin.masks() ? gbuf + n * L.hw : gin.plane(n, c, gbuf);
       float* out_dx = pdx ? pdx + (n * L.c + c) * L.hw : nullptr;
       if (in.s) {
-        ds += scaled_plane_grad(q, use_batch_stats ? in.plane(n, c) : in.raw(n, c), in.raw(n, c), in.s[c], mean[c], k, a,
-                                b, out_dx);
+        const float* p = !use_batch_stats ? in.raw(n, c) : fresh ? pbuf + n * L.hw : in.plane(n, c);
+        ds += scaled_plane_grad(q, p, in.raw(n, c), in.s[c], mean[c], k, a, b, out_dx);
         continue;
       }
       float* d = out_dx;
@@ -527,11 +533,17 @@ struct Backward {
     if (pds) pds[c] = static_cast<float>(ds);
   }
 
-  // The calling thread's buffer for a channel's masked gradient planes
-  // (GradIn; empty where the gradient is g's own).
+  // The calling thread's buffers for a channel's masked gradient planes
+  // (GradIn; empty where the gradient is g's own) and scaled input planes
+  // (empty where there is no scale).
   float* channel_buffer() const {
     thread_local std::vector<float> buf;
     buf.resize(gin.masks() ? static_cast<size_t>(in.L.n * in.L.hw) : 0);
+    return buf.data();
+  }
+  float* scaled_buffer() const {
+    thread_local std::vector<float> buf;
+    buf.resize(in.s ? static_cast<size_t>(in.L.n * in.L.hw) : 0);
     return buf.data();
   }
 
@@ -540,22 +552,23 @@ struct Backward {
     if (!coll) {  // Note [one channel at a time]
 #pragma omp parallel for schedule(static)
       for (int64_t c = 0; c < C; ++c) {
-        float* gbuf = channel_buffer();
-        const auto s = sums(c, gbuf);
+        float *gbuf = channel_buffer(), *pbuf = scaled_buffer();
+        const auto s = sums(c, gbuf, pbuf);
         param_grads(c, s);
-        input_grad(c, s, gbuf, true);
+        input_grad(c, s, gbuf, pbuf, true);
       }
       return;
     }
     std::vector<std::pair<double, double>> s(C);
 #pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < C; ++c) s[c] = sums(c, channel_buffer());
+    for (int64_t c = 0; c < C; ++c) s[c] = sums(c, channel_buffer(), scaled_buffer());
     for (int64_t c = 0; c < C; ++c) param_grads(c, s[c]);
     std::vector<double> flat(2 * C);  // dx: the global sums
     for (int64_t c = 0; c < C; ++c) flat[2 * c] = s[c].first, flat[2 * c + 1] = s[c].second;
     coll->sum(flat.data(), 2 * C);
 #pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < C; ++c) input_grad(c, {flat[2 * c], flat[2 * c + 1]}, channel_buffer(), false);
+    for (int64_t c = 0; c < C; ++c)
+      input_grad(c, {flat[2 * c], flat[2 * c + 1]}, channel_buffer(), nullptr, false);
   }
 };
 
