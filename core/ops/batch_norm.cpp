@@ -451,7 +451,7 @@ struct Backward {
 
   // The two sums of channel c; the masked gradient planes (GradIn) left in
   // gbuf and the scaled input's planes (x s) in pbuf (N planes each, where
-  // there are such planes) for input_grad to read.
+  // there are such planes; pbuf null: none kept) for input_grad to read.
   std::pair<double, double> sums(int64_t c, float* gbuf, float* pbuf) const {
     return with_lanes(in.L.hw, [&](auto sg) { return sums(c, gbuf, pbuf, sg, decltype(sg){}); });
   }
@@ -459,7 +459,7 @@ struct Backward {
   std::pair<double, double> sums(int64_t c, float* gbuf, float* pbuf, Lanes sg, Lanes sgx) const {
     const Layout& L = in.L;
     for (int64_t n = 0; n < L.n; ++n) {
-      const float* p = in.s ? in.plane_into(n, c, pbuf + n * L.hw) : in.raw(n, c);
+      const float* p = in.s && pbuf ? in.plane_into(n, c, pbuf + n * L.hw) : in.plane(n, c);
       const float* q = gin.plane(n, c, gbuf);
       sg.add(q, L.hw);
       sgx.add_products_with_deviations(q, p, L.hw, mean[c]);
@@ -561,7 +561,7 @@ struct Backward {
     }
     std::vector<std::pair<double, double>> s(C);
 #pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < C; ++c) s[c] = sums(c, channel_buffer(), scaled_buffer());
+    for (int64_t c = 0; c < C; ++c) s[c] = sums(c, channel_buffer(), nullptr);  // (input_grad makes its planes again)
     for (int64_t c = 0; c < C; ++c) param_grads(c, s[c]);
     std::vector<double> flat(2 * C);  // dx: the global sums
     for (int64_t c = 0; c < C; ++c) flat[2 * c] = s[c].first, flat[2 * c + 1] = s[c].second;

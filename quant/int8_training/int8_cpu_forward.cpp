@@ -43,15 +43,25 @@ int32_t grid_codes(const float* __restrict x, int64_t n, const InputRule& rule, 
   return off;
 }
 
+namespace {
+int32_t centred_grid_codes_double(const float* __restrict x, int64_t n, const InputRule& rule, float* __restrict v) {
+  const InputRule r = rule;
+  int32_t off = 0;
+#pragma omp simd reduction(| : off)
+  for (int64_t i = 0; i < n; ++i) off |= r.centred(x[i], v[i]);
+  return off;
+}
+}  // namespace
+
 // InputRule::centred in float, sixteen lanes a vector where the double rule
-// has eight. Its callers' zero points are integers in [0, 255] (Note [exact
-// float depthwise sums]). A value on the grid, x = s (u - z), was one float
-// product with |u - z| <= 255, so in float x (1/s) + z lies within 5e-5 of
-// u (three roundings of at most 2^-24 relative, on values below 256): its
-// nearest integer is u, as the double rule finds, the 1e-3 test passes as
-// there, and u - z is exact. Off the grid, only a value within about 5e-5
-// of the 1e-3 tolerance could be judged otherwise; it fails either way
-// (fail_first_off_grid looks again with the double rule).
+// has eight, with the double rule's results. Its callers' zero points are
+// integers in [0, 255] (Note [exact float depthwise sums]). A value on the
+// grid, x = s (u - z), is one float product with |u - z| <= 255 (two with a
+// training-time dropout between, Note [INT8 layer inputs]), so in float
+// t = x (1/s) + z lies within 1e-4 of the double rule's t, and of u. Where
+// the float t is within 9e-4 of its nearest integer, the double t is within
+// 1e-3 of the same integer: the same code, on the grid by either rule. Any
+// other value sends the run to the double rule, which decides as before.
 int32_t centred_grid_codes(const float* __restrict x, int64_t n, const InputRule& rule, float* __restrict v) {
   const auto inv = static_cast<float>(rule.inv), zero = static_cast<float>(rule.zero),
              top = static_cast<float>(rule.top);
@@ -59,10 +69,10 @@ int32_t centred_grid_codes(const float* __restrict x, int64_t n, const InputRule
 #pragma omp simd reduction(| : off)
   for (int64_t i = 0; i < n; ++i) {
     const float t = std::fma(x[i], inv, zero), r = std::nearbyint(t);
-    off |= !((std::fabs(t - r) <= 1e-3f) & (r >= 0.f) & (r < top));
+    off |= !((std::fabs(t - r) <= 9e-4f) & (r >= 0.f) & (r < top));
     v[i] = std::min(std::max(r, 0.f), top) - zero;
   }
-  return off;
+  return off ? centred_grid_codes_double(x, n, rule, v) : 0;
 }
 
 void fail_first_off_grid(const float* x, int64_t n, const ActGrid& grid, const std::string& who) {
