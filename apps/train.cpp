@@ -37,6 +37,7 @@
 #include "core/threads.h"
 #include "data/loader.h"
 #include "data/memory_limit.h"
+#include "layers/graph.h"
 #include "models/checkpoint.h"
 #include "models/models.h"
 #include "optim/adamw.h"
@@ -351,6 +352,7 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
   }
   if (print) std::printf("backend %s, method %s\n%s", backend.name.c_str(), quant::method_name(cfg.quant.method),
                          report.to_string().c_str());
+  const char* eval_adds = dynamic_cast<Graph*>(model.get()) ? " and the quantized adds" : "";  // Note [integer eval]
   const Int8TrainingConfig& i8 = cfg.quant.int8_training;
   if (i8.enabled) {
     check_keep_float(cfg, *model);
@@ -359,7 +361,7 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
     if (print) {
       std::printf("INT8 training (%s) on %zu layers:", layers.front().state->describe().c_str(), layers.size());
       for (const auto& l : layers) std::printf(" %s", l.name.c_str());
-      std::printf("\n");
+      std::printf("\nin eval, those layers%s run as the integer model's (Note [integer eval])\n", eval_adds);
     }
   }
   if (cfg.quant.integer_forward) {
@@ -370,7 +372,7 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
         if (l.float_because.empty()) std::printf(" %s", l.name.c_str());
       for (const auto& l : layers)
         if (!l.float_because.empty()) std::printf("; %s float (%s)", l.name.c_str(), l.float_because.c_str());
-      std::printf("\nin eval, those layers run as the integer model's (Note [integer eval])\n");
+      std::printf("\nin eval, those layers%s run as the integer model's (Note [integer eval])\n", eval_adds);
     }
   }
   return model;
