@@ -60,6 +60,14 @@ inline bool cpu_has_avx_vnni() {
   return yes;
 }
 
+inline bool cpu_has_avx512f() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return cpu_isa_allows(CpuIsa::avx512) && __builtin_cpu_supports("avx512f");
+  }();
+  return yes;
+}
+
 inline bool cpu_has_avx512bw() {
   static const bool yes = [] {
     __builtin_cpu_init();

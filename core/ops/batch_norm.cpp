@@ -459,7 +459,7 @@ struct Backward {
   std::pair<double, double> sums(int64_t c, float* gbuf, float* pbuf, Lanes sg, Lanes sgx) const {
     const Layout& L = in.L;
     for (int64_t n = 0; n < L.n; ++n) {
-      const float* p = in.s && pbuf ? in.plane_into(n, c, pbuf + n * L.hw) : in.plane(n, c);
+      const float* p = pbuf ? in.plane_into(n, c, pbuf + n * L.hw) : in.plane(n, c);
       const float* q = gin.plane(n, c, gbuf);
       sg.add(q, L.hw);
       sgx.add_products_with_deviations(q, p, L.hw, mean[c]);
@@ -535,15 +535,16 @@ struct Backward {
 
   // The calling thread's buffers for a channel's masked gradient planes
   // (GradIn; empty where the gradient is g's own) and scaled input planes
-  // (empty where there is no scale).
+  // (null where there is no scale).
   float* channel_buffer() const {
     thread_local std::vector<float> buf;
     buf.resize(gin.masks() ? static_cast<size_t>(in.L.n * in.L.hw) : 0);
     return buf.data();
   }
   float* scaled_buffer() const {
+    if (!in.s) return nullptr;
     thread_local std::vector<float> buf;
-    buf.resize(in.s ? static_cast<size_t>(in.L.n * in.L.hw) : 0);
+    buf.resize(static_cast<size_t>(in.L.n * in.L.hw));
     return buf.data();
   }
 

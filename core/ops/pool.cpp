@@ -28,8 +28,6 @@ void check_pool_params(const Pool2dParams& p, const char* op) {
             ")");
 }
 
-bool has_avx512f();
-
 // One tap of stride-2 outputs j in [0, n) (value r[2 j], index base + 2 j)
 // against best and arg, sixteen at a time: the even floats of 32 contiguous
 // ones picked by one permute, the row loop's selects on lanes. The last
@@ -91,7 +89,7 @@ void max_pool_row(const float* xp, int64_t W, int64_t y0, int64_t y1, const Pool
     for (int64_t kx = iy == y0 ? 1 : 0; kx < p.kernel_w; ++kx) {
       const float* r = xp + iy * W + x0 + kx;
       const int32_t base = static_cast<int32_t>(iy * W + x0 + kx);
-      if (s == 2 && has_avx512f()) {  // (ResNet's stem pool)
+      if (s == 2 && cpu_has_avx512f()) {  // (ResNet's stem pool)
         max_pool_tap_s2_avx512(r, base, hi - lo, best + lo, arg + lo);
         continue;
       }
@@ -159,14 +157,6 @@ __attribute__((target("avx2"))) void max_pool_plane_avx2(const float* xp, int64_
   }
 }
 
-bool has_avx512f() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return cpu_isa_allows(CpuIsa::avx512) && __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return yes;
-}
-
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
@@ -185,7 +175,7 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
   const float* px = xc.data<float>();
   float* po = out.data<float>();
   int32_t* pi = idx.data<int32_t>();
-  const bool avx512 = has_avx512f(), avx2 = !avx512 && cpu_has_avx2();
+  const bool avx512 = cpu_has_avx512f(), avx2 = !avx512 && cpu_has_avx2();
   // The plane kernels only where output rows are short (under 32): on wide
   // rows the row loop's lanes are full and its loads contiguous, and the
   // gathers lose (2 threads, 32 x 64 x 112 x 112, 2 x 2 stride 2: 27 ms
