@@ -25,12 +25,13 @@ namespace {
 struct LayerShape {
   const char* what;
   int64_t in_c, out_c, kernel, stride, hw;  // out_c = in_c and kernel 3: depthwise
+  bool depthwise() const { return kernel == 3 && in_c == out_c; }
 };
 
 // A conv layer with ReLU, per-channel multipliers near 0.56 2^-shift, zero
 // points 0 (an 8-bit MobileNetV2 layer's typical numbers).
 IntLayer make_layer(const LayerShape& s, std::mt19937& rng) {
-  const bool depthwise = s.kernel == 3;
+  const bool depthwise = s.depthwise();
   IntLayer l;
   l.op = IntOp::conv;
   l.name = s.what;
@@ -85,7 +86,8 @@ int main(int argc, char** argv) {
       {"depthwise 192 ch, 16x16, stride 1", 192, 192, 3, 1, 16}, {"depthwise 576 ch, 8x8, stride 1", 576, 576, 3, 1, 8},
       {"depthwise 960 ch, 4x4, stride 1", 960, 960, 3, 1, 4},    {"1x1 16 -> 96, 64x64", 16, 96, 1, 1, 64},
       {"1x1 24 -> 144, 32x32", 24, 144, 1, 1, 32},               {"1x1 32 -> 16, 64x64", 32, 16, 1, 1, 64},
-      {"1x1 144 -> 24, 32x32", 144, 24, 1, 1, 32},
+      {"1x1 144 -> 24, 32x32", 144, 24, 1, 1, 32},               {"1x1 96 -> 24, 32x32", 96, 24, 1, 1, 32},
+      {"stem 3 -> 32, 3x3 stride 2, 128x128", 3, 32, 3, 2, 128},
   };
   std::mt19937 rng(1);
   double total = 0;
