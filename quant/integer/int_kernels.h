@@ -65,6 +65,11 @@ struct RequantPlan {
   };
   bool high = false, zero_in_addend = false;
   AlignedVector<Block16> blocks;
+  // The AVX-512 path's float first pass (Note [checked float
+  // requantization]): per channel M = m0 2^-t and B = addend 2^-t + z -
+  // 2^-11 as floats, padded to 16; taken where every |B| <= 1792.
+  bool float_first = false;
+  AlignedVector<float> fm, fb;
 };
 // p's arrays must outlive the plan; 0 <= p.lo <= p.hi <= 255 (else an error).
 RequantPlan make_requant_plan(const RequantParams& p, int64_t n);
