@@ -24,10 +24,20 @@ constexpr int kBlocks = 4;   // 16-channel blocks per tile (64 channels)
 constexpr size_t kAmxSlack = 16 * 64;
 
 // 4 bytes of A as one int32 (k beyond K read as 0: no read past the row).
+// Byte by byte in the last quad: a memcpy of a size known only at run time
+// was a library call per row, which took 80% of MobileNetV2's stem GEMM
+// (K = 27).
 inline int32_t a_quad(const uint8_t* a, int64_t k, int64_t K) {
-  int32_t v = 0;
-  std::memcpy(&v, a + k, static_cast<size_t>(K - k >= 4 ? 4 : K - k));
-  return v;
+  const int64_t left = K - k;
+  if (left >= 4) {
+    int32_t v;
+    std::memcpy(&v, a + k, 4);
+    return v;
+  }
+  uint32_t v = a[k];
+  if (left > 1) v |= static_cast<uint32_t>(a[k + 1]) << 8;
+  if (left > 2) v |= static_cast<uint32_t>(a[k + 2]) << 16;
+  return static_cast<int32_t>(v);
 }
 
 using x86::dpbusd;
