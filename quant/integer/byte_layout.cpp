@@ -23,15 +23,19 @@ __attribute__((target("avx512f,avx512bw"))) inline void copy_upto64(uint8_t* dst
 
 // The window rows of positions [first, first + count), `stride` bytes
 // apart: each kernel row's bytes by copy(r, src, end), r its place in the
-// row that ends at `end` (its K bytes: those up to the stride are left as
-// they are).
+// row and `end` the first byte it may not write (its K bytes: those up to
+// the stride are left as they are). Where rows lie back to back (stride K),
+// a row's copies may run on into the next row, whose copies come after and
+// write over them; the last row's stay inside it. (MobileNetV2's stem,
+// three runs of 9 bytes: its last run was a copy of a size known only at
+// run time, a library call per row.)
 template <class Copy>
 [[gnu::always_inline]] inline void window_rows_with(const uint8_t* planes, const PaddedPlanes& pp, int64_t first,
                                                     int64_t count, uint8_t* rows, int64_t stride, const Copy& copy) {
-  const int64_t K = pp.row_len(), run = pp.run_bytes();
+  const int64_t K = pp.row_len(), run = pp.run_bytes(), spill = stride == K ? K : 0;
   for (int64_t p = first; p < first + count; ++p) {
     uint8_t* r = rows + (p - first) * stride;
-    const uint8_t* const end = r + K;
+    const uint8_t* const end = r + K + (p + 1 < first + count ? spill : 0);
     const uint8_t* src = planes + (p / pp.out_w) * pp.step_y + (p % pp.out_w) * pp.step_x;
     for (int64_t ki = 0; ki < pp.kh; ++ki, r += run, src += pp.down) copy(r, src, end);
   }
@@ -39,8 +43,8 @@ template <class Copy>
 
 // A contiguous run: Word bytes at once (its bytes past the run are
 // overwritten by the next runs' copies) unless fewer than Word bytes are left
-// to the row's end, then exactly, so that no copy reaches into the next row
-// (which another thread may have written already).
+// before `end`, then exactly, so that no copy reaches into a row it may not
+// write (another thread's, or the last row's padding).
 template <int64_t Word>
 struct WordCopy {
   int64_t run;
