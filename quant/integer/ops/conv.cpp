@@ -67,6 +67,8 @@ struct DepthwiseRow {
   const int32_t* w[64];
   int rows = 0;
   int64_t C, kw, stride, pad, dil;
+  int64_t W;   // the input row's width
+  int32_t zx;  // the padding's value
 };
 
 // A weight as its 16-bit lane of DepthwiseTaps::w, and back.
@@ -171,7 +173,10 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
   const DepthwiseKernels kernels = best_depthwise_kernels();
   const bool blocked = !frac && taps <= 64 && kernels.position != nullptr && narrow && zx >= 0 && zx <= 255;
   // (plain variables: Clang cannot capture structured bindings into an OpenMP region)
-  const std::pair<int64_t, int64_t> inner = interior_outputs(W, OW, KW, p.stride_w, p.pad_w, p.dil_w);
+  // (3 wide at dilation 1, stride 1 or 2: the interior kernel takes the row's edges too)
+  const bool whole_rows = KW == 3 && p.dil_w == 1 && (p.stride_w == 1 || p.stride_w == 2);
+  const std::pair<int64_t, int64_t> inner =
+      whole_rows ? std::pair<int64_t, int64_t>{0, OW} : interior_outputs(W, OW, KW, p.stride_w, p.pad_w, p.dil_w);
   const int64_t inner_begin = inner.first, inner_end = inner.second;
   Tensor y = Tensor::empty({N, OH, OW, C}, DType::u8);
   const uint8_t* xd = x.data<uint8_t>();
@@ -187,7 +192,7 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
         acc.assign(static_cast<size_t>(OW * C), 0);
       if (frac) sums.assign(acc.size(), 0);
       if (blocked) {
-        DepthwiseRow g{{}, {}, 0, C, KW, p.stride_w, p.pad_w, p.dil_w};
+        DepthwiseRow g{{}, {}, 0, C, KW, p.stride_w, p.pad_w, p.dil_w, W, zx};
         for (int64_t ki = 0; ki < KH; ++ki) {
           const int64_t ih = oh * p.stride_h - p.pad_h + ki * p.dil_h;
           if (ih < 0 || ih >= H) continue;
