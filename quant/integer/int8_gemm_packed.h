@@ -41,6 +41,7 @@ bool can_use_packed(GemmKernel kernel, int64_t N);
 // Whether any kernel that runs here (gemm_kernels_here) takes N packed.
 bool any_packed_kernel_here(int64_t N);
 // N is padded with zero channels to a multiple of 16 (out.N).
+inline int64_t packed_columns(int64_t N) { return (N + 15) / 16 * 16; }
 PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb);
 // C (M x B.N, ldc) = A (M x K, lda) B^T. Threads over tiles when the work is
 // large and no enclosing parallel region is active. a_zero_tail: A's rows

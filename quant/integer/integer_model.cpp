@@ -118,7 +118,7 @@ GemmKernel layer_gemm_kernel(const IntLayer& l, GemmKernel k) {
 }
 
 bool runs_packed(const IntLayer& l, GemmKernel k) {
-  return !l.packed_weight.empty() && can_use_packed(k, l.out_channels);
+  return !l.packed_weight.empty() && can_use_packed(k, packed_columns(l.out_channels));
 }
 
 bool ActQuant::valid() const {

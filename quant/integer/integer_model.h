@@ -109,9 +109,10 @@ struct IntLayer {
 
   // Derived at load/freeze (not stored): Σ_k w[c][k] per channel, and the
   // weights repacked for the packed kernels (int8_gemm_packed.h) when any
-  // kernel here takes them (can_use_packed: out_channels a multiple of 16 for
-  // AVX-VNNI, AVX2 and AMX, of 64 for AVX-512 VNNI), so that a kernel other
-  // than the best one (--int8-kernel, the tests) runs packed too.
+  // kernel here takes them, so that a kernel other than the best one
+  // (--int8-kernel, the tests) runs packed too. Output channels are padded
+  // with zero weights to a multiple of 16 (MobileNetV2's 24-channel
+  // projections); the GEMM then writes the padded columns to a buffer.
   std::vector<int32_t> weight_row_sums;
   PackedB packed_weight;
   // K = kernel_h * kernel_w * in_channels / groups of a conv / linear layer; throws
