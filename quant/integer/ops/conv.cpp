@@ -251,17 +251,26 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
 //   four times larger: the kernel then passes a chunk's rows under each
 //   block of weight columns (column-major), so the weights stream once a
 //   chunk.
-// - Their count a multiple of the threads, each thread whole chunks
-//   (patches and output stage included); their rows a multiple of 16 (an
-//   AMX tile) where each thread has at least 4 chunks. With fewer, the
-//   short last chunk would idle a thread: 49 rows on 2 threads go 25 + 24,
-//   not 32 + 17.
+// - Each thread a contiguous share of the rows (a multiple of 16: an AMX
+//   tile) cut into chunks, patches and output stage included; the chunks a
+//   multiple of 16 rows where each thread has at least 4, else the share
+//   cut evenly: 49 rows on 2 threads go 25 + 24, not 32 + 17. (Chunks dealt
+//   out in turn left a thread one chunk more in 2: MobileNetV2's 96 -> 576
+//   at 8 x 8 px, batch 32, 19 chunks of 112 rows, 1120 + 928.)
 // - Under kMinChunkRows rows a thread, one parallel GEMM at a time instead
 //   (ResNet-18 at batch 1 with the floor at 64, 32 and 8 positions: 1.03,
 //   0.99 and 0.88-1.00 ms; even its layer 4, 8 positions a thread, gains).
 struct ConvWork {
-  int64_t chunk;
+  int64_t chunk;  // the most rows a chunk
   bool chunks_on_threads;
+  bool shares_of_16;  // each thread's share a multiple of 16 rows
+  // Thread t's rows of a team of `threads`.
+  std::pair<int64_t, int64_t> share(int64_t rows, int64_t t, int64_t threads) const {
+    int64_t each = (rows + threads - 1) / threads;
+    if (shares_of_16) each = (each + 15) / 16 * 16;
+    const int64_t begin = std::min(rows, t * each);
+    return {begin, std::min(rows, begin + each)};
+  }
 };
 constexpr int64_t kMinChunkRows = 8;
 constexpr int64_t kL2Budget = 256 * 1024;  // bytes of patches and accumulators a chunk
@@ -276,11 +285,11 @@ int64_t max_chunk_rows(int64_t K, int64_t CO, GemmKernel kernel) {
 
 ConvWork conv_work(int64_t rows, int64_t max_chunk, int64_t threads) {
   max_chunk = std::min(max_chunk, rows);
-  if (threads <= 1 || (rows + threads - 1) / threads < kMinChunkRows) return {max_chunk, false};
-  int64_t chunks = (rows + max_chunk - 1) / max_chunk;
-  chunks = (chunks + threads - 1) / threads * threads;
-  const int64_t share = (rows + chunks - 1) / chunks;
-  return {chunks < 4 * threads ? share : (share + 15) / 16 * 16, true};
+  const int64_t share = (rows + threads - 1) / threads;
+  if (threads <= 1 || share < kMinChunkRows) return {max_chunk, false, false};
+  const int64_t chunks = (share + max_chunk - 1) / max_chunk;  // a thread's
+  if (chunks < 4) return {(share + chunks - 1) / chunks, true, false};
+  return {std::max<int64_t>(max_chunk / 16 * 16, 16), true, true};
 }
 
 Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
@@ -315,7 +324,7 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   // whole 224 px conv1 image is ~2 MB of them).
   const int64_t rows = N * P;
   const ConvWork work = conv_work(rows, max_chunk_rows(lda, CO, gemm_kernel), omp_get_max_threads());
-  const int64_t chunk = work.chunk, chunks = (rows + chunk - 1) / chunk;
+  const int64_t chunk = work.chunk;
   // Narrow kernel rows (conv1's 11 x 3 bytes) from a padded copy of the image.
   const bool padded = !direct && im2row_padded_applies(shape);
   const size_t rows_bytes = direct ? 0 : static_cast<size_t>(chunk * lda + (padded ? kIm2RowSlack : 0));
@@ -340,8 +349,7 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
     }
   };
   // Chunk ci: its patches, the GEMM, the output stage.
-  auto one_chunk = [&](int64_t ci, Buffers& b) {
-    const int64_t r0 = ci * chunk, count = std::min(chunk, rows - r0);
+  auto one_chunk = [&](int64_t r0, int64_t count, Buffers& b) {
     if (!direct)
       by_image(r0, count, [&](int64_t n, int64_t p0, int64_t np, int64_t done) {
         const uint8_t* img = xd + n * H * W * C;
@@ -360,16 +368,19 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
 
   // No enclosing parallel region in the per-GEMM case: the GEMM parallelises
   // itself only outside one (a nested team would run on one thread).
+  auto rows_in_chunks = [&](int64_t begin, int64_t end, Buffers& b) {
+    for (int64_t r0 = begin; r0 < end; r0 += chunk) one_chunk(r0, std::min(chunk, end - r0), b);
+  };
   if (!work.chunks_on_threads) {
     Buffers b = make_buffers();
-    for (int64_t ci = 0; ci < chunks; ++ci) one_chunk(ci, b);
+    rows_in_chunks(0, rows, b);
     return y;
   }
 #pragma omp parallel
   {
     Buffers b = make_buffers();
-#pragma omp for schedule(static)
-    for (int64_t ci = 0; ci < chunks; ++ci) one_chunk(ci, b);
+    const std::pair<int64_t, int64_t> mine = work.share(rows, omp_get_thread_num(), omp_get_num_threads());
+    rows_in_chunks(mine.first, mine.second, b);
   }
   return y;
 }
