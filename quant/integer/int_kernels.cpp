@@ -106,19 +106,22 @@ QAT_AVX512_TARGET inline __m512i requantize16(const PlanArrays& p, const int32_t
 // product a vector of 8 (requantize16). A float first pass does 16 a vector:
 //   f = fma(float(acc), M, B),  M = m0 2^-t, B = addend 2^-t + z - e,
 // e = 2^-11, each rounded once to float (relative error u = 2^-24 each;
-// M >= 2^-62 is never subnormal). Against the exact v' = v - e its error
+// M is 0 or at least 2^-62, never subnormal). Against the exact v' = v - e its error
 // is below 3.001 u (|f| + |B|) + 2^-40 (the product's three roundings, B's
 // and the fma's, with |acc M| <= |f| + |B| + error). With k = floor(f),
 // clamped afterwards as the exact path's results are:
 // - lo - 1 <= f < hi + 1: |f| + |B| <= 256 + 1792 = 2^11, so the error is
-//   below 3.7e-4 < e. Where f - k < 1 - 2 e (exact: Sterbenz), v' lies in
-//   (k - e, k + 1 - e), so v in (k, k + 1): floor(v) = k.
+//   below 3.7e-4 < e. Where f - k < 1 - 2 e, v' lies in (k - e, k + 1 - e),
+//   so v in (k, k + 1): floor(v) = k. (f - k is exact for k >= 0, by
+//   Sterbenz; for f in (-1/2, 0) it is rounded, but rounding is monotone
+//   and 1 - 2 e is a float, so it can only err towards "unsure".)
 // - f >= hi + 1 gives k >= hi + 1, so hi: v >= f - error + e > hi + 1
 //   (where f <= 2^11 - |B| the error is below e; beyond, f (1 - 3.001 u) -
 //   3.001 u |B| > 255.9).
 // - f < lo - 1 gives lo likewise (v < lo - 1 + 2 e, or v < 0 <= lo).
-// - |acc| < 2^30 and M < 1 (shift >= 0: the vector path's plans), so
-//   |f| < 2^31: the conversion to int32 never overflows.
+// - |acc| < 2^30 (requantize_rows' precondition) and M < 1 (shift >= 0:
+//   the vector path's plans), so |f| < 2^31: the conversion to int32 never
+//   overflows.
 // A vector with a lane at f - k >= 1 - 2 e (a lane in 2^10, where v sits
 // within 2^-10 above an integer) is done again by the exact path. Taken
 // where every channel's |B| <= 1792 (make_requant_plan); else exact only.

@@ -73,7 +73,9 @@ struct RequantPlan {
 };
 // p's arrays must outlive the plan; 0 <= p.lo <= p.hi <= 255 (else an error).
 RequantPlan make_requant_plan(const RequantParams& p, int64_t n);
-// `rows` consecutive rows of n (acc and out row-major).
+// `rows` consecutive rows of n (acc and out row-major); every |acc| < 2^30
+// (what a layer's K allows: IntLayer::products_per_output), on which the
+// vector paths' exactness rests (Note [checked float requantization]).
 void requantize_rows(const int32_t* acc, int64_t rows, const RequantPlan& plan, uint8_t* out);
 void requantize_row_reference(const int32_t* acc, int64_t n, const RequantParams& p, uint8_t* out);
 // Scalar requant of one value (the specification): exactly floor(x M + r + 1/2)
