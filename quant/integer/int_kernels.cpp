@@ -405,15 +405,39 @@ namespace {
 void max_into(uint8_t* __restrict dst, const uint8_t* __restrict src, int64_t n) {
   for (int64_t c = 0; c < n; ++c) dst[c] = std::max(dst[c], src[c]);
 }
+
+// One output pixel's maximum on AVX-512BW: 64 channels a step held in a
+// register across the window's taps inside the image (each_pool_tap's), one
+// store. ResNet-18's 3x3 stride-2 pool of 64 channels at 128 px, batch 32,
+// Zen 5: 0.67-0.74 -> 0.43-0.47 ms (a tap's loop of stores into the output).
+QAT_AVX512_TARGET void max_pool_pixel_avx512(const uint8_t* img, const PoolShape& s, int64_t oh, int64_t ow,
+                                             uint8_t* dst) {
+  const int64_t top = oh * s.stride_h - s.pad_h, left = ow * s.stride_w - s.pad_w;
+  const int64_t h0 = std::max<int64_t>(top, 0), h1 = std::min(top + s.kh, s.h);
+  const int64_t w0 = std::max<int64_t>(left, 0), w1 = std::min(left + s.kw, s.w);
+  for (int64_t c = 0; c < s.c; c += 64) {
+    const __mmask64 m = s.c - c >= 64 ? ~__mmask64{0} : (__mmask64{1} << (s.c - c)) - 1;
+    __m512i v = _mm512_setzero_si512();
+    for (int64_t ih = h0; ih < h1; ++ih)
+      for (int64_t iw = w0; iw < w1; ++iw)
+        v = _mm512_max_epu8(v, _mm512_maskz_loadu_epi8(m, img + (ih * s.w + iw) * s.c + c));
+    _mm512_mask_storeu_epi8(dst + c, m, v);
+  }
+}
 }  // namespace
 
 void max_pool_u8(const uint8_t* x, const PoolShape& s, uint8_t* y) {
+  const bool avx512 = cpu_has_avx512bw();
 #pragma omp parallel for collapse(2) schedule(static) if (s.n * s.out_h * s.out_w * s.c > (1 << 16))
   for (int64_t b = 0; b < s.n; ++b) {
     for (int64_t oh = 0; oh < s.out_h; ++oh) {
       const uint8_t* img = x + b * s.h * s.w * s.c;
       for (int64_t ow = 0; ow < s.out_w; ++ow) {
         uint8_t* dst = y + ((b * s.out_h + oh) * s.out_w + ow) * s.c;
+        if (avx512) {
+          max_pool_pixel_avx512(img, s, oh, ow, dst);
+          continue;
+        }
         std::memset(dst, 0, static_cast<size_t>(s.c));
         int_math::each_pool_tap(oh, ow, s,
                                 [&](int64_t ih, int64_t iw) { max_into(dst, img + (ih * s.w + iw) * s.c, s.c); });

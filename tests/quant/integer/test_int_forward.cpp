@@ -146,32 +146,35 @@ TEST_CASE("the device conv reads its patches as im2row_u8 writes them", "[quant]
 
 TEST_CASE("the device pools equal the CPU's on padded and uneven windows", "[quant][integer][math]") {
   std::mt19937 rng(4);
-  const int64_t n = 2, h = 7, w = 6, c = 3;
-  std::vector<uint8_t> x(static_cast<size_t>(n * h * w * c));
-  for (auto& v : x) v = static_cast<uint8_t>(rng() % 256);
-  // max pooling: 3x3 stride 2 padding 1 (padding never wins), 2x3 stride 1x3
-  for (const auto& [kh, kw, sh, sw, ph, pw] :
-       std::vector<std::array<int64_t, 6>>{{3, 3, 2, 2, 1, 1}, {2, 3, 1, 3, 1, 0}, {3, 3, 2, 2, 0, 0}}) {
-    CAPTURE(kh, kw, sh, sw, ph, pw);
-    const int64_t oh = conv_out_size(h, kh, sh, ph, 1, "test"), ow = conv_out_size(w, kw, sw, pw, 1, "test");
-    std::vector<uint8_t> cpu(static_cast<size_t>(n * oh * ow * c));
-    max_pool_u8(x.data(), {n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow}, cpu.data());
-    const int_math::U8PoolGeometry g{h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
-    bool equal = true;
-    for (int64_t i = 0; i < static_cast<int64_t>(cpu.size()); ++i)
-      equal = equal && int_math::max_pool_u8_at(i, x.data(), g) == cpu[i];
-    REQUIRE(equal);
-  }
-  // adaptive average pooling: fewer outputs than inputs (uneven bins), more, as many
-  for (const auto& [oh, ow] : std::vector<std::array<int64_t, 2>>{{3, 4}, {9, 13}, {7, 6}}) {
-    CAPTURE(oh, ow);
-    std::vector<uint8_t> cpu(static_cast<size_t>(n * oh * ow * c));
-    adaptive_avg_pool_u8(x.data(), n, h, w, c, oh, ow, cpu.data());
-    const int_math::U8PoolGeometry g{h, w, c, 1, 1, 1, 1, 0, 0, oh, ow};
-    bool equal = true;
-    for (int64_t i = 0; i < static_cast<int64_t>(cpu.size()); ++i)
-      equal = equal && int_math::adaptive_avg_pool_u8_at(i, x.data(), g) == cpu[i];
-    REQUIRE(equal);
+  const int64_t n = 2, h = 7, w = 6;
+  // (the AVX-512 max pool: 64 channels a step, the last step masked)
+  for (const int64_t c : {3, 64, 100}) {
+    std::vector<uint8_t> x(static_cast<size_t>(n * h * w * c));
+    for (auto& v : x) v = static_cast<uint8_t>(rng() % 256);
+    // max pooling: 3x3 stride 2 padding 1 (padding never wins), 2x3 stride 1x3
+    for (const auto& [kh, kw, sh, sw, ph, pw] :
+         std::vector<std::array<int64_t, 6>>{{3, 3, 2, 2, 1, 1}, {2, 3, 1, 3, 1, 0}, {3, 3, 2, 2, 0, 0}}) {
+      CAPTURE(c, kh, kw, sh, sw, ph, pw);
+      const int64_t oh = conv_out_size(h, kh, sh, ph, 1, "test"), ow = conv_out_size(w, kw, sw, pw, 1, "test");
+      std::vector<uint8_t> cpu(static_cast<size_t>(n * oh * ow * c));
+      max_pool_u8(x.data(), {n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow}, cpu.data());
+      const int_math::U8PoolGeometry g{h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
+      bool equal = true;
+      for (int64_t i = 0; i < static_cast<int64_t>(cpu.size()); ++i)
+        equal = equal && int_math::max_pool_u8_at(i, x.data(), g) == cpu[i];
+      REQUIRE(equal);
+    }
+    // adaptive average pooling: fewer outputs than inputs (uneven bins), more, as many
+    for (const auto& [oh, ow] : std::vector<std::array<int64_t, 2>>{{3, 4}, {9, 13}, {7, 6}}) {
+      CAPTURE(oh, ow);
+      std::vector<uint8_t> cpu(static_cast<size_t>(n * oh * ow * c));
+      adaptive_avg_pool_u8(x.data(), n, h, w, c, oh, ow, cpu.data());
+      const int_math::U8PoolGeometry g{h, w, c, 1, 1, 1, 1, 0, 0, oh, ow};
+      bool equal = true;
+      for (int64_t i = 0; i < static_cast<int64_t>(cpu.size()); ++i)
+        equal = equal && int_math::adaptive_avg_pool_u8_at(i, x.data(), g) == cpu[i];
+      REQUIRE(equal);
+    }
   }
 }
 
