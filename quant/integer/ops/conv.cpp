@@ -292,6 +292,30 @@ ConvWork conv_work(int64_t rows, int64_t max_chunk, int64_t threads) {
   return {std::max<int64_t>(max_chunk / 16 * 16, 16), true, true};
 }
 
+// A thread's buffers for a convolution's chunks; rows aligned: the AMX
+// kernel reads whole rows of 64 bytes in place. Kept from call to call,
+// grown and never shrunk: a fresh zeroed set a layer was about 1% of
+// MobileNetV2's integer pass. Only AMX's zero-padded rows need zeros (K to
+// lda), so only they are cleared, every call (another layer's rows may lie
+// there).
+struct ConvBuffers {
+  AlignedVector<uint8_t> rows;
+  AlignedVector<int32_t> acc;
+  std::vector<uint8_t> pimg;
+  int64_t pimg_of = -1;  // the image pimg holds (none at a call's start)
+};
+template <class V>
+void grow(V& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+ConvBuffers& thread_conv_buffers(size_t rows_bytes, size_t acc_count, size_t padded_bytes, bool zero_rows) {
+  thread_local ConvBuffers b;
+  grow(b.rows, rows_bytes), grow(b.acc, acc_count), grow(b.pimg, padded_bytes);
+  if (zero_rows) std::memset(b.rows.data(), 0, rows_bytes);
+  b.pimg_of = -1;
+  return b;
+}
+
 Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   check_u8(l, x, 4);
   const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
@@ -329,16 +353,8 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   const bool padded = !direct && im2row_padded_applies(shape);
   const size_t rows_bytes = direct ? 0 : static_cast<size_t>(chunk * lda + (padded ? kIm2RowSlack : 0));
   const size_t padded_bytes = padded ? static_cast<size_t>(padded_image_bytes(shape)) : 0;
-  // A thread's buffers; rows aligned: the AMX kernel reads whole rows of 64 bytes in place.
-  struct Buffers {
-    AlignedVector<uint8_t> rows;
-    AlignedVector<int32_t> acc;
-    std::vector<uint8_t> pimg;
-    int64_t pimg_of = -1;  // the image pimg holds
-  };
-  auto make_buffers = [&] {
-    return Buffers{AlignedVector<uint8_t>(rows_bytes), AlignedVector<int32_t>(static_cast<size_t>(chunk * CO)),
-                   std::vector<uint8_t>(padded_bytes)};
+  auto make_buffers = [&]() -> ConvBuffers& {
+    return thread_conv_buffers(rows_bytes, static_cast<size_t>(chunk * CO), padded_bytes, zero_tail);
   };
   // The (image, positions) pieces of rows [r0, r0 + count): f(n, p0, np, done), done the rows before.
   auto by_image = [&](int64_t r0, int64_t count, auto&& f) {
@@ -349,7 +365,7 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
     }
   };
   // Chunk ci: its patches, the GEMM, the output stage.
-  auto one_chunk = [&](int64_t r0, int64_t count, Buffers& b) {
+  auto one_chunk = [&](int64_t r0, int64_t count, ConvBuffers& b) {
     if (!direct)
       by_image(r0, count, [&](int64_t n, int64_t p0, int64_t np, int64_t done) {
         const uint8_t* img = xd + n * H * W * C;
@@ -368,17 +384,17 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
 
   // No enclosing parallel region in the per-GEMM case: the GEMM parallelises
   // itself only outside one (a nested team would run on one thread).
-  auto rows_in_chunks = [&](int64_t begin, int64_t end, Buffers& b) {
+  auto rows_in_chunks = [&](int64_t begin, int64_t end, ConvBuffers& b) {
     for (int64_t r0 = begin; r0 < end; r0 += chunk) one_chunk(r0, std::min(chunk, end - r0), b);
   };
   if (!work.chunks_on_threads) {
-    Buffers b = make_buffers();
+    ConvBuffers& b = make_buffers();
     rows_in_chunks(0, rows, b);
     return y;
   }
 #pragma omp parallel
   {
-    Buffers b = make_buffers();
+    ConvBuffers& b = make_buffers();
     const std::pair<int64_t, int64_t> mine = work.share(rows, omp_get_thread_num(), omp_get_num_threads());
     rows_in_chunks(mine.first, mine.second, b);
   }
