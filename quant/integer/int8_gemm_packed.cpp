@@ -363,7 +363,7 @@ __attribute__((target("avx512f"))) void pack_group_avx512(const int8_t* B, int64
 PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb) {
   QAT_CHECK(N > 0 && K > 0 && ldb >= K, "pack_b_vnni: N (", N, ") and K (", K, ") must be > 0, ldb (", ldb, ") >= K");
   PackedB p;
-  p.N = (N + 15) / 16 * 16;
+  p.N = packed_columns(N);
   p.K = K;
   p.K4 = (K + 3) / 4;
   p.data.assign(static_cast<size_t>(p.N * p.K4 * 4 + kAmxSlack), 0);
@@ -373,7 +373,7 @@ PackedB pack_b_vnni(const int8_t* B, int64_t N, int64_t K, int64_t ldb) {
   const bool wide = cpu_has_avx512bw();
   const int64_t N16 = wide ? N / 16 * 16 : 0, q16 = wide ? K / 64 * 16 : 0;
 #pragma omp parallel for schedule(static) if (N * K >= (1 << 18))
-  for (int64_t n0 = 0; n0 < (N + 15) / 16 * 16; n0 += 16) {
+  for (int64_t n0 = 0; n0 < p.N; n0 += 16) {
     if (n0 < N16 && q16 > 0) pack_group_avx512(B, ldb, n0, q16, p.K4, p.data.data());
     for (int64_t n = n0; n < std::min(N, n0 + 16); ++n) {
       int8_t* dst = p.data.data() + ((n / 16) * p.K4 * 16 + n % 16) * 4;

@@ -311,13 +311,11 @@ QAT_AVX2_TARGET void requantize_rows_avx2(const int32_t* acc, int64_t rows, cons
   }
 }
 
-}  // namespace
-
-namespace {
 // The float first pass's constants (Note [checked float requantization]),
-// where every channel's B is within its bound.
-void set_float_first(RequantPlan& q) {
-  const int64_t padded = (q.n + 15) / 16 * 16;
+// where the AVX-512 path runs and every channel's B is within its bound;
+// `padded` channels (a multiple of 16).
+void set_float_first(RequantPlan& q, int64_t padded) {
+  if (!q.avx512) return;
   q.fm.assign(static_cast<size_t>(padded), 0.f);
   q.fb.assign(static_cast<size_t>(padded), 0.f);
   for (int64_t c = 0; c < q.n; ++c) {
@@ -328,8 +326,9 @@ void set_float_first(RequantPlan& q) {
     q.fm[c] = static_cast<float>(std::ldexp(static_cast<double>(q.params.m0[c]), -t));
     q.fb[c] = static_cast<float>(b);
   }
-  q.float_first = q.avx512;
+  q.float_first = true;
 }
+
 }  // namespace
 
 RequantPlan make_requant_plan(const RequantParams& p, int64_t n) {
@@ -384,7 +383,7 @@ RequantPlan make_requant_plan(const RequantParams& p, int64_t n) {
     (k % 2 ? b.add_odd : b.add_even)[lane] = add;
     (k % 2 ? b.t_odd : b.t_even)[lane] = k % 2 && q.high ? t - 32 : t;
   }
-  set_float_first(q);
+  set_float_first(q, padded);
   return q;
 }
 

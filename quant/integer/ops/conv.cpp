@@ -71,6 +71,12 @@ struct DepthwiseRow {
   int32_t zx;  // the padding's value
 };
 
+// Whether the interior kernel takes whole rows, edges included (a 3-wide
+// kernel at dilation 1, stride 1 or 2: depthwise_lanes.inc's outputs_3).
+inline bool takes_whole_rows(int64_t kw, int64_t stride, int64_t dil) {
+  return kw == 3 && dil == 1 && (stride == 1 || stride == 2);
+}
+
 // A weight as its 16-bit lane of DepthwiseTaps::w, and back.
 inline int32_t weight_lane(int32_t w) { return static_cast<int32_t>(static_cast<uint16_t>(w)); }
 inline int32_t lane_weight(int32_t lane) { return static_cast<int16_t>(lane); }
@@ -173,8 +179,7 @@ Tensor run_depthwise(const IntLayer& l, const Tensor& x) {
   const DepthwiseKernels kernels = best_depthwise_kernels();
   const bool blocked = !frac && taps <= 64 && kernels.position != nullptr && narrow && zx >= 0 && zx <= 255;
   // (plain variables: Clang cannot capture structured bindings into an OpenMP region)
-  // (3 wide at dilation 1, stride 1 or 2: the interior kernel takes the row's edges too)
-  const bool whole_rows = KW == 3 && p.dil_w == 1 && (p.stride_w == 1 || p.stride_w == 2);
+  const bool whole_rows = takes_whole_rows(KW, p.stride_w, p.dil_w);
   const std::pair<int64_t, int64_t> inner =
       whole_rows ? std::pair<int64_t, int64_t>{0, OW} : interior_outputs(W, OW, KW, p.stride_w, p.pad_w, p.dil_w);
   const int64_t inner_begin = inner.first, inner_end = inner.second;
