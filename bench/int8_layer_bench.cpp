@@ -1,4 +1,4 @@
-// One integer layer at a time: MobileNetV2's depthwise and 1x1 layers at
+// One integer layer at a time: MobileNetV2's and ResNet-18's layers at
 // 128 px, batch 32, each built as an IntLayer with random weights and run
 // through IntegerModel::run_layer `reps` times; prints the fastest run of
 // each (the machine's speed moves between runs: compare two builds by
@@ -24,8 +24,9 @@ namespace {
 
 struct LayerShape {
   const char* what;
-  int64_t in_c, out_c, kernel, stride, hw;  // out_c = in_c and kernel 3: depthwise
-  bool depthwise() const { return kernel == 3 && in_c == out_c; }
+  int64_t in_c, out_c, kernel, stride, hw;
+  bool dense = false;  // a full convolution even where out_c = in_c and kernel 3 (else depthwise there)
+  bool depthwise() const { return !dense && kernel == 3 && in_c == out_c; }
 };
 
 // A conv layer with ReLU, per-channel multipliers near 0.56 2^-shift, zero
@@ -88,6 +89,10 @@ int main(int argc, char** argv) {
       {"1x1 24 -> 144, 32x32", 24, 144, 1, 1, 32},               {"1x1 32 -> 16, 64x64", 32, 16, 1, 1, 64},
       {"1x1 144 -> 24, 32x32", 144, 24, 1, 1, 32},               {"1x1 96 -> 24, 32x32", 96, 24, 1, 1, 32},
       {"stem 3 -> 32, 3x3 stride 2, 128x128", 3, 32, 3, 2, 128}, {"1x1 96 -> 576, 8x8", 96, 576, 1, 1, 8},
+      // ResNet-18's at 128 px
+      {"RN18 stem 3 -> 64, 7x7 stride 2", 3, 64, 7, 2, 128},     {"RN18 3x3 64 -> 64, 32x32", 64, 64, 3, 1, 32, true},
+      {"RN18 3x3 128 -> 128, 16x16", 128, 128, 3, 1, 16, true},  {"RN18 3x3 256 -> 256, 8x8", 256, 256, 3, 1, 8, true},
+      {"RN18 3x3 512 -> 512, 4x4", 512, 512, 3, 1, 4, true},
   };
   std::mt19937 rng(1);
   double total = 0;

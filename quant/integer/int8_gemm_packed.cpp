@@ -23,56 +23,104 @@ constexpr int kBlocks = 4;   // 16-channel blocks per tile (64 channels)
 // reads up to 15 rows (64 bytes each) past the last block.
 constexpr size_t kAmxSlack = 16 * 64;
 
-// 4 bytes of A as one int32 (k beyond K read as 0: no read past the row).
-// Byte by byte in the last quad: a memcpy of a size known only at run time
-// was a library call per row, which took 80% of MobileNetV2's stem GEMM
-// (K = 27).
-inline int32_t a_quad(const uint8_t* a, int64_t k, int64_t K) {
-  const int64_t left = K - k;
-  if (left >= 4) {
-    int32_t v;
-    std::memcpy(&v, a + k, 4);
-    return v;
-  }
-  uint32_t v = a[k];
-  if (left > 1) v |= static_cast<uint32_t>(a[k + 1]) << 8;
-  if (left > 2) v |= static_cast<uint32_t>(a[k + 2]) << 16;
-  return static_cast<int32_t>(v);
-}
-
 using x86::dpbusd;
 using x86::dpbusd_vex;
 
-// C[0..R) x [16 NB channels] of one tile (NB = kBlocks but in a layer's
-// last group of channels). b: the tile's first block; blocks are
+// The last quad's `tail` bytes (1-3) of a row at p, the rest 0: byte by byte
+// (a memcpy of a size known only at run time was a library call per row,
+// 80% of MobileNetV2's stem GEMM, K = 27).
+inline int32_t tail_quad(const uint8_t* p, int64_t tail) {
+  uint32_t v = p[0];
+  if (tail > 1) v |= static_cast<uint32_t>(p[1]) << 8;
+  if (tail > 2) v |= static_cast<uint32_t>(p[2]) << 16;
+  return static_cast<int32_t>(v);
+}
+
+// The quad of A at p as the tiles broadcast it: 4 bytes, or a tail's 1-3
+// (kTail); kFlip: A holds s8 bytes, read as u8 after flipping their sign
+// bits (a + 128), for gemm_s8s8s32_packed_offset (a tail's missing bytes:
+// 128 x zero bytes of B).
+template <bool kFlip, bool kTail>
+__attribute__((always_inline)) inline int32_t read_quad(const uint8_t* p, int64_t tail) {
+  int32_t quad;
+  if constexpr (kTail) quad = tail_quad(p, tail);
+  else std::memcpy(&quad, p, 4);
+  if constexpr (kFlip) quad ^= static_cast<int32_t>(0x80808080u);
+  return quad;
+}
+
+// Where a tile's rows of A lie (the tiles' Rows): first<R>(m0, d) gives
+// the tile's first row and each row's distance d[r] from it.
+// - PlainRows: rows in place, lda apart, K bytes each: K / 4 quads, then
+//   K % 4 bytes.
+// - WindowTileRows: a convolution's windows on a padded image (WindowRows):
+//   a run of C / 4 quads a kernel tap, each run a fixed offset from the row.
+struct PlainRows {
+  static constexpr bool kRuns = false;
+  const uint8_t* A;
+  int64_t lda, K;
+  template <int R>
+  const uint8_t* first(int64_t m0, int64_t (&d)[R]) const {
+    for (int r = 0; r < R; ++r) d[r] = r * lda;
+    return A + m0 * lda;
+  }
+};
+struct WindowTileRows {
+  static constexpr bool kRuns = true;
+  const WindowRows& w;
+  template <int R>
+  const uint8_t* first(int64_t m0, int64_t (&d)[R]) const {
+    const uint8_t* row0 = w.row(m0);
+    for (int r = 0; r < R; ++r) d[r] = w.row(m0 + r) - row0;
+    return row0;
+  }
+};
+
+// The quad at p + d[r] of rows r = 0 .. R (tail bytes of them where kTail)
+// times the NB blocks of B at bq into the accumulators. (One moving pointer
+// and fixed distances between the rows: the loads' addresses are a register
+// plus an index.)
+template <int R, int NB, bool kFlip, bool kTail>
+__attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline void multiply_quad(
+    __m512i (&acc)[R][NB], const int8_t* bq, int64_t block_stride, const uint8_t* p, const int64_t (&d)[R],
+    int64_t tail) {
+  __m512i bv[NB];
+#pragma GCC unroll 4
+  for (int j = 0; j < NB; ++j) bv[j] = _mm512_loadu_si512(bq + j * block_stride);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const __m512i av = _mm512_set1_epi32(read_quad<kFlip, kTail>(p + d[r], tail));
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) dpbusd(acc[r][j], av, bv[j]);
+  }
+}
+
+// C[0..R) x [16 NB channels] of the tile at rows m0.. (NB = kBlocks but in a
+// layer's last group of channels). b: the tile's first block; blocks are
 // `block_stride` bytes apart. (Every r/j loop is unrolled so that the R NB
-// accumulators stay in registers.) kFlip: A holds s8 bytes, read as u8 after
-// flipping their sign bits (a + 128), for gemm_s8s8s32_packed_offset.
-template <int R, int NB, bool kFlip>
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(const uint8_t* A, int64_t lda, const int8_t* b,
-                                                                 int64_t block_stride, int64_t K, int64_t K4,
-                                                                 int32_t* C, int64_t ldc) {
+// accumulators stay in registers.)
+template <int R, int NB, bool kFlip, class Rows>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(const Rows& a, int64_t m0, const int8_t* b,
+                                                                 int64_t block_stride, int32_t* C, int64_t ldc) {
   __m512i acc[R][NB];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_setzero_si512();
-  const int64_t full = K / 4;
-  for (int64_t q = 0; q < K4; ++q) {
-    const int8_t* bq = b + q * 64;
-    __m512i bv[NB];
-#pragma GCC unroll 4
-    for (int j = 0; j < NB; ++j) bv[j] = _mm512_loadu_si512(bq + j * block_stride);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      int32_t quad;
-      if (q < full) std::memcpy(&quad, A + r * lda + 4 * q, 4);
-      else quad = a_quad(A + r * lda, 4 * q, K);  // K % 4 bytes left: no read past the row
-      if constexpr (kFlip) quad ^= static_cast<int32_t>(0x80808080u);  // (beyond K: 128 x zero bytes of B)
-      const __m512i av = _mm512_set1_epi32(quad);
-#pragma GCC unroll 4
-      for (int j = 0; j < NB; ++j) dpbusd(acc[r][j], av, bv[j]);
+  int64_t d[R];
+  const uint8_t* row0 = a.template first<R>(m0, d);
+  const int8_t* bq = b;
+  if constexpr (Rows::kRuns) {
+    for (int64_t t = 0; t < a.w.taps; ++t) {
+      const uint8_t* p = row0 + a.w.tap_offset[t];
+      for (int64_t q = 0; q < a.w.run / 4; ++q, bq += 64, p += 4)
+        multiply_quad<R, NB, kFlip, false>(acc, bq, block_stride, p, d, 0);
     }
+  } else {
+    const uint8_t* p = row0;
+    for (int64_t q = 0; q < a.K / 4; ++q, bq += 64, p += 4)
+      multiply_quad<R, NB, kFlip, false>(acc, bq, block_stride, p, d, 0);
+    if (a.K % 4) multiply_quad<R, NB, kFlip, true>(acc, bq, block_stride, p, d, a.K % 4);
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -80,15 +128,20 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(const uint8_t* 
     for (int j = 0; j < NB; ++j) _mm512_storeu_si512(C + r * ldc + 16 * j, acc[r][j]);
 }
 
-using TileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int64_t, int64_t, int32_t*, int64_t);
-template <int NB, bool kFlip>
-constexpr TileFn kTiles[kRows + 1] = {nullptr,               tile<1, NB, kFlip>, tile<2, NB, kFlip>,
-                                      tile<3, NB, kFlip>,    tile<4, NB, kFlip>, tile<5, NB, kFlip>,
-                                      tile<6, NB, kFlip>};
+template <class Rows>
+using TileFn = void (*)(const Rows&, int64_t, const int8_t*, int64_t, int32_t*, int64_t);
+template <int NB, bool kFlip, class Rows>
+constexpr TileFn<Rows> kTiles[kRows + 1] = {nullptr,
+                                            tile<1, NB, kFlip, Rows>,
+                                            tile<2, NB, kFlip, Rows>,
+                                            tile<3, NB, kFlip, Rows>,
+                                            tile<4, NB, kFlip, Rows>,
+                                            tile<5, NB, kFlip, Rows>,
+                                            tile<6, NB, kFlip, Rows>};
 // By the number of 16-channel blocks.
-template <bool kFlip>
-constexpr const TileFn* kTilesOfBlocks[kBlocks + 1] = {nullptr, kTiles<1, kFlip>, kTiles<2, kFlip>,
-                                                        kTiles<3, kFlip>, kTiles<4, kFlip>};
+template <bool kFlip, class Rows>
+constexpr const TileFn<Rows>* kTilesOfBlocks[kBlocks + 1] = {nullptr, kTiles<1, kFlip, Rows>, kTiles<2, kFlip, Rows>,
+                                                             kTiles<3, kFlip, Rows>, kTiles<4, kFlip, Rows>};
 
 // AVX-VNNI (no AVX-512): the same packed layout, one 16-channel block a
 // tile, each 64-byte row of it as two ymm halves (channels 0-7, 8-15):
@@ -96,27 +149,39 @@ constexpr const TileFn* kTilesOfBlocks[kBlocks + 1] = {nullptr, kTiles<1, kFlip>
 // in its VEX form (int8_gemm_x86.h).
 #define QAT_AVX_VNNI_TARGET QAT_TARGET_AVX_VNNI
 
-template <int R, bool kFlip>
-QAT_AVX_VNNI_TARGET void tile_ymm(const uint8_t* A, int64_t lda, const int8_t* b, int64_t, int64_t K, int64_t K4,
-                                  int32_t* C, int64_t ldc) {
+template <int R, bool kFlip, bool kTail>
+QAT_AVX_VNNI_TARGET __attribute__((always_inline)) inline void multiply_quad_ymm(__m256i (&acc)[R][2],
+                                                                                const int8_t* bq, const uint8_t* p,
+                                                                                const int64_t (&d)[R],
+                                                                                int64_t tail) {
+  const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bq));
+  const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bq + 32));
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const __m256i av = _mm256_set1_epi32(read_quad<kFlip, kTail>(p + d[r], tail));
+    dpbusd_vex(acc[r][0], av, b0);
+    dpbusd_vex(acc[r][1], av, b1);
+  }
+}
+
+template <int R, bool kFlip, class Rows>
+QAT_AVX_VNNI_TARGET void tile_ymm(const Rows& a, int64_t m0, const int8_t* b, int64_t, int32_t* C, int64_t ldc) {
   __m256i acc[R][2];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-  const int64_t full = K / 4;
-  for (int64_t q = 0; q < K4; ++q) {
-    const int8_t* bq = b + q * 64;
-    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bq));
-    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bq + 32));
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      int32_t quad;
-      if (q < full) std::memcpy(&quad, A + r * lda + 4 * q, 4);
-      else quad = a_quad(A + r * lda, 4 * q, K);
-      if constexpr (kFlip) quad ^= static_cast<int32_t>(0x80808080u);
-      const __m256i av = _mm256_set1_epi32(quad);
-      dpbusd_vex(acc[r][0], av, b0);
-      dpbusd_vex(acc[r][1], av, b1);
+  int64_t d[R];
+  const uint8_t* row0 = a.template first<R>(m0, d);
+  const int8_t* bq = b;
+  if constexpr (Rows::kRuns) {
+    for (int64_t t = 0; t < a.w.taps; ++t) {
+      const uint8_t* p = row0 + a.w.tap_offset[t];
+      for (int64_t q = 0; q < a.w.run / 4; ++q, bq += 64, p += 4)
+        multiply_quad_ymm<R, kFlip, false>(acc, bq, p, d, 0);
     }
+  } else {
+    const uint8_t* p = row0;
+    for (int64_t q = 0; q < a.K / 4; ++q, bq += 64, p += 4) multiply_quad_ymm<R, kFlip, false>(acc, bq, p, d, 0);
+    if (a.K % 4) multiply_quad_ymm<R, kFlip, true>(acc, bq, p, d, a.K % 4);
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -125,41 +190,44 @@ QAT_AVX_VNNI_TARGET void tile_ymm(const uint8_t* A, int64_t lda, const int8_t* b
   }
 }
 
-template <bool kFlip>
-constexpr TileFn kTilesYmm[kRows + 1] = {nullptr,           tile_ymm<1, kFlip>, tile_ymm<2, kFlip>, tile_ymm<3, kFlip>,
-                                         tile_ymm<4, kFlip>, tile_ymm<5, kFlip>, tile_ymm<6, kFlip>};
+template <bool kFlip, class Rows>
+constexpr TileFn<Rows> kTilesYmm[kRows + 1] = {nullptr,
+                                               tile_ymm<1, kFlip, Rows>,
+                                               tile_ymm<2, kFlip, Rows>,
+                                               tile_ymm<3, kFlip, Rows>,
+                                               tile_ymm<4, kFlip, Rows>,
+                                               tile_ymm<5, kFlip, Rows>,
+                                               tile_ymm<6, kFlip, Rows>};
 
 // A packed kernel's tiles over N channels: groups of `cols` output
 // channels (16-channel blocks) by up to kRows rows of A, the last group
 // narrower where N is not a multiple of cols (N need only be a multiple of 16).
+template <class Rows>
 struct Tiles {
   int64_t cols;
-  const TileFn* fns;  // by row count
+  const TileFn<Rows>* fns;  // by row count
   int64_t groups;
-  const TileFn* last_fns;  // the last group's
-  const TileFn* fns_of(int64_t g) const { return g == groups - 1 ? last_fns : fns; }
+  const TileFn<Rows>* last_fns;  // the last group's
+  const TileFn<Rows>* fns_of(int64_t g) const { return g == groups - 1 ? last_fns : fns; }
 };
-template <bool kFlip>
-Tiles tiles_of(GemmKernel kernel, int64_t N) {
-  if (kernel == GemmKernel::avx_vnni) return {16, kTilesYmm<kFlip>, N / 16, kTilesYmm<kFlip>};
+template <bool kFlip, class Rows>
+Tiles<Rows> tiles_of(GemmKernel kernel, int64_t N) {
+  if (kernel == GemmKernel::avx_vnni) return {16, kTilesYmm<kFlip, Rows>, N / 16, kTilesYmm<kFlip, Rows>};
   const int64_t cols = 16 * kBlocks, groups = (N + cols - 1) / cols, last = N - (groups - 1) * cols;
-  return {cols, kTiles<kBlocks, kFlip>, groups, kTilesOfBlocks<kFlip>[last / 16]};
+  return {cols, kTiles<kBlocks, kFlip, Rows>, groups, kTilesOfBlocks<kFlip, Rows>[last / 16]};
 }
 
 // Group g's tile at rows [m0, m0 + rows) into C.
-template <bool kFlip>
-void run_tile(const Tiles& t, int64_t rows, const uint8_t* A, int64_t lda, const PackedB& B, int64_t g, int32_t* C,
+template <class Rows>
+void run_tile(const Tiles<Rows>& t, const Rows& a, int64_t m0, int64_t rows, const PackedB& B, int64_t g, int32_t* C,
               int64_t ldc) {
   const int64_t block_stride = B.K4 * 64;
-  t.fns_of(g)[rows](A, lda, B.bytes() + g * (t.cols / 16) * block_stride, block_stride, B.K, B.K4, C, ldc);
+  t.fns_of(g)[rows](a, m0, B.bytes() + g * (t.cols / 16) * block_stride, block_stride, C, ldc);
 }
 
-template <bool kFlip>
-void gemm_packed(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int32_t* C,
-                 int64_t ldc) {
-  QAT_CHECK(can_use_packed(kernel, B.N) && lda >= B.K && ldc >= B.N, "gemm_u8s8s32_packed: bad sizes N=", B.N,
-            " K=", B.K, " lda=", lda, " ldc=", ldc);
-  const Tiles t = tiles_of<kFlip>(kernel, B.N);
+template <bool kFlip, class Rows>
+void gemm_packed(GemmKernel kernel, int64_t M, const Rows& a, const PackedB& B, int32_t* C, int64_t ldc) {
+  const Tiles<Rows> t = tiles_of<kFlip, Rows>(kernel, B.N);
   const int64_t groups = t.groups, tiles = (M + kRows - 1) / kRows;
   // Channel groups outermost: a group's weights (cols x K bytes) stay in L2
   // while every tile of A passes.
@@ -167,8 +235,16 @@ void gemm_packed(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t lda, co
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t tt = 0; tt < tiles; ++tt) {
       const int64_t m0 = tt * kRows, rows = M - m0 < kRows ? M - m0 : kRows;
-      run_tile<kFlip>(t, rows, A + m0 * lda, lda, B, g, C + m0 * ldc + g * t.cols, ldc);
+      run_tile(t, a, m0, rows, B, g, C + m0 * ldc + g * t.cols, ldc);
     }
+}
+
+template <bool kFlip>
+void gemm_packed_rows(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t lda, const PackedB& B, int32_t* C,
+                      int64_t ldc) {
+  QAT_CHECK(can_use_packed(kernel, B.N) && lda >= B.K && ldc >= B.N, "gemm_u8s8s32_packed: bad sizes N=", B.N,
+            " K=", B.K, " lda=", lda, " ldc=", ldc);
+  gemm_packed<kFlip>(kernel, M, PlainRows{A, lda, B.K}, B, C, ldc);
 }
 
 // 64 columns (k0 .. k0 + 63) of four rows of Bt, as the four 64-byte packed
@@ -391,7 +467,20 @@ void gemm_u8s8s32_packed(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t
     return amx::gemm_s32(kernel == GemmKernel::amx_emulated, false, M, A, lda, B, B.N, C, ldc, a_zero_tail);
   if (kernel == GemmKernel::avx2) return avx2::gemm_s32(false, M, A, lda, B, B.N, C, ldc);
   check_vnni(kernel);
-  gemm_packed<false>(kernel, M, A, lda, B, C, ldc);
+  gemm_packed_rows<false>(kernel, M, A, lda, B, C, ldc);
+}
+
+bool can_use_packed_window(GemmKernel kernel, int64_t N, int64_t run) {
+  return (kernel == GemmKernel::avx512_vnni || kernel == GemmKernel::avx_vnni) && can_use_packed(kernel, N) &&
+         run > 0 && run % 4 == 0;
+}
+
+void gemm_u8s8s32_packed_window(GemmKernel kernel, int64_t M, const WindowRows& w, const PackedB& B, int32_t* C,
+                                int64_t ldc) {
+  QAT_CHECK(can_use_packed_window(kernel, B.N, w.run) && w.taps * w.run == B.K && ldc >= B.N,
+            "gemm_u8s8s32_packed_window: bad sizes N=", B.N, " K=", B.K, " taps=", w.taps, " run=", w.run,
+            " ldc=", ldc, " (kernel ", enum_name(kernel), ")");
+  gemm_packed<false>(kernel, M, WindowTileRows{w}, B, C, ldc);
 }
 
 void gemm_u8s8s32_packed_bounded(GemmKernel kernel, const GemmRanges& r, int64_t M, const uint8_t* A, int64_t lda,
@@ -406,7 +495,7 @@ void gemm_s8s8s32_packed_offset(GemmKernel kernel, int64_t M, const int8_t* A, i
   if (is_amx(kernel)) return amx::gemm_s32(kernel == GemmKernel::amx_emulated, true, M, a8, lda, B, B.N, C, ldc);
   if (kernel == GemmKernel::avx2) return avx2::gemm_s32(true, M, a8, lda, B, B.N, C, ldc);
   check_vnni(kernel);
-  gemm_packed<true>(kernel, M, a8, lda, B, C, ldc);
+  gemm_packed_rows<true>(kernel, M, a8, lda, B, C, ldc);
 }
 
 void gemm_s8s8_packed_dequant(GemmKernel kernel, int64_t M, const int8_t* A, int64_t lda, const PackedB& B,
@@ -416,9 +505,9 @@ void gemm_s8s8_packed_dequant(GemmKernel kernel, int64_t M, const int8_t* A, int
   check_vnni(kernel);
   QAT_CHECK(can_use_packed(kernel, B.N) && lda >= B.K && e.n <= B.N && ldo >= e.n, "gemm_s8s8_packed_dequant: bad sizes "
             "N=", B.N, " K=", B.K, " n=", e.n, " lda=", lda, " ldo=", ldo);
-  const Tiles tl = tiles_of<true>(kernel, B.N);
+  const PlainRows rows_of_a{reinterpret_cast<const uint8_t*>(A), lda, B.K};
+  const Tiles<PlainRows> tl = tiles_of<true, PlainRows>(kernel, B.N);
   const int64_t groups = tl.groups, tiles = (M + kRows - 1) / kRows;
-  const auto* a8 = reinterpret_cast<const uint8_t*>(A);
 #pragma omp parallel for collapse(2) schedule(static) if (M * B.N * B.K >= (1 << 20))
   for (int64_t t = 0; t < tiles; ++t)
     for (int64_t g = 0; g < groups; ++g) {
@@ -426,7 +515,7 @@ void gemm_s8s8_packed_dequant(GemmKernel kernel, int64_t M, const int8_t* A, int
       const int64_t n0 = g * tl.cols, cols = std::min<int64_t>(tl.cols, e.n - n0);
       if (cols <= 0) continue;
       alignas(64) int32_t c[kRows][16 * kBlocks];
-      run_tile<true>(tl, rows, a8 + m0 * lda, lda, B, g, &c[0][0], 16 * kBlocks);
+      run_tile(tl, rows_of_a, m0, rows, B, g, &c[0][0], 16 * kBlocks);
       e.store(c[0], 16 * kBlocks, m0, rows, n0, cols, out, ldo);
     }
 }

@@ -55,6 +55,32 @@ void gemm_u8s8s32_packed(GemmKernel kernel, int64_t M, const uint8_t* A, int64_t
 void gemm_u8s8s32_packed_bounded(GemmKernel kernel, const GemmRanges& r, int64_t M, const uint8_t* A, int64_t lda,
                                  const PackedB& B, int32_t* C, int64_t ldc, bool a_zero_tail = false);
 
+// A convolution's rows of A read in place from a padded NHWC image instead
+// of copied out by im2row (an implicit im2row): row m (output position
+// first + m, out_w positions a row) starts at
+//   image + (p / out_w) step_y + (p % out_w) step_x
+// and is `taps` runs of `run` bytes (the C channels of one kernel tap; run
+// a multiple of 4), run t at tap_offset[t] from there. Every byte of every
+// window must lie in the image (the caller pads it).
+struct WindowRows {
+  const uint8_t* image;
+  int64_t first, out_w, step_y, step_x;
+  const int64_t* tap_offset;
+  int64_t taps, run;
+  const uint8_t* row(int64_t m) const {
+    const int64_t p = first + m;
+    return image + (p / out_w) * step_y + (p % out_w) * step_x;
+  }
+};
+// Whether gemm_u8s8s32_packed_window takes `kernel` with N packed columns
+// and runs of `run` bytes: the AVX-512 VNNI and AVX-VNNI tiles.
+bool can_use_packed_window(GemmKernel kernel, int64_t N, int64_t run);
+// C (M x B.N, ldc) = A B^T with A's M rows read from w (B.K = taps run),
+// exactly as gemm_u8s8s32_packed on the same rows copied out. Threads over
+// tiles as gemm_u8s8s32_packed.
+void gemm_u8s8s32_packed_window(GemmKernel kernel, int64_t M, const WindowRows& w, const PackedB& B, int32_t* C,
+                                int64_t ldc);
+
 // INT8 training's input gradient, dX = Gx W with Gx s8 (M x O) and the
 // weight W s8 (O x K) as stored (one row per output channel):
 // pack_b_vnni_transposed packs B = W^T (N = K columns of W, padded with zero

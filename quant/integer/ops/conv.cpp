@@ -321,6 +321,32 @@ ConvBuffers& thread_conv_buffers(size_t rows_bytes, size_t acc_count, size_t pad
   return b;
 }
 
+// Note [convolution windows]
+// Where the packed AVX-512 VNNI or AVX-VNNI tiles multiply a layer whose
+// output stage needs no input row sums, and the input's channels are a
+// multiple of 4, the GEMM reads each output's patch from the padded image
+// itself (WindowRows): a kernel tap's C channels are contiguous there, so a
+// patch is kh kw runs of C bytes, each a fixed offset from the window's
+// corner. The sums are the same integers as on im2row's copies, so the
+// outputs are the same bytes; what goes is the copy (ResNet-18's 3x3
+// convolutions wrote 9 bytes of patches for each input byte). Without
+// padding the image is read where it lies (ResNet's stride-2 1x1
+// downsampling).
+struct WindowGeometry {
+  int64_t out_w = 0, step_y = 0, step_x = 0, run = 0;
+  std::vector<int64_t> tap_offset;
+  WindowRows rows(const uint8_t* image, int64_t first) const {
+    return {image, first, out_w, step_y, step_x, tap_offset.data(), static_cast<int64_t>(tap_offset.size()), run};
+  }
+};
+WindowGeometry window_geometry(const Im2RowShape& s) {
+  const int64_t row_bytes = (s.w + 2 * s.pad_w) * s.c;  // of the padded image
+  WindowGeometry g{s.out_w, s.stride_h * row_bytes, s.stride_w * s.c, s.c, {}};
+  for (int64_t ky = 0; ky < s.kh; ++ky)
+    for (int64_t kx = 0; kx < s.kw; ++kx) g.tap_offset.push_back(ky * s.dil_h * row_bytes + kx * s.dil_w * s.c);
+  return g;
+}
+
 Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   check_u8(l, x, 4);
   const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
@@ -349,14 +375,19 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   const uint8_t pad = static_cast<uint8_t>(l.in.zero_point + l.in.offset());
   Tensor y = l.dequantize ? Tensor::empty({N, CO, OH, OW}, DType::f32) : Tensor::empty({N, OH, OW, CO}, DType::u8);
   const uint8_t* xd = x.data<uint8_t>();
+  // Windowed: the GEMM reads each patch from the (padded) image in place,
+  // no patch rows (Note [convolution windows]).
+  const bool windowed = !direct && !stage.needs_rows() && runs_window(l, gemm_kernel, C);
+  const bool in_place = windowed && p.pad_h == 0 && p.pad_w == 0;  // (the image itself)
+  const WindowGeometry geometry = windowed ? window_geometry(shape) : WindowGeometry{};
   // The N P rows in chunks whose patches and accumulators stay in L2 (a
   // whole 224 px conv1 image is ~2 MB of them).
   const int64_t rows = N * P;
-  const ConvWork work = conv_work(rows, max_chunk_rows(lda, CO, gemm_kernel), omp_get_max_threads());
+  const ConvWork work = conv_work(rows, max_chunk_rows(windowed ? 0 : lda, CO, gemm_kernel), omp_get_max_threads());
   const int64_t chunk = work.chunk;
   // Narrow kernel rows (conv1's 11 x 3 bytes) from a padded copy of the image.
-  const bool padded = !direct && im2row_padded_applies(shape);
-  const size_t rows_bytes = direct ? 0 : static_cast<size_t>(chunk * lda + (padded ? kIm2RowSlack : 0));
+  const bool padded = !direct && (windowed ? !in_place : im2row_padded_applies(shape));
+  const size_t rows_bytes = direct || windowed ? 0 : static_cast<size_t>(chunk * lda + (padded ? kIm2RowSlack : 0));
   const size_t padded_bytes = padded ? static_cast<size_t>(padded_image_bytes(shape)) : 0;
   auto make_buffers = [&]() -> ConvBuffers& {
     return thread_conv_buffers(rows_bytes, static_cast<size_t>(chunk * CO), padded_bytes, zero_tail);
@@ -369,15 +400,27 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
       done += np;
     }
   };
+  // Image n padded in this thread's buffer (or where it lies: in_place).
+  auto image_of = [&](int64_t n, ConvBuffers& b) -> const uint8_t* {
+    const uint8_t* img = xd + n * H * W * C;
+    if (in_place) return img;
+    if (b.pimg_of != n) pad_image_u8(img, shape, pad, b.pimg.data()), b.pimg_of = n;
+    return b.pimg.data();
+  };
   // Chunk ci: its patches, the GEMM, the output stage.
   auto one_chunk = [&](int64_t r0, int64_t count, ConvBuffers& b) {
+    if (windowed) {
+      by_image(r0, count, [&](int64_t n, int64_t p0, int64_t np, int64_t done) {
+        gemm_window(l, gemm_kernel, np, geometry.rows(image_of(n, b), p0), b.acc.data() + done * CO);
+      });
+      return stage.finish(b.acc.data(), nullptr, count, y.data<uint8_t>() + r0 * CO, nullptr, 0, 0);
+    }
     if (!direct)
       by_image(r0, count, [&](int64_t n, int64_t p0, int64_t np, int64_t done) {
         const uint8_t* img = xd + n * H * W * C;
         uint8_t* out = b.rows.data() + done * lda;
         if (!padded) return im2row_u8_range(img, shape, pad, p0, np, out, lda);
-        if (b.pimg_of != n) pad_image_u8(img, shape, pad, b.pimg.data()), b.pimg_of = n;
-        im2row_u8_padded_range(b.pimg.data(), shape, p0, np, out, lda);
+        im2row_u8_padded_range(image_of(n, b), shape, p0, np, out, lda);
       });
     const uint8_t* A = direct ? xd + r0 * K : b.rows.data();  // (direct: the NHWC input's rows are the patches)
     gemm(l, gemm_kernel, count, A, b.acc.data(), lda, zero_tail);

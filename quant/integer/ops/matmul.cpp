@@ -9,26 +9,48 @@
 
 namespace qat::quant::ops {
 
+namespace {
+// product(C, ldc) writes M rows of the packed weights' B.N columns; the
+// layer's out_channels of them land in acc (out_channels a row), through a
+// per-thread buffer where the packing padded the columns to a multiple of 16
+// (MobileNetV2's 96 -> 24 at 32 x 32 px, batch 32, Zen 5: 0.32 ms on the
+// unpacked kernel, 0.17 so).
+template <class Product>
+void into_layer_columns(const IntLayer& l, int64_t M, int32_t* acc, Product&& product) {
+  const int64_t N = l.packed_weight.N;
+  if (N == l.out_channels) return product(acc, N);
+  thread_local AlignedVector<int32_t> padded;
+  if (padded.size() < static_cast<size_t>(M * N)) padded.resize(static_cast<size_t>(M * N));
+  product(padded.data(), N);
+  for (int64_t r = 0; r < M; ++r)
+    std::memcpy(acc + r * l.out_channels, padded.data() + r * N, static_cast<size_t>(l.out_channels) * sizeof(int32_t));
+}
+}  // namespace
+
 // On the packed weights where the layer has them and the kernel takes them.
 void gemm(const IntLayer& l, GemmKernel model_kernel, int64_t M, const uint8_t* rows, int32_t* acc, int64_t lda,
           bool zero_tail) {
   const int64_t K = l.weight.numel() / l.out_channels;
   const GemmKernel kernel = layer_gemm_kernel(l, model_kernel);
   if (lda == 0) lda = K;
-  const PackedB& B = l.packed_weight;
   if (!runs_packed(l, kernel))
     return gemm_u8s8s32_bounded(kernel, gemm_ranges(l), M, l.out_channels, K, rows, lda, l.weight.data<int8_t>(), K,
                                 acc, l.out_channels);
-  if (B.N == l.out_channels)
-    return gemm_u8s8s32_packed_bounded(kernel, gemm_ranges(l), M, rows, lda, B, acc, l.out_channels, zero_tail);
-  // the padded columns to a buffer, then the layer's (MobileNetV2's 96 -> 24
-  // at 32 x 32 px, batch 32, Zen 5: 0.32 ms on the unpacked kernel, 0.17 so)
-  thread_local AlignedVector<int32_t> padded;
-  if (padded.size() < static_cast<size_t>(M * B.N)) padded.resize(static_cast<size_t>(M * B.N));
-  gemm_u8s8s32_packed_bounded(kernel, gemm_ranges(l), M, rows, lda, B, padded.data(), B.N, zero_tail);
-  for (int64_t r = 0; r < M; ++r)
-    std::memcpy(acc + r * l.out_channels, padded.data() + r * B.N,
-                static_cast<size_t>(l.out_channels) * sizeof(int32_t));
+  into_layer_columns(l, M, acc, [&](int32_t* c, int64_t ldc) {
+    gemm_u8s8s32_packed_bounded(kernel, gemm_ranges(l), M, rows, lda, l.packed_weight, c, ldc, zero_tail);
+  });
+}
+
+bool runs_window(const IntLayer& l, GemmKernel model_kernel, int64_t run) {
+  const GemmKernel kernel = layer_gemm_kernel(l, model_kernel);
+  return runs_packed(l, kernel) && can_use_packed_window(kernel, l.packed_weight.N, run);
+}
+
+void gemm_window(const IntLayer& l, GemmKernel model_kernel, int64_t M, const WindowRows& rows, int32_t* acc) {
+  const GemmKernel kernel = layer_gemm_kernel(l, model_kernel);
+  into_layer_columns(l, M, acc, [&](int32_t* c, int64_t ldc) {
+    gemm_u8s8s32_packed_window(kernel, M, rows, l.packed_weight, c, ldc);
+  });
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "quant/integer/int8_gemm_packed.h"
 #include "quant/integer/int_kernels.h"
 #include "quant/integer/int_math.h"
 #include "quant/integer/integer_model.h"
@@ -83,9 +84,13 @@ struct OutputStage {
   // Rows of accumulators (C each) for the input rows A (K each, lda apart): zero-point
   // corrections, then the output: u8 rows to `out` (C per row), or float
   // logits to fout[r * fstep + c * fstride].
+  // Whether finish reads the input rows A (their sums: weight zero points,
+  // fractional ones, or a dequantized output); else A may be null.
+  bool needs_rows() const { return weight_zero_points || weight_frac || l.dequantize; }
+
   void finish(int32_t* acc, const uint8_t* A, int64_t rows, uint8_t* out, float* fout, int64_t fstep,
               int64_t fstride) const {
-    if (!weight_zero_points && !weight_frac && !l.dequantize) return requantize_rows(acc, rows, plan, out);
+    if (!needs_rows()) return requantize_rows(acc, rows, plan, out);
     const int64_t C = l.out_channels;
     const int32_t* zw = l.weight_zero_point.data<int32_t>();
     const int32_t zx = l.in.zero_point + l.in.offset();
@@ -122,6 +127,12 @@ struct OutputStage {
 // other kernel). zero_tail: the rows hold zeros from K to lda.
 void gemm(const IntLayer& l, GemmKernel kernel, int64_t M, const uint8_t* rows, int32_t* acc, int64_t lda = 0,
           bool zero_tail = false);
+
+// Whether gemm_window runs the layer on `kernel` with runs of `run` bytes.
+bool runs_window(const IntLayer& l, GemmKernel kernel, int64_t run);
+// The same product as gemm for rows read in place from a padded image
+// (gemm_u8s8s32_packed_window); where runs_window.
+void gemm_window(const IntLayer& l, GemmKernel kernel, int64_t M, const WindowRows& rows, int32_t* acc);
 
 // Checks a conv / linear layer's fields and derives the weight row sums and
 // the packed weights.

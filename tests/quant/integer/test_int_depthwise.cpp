@@ -8,6 +8,7 @@
 
 #include "quant/integer/int_forward.h"
 #include "quant/integer/integer_model.h"
+#include "tests/quant/integer/int_reference.h"
 #include "tests/host_exec.h"
 #include "tests/test_util.h"
 
@@ -74,14 +75,7 @@ uint8_t reference(const IntLayer& l, const uint8_t* x, int64_t h, int64_t w, int
       acc += (xv - l.in.zero_point) * (wv - l.weight_zero_point.data<int32_t>()[c]);
       centred += xv - l.in.zero_point;
     }
-  const int64_t m0 = l.multiplier.data<int32_t>()[c];
-  const int t = 31 + l.shift.data<int32_t>()[c];
-  const int64_t frac_m0 = std::llround(static_cast<double>(l.weight_zero_frac.data<float>()[c]) * m0);
-  const __int128 p = (acc + l.bias.data<int32_t>()[c]) * m0 + l.bias_residual.data<int32_t>()[c] - frac_m0 * centred;
-  __int128 q = p >> t;  // floor(p / 2^t + 1/2)
-  if (((p >> (t - 1)) & 1) != 0) q += 1;
-  const int64_t lo = l.relu ? std::max<int64_t>(0, l.out.zero_point) : 0;
-  return static_cast<uint8_t>(std::clamp<int64_t>(static_cast<int64_t>(q) + l.out.zero_point, lo, 255));
+  return testing::requantized(l, c, acc, centred);
 }
 
 }  // namespace
