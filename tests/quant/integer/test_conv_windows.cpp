@@ -1,10 +1,12 @@
 // Integer convolutions whose GEMM reads each patch from the padded image in
 // place (Note [convolution windows] in quant/integer/ops/conv.cpp) against a
 // 128-bit reference: kernel taps of several shapes, stride, dilation,
-// padding and none (the image read where it lies), output rows that wrap
-// inside a tile of 6, two images in one chunk, output channels that are not
-// a multiple of 64 or 16, on one and three threads; and every other kernel
-// here (their im2row copies) to the same bytes.
+// padding and none (the image read where it lies), each different along
+// the height and the width, output rows that wrap inside a tile of 6, two
+// images in one chunk, output channels that are not a multiple of 64 or
+// 16, a layer with few rows and a long K (the GEMM then shares its own
+// tiles among the threads), on one and three threads; and every other
+// kernel here (their im2row copies) to the same bytes.
 #include <random>
 
 #include "quant/integer/integer_model.h"
@@ -19,9 +21,11 @@ namespace {
 
 struct ConvCase {
   const char* name;
-  int64_t c, out, kh, kw, stride, pad, dil;
+  int64_t c, out, kh, kw;
+  int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
   int32_t zx;
   bool relu;
+  int64_t h = 9, w = 7;  // the input images
 };
 
 IntLayer conv_layer(const ConvCase& k, std::mt19937& rng) {
@@ -32,9 +36,9 @@ IntLayer conv_layer(const ConvCase& k, std::mt19937& rng) {
   l.out.scale = 0.05f, l.out.zero_point = 3;
   l.in_channels = k.c, l.out_channels = k.out;
   l.kernel_h = k.kh, l.kernel_w = k.kw;
-  l.conv.stride_h = l.conv.stride_w = k.stride;
-  l.conv.pad_h = l.conv.pad_w = k.pad;
-  l.conv.dil_h = l.conv.dil_w = k.dil;
+  l.conv.stride_h = k.stride_h, l.conv.stride_w = k.stride_w;
+  l.conv.pad_h = k.pad_h, l.conv.pad_w = k.pad_w;
+  l.conv.dil_h = k.dil_h, l.conv.dil_w = k.dil_w;
   l.relu = k.relu;
   l.weight = Tensor::empty({k.out, k.kh, k.kw, k.c}, DType::i8);
   for (int64_t i = 0; i < l.weight.numel(); ++i)  // the grid's ends often
@@ -91,19 +95,24 @@ int64_t mismatches(const IntLayer& l, const Tensor& x, const Tensor& y) {
 
 TEST_CASE("integer convolution read through windows equals its definition", "[quant][integer]") {
   const ConvCase cases[] = {
-      {"3x3, 64 -> 64", 64, 64, 3, 3, 1, 1, 1, 0, true},
-      {"3x3 stride 2, 8 -> 80, zero point", 8, 80, 3, 3, 2, 1, 1, 131, false},
-      {"5x3, dilation 2, 20 -> 24", 20, 24, 5, 3, 1, 2, 2, 17, true},
-      {"7x7 stride 2, 4 -> 16", 4, 16, 7, 7, 2, 3, 1, 255, false},
-      {"1x1 stride 2, no padding, 12 -> 48", 12, 48, 1, 1, 2, 0, 1, 9, true},
-      {"3x3, no padding, 16 -> 32", 16, 32, 3, 3, 1, 0, 1, 200, false},
+      {"3x3, 64 -> 64", 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 0, true},
+      {"3x3 stride 2, 8 -> 80, zero point", 8, 80, 3, 3, 2, 2, 1, 1, 1, 1, 131, false},
+      {"5x3, dilation 2, 20 -> 24", 20, 24, 5, 3, 1, 1, 2, 2, 2, 2, 17, true},
+      {"7x7 stride 2, 4 -> 16", 4, 16, 7, 7, 2, 2, 3, 3, 1, 1, 255, false},
+      {"1x1 stride 2, no padding, 12 -> 48", 12, 48, 1, 1, 2, 2, 0, 0, 1, 1, 9, true},
+      {"3x3, no padding, 16 -> 32", 16, 32, 3, 3, 1, 1, 0, 0, 1, 1, 200, false},
+      // height and width apart: a swapped stride, padding or dilation fails here
+      {"3x3, stride 2 x 1, padding 0 x 1, dilation 1 x 2", 8, 16, 3, 3, 2, 1, 0, 1, 1, 2, 40, false},
+      {"1x3, stride 1 x 2, padding 1 x 0 (not in place)", 4, 32, 1, 3, 1, 2, 1, 0, 1, 1, 66, true},
+      // 18 rows, K = 1152: the GEMM splits its tiles among the threads itself
+      {"3x3 over a 3x3 image, 128 -> 208", 128, 208, 3, 3, 1, 1, 1, 1, 1, 1, 5, true, 3, 3},
   };
   std::mt19937 rng(11);
   for (const ConvCase& k : cases) {
     SECTION(k.name) {
       const IntLayer l = conv_layer(k, rng);
       // 2 images of 9 x 7: output rows of 7 (3 or 4 at stride 2) wrap inside tiles of 6.
-      const int64_t N = 2, H = 9, W = 7;
+      const int64_t N = 2, H = k.h, W = k.w;
       Tensor x = Tensor::empty({N, H, W, k.c}, DType::u8);
       for (int64_t i = 0; i < x.numel(); ++i)
         x.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 3 == 0 ? (rng() % 2 ? 255 : 0) : rng() % 256);
