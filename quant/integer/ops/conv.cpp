@@ -385,7 +385,8 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   const int64_t rows = N * P;
   const ConvWork work = conv_work(rows, max_chunk_rows(windowed ? 0 : lda, CO, gemm_kernel), omp_get_max_threads());
   const int64_t chunk = work.chunk;
-  // Narrow kernel rows (conv1's 11 x 3 bytes) from a padded copy of the image.
+  // A padded copy of the image: for the windows (unless in place) and for
+  // im2row's narrow kernel rows (conv1's 11 x 3 bytes).
   const bool padded = !direct && (windowed ? !in_place : im2row_padded_applies(shape));
   const size_t rows_bytes = direct || windowed ? 0 : static_cast<size_t>(chunk * lda + (padded ? kIm2RowSlack : 0));
   const size_t padded_bytes = padded ? static_cast<size_t>(padded_image_bytes(shape)) : 0;
