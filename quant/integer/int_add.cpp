@@ -50,6 +50,18 @@ bool add_exact_in_double(const AddRequant& r) {
   return bound < 0x1p53;
 }
 
+bool add_in_floats(const AddRequant& r, AddFloats* f) {
+  if (!add_exact_in_double(r)) return false;  // (the constants below exact in double)
+  const double unit = std::ldexp(1.0, -r.t);
+  const double fa = static_cast<double>(r.ma) * unit, fb = static_cast<double>(r.mb) * unit;
+  const double fc = static_cast<double>(r.extra - r.ma * r.a_zero - r.mb * r.b_zero) * unit + r.out_zero;
+  const double s = 255.0 * (std::abs(fa) + std::abs(fb)) + std::abs(fc), e = 8.0 * s * 0x1p-24;
+  if (!(e <= 0x1p-6)) return false;
+  if (f) *f = {static_cast<float>(fa), static_cast<float>(fb), static_cast<float>(fc), static_cast<float>(r.lo),
+               static_cast<float>(r.hi), std::nextafter(static_cast<float>(0.5 - e), 0.f)};  // (at most 1/2 - e)
+  return true;
+}
+
 namespace {
 
 namespace avx512 {
@@ -64,6 +76,22 @@ struct Lanes {
   static QAT_ADD_TARGET void narrow(uint8_t* p, D lo, D hi) {
     const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtpd_epi32(lo)), _mm512_cvtpd_epi32(hi), 1);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(both));
+  }
+  using F = __m512;
+  static constexpr int64_t kFloatWidth = 16;
+  static QAT_ADD_TARGET F broadcast_f(float v) { return _mm512_set1_ps(v); }
+  static QAT_ADD_TARGET F widen_f(const uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static QAT_ADD_TARGET F madd(F x, F m, F c) { return _mm512_fmadd_ps(x, m, c); }
+  static QAT_ADD_TARGET F min_f(F x, F y) { return _mm512_min_ps(x, y); }
+  static QAT_ADD_TARGET F max_f(F x, F y) { return _mm512_max_ps(x, y); }
+  static QAT_ADD_TARGET F round_f(F x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static QAT_ADD_TARGET F abs_f(F x) { return _mm512_abs_ps(x); }
+  static QAT_ADD_TARGET bool any_at_least(F x, F bound) { return _mm512_cmp_ps_mask(x, bound, _CMP_GE_OQ) != 0; }
+  // q: integers in [0, 255]
+  static QAT_ADD_TARGET void narrow_f(uint8_t* p, F q) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q)));
   }
 };
 #include "quant/integer/add_lanes.inc"
@@ -86,6 +114,27 @@ struct Lanes {
     const __m128i words = _mm_packs_epi32(_mm256_cvtpd_epi32(lo), _mm256_cvtpd_epi32(hi));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packus_epi16(words, words));
   }
+  using F = __m256;
+  static constexpr int64_t kFloatWidth = 8;
+  static QAT_ADD_TARGET F broadcast_f(float v) { return _mm256_set1_ps(v); }
+  static QAT_ADD_TARGET F widen_f(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  // (no FMA: AVX2 does not promise it; the note's bound counts both roundings)
+  static QAT_ADD_TARGET F madd(F x, F m, F c) { return _mm256_add_ps(_mm256_mul_ps(x, m), c); }
+  static QAT_ADD_TARGET F min_f(F x, F y) { return _mm256_min_ps(x, y); }
+  static QAT_ADD_TARGET F max_f(F x, F y) { return _mm256_max_ps(x, y); }
+  static QAT_ADD_TARGET F round_f(F x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static QAT_ADD_TARGET F abs_f(F x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.f), x); }
+  static QAT_ADD_TARGET bool any_at_least(F x, F bound) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(x, bound, _CMP_GE_OQ)) != 0;
+  }
+  // q: integers in [0, 255] (the saturating packs keep them)
+  static QAT_ADD_TARGET void narrow_f(uint8_t* p, F q) {
+    const __m256i v = _mm256_cvtps_epi32(q);
+    const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packus_epi16(words, words));
+  }
 };
 #include "quant/integer/add_lanes.inc"
 #undef QAT_ADD_TARGET
@@ -93,9 +142,13 @@ struct Lanes {
 
 }  // namespace
 
-void add_requant_run(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const AddRequant& r, RowLanes lanes) {
+void add_requant_run(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const AddRequant& r, RowLanes lanes,
+                     bool floats) {
   int64_t done = 0;
-  if (add_exact_in_double(r)) {
+  AddFloats f;
+  if (floats && lanes != RowLanes::scalar && add_in_floats(r, &f)) {
+    done = lanes == RowLanes::avx512 ? avx512::add_run_floats(a, b, y, n, r, f) : avx2::add_run_floats(a, b, y, n, r, f);
+  } else if (add_exact_in_double(r)) {
     if (lanes == RowLanes::avx512)
       done = avx512::add_run(a, b, y, n, r);
     else if (lanes == RowLanes::avx2)

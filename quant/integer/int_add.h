@@ -101,7 +101,8 @@ struct ConcatSlice {
 };
 
 // Note [the add in doubles]
-// On the CPU the add runs on double lanes. Every term of p is an integer;
+// Where the float lanes do not take it (Note [the add in floats]), the
+// add runs on double lanes on the CPU. Every term of p is an integer;
 // when 255 (M_a + M_b) + |E| < 2^53 (add_exact_in_double; with the usual
 // ratios s / s_y near 1, t is about 31 and the bound about 2^40) the
 // products and sums are exact in double in any order (FMA contraction
@@ -112,9 +113,34 @@ struct ConcatSlice {
 // ratios of 2^-20 and less) the scalar body runs.
 bool add_exact_in_double(const AddRequant& r);
 
+// Note [the add in floats]
+// Twice as many lanes again: the value x = p 2^-t + z_y, as
+//   v = q_a f_a + (q_b f_b + f_c),  f_a = M_a 2^-t,  f_b = M_b 2^-t,
+//   f_c = (E - M_a z_a - M_b z_b) 2^-t + z_y
+// in float (the constants exact in double, then rounded once), clamped to
+// [lo, hi] and rounded to the nearest integer. Seven roundings of at most
+// 2^-24 of S = 255 (|f_a| + |f_b|) + |f_c| each (three constants, two
+// products, two sums; an FMA makes fewer) keep |v - x| <= 8 S 2^-24 =: e
+// (with a margin). Clamping moves neither further apart (clamps to integers
+// are 1-Lipschitz and commute with rounding), so where the clamped v lies
+// more than e from every half-integer, x rounds to the same integer; where
+// it does not (a tie of x, or near one), the vector's elements go through
+// the exact body instead. Taken where e <= 2^-6 (S <= 2^15: ratios s / s_y
+// summing to about 60 or less); the checks then send about 2 e of the
+// elements, and each vector holding one, the slow way.
+struct AddFloats {
+  float fa = 0, fb = 0, fc = 0;  // f_a, f_b, f_c
+  float lo = 0, hi = 0;          // the clamps, as floats
+  float tie = 0;                 // 1/2 - e: an element at least this far from its integer needs the exact body
+};
+// Whether the float lanes take r (e <= 2^-6), and their constants.
+bool add_in_floats(const AddRequant& r, AddFloats* f = nullptr);
+
 // y[i] = add_requant_value(a[i], b[i], r) for i < n on the given lanes (the
-// tests run each the CPU has) or the best the CPU has. One thread.
-void add_requant_run(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const AddRequant& r, RowLanes lanes);
+// tests run each the CPU has) or the best the CPU has. One thread. floats:
+// the float lanes where add_in_floats(r) (the tests also run the doubles).
+void add_requant_run(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const AddRequant& r, RowLanes lanes,
+                     bool floats = true);
 void add_requant_run(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const AddRequant& r);
 
 // y = the add of two u8 tensors of one shape, on the executor's device.

@@ -201,10 +201,15 @@ TEST_CASE("integer add on vector lanes: the scalar body's value on every pair of
   std::vector<AddCase> all = cases();
   // t = 62 (ratios about 2^-31): not exact in double, so the scalar body runs.
   all.push_back({"t = 62: the scalar fallback", grid(1e-9f, 0), grid(1e-9f, 3), grid(2.0f, 5, false, 0.3f)});
+  // Near the float lanes' limit (S just under 2^15): their check's margin at its widest.
+  all.push_back({"ratios 60 and 3.7: floats at their limit", grid(0.6f, 128), grid(0.037f, 200), grid(0.01f, 40)});
   for (const AddCase& c : all) {
     SECTION(c.name) {
       const AddRequant r = make_add_requant(c.a, c.b, c.y, c.relu, "test add");
       REQUIRE(add_exact_in_double(r) == !c.name.starts_with("t = 62"));
+      // (Note [the add in floats]: ratios summing to more than about 60 stay on doubles)
+      const bool floats_expected = !c.name.starts_with("t = 62") && !c.name.starts_with("a input 2^8");
+      REQUIRE(add_in_floats(r) == floats_expected);
       std::vector<uint8_t> a, b, want;
       for (int32_t x = 0; x < 256; ++x)
         for (int32_t z = 0; z < 256; ++z) {
@@ -217,14 +222,16 @@ TEST_CASE("integer add on vector lanes: the scalar body's value on every pair of
           WARN("this CPU lacks lanes " << static_cast<int>(lanes) << ": not tested here");
           continue;
         }
-        for (const int64_t skip : {0, 1, 7}) {  // misaligned starts and a tail of every length below 16
-          std::vector<uint8_t> y(a.size(), 0xAB);
-          add_requant_run(a.data() + skip, b.data() + skip, y.data() + skip, n - skip - skip % 5, r, lanes);
-          for (int64_t i = 0; i < n; ++i) {
-            INFO("lanes " << static_cast<int>(lanes) << " a " << int{a[i]} << " b " << int{b[i]} << " skip " << skip);
-            REQUIRE(y[i] == (i < skip || i >= n - skip % 5 ? 0xAB : want[i]));
+        for (const bool floats : {false, true})
+          for (const int64_t skip : {0, 1, 7}) {  // misaligned starts and a tail of every length below 16
+            std::vector<uint8_t> y(a.size(), 0xAB);
+            add_requant_run(a.data() + skip, b.data() + skip, y.data() + skip, n - skip - skip % 5, r, lanes, floats);
+            for (int64_t i = 0; i < n; ++i) {
+              INFO("lanes " << static_cast<int>(lanes) << " floats " << floats << " a " << int{a[i]} << " b "
+                            << int{b[i]} << " skip " << skip);
+              REQUIRE(y[i] == (i < skip || i >= n - skip % 5 ? 0xAB : want[i]));
+            }
           }
-        }
       }
     }
   }
