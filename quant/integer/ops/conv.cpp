@@ -347,107 +347,150 @@ WindowGeometry window_geometry(const Im2RowShape& s) {
   return g;
 }
 
-Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
-  check_u8(l, x, 4);
-  const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
-  QAT_CHECK(C == l.in_channels, "integer conv '", l.name, "': input has ", C, " channels, the layer expects ",
-            l.in_channels);
-  if (l.depthwise()) return run_depthwise(l, x);
-  const auto& p = l.conv;
-  const int64_t OH = conv_out_size(H, l.kernel_h, p.stride_h, p.pad_h, p.dil_h, "integer conv");
-  const int64_t OW = conv_out_size(W, l.kernel_w, p.stride_w, p.pad_w, p.dil_w, "integer conv");
-  const int64_t K = l.kernel_h * l.kernel_w * C, P = OH * OW, CO = l.out_channels;
-  const Im2RowShape shape{H,       W,       C,       l.kernel_h, l.kernel_w, p.stride_h, p.stride_w,
-                          p.pad_h, p.pad_w, p.dil_h, p.dil_w,    OH,         OW};
-  const bool direct =
-      l.kernel_h == 1 && l.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0;
-  // On AMX, patches whose K is not a multiple of 64 go in rows padded with
-  // zeros to the next multiple (zeroed once: im2row leaves them), which the
-  // tiles read in place instead of copying each panel of 32 rows into a
-  // padded one first. The stems' share of integer inference at 128 px,
-  // batch 32, AMX Xeon, two alternated runs: AlexNet's conv1 (K = 363)
-  // 16.4/17.0% -> 13.7/12.0%, MobileNetV2's (27) 7.4/7.1% -> 6.4/6.2%,
-  // ResNet-18's (147) 14.9/14.4% -> 14.0/13.5%.
-  const GemmKernel gemm_kernel = layer_gemm_kernel(l, kernel);
-  const bool zero_tail = !direct && is_amx(gemm_kernel) && K % 64 != 0;
-  const int64_t lda = zero_tail ? (K + 63) / 64 * 64 : K;
-  const OutputStage stage(l, K, lda);
-  const uint8_t pad = static_cast<uint8_t>(l.in.zero_point + l.in.offset());
-  Tensor y = l.dequantize ? Tensor::empty({N, CO, OH, OW}, DType::f32) : Tensor::empty({N, OH, OW, CO}, DType::u8);
-  const uint8_t* xd = x.data<uint8_t>();
-  // Windowed: the GEMM reads each patch from the (padded) image in place,
-  // no patch rows (Note [convolution windows]).
-  const bool windowed = !direct && !stage.needs_rows() && runs_window(l, gemm_kernel, C);
-  const bool in_place = windowed && p.pad_h == 0 && p.pad_w == 0;  // (the image itself)
-  const WindowGeometry geometry = windowed ? window_geometry(shape) : WindowGeometry{};
-  // The N P rows in chunks whose patches and accumulators stay in L2 (a
-  // whole 224 px conv1 image is ~2 MB of them).
-  const int64_t rows = N * P;
-  const ConvWork work = conv_work(rows, max_chunk_rows(windowed ? 0 : lda, CO, gemm_kernel), omp_get_max_threads());
-  const int64_t chunk = work.chunk;
-  // A padded copy of the image: for the windows (unless in place) and for
-  // im2row's narrow kernel rows (conv1's 11 x 3 bytes).
-  const bool padded = !direct && (windowed ? !in_place : im2row_padded_applies(shape));
-  const size_t rows_bytes = direct || windowed ? 0 : static_cast<size_t>(chunk * lda + (padded ? kIm2RowSlack : 0));
-  const size_t padded_bytes = padded ? static_cast<size_t>(padded_image_bytes(shape)) : 0;
-  auto make_buffers = [&]() -> ConvBuffers& {
-    return thread_conv_buffers(rows_bytes, static_cast<size_t>(chunk * CO), padded_bytes, zero_tail);
-  };
+// A dense convolution's work for one call, set up once: the geometry, the
+// GEMM and output stage, how the rows go to the threads, and the output.
+// Its rows are the N P (image, position) pairs, image-major.
+class DenseConv {
+ public:
+  DenseConv(const IntLayer& l, const Tensor& x, GemmKernel kernel);
+  const IntLayer& l;
+  const int64_t N, H, W, C, OH, OW, P, CO;
+  Tensor y;  // the layer's output (run_conv_max_pool writes elsewhere)
+  ConvWork work{};
+  // This thread's buffers.
+  ConvBuffers& buffers() const {
+    return thread_conv_buffers(rows_bytes_, static_cast<size_t>(work.chunk * CO), padded_bytes_, zero_tail_);
+  }
+  // Rows [r0, r0 + count): patches, GEMM, output stage; u8 rows to out (row
+  // r0 first), or (a dequantizing layer) the float logits into y.
+  void chunk(int64_t r0, int64_t count, ConvBuffers& b, uint8_t* out) const;
+  // Rows [begin, end) in chunks of at most work.chunk.
+  void rows_in_chunks(int64_t begin, int64_t end, ConvBuffers& b, uint8_t* out) const {
+    for (int64_t r0 = begin; r0 < end; r0 += work.chunk)
+      chunk(r0, std::min(work.chunk, end - r0), b, out ? out + (r0 - begin) * CO : nullptr);
+  }
+
+ private:
   // The (image, positions) pieces of rows [r0, r0 + count): f(n, p0, np, done), done the rows before.
-  auto by_image = [&](int64_t r0, int64_t count, auto&& f) {
+  template <class F>
+  void by_image(int64_t r0, int64_t count, F&& f) const {
     for (int64_t done = 0; done < count;) {
       const int64_t n = (r0 + done) / P, p0 = (r0 + done) % P, np = std::min(count - done, P - p0);
       f(n, p0, np, done);
       done += np;
     }
-  };
-  // Image n padded in this thread's buffer (or where it lies: in_place).
-  auto image_of = [&](int64_t n, ConvBuffers& b) -> const uint8_t* {
-    const uint8_t* img = xd + n * H * W * C;
-    if (in_place) return img;
-    if (b.pimg_of != n) pad_image_u8(img, shape, pad, b.pimg.data()), b.pimg_of = n;
+  }
+  // Image n padded in this thread's buffer (or where it lies: in place).
+  const uint8_t* image_of(int64_t n, ConvBuffers& b) const {
+    const uint8_t* img = xd_ + n * H * W * C;
+    if (in_place_) return img;
+    if (b.pimg_of != n) pad_image_u8(img, shape_, pad_, b.pimg.data()), b.pimg_of = n;
     return b.pimg.data();
-  };
-  // Chunk ci: its patches, the GEMM, the output stage.
-  auto one_chunk = [&](int64_t r0, int64_t count, ConvBuffers& b) {
-    if (windowed) {
-      by_image(r0, count, [&](int64_t n, int64_t p0, int64_t np, int64_t done) {
-        gemm_window(l, gemm_kernel, np, geometry.rows(image_of(n, b), p0), b.acc.data() + done * CO);
-      });
-      return stage.finish(b.acc.data(), nullptr, count, y.data<uint8_t>() + r0 * CO, nullptr, 0, 0);
-    }
-    if (!direct)
-      by_image(r0, count, [&](int64_t n, int64_t p0, int64_t np, int64_t done) {
-        const uint8_t* img = xd + n * H * W * C;
-        uint8_t* out = b.rows.data() + done * lda;
-        if (!padded) return im2row_u8_range(img, shape, pad, p0, np, out, lda);
-        im2row_u8_padded_range(image_of(n, b), shape, p0, np, out, lda);
-      });
-    const uint8_t* A = direct ? xd + r0 * K : b.rows.data();  // (direct: the NHWC input's rows are the patches)
-    gemm(l, gemm_kernel, count, A, b.acc.data(), lda, zero_tail);
-    if (!l.dequantize) return stage.finish(b.acc.data(), A, count, y.data<uint8_t>() + r0 * CO, nullptr, 0, 0);
-    by_image(r0, count, [&](int64_t n, int64_t p0, int64_t np, int64_t done) {
-      stage.finish(b.acc.data() + done * CO, A + done * lda, np, nullptr, y.data<float>() + n * CO * P + p0, 1, P);
-    });
-  };
+  }
+  void windowed_chunk(int64_t r0, int64_t count, ConvBuffers& b, uint8_t* out) const;
 
+  const uint8_t* xd_;
+  Im2RowShape shape_{};
+  GemmKernel gemm_kernel_;
+  bool direct_, zero_tail_, windowed_ = false, in_place_ = false, padded_ = false;
+  int64_t K_, lda_;
+  OutputStage stage_;
+  uint8_t pad_;
+  WindowGeometry geometry_;
+  size_t rows_bytes_ = 0, padded_bytes_ = 0;
+  float* logits_ = nullptr;  // y's, where the layer dequantizes
+};
+
+DenseConv::DenseConv(const IntLayer& layer, const Tensor& x, GemmKernel kernel)
+    : l(layer),
+      N(x.size(0)),
+      H(x.size(1)),
+      W(x.size(2)),
+      C(x.size(3)),
+      OH(conv_out_size(H, l.kernel_h, l.conv.stride_h, l.conv.pad_h, l.conv.dil_h, "integer conv")),
+      OW(conv_out_size(W, l.kernel_w, l.conv.stride_w, l.conv.pad_w, l.conv.dil_w, "integer conv")),
+      P(OH * OW),
+      CO(l.out_channels),
+      xd_(x.data<uint8_t>()),
+      gemm_kernel_(layer_gemm_kernel(l, kernel)),
+      direct_(l.kernel_h == 1 && l.kernel_w == 1 && l.conv.stride_h == 1 && l.conv.stride_w == 1 &&
+              l.conv.pad_h == 0 && l.conv.pad_w == 0),
+      // On AMX, patches whose K is not a multiple of 64 go in rows padded with
+      // zeros to the next multiple (zeroed once: im2row leaves them), which the
+      // tiles read in place instead of copying each panel of 32 rows into a
+      // padded one first. The stems' share of integer inference at 128 px,
+      // batch 32, AMX Xeon, two alternated runs: AlexNet's conv1 (K = 363)
+      // 16.4/17.0% -> 13.7/12.0%, MobileNetV2's (27) 7.4/7.1% -> 6.4/6.2%,
+      // ResNet-18's (147) 14.9/14.4% -> 14.0/13.5%.
+      zero_tail_(!direct_ && is_amx(gemm_kernel_) && (l.kernel_h * l.kernel_w * C) % 64 != 0),
+      K_(l.kernel_h * l.kernel_w * C),
+      lda_(zero_tail_ ? (K_ + 63) / 64 * 64 : K_),
+      stage_(l, K_, lda_),
+      pad_(static_cast<uint8_t>(l.in.zero_point + l.in.offset())) {
+  const auto& p = l.conv;
+  shape_ = {H, W, C, l.kernel_h, l.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dil_h, p.dil_w, OH, OW};
+  y = l.dequantize ? Tensor::empty({N, CO, OH, OW}, DType::f32) : Tensor::empty({N, OH, OW, CO}, DType::u8);
+  if (l.dequantize) logits_ = y.data<float>();
+  // Windowed: the GEMM reads each patch from the (padded) image in place,
+  // no patch rows (Note [convolution windows]).
+  windowed_ = !direct_ && !stage_.needs_rows() && runs_window(l, gemm_kernel_, C);
+  in_place_ = windowed_ && p.pad_h == 0 && p.pad_w == 0;  // (the image itself)
+  if (windowed_) geometry_ = window_geometry(shape_);
+  // The N P rows in chunks whose patches and accumulators stay in L2 (a
+  // whole 224 px conv1 image is ~2 MB of them).
+  work = conv_work(N * P, max_chunk_rows(windowed_ ? 0 : lda_, CO, gemm_kernel_), omp_get_max_threads());
+  // A padded copy of the image: for the windows (unless in place) and for
+  // im2row's narrow kernel rows (conv1's 11 x 3 bytes).
+  padded_ = !direct_ && (windowed_ ? !in_place_ : im2row_padded_applies(shape_));
+  rows_bytes_ = direct_ || windowed_ ? 0 : static_cast<size_t>(work.chunk * lda_ + (padded_ ? kIm2RowSlack : 0));
+  padded_bytes_ = padded_ ? static_cast<size_t>(padded_image_bytes(shape_)) : 0;
+}
+
+void DenseConv::windowed_chunk(int64_t r0, int64_t count, ConvBuffers& b, uint8_t* out) const {
+  by_image(r0, count, [&](int64_t n, int64_t p0, int64_t np, int64_t done) {
+    gemm_window(l, gemm_kernel_, np, geometry_.rows(image_of(n, b), p0), b.acc.data() + done * CO);
+  });
+  stage_.finish(b.acc.data(), nullptr, count, out, nullptr, 0, 0);
+}
+
+void DenseConv::chunk(int64_t r0, int64_t count, ConvBuffers& b, uint8_t* out) const {
+  if (windowed_) return windowed_chunk(r0, count, b, out);
+  if (!direct_)
+    by_image(r0, count, [&](int64_t n, int64_t p0, int64_t np, int64_t done) {
+      const uint8_t* img = xd_ + n * H * W * C;
+      uint8_t* patches = b.rows.data() + done * lda_;
+      if (!padded_) return im2row_u8_range(img, shape_, pad_, p0, np, patches, lda_);
+      im2row_u8_padded_range(image_of(n, b), shape_, p0, np, patches, lda_);
+    });
+  const uint8_t* A = direct_ ? xd_ + r0 * K_ : b.rows.data();  // (direct: the NHWC input's rows are the patches)
+  gemm(l, gemm_kernel_, count, A, b.acc.data(), lda_, zero_tail_);
+  if (!l.dequantize) return stage_.finish(b.acc.data(), A, count, out, nullptr, 0, 0);
+  by_image(r0, count, [&](int64_t n, int64_t p0, int64_t np, int64_t done) {
+    stage_.finish(b.acc.data() + done * CO, A + done * lda_, np, nullptr, logits_ + n * CO * P + p0, 1, P);
+  });
+}
+
+Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
+  check_u8(l, x, 4);
+  QAT_CHECK(x.size(3) == l.in_channels, "integer conv '", l.name, "': input has ", x.size(3),
+            " channels, the layer expects ", l.in_channels);
+  if (l.depthwise()) return run_depthwise(l, x);
+  DenseConv conv(l, x, kernel);
+  uint8_t* out = l.dequantize ? nullptr : conv.y.data<uint8_t>();
+  const int64_t rows = conv.N * conv.P;
   // No enclosing parallel region in the per-GEMM case: the GEMM parallelises
   // itself only outside one (a nested team would run on one thread).
-  auto rows_in_chunks = [&](int64_t begin, int64_t end, ConvBuffers& b) {
-    for (int64_t r0 = begin; r0 < end; r0 += chunk) one_chunk(r0, std::min(chunk, end - r0), b);
-  };
-  if (!work.chunks_on_threads) {
-    ConvBuffers& b = make_buffers();
-    rows_in_chunks(0, rows, b);
-    return y;
+  if (!conv.work.chunks_on_threads) {
+    conv.rows_in_chunks(0, rows, conv.buffers(), out);
+    return conv.y;
   }
 #pragma omp parallel
   {
-    ConvBuffers& b = make_buffers();
-    const std::pair<int64_t, int64_t> mine = work.share(rows, omp_get_thread_num(), omp_get_num_threads());
-    rows_in_chunks(mine.first, mine.second, b);
+    ConvBuffers& b = conv.buffers();
+    const std::pair<int64_t, int64_t> mine = conv.work.share(rows, omp_get_thread_num(), omp_get_num_threads());
+    conv.rows_in_chunks(mine.first, mine.second, b, out ? out + mine.first * conv.CO : nullptr);
   }
-  return y;
+  return conv.y;
 }
 
 // Padding up to the kernel size (beyond it an output sees only padding).
