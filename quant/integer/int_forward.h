@@ -315,13 +315,19 @@ Tensor run_int_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, const
 // first layer: the model's input). run(i, a, b) computes layer i from its
 // first input a and the others, `more` (an add's second, a concat's). Every output is
 // kept (keep_all: a trace) or dropped after its last reader.
+// The last layer that reads each layer's output (0 where none does).
+inline std::vector<size_t> last_readers(const std::vector<IntLayer>& layers) {
+  std::vector<size_t> last_read(layers.size(), 0);
+  for (size_t i = 0; i < layers.size(); ++i)
+    for (int64_t p : layer_inputs(layers, i))
+      if (p >= 0) last_read[p] = i;
+  return last_read;
+}
+
 template <class Run>
 std::vector<Tensor> run_layer_graph(const std::vector<IntLayer>& layers, const Tensor& x, bool keep_all, Run run) {
   const size_t L = layers.size();
-  std::vector<size_t> last_read(L, 0);
-  for (size_t i = 0; i < L; ++i)
-    for (int64_t p : layer_inputs(layers, i))
-      if (p >= 0) last_read[p] = i;
+  const std::vector<size_t> last_read = last_readers(layers);
   std::vector<Tensor> outs(L);
   for (size_t i = 0; i < L; ++i) {
     const std::vector<int64_t> in = layer_inputs(layers, i);

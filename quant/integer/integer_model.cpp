@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/profiler.h"
 #include "quant/integer/cpu_exec.h"
+#include "quant/integer/ops/fused.h"
 
 namespace qat::quant {
 
@@ -175,10 +177,20 @@ void check_grid_chain(const std::vector<IntLayer>& layers) {
 }
 }  // namespace
 
+// With Note [conv then max pool]'s pairs run together: the conv's own
+// output is never made (no layer reads it but the pool), the pool's is
+// the pair's.
 Tensor IntegerModel::forward(const Tensor& x) const {
   check_grid_chain(layers);
+  const std::vector<size_t> last_read = last_readers(layers);
+  const int64_t images = x.dim() == 4 ? x.size(0) : 0;
+  Tensor pooled;  // the pair's output, for the pool's turn
   return run_layer_graph(layers, x, false, [&](size_t i, const Tensor& a, const MoreInputs& more) {
-           return run_layer(layers[i], a, more);
+           if (pooled.defined()) return std::exchange(pooled, Tensor());
+           if (!ops::fuses_conv_max_pool(layers, i, last_read, images)) return run_layer(layers[i], a, more);
+           QAT_PROFILE(layers[i].name.c_str());  // (the pair's time under the conv's name; the pool's is none)
+           pooled = ops::run_conv_max_pool(layers[i], layers[i + 1], a, kernel);
+           return Tensor();
          }).back();
 }
 

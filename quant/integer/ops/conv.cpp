@@ -13,6 +13,7 @@
 #include "core/cpu_features.h"
 #include "quant/integer/int_op.h"
 #include "quant/integer/ops/common.h"
+#include "quant/integer/ops/fused.h"
 #include "quant/integer/ops/matmul.h"
 
 namespace qat::quant::ops {
@@ -352,7 +353,8 @@ WindowGeometry window_geometry(const Im2RowShape& s) {
 // Its rows are the N P (image, position) pairs, image-major.
 class DenseConv {
  public:
-  DenseConv(const IntLayer& l, const Tensor& x, GemmKernel kernel);
+  // own_output: allocate y (else the caller gives chunk() its buffers)
+  DenseConv(const IntLayer& l, const Tensor& x, GemmKernel kernel, bool own_output = true);
   const IntLayer& l;
   const int64_t N, H, W, C, OH, OW, P, CO;
   Tensor y;  // the layer's output (run_conv_max_pool writes elsewhere)
@@ -401,7 +403,7 @@ class DenseConv {
   float* logits_ = nullptr;  // y's, where the layer dequantizes
 };
 
-DenseConv::DenseConv(const IntLayer& layer, const Tensor& x, GemmKernel kernel)
+DenseConv::DenseConv(const IntLayer& layer, const Tensor& x, GemmKernel kernel, bool own_output)
     : l(layer),
       N(x.size(0)),
       H(x.size(1)),
@@ -429,7 +431,8 @@ DenseConv::DenseConv(const IntLayer& layer, const Tensor& x, GemmKernel kernel)
       pad_(static_cast<uint8_t>(l.in.zero_point + l.in.offset())) {
   const auto& p = l.conv;
   shape_ = {H, W, C, l.kernel_h, l.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dil_h, p.dil_w, OH, OW};
-  y = l.dequantize ? Tensor::empty({N, CO, OH, OW}, DType::f32) : Tensor::empty({N, OH, OW, CO}, DType::u8);
+  if (own_output)
+    y = l.dequantize ? Tensor::empty({N, CO, OH, OW}, DType::f32) : Tensor::empty({N, OH, OW, CO}, DType::u8);
   if (l.dequantize) logits_ = y.data<float>();
   // Windowed: the GEMM reads each patch from the (padded) image in place,
   // no patch rows (Note [convolution windows]).
@@ -470,10 +473,14 @@ void DenseConv::chunk(int64_t r0, int64_t count, ConvBuffers& b, uint8_t* out) c
   });
 }
 
-Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
+void check_conv_input(const IntLayer& l, const Tensor& x) {
   check_u8(l, x, 4);
   QAT_CHECK(x.size(3) == l.in_channels, "integer conv '", l.name, "': input has ", x.size(3),
             " channels, the layer expects ", l.in_channels);
+}
+
+Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
+  check_conv_input(l, x);
   if (l.depthwise()) return run_depthwise(l, x);
   DenseConv conv(l, x, kernel);
   uint8_t* out = l.dequantize ? nullptr : conv.y.data<uint8_t>();
@@ -492,6 +499,49 @@ Tensor run_conv(const IntLayer& l, const Tensor& x, GemmKernel kernel) {
   }
   return conv.y;
 }
+
+}  // namespace
+
+bool fuses_conv_max_pool(const std::vector<IntLayer>& layers, size_t i, const std::vector<size_t>& last_read,
+                         int64_t images) {
+  if (i + 1 >= layers.size()) return false;
+  const IntLayer &conv = layers[i], &pool = layers[i + 1];
+  const bool reads_conv = pool.inputs.empty() || (pool.inputs.size() == 1 && pool.inputs[0] == static_cast<int64_t>(i));
+  const int threads = omp_get_max_threads();
+  return conv.op == IntOp::conv && !conv.depthwise() && !conv.dequantize && pool.op == IntOp::max_pool &&
+         reads_conv && last_read[i] == i + 1 && threads >= 2 && !omp_in_parallel() &&
+         (images % threads == 0 || images >= 4 * threads);  // (shares of whole images near equal)
+}
+
+Tensor run_conv_max_pool(const IntLayer& cl, const IntLayer& pl, const Tensor& x, GemmKernel kernel) {
+  check_conv_input(cl, x);
+  QAT_CHECK(!cl.depthwise() && !cl.dequantize && pl.op == IntOp::max_pool, "integer conv '", cl.name,
+            "' and max pool '", pl.name, "': only a dense convolution writing integers runs with the pool after it");
+  const DenseConv conv(cl, x, kernel, false);
+  const auto& p = pl.pool;
+  const int64_t OH = conv_out_size(conv.OH, p.kernel_h, p.stride_h, p.pad_h, 1, "integer max_pool");
+  const int64_t OW = conv_out_size(conv.OW, p.kernel_w, p.stride_w, p.pad_w, 1, "integer max_pool");
+  const PoolShape image{1, conv.OH, conv.OW, conv.CO, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
+                        OH, OW};
+  Tensor y = Tensor::empty({conv.N, OH, OW, conv.CO}, DType::u8);
+  uint8_t* yd = y.data<uint8_t>();
+  const int64_t per_image = conv.P * conv.CO, pooled = OH * OW * conv.CO;
+#pragma omp parallel
+  {
+    ConvBuffers& b = conv.buffers();
+    thread_local AlignedVector<uint8_t> conv_out;
+    grow(conv_out, static_cast<size_t>(per_image));
+    // (the pool's own parallel loop runs on this thread alone in here)
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < conv.N; ++n) {
+      conv.rows_in_chunks(n * conv.P, (n + 1) * conv.P, b, conv_out.data());
+      max_pool_u8(conv_out.data(), image, yd + n * pooled);
+    }
+  }
+  return y;
+}
+
+namespace {
 
 // Padding up to the kernel size (beyond it an output sees only padding).
 ActShape infer_conv(const IntLayer& l, const ActShape& in) {

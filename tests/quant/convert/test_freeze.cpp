@@ -11,6 +11,8 @@
 #include "models/models.h"
 #include "quant/convert/compare_layers.h"
 #include "quant/convert/freeze.h"
+#include "quant/integer/int_forward.h"
+#include "quant/integer/ops/fused.h"
 #include "quant/sim/fake_quantizer.h"
 #include "quant/sim/prepare.h"
 #include "quant/sim/qat_modules.h"
@@ -335,6 +337,12 @@ TEST_CASE("an integer model gives a batch's images their logits alone, its conv 
   for (const int threads : {1, 2}) {
     CAPTURE(threads);
     testing::ThreadsGuard guard(threads);
+    // On two threads the batch's forward runs the stem's conv with its max
+    // pool image by image (Note [conv then max pool]); one image alone does not.
+    const std::vector<size_t> last_read = last_readers(im.layers);
+    bool paired = false;
+    for (size_t i = 0; i < im.layers.size(); ++i) paired |= ops::fuses_conv_max_pool(im.layers, i, last_read, n);
+    REQUIRE(paired == (threads == 2));
     const Tensor batch = im.forward(x);
     for (int64_t i = 0; i < n; ++i) {
       CAPTURE(i);
