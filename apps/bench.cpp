@@ -223,6 +223,7 @@ void print_step_ratio(const char* kind, const TrainingTimer& fp32, const Trainin
 double time_inference(const std::function<Tensor(const Tensor&)>& forward, const Tensor& x, const BenchOptions& opt,
                       const char* label) {
   for (int i = 0; i < opt.warmup; ++i) forward(x);
+  Profiler::reset();  // (the per-op times: the timed passes' alone, not the first passes' page faults and cold caches)
   std::vector<double> secs;
   for (int i = 0; i < opt.steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -304,8 +305,8 @@ BenchFigures run_bench_infer(const BenchOptions& opt) {
   const double fp32 = time_inference([&](const Tensor& t) { return model->forward(t); }, x, opt, "fp32");
   Profiler::set_enabled(false);
   if (opt.profile) {
-    std::printf("FP32 model, time per op (warm-up and timed passes):\n");
-    const int passes = opt.warmup + opt.steps;
+    std::printf("FP32 model, time per op (timed passes):\n");
+    const int passes = opt.steps;
     for (const auto& r : Profiler::rows())
       std::printf("  %-28s %8.2f ms per pass\n", r.key.c_str(), 1000.0 * r.seconds / passes);
   }
@@ -323,7 +324,7 @@ BenchFigures run_bench_infer(const BenchOptions& opt) {
               "weights %d bits)\n",
               int8 / fp32, quant::gemm_kernel_name(im.kernel), packed, bits);
   if (opt.profile) {
-    std::printf("integer model, time per layer (warm-up and timed passes) and its GEMM kernel:\n");
+    std::printf("integer model, time per layer (timed passes) and its GEMM kernel:\n");
     double total = 0;
     for (const auto& r : Profiler::rows()) total += r.seconds;
     for (const auto& r : Profiler::rows()) {
