@@ -51,6 +51,11 @@ bool add_exact_in_double(const AddRequant& r) {
 }
 
 bool add_in_floats(const AddRequant& r, AddFloats* f) {
+  // (the note's bound assumes what make_add_requant gives: multipliers in
+  // [0, 2^31], clamps within the stored bytes)
+  constexpr int64_t kMaxMultiplier = int64_t{1} << 31;
+  if (r.ma < 0 || r.mb < 0 || r.ma > kMaxMultiplier || r.mb > kMaxMultiplier || r.lo < 0 || r.lo > r.hi || r.hi > 255)
+    return false;
   if (!add_exact_in_double(r)) return false;  // (the constants below exact in double)
   const double unit = std::ldexp(1.0, -r.t);
   const double fa = static_cast<double>(r.ma) * unit, fb = static_cast<double>(r.mb) * unit;

@@ -248,3 +248,17 @@ TEST_CASE("integer add on the CPU executor: a tensor large enough for the thread
   const Tensor y = integer_add_cpu(a, b, r, "layer1.0.add");
   for (int64_t i = 0; i < a.numel(); ++i) REQUIRE(y.data<uint8_t>()[i] == add_requant_value(va[i], vb[i], r));
 }
+
+TEST_CASE("integer add: the float lanes take only constants their error bound covers", "[quant][integer][add]") {
+  const AddRequant r = make_add_requant(grid(0.05f, 10), grid(0.05f, 200), grid(0.05f, 30), false, "layer1.0.add");
+  REQUIRE(add_in_floats(r));
+  AddRequant negative = r;
+  negative.mb = -negative.mb;
+  CHECK_FALSE(add_in_floats(negative));
+  AddRequant inverted = r;
+  inverted.lo = 200, inverted.hi = 100;
+  CHECK_FALSE(add_in_floats(inverted));
+  AddRequant wide = r;
+  wide.hi = 300;
+  CHECK_FALSE(add_in_floats(wide));
+}
