@@ -147,35 +147,46 @@ struct Lanes {
 
 }  // namespace
 
-void add_requant_run(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const AddRequant& r, RowLanes lanes,
-                     bool floats) {
-  int64_t done = 0;
+namespace {
+// Which lanes run an add, chosen once for its constants (not once a run).
+struct AddPlan {
+  RowLanes lanes;
+  bool floats, doubles;
   AddFloats f;
-  if (floats && lanes != RowLanes::scalar && add_in_floats(r, &f)) {
-    done = lanes == RowLanes::avx512 ? avx512::add_run_floats(a, b, y, n, r, f) : avx2::add_run_floats(a, b, y, n, r, f);
-  } else if (add_exact_in_double(r)) {
-    if (lanes == RowLanes::avx512)
-      done = avx512::add_run(a, b, y, n, r);
-    else if (lanes == RowLanes::avx2)
-      done = avx2::add_run(a, b, y, n, r);
-  }
+};
+AddPlan add_plan(const AddRequant& r, RowLanes lanes, bool floats) {
+  AddPlan p{lanes, false, false, {}};
+  p.floats = floats && lanes != RowLanes::scalar && add_in_floats(r, &p.f);
+  p.doubles = !p.floats && lanes != RowLanes::scalar && add_exact_in_double(r);
+  return p;
+}
+void run_planned(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const AddRequant& r, const AddPlan& p) {
+  const bool wide = p.lanes == RowLanes::avx512;
+  int64_t done = 0;
+  if (p.floats)
+    done = wide ? avx512::add_run_floats(a, b, y, n, r, p.f) : avx2::add_run_floats(a, b, y, n, r, p.f);
+  else if (p.doubles)
+    done = wide ? avx512::add_run(a, b, y, n, r) : avx2::add_run(a, b, y, n, r);
   for (int64_t i = done; i < n; ++i) y[i] = add_requant_value(a[i], b[i], r);
 }
+}  // namespace
 
-void add_requant_run(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const AddRequant& r) {
-  static const RowLanes best = best_row_lanes();
-  add_requant_run(a, b, y, n, r, best);
+void add_requant_run(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const AddRequant& r, RowLanes lanes,
+                     bool floats) {
+  run_planned(a, b, y, n, r, add_plan(r, lanes, floats));
 }
 
 Tensor integer_add_lanes(const Tensor& a, const Tensor& b, const AddRequant& r) {
   constexpr int64_t kRun = 4096;
+  static const RowLanes best = best_row_lanes();
+  const AddPlan plan = add_plan(r, best, true);
   Tensor y = Tensor::empty(a.sizes(), DType::u8);
   const uint8_t *pa = a.data<uint8_t>(), *pb = b.data<uint8_t>();
   uint8_t* py = y.data<uint8_t>();
   const int64_t n = a.numel(), runs = (n + kRun - 1) / kRun;
 #pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 15))
   for (int64_t k = 0; k < runs; ++k)
-    add_requant_run(pa + k * kRun, pb + k * kRun, py + k * kRun, std::min(kRun, n - k * kRun), r);
+    run_planned(pa + k * kRun, pb + k * kRun, py + k * kRun, std::min(kRun, n - k * kRun), r, plan);
   return y;
 }
 

@@ -137,11 +137,10 @@ struct AddFloats {
 bool add_in_floats(const AddRequant& r, AddFloats* f = nullptr);
 
 // y[i] = add_requant_value(a[i], b[i], r) for i < n on the given lanes (the
-// tests run each the CPU has) or the best the CPU has. One thread. floats:
+// tests run each the CPU has). One thread. floats:
 // the float lanes where add_in_floats(r) (the tests also run the doubles).
 void add_requant_run(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const AddRequant& r, RowLanes lanes,
                      bool floats = true);
-void add_requant_run(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, const AddRequant& r);
 
 // y = the add of two u8 tensors of one shape, on the executor's device.
 template <class Exec>

@@ -310,11 +310,6 @@ Tensor run_int_layer(Exec& ex, const IntLayer& l, const LayerConstants* k, const
   return run_generic_layer(ex, l, k, x, out, more);
 }
 
-// Note [integer model graph]: layer i reads the outputs of the layers its
-// `inputs` name (earlier ones), or of layer i - 1 when it names none (the
-// first layer: the model's input). run(i, a, b) computes layer i from its
-// first input a and the others, `more` (an add's second, a concat's). Every output is
-// kept (keep_all: a trace) or dropped after its last reader.
 // The last layer that reads each layer's output (0 where none does).
 inline std::vector<size_t> last_readers(const std::vector<IntLayer>& layers) {
   std::vector<size_t> last_read(layers.size(), 0);
@@ -324,6 +319,11 @@ inline std::vector<size_t> last_readers(const std::vector<IntLayer>& layers) {
   return last_read;
 }
 
+// Note [integer model graph]: layer i reads the outputs of the layers its
+// `inputs` name (earlier ones), or of layer i - 1 when it names none (the
+// first layer: the model's input). run(i, a, b) computes layer i from its
+// first input a and the others, `more` (an add's second, a concat's). Every output is
+// kept (keep_all: a trace) or dropped after its last reader.
 template <class Run>
 std::vector<Tensor> run_layer_graph(const std::vector<IntLayer>& layers, const Tensor& x, bool keep_all, Run run) {
   const size_t L = layers.size();

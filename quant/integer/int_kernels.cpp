@@ -425,6 +425,12 @@ QAT_AVX512_TARGET void max_pool_pixel_avx512(const uint8_t* img, const PoolShape
 }
 }  // namespace
 
+PoolShape max_pool_shape(const Pool2dParams& p, int64_t n, int64_t h, int64_t w, int64_t c) {
+  const int64_t oh = conv_out_size(h, p.kernel_h, p.stride_h, p.pad_h, 1, "integer max_pool");
+  const int64_t ow = conv_out_size(w, p.kernel_w, p.stride_w, p.pad_w, 1, "integer max_pool");
+  return {n, h, w, c, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w, oh, ow};
+}
+
 void max_pool_u8(const uint8_t* x, const PoolShape& s, uint8_t* y) {
   const bool avx512 = cpu_has_avx512bw();
 #pragma omp parallel for collapse(2) schedule(static) if (s.n * s.out_h * s.out_w * s.c > (1 << 16))

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/aligned_vector.h"
+#include "core/window.h"
 #include "quant/integer/byte_layout.h"
 #include "quant/integer/requant.h"
 
@@ -89,6 +90,9 @@ int32_t requantize_value64(int32_t acc, int32_t m0, int32_t shift, int64_t extra
 struct PoolShape {
   int64_t n, h, w, c, kh, kw, stride_h, stride_w, pad_h, pad_w, out_h, out_w;
 };
+// A max pool's geometry over n images of h x w x c (its output size checked
+// as conv_out_size checks it).
+PoolShape max_pool_shape(const Pool2dParams& p, int64_t n, int64_t h, int64_t w, int64_t c);
 void max_pool_u8(const uint8_t* x, const PoolShape& s, uint8_t* y);
 // Adaptive average pooling on NHWC u8 with PyTorch's bins; each output is
 // floor(sum / count + 1/2), the mean rounded half up (values are non-negative).

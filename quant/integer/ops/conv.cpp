@@ -394,8 +394,9 @@ class DenseConv {
   const uint8_t* xd_;
   Im2RowShape shape_{};
   GemmKernel gemm_kernel_;
+  int64_t K_;
   bool direct_, zero_tail_, windowed_ = false, in_place_ = false, padded_ = false;
-  int64_t K_, lda_;
+  int64_t lda_;
   OutputStage stage_;
   uint8_t pad_;
   WindowGeometry geometry_;
@@ -415,6 +416,7 @@ DenseConv::DenseConv(const IntLayer& layer, const Tensor& x, GemmKernel kernel, 
       CO(l.out_channels),
       xd_(x.data<uint8_t>()),
       gemm_kernel_(layer_gemm_kernel(l, kernel)),
+      K_(l.kernel_h * l.kernel_w * C),
       direct_(l.kernel_h == 1 && l.kernel_w == 1 && l.conv.stride_h == 1 && l.conv.stride_w == 1 &&
               l.conv.pad_h == 0 && l.conv.pad_w == 0),
       // On AMX, patches whose K is not a multiple of 64 go in rows padded with
@@ -424,8 +426,7 @@ DenseConv::DenseConv(const IntLayer& layer, const Tensor& x, GemmKernel kernel, 
       // batch 32, AMX Xeon, two alternated runs: AlexNet's conv1 (K = 363)
       // 16.4/17.0% -> 13.7/12.0%, MobileNetV2's (27) 7.4/7.1% -> 6.4/6.2%,
       // ResNet-18's (147) 14.9/14.4% -> 14.0/13.5%.
-      zero_tail_(!direct_ && is_amx(gemm_kernel_) && (l.kernel_h * l.kernel_w * C) % 64 != 0),
-      K_(l.kernel_h * l.kernel_w * C),
+      zero_tail_(!direct_ && is_amx(gemm_kernel_) && K_ % 64 != 0),
       lda_(zero_tail_ ? (K_ + 63) / 64 * 64 : K_),
       stage_(l, K_, lda_),
       pad_(static_cast<uint8_t>(l.in.zero_point + l.in.offset())) {
@@ -518,14 +519,10 @@ Tensor run_conv_max_pool(const IntLayer& cl, const IntLayer& pl, const Tensor& x
   QAT_CHECK(!cl.depthwise() && !cl.dequantize && pl.op == IntOp::max_pool, "integer conv '", cl.name,
             "' and max pool '", pl.name, "': only a dense convolution writing integers runs with the pool after it");
   const DenseConv conv(cl, x, kernel, false);
-  const auto& p = pl.pool;
-  const int64_t OH = conv_out_size(conv.OH, p.kernel_h, p.stride_h, p.pad_h, 1, "integer max_pool");
-  const int64_t OW = conv_out_size(conv.OW, p.kernel_w, p.stride_w, p.pad_w, 1, "integer max_pool");
-  const PoolShape image{1, conv.OH, conv.OW, conv.CO, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
-                        OH, OW};
-  Tensor y = Tensor::empty({conv.N, OH, OW, conv.CO}, DType::u8);
+  const PoolShape image = max_pool_shape(pl.pool, 1, conv.OH, conv.OW, conv.CO);
+  Tensor y = Tensor::empty({conv.N, image.out_h, image.out_w, conv.CO}, DType::u8);
   uint8_t* yd = y.data<uint8_t>();
-  const int64_t per_image = conv.P * conv.CO, pooled = OH * OW * conv.CO;
+  const int64_t per_image = conv.P * conv.CO, pooled = image.out_h * image.out_w * conv.CO;
 #pragma omp parallel
   {
     ConvBuffers& b = conv.buffers();

@@ -12,13 +12,9 @@ namespace {
 
 Tensor run_max_pool(const IntLayer& l, const Tensor& x, GemmKernel) {
   check_u8(l, x, 4);
-  const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
-  const auto& p = l.pool;
-  const int64_t OH = conv_out_size(H, p.kernel_h, p.stride_h, p.pad_h, 1, "integer max_pool");
-  const int64_t OW = conv_out_size(W, p.kernel_w, p.stride_w, p.pad_w, 1, "integer max_pool");
-  Tensor y = Tensor::empty({N, OH, OW, C}, DType::u8);
-  max_pool_u8(x.data<uint8_t>(), {N, H, W, C, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w, OH, OW},
-              y.data<uint8_t>());
+  const PoolShape s = max_pool_shape(l.pool, x.size(0), x.size(1), x.size(2), x.size(3));
+  Tensor y = Tensor::empty({s.n, s.out_h, s.out_w, s.c}, DType::u8);
+  max_pool_u8(x.data<uint8_t>(), s, y.data<uint8_t>());
   return y;
 }
 
