@@ -9,7 +9,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <sstream>
 
+#include "apps/file_digest.h"
 #include "core/error.h"
 #include "core/text_file.h"
 
@@ -34,6 +37,56 @@ std::string own_list(const std::vector<std::string>& own) {
 bool same_inode(int fd, const std::string& path) {
   struct stat a {}, b {};
   return ::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+// The record of what a command wrote into its folder (Note [output
+// folder]): a first line naming the command, then one line a file,
+// "<sha256> <bytes> <name>".
+constexpr const char* kRecord = ".qat-output";
+constexpr const char* kRecordHead = "qat output folder of ";
+
+struct FileStamp {
+  std::string sha256;
+  uintmax_t bytes = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+struct Record {
+  std::string command;  // empty: no record, or not one qat wrote
+  std::map<std::string, FileStamp> files;
+};
+
+FileStamp stamp_of(const fs::path& file) {
+  std::error_code ec;
+  return {sha256_file(file.string()), fs::file_size(file, ec)};
+}
+
+Record read_record(const fs::path& dir) {
+  std::error_code ec;
+  const fs::path path = dir / kRecord;
+  if (!fs::is_regular_file(path, ec) || fs::is_symlink(path, ec)) return {};
+  std::istringstream in(read_text_file(path.string()));
+  Record r;
+  std::string line;
+  if (!std::getline(in, line) || line.rfind(kRecordHead, 0) != 0) return {};
+  const std::string command = line.substr(std::string(kRecordHead).size());
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    FileStamp st;
+    std::string name;
+    if (!(f >> st.sha256 >> st.bytes) || st.sha256.size() != 64 || !std::getline(f >> std::ws, name) || name.empty())
+      return {};
+    r.files[name] = st;
+  }
+  r.command = command;
+  return r;
+}
+
+// Why a file is not on the record of `cmd`.
+std::string unlisted_reason(const Record& r, const std::string& cmd) {
+  const std::string record = kRecord;
+  if (r.command.empty()) return "the folder has no record " + record;
+  if (r.command != cmd) return "its record " + record + " is of " + r.command;
+  return "its record " + record + " does not list it";
 }
 
 }  // namespace
@@ -121,18 +174,39 @@ bool OutputFolder::is_own(const std::string& name) const {
   return false;
 }
 
-// Only the command's own files: anything else was not written by it and is
-// never swept away with the old folder.
+// Only the files the command wrote there, as it wrote them (its record):
+// anything else was not written by it and is never swept away with the old
+// folder, even under an output's name.
 void OutputFolder::check_entries() const {
   const std::string& cmd = spec_.command;
+  const Record record = read_record(abs_);
   for (const auto& entry : fs::directory_iterator(abs_)) {
     const std::string name = entry.path().filename().string();
     std::error_code ec;
     const bool file = entry.is_regular_file(ec) && !entry.is_symlink(ec);
+    if (name == kRecord && file) continue;
+    const std::string keep_it = "; nothing there is replaced: choose another folder, or move " + name + " away";
     QAT_CHECK(file && is_own(name), cmd, ": ", spec_.option, " ", dir_, " holds ", name, file ? "" : " (not a file)",
-              ", which ", cmd, " does not write (it writes ", own_list(spec_.own),
-              "); nothing there is replaced: choose another folder, or move ", name, " away");
+              ", which ", cmd, " does not write (it writes ", own_list(spec_.own), ")", keep_it);
+    const auto listed = record.command == cmd ? record.files.find(name) : record.files.end();
+    QAT_CHECK(listed != record.files.end(), cmd, ": ", spec_.option, " ", dir_, " holds ", name, ", which ", cmd,
+              " did not write there (", unlisted_reason(record, cmd),
+              ": a user's file, another command's, or one from a qat before these records)", keep_it);
+    QAT_CHECK(stamp_of(entry.path()) == listed->second, cmd, ": ", spec_.option, " ", dir_, " holds ", name,
+              ", changed since ", cmd, " wrote it (its size or SHA-256 differs from the record)", keep_it);
   }
+}
+
+void OutputFolder::write_record() const {
+  std::map<std::string, FileStamp> files;  // (in name order)
+  for (const auto& entry : fs::directory_iterator(staged_)) {
+    const std::string name = entry.path().filename().string();
+    std::error_code ec;
+    if (name != kRecord && entry.is_regular_file(ec) && !entry.is_symlink(ec)) files[name] = stamp_of(entry.path());
+  }
+  std::string text = kRecordHead + spec_.command + "\n";
+  for (const auto& [name, st] : files) text += st.sha256 + " " + std::to_string(st.bytes) + " " + name + "\n";
+  write_text_file_atomic(staged_ + "/" + kRecord, text);
 }
 
 std::string OutputFolder::staged(const std::string& name) const {
@@ -177,6 +251,7 @@ void OutputFolder::publish() {
   std::error_code ec;
   for (const std::string& s : scratch_) fs::remove_all(s, ec);
   check_entries();  // (a process other than qat may have written there meanwhile)
+  write_record();
   sync_parent_folder(staged_ + "/.");  // the staged names, before they become the folder's
   QAT_CHECK(::renameat2(AT_FDCWD, staged_.c_str(), AT_FDCWD, abs_.c_str(), RENAME_EXCHANGE) == 0, cmd,
             ": cannot replace ", spec_.option, " ", dir_, " with ", staged_, ": ", std::strerror(errno));

@@ -5,9 +5,12 @@
 //  - a lock: the folder itself is flock'ed for the command's lifetime; a
 //    second command writing it is refused, naming it (the kernel drops the
 //    lock however the holder ends);
-//  - ownership: the folder may hold only names the command itself writes;
-//    anything else (a user's file, another command's output, a folder) makes
-//    it refuse before anything is written, naming the entry;
+//  - ownership: the folder may hold only files the command itself wrote
+//    there: names it writes, each listed with its size and SHA-256 in the
+//    record it leaves beside them (`.qat-output`, naming the command).
+//    Anything else (a user's file, even one named like an output; a file
+//    changed since; another command's output; a folder) makes it refuse
+//    before anything is written, naming the entry;
 //  - staging: every file is written into a sibling folder `.<name>.tmp-<tag>`
 //    (Note [dead temporaries]), which is then exchanged with the folder in
 //    one rename (renameat2 RENAME_EXCHANGE): a reader sees the old folder or
@@ -64,6 +67,7 @@ class OutputFolder {
  private:
   bool is_own(const std::string& name) const;
   void check_entries() const;
+  void write_record() const;  // the staged files' record
   void lock();
   void cleanup();  // unpublished: the staging folder, and the folder if this command made it
 

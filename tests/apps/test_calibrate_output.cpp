@@ -197,7 +197,7 @@ TEST_CASE("a calibrate killed at any moment leaves the old calibration whole or 
   REQUIRE(new_out != old_out);
   REQUIRE(new_out.count("calibrators.md") == 1);
   auto timeless = [](Snapshot s) {
-    for (const char* report : {"calibrators.md", "calibrators.svg"})
+    for (const char* report : {"calibrators.md", "calibrators.svg", ".qat-output"})  // (the record has their digests)
       if (s.count(report)) s[report] = "present";
     return s;
   };

@@ -6,6 +6,7 @@
 #include "tests/test_util.h"
 
 #include "apps/compare.h"
+#include "apps/file_digest.h"
 #include "apps/report_format.h"
 #include "apps/compare_report.h"
 #include "apps/metrics_log.h"
@@ -279,8 +280,13 @@ TEST_CASE("compare labels runs whose folders share a name by the path components
   const fs::path x = make_run("x/r", "", {0.5, 0.6}), y = make_run("y/r", "", {0.4, 0.7});
   const fs::path out = x.parent_path().parent_path() / "cmp_labels";
   fs::create_directories(out);
-  std::ofstream(out / "sqnr.md") << "an earlier compare's table";
-  std::ofstream(out / "speed.svg") << "<svg/>";
+  // An earlier compare's folder: its outputs and their record (Note [output folder]).
+  const std::string table = "an earlier compare's table", chart = "<svg/>";
+  std::ofstream(out / "sqnr.md") << table;
+  std::ofstream(out / "speed.svg") << chart;
+  std::ofstream(out / ".qat-output") << "qat output folder of compare\n"
+                                     << sha256_text(table) << " " << table.size() << " sqnr.md\n"
+                                     << sha256_text(chart) << " " << chart.size() << " speed.svg\n";
   REQUIRE(run_compare({{x.string(), y.string()}, out.string()}) == 0);
   std::string md;
   std::ifstream in(out / "compare.md");

@@ -344,9 +344,14 @@ TEST_CASE("re-exporting replaces the folder whole and never sweeps away other fi
   const fs::path out = dir / "export";
   REQUIRE(run_export({cfg, ckpt, out.string(), {}}) == 0);
   const std::string first = read_text(out / "manifest.yaml");
-  write_text(out / "manifest.yaml", "# an old manifest\n" + first);
-  REQUIRE(run_export({cfg, ckpt, out.string(), {}}) == 0);
+  REQUIRE(run_export({cfg, ckpt, out.string(), {}}) == 0);  // over its own export
   REQUIRE(read_text(out / "manifest.yaml") == first);
+  // A manifest edited since (or a user's file under an output's name): kept, the export refused.
+  write_text(out / "manifest.yaml", "# edited by hand\n" + first);
+  REQUIRE_THROWS_WITH(run_export({cfg, ckpt, out.string(), {}}),
+                      Contains("holds manifest.yaml, changed since export wrote it"));
+  REQUIRE(read_text(out / "manifest.yaml") == "# edited by hand\n" + first);
+  write_text(out / "manifest.yaml", first);
   REQUIRE_NOTHROW(load_export(out.string()));
   for (const auto& e : fs::directory_iterator(dir))  // no staging folder left behind
     REQUIRE(e.path().filename().string().find(".tmp-") == std::string::npos);
@@ -377,6 +382,14 @@ TEST_CASE("re-exporting replaces the folder whole and never sweeps away other fi
   write_text(mine / "notes.txt", "keep me");
   REQUIRE_THROWS_WITH(run_export({cfg, ckpt, mine.string(), {}}), Contains("notes.txt") && Contains("--out"));
   REQUIRE(read_text(mine / "notes.txt") == "keep me");
+  // A user's file under the name of an output (a checkpoint copied there as
+  // weights.safetensors): not the export's, so never overwritten.
+  const fs::path named = dir / "named";
+  fs::create_directories(named);
+  fs::copy_file(ckpt, named / "weights.safetensors");
+  REQUIRE_THROWS_WITH(run_export({cfg, ckpt, named.string(), {}}),
+                      Contains("holds weights.safetensors, which export did not write there"));
+  REQUIRE(read_text(named / "weights.safetensors") == read_text(ckpt));
 }
 
 TEST_CASE("crafted exports are refused before anything is allocated", "[e2e][export]") {

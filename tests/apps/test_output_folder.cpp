@@ -12,6 +12,7 @@
 
 #include "tests/test_util.h"
 
+#include "apps/file_digest.h"
 #include "apps/output_folder.h"
 #include "core/text_file.h"
 
@@ -24,11 +25,15 @@ namespace {
 
 const OutputFolderSpec kSpec{"tool", "--out", {"a.txt", "b.txt", "*.cache"}};
 
-// Every entry under `dir` (names relative to it) with its contents.
-std::set<std::pair<std::string, std::string>> tree(const fs::path& dir) {
+constexpr const char* kRecord = ".qat-output";
+
+// Every entry under `dir` (names relative to it) with its contents, the
+// folders' records left out (with_records: in).
+std::set<std::pair<std::string, std::string>> tree(const fs::path& dir, bool with_records = false) {
   std::set<std::pair<std::string, std::string>> out;
   if (!fs::exists(dir)) return out;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!with_records && e.path().filename() == kRecord) continue;
     const std::string rel = fs::relative(e.path(), dir).string();
     out.emplace(rel, e.is_regular_file() ? read_text_file(e.path().string()) : std::string("<dir>"));
   }
@@ -37,15 +42,20 @@ std::set<std::pair<std::string, std::string>> tree(const fs::path& dir) {
 
 void write(const fs::path& p, const std::string& text) { write_text_file_atomic(p.string(), text); }
 
+// `out` as a published folder of the spec's command holding `files`.
+void published(const fs::path& out, const std::vector<std::pair<std::string, std::string>>& files,
+               const OutputFolderSpec& spec) {
+  OutputFolder f(spec, out.string());
+  for (const auto& [name, text] : files) write(f.staged(name), text);
+  f.publish();
+}
+
 }  // namespace
 
 TEST_CASE("an output folder is replaced whole: the old one until publish, then exactly the new one", "[output]") {
   testing::TempDir t;
   const fs::path out = t.dir / "out";
-  fs::create_directory(out);
-  write(out / "a.txt", "old a");
-  write(out / "b.txt", "old b");
-  write(out / "x.cache", "old cache");
+  published(out, {{"a.txt", "old a"}, {"b.txt", "old b"}, {"x.cache", "old cache"}}, kSpec);
   {
     OutputFolder f(kSpec, out.string());
     write(f.staged("a.txt"), "new a");
@@ -58,20 +68,23 @@ TEST_CASE("an output folder is replaced whole: the old one until publish, then e
   CHECK(tree(out) == decltype(tree(out)){{"a.txt", "new a"}, {"x.cache", "old cache"}});
   // No staging folder is left beside it.
   CHECK(tree(t.dir).size() == 3);
+  // The record lists the new folder's files: the command, then each one's SHA-256, size and name.
+  CHECK(read_text_file((out / kRecord).string()) ==
+        "qat output folder of tool\n" + sha256_text("new a") + " 5 a.txt\n" + sha256_text("old cache") +
+            " 9 x.cache\n");
 }
 
 TEST_CASE("an output folder not published (an error, a stop) keeps the old one and leaves nothing else", "[output]") {
   testing::TempDir t;
   const fs::path out = t.dir / "out";
-  fs::create_directory(out);
-  write(out / "a.txt", "old a");
-  const auto before = tree(t.dir);
+  published(out, {{"a.txt", "old a"}}, kSpec);
+  const auto before = tree(t.dir, true);
   {
     OutputFolder f(kSpec, out.string());
     write(f.staged("a.txt"), "half");
     write(f.staged("b.txt"), "new b");
   }
-  CHECK(tree(t.dir) == before);
+  CHECK(tree(t.dir, true) == before);
 }
 
 TEST_CASE("a staging folder of a killed command is removed by the next one", "[output]") {
@@ -93,15 +106,43 @@ TEST_CASE("a staging folder of a killed command is removed by the next one", "[o
 TEST_CASE("an output folder holding anything the command does not write is refused, untouched", "[output]") {
   testing::TempDir t;
   const fs::path out = t.dir / "out";
-  fs::create_directory(out);
-  write(out / "a.txt", "mine");
+  published(out, {{"a.txt", "mine"}}, kSpec);
   SECTION("a user's file") {
     write(out / "notes.md", "the user's");
-    const auto before = tree(t.dir);
+    const auto before = tree(t.dir, true);
     REQUIRE_THROWS_WITH(OutputFolder(kSpec, out.string()),
                         Contains("tool: --out " + out.string() + " holds notes.md, which tool does not write") &&
                             Contains("it writes a.txt, b.txt, *.cache"));
-    CHECK(tree(t.dir) == before);
+    CHECK(tree(t.dir, true) == before);
+  }
+  SECTION("a user's file named like an output") {
+    write(out / "b.txt", "the user's");
+    const auto before = tree(t.dir, true);
+    REQUIRE_THROWS_WITH(OutputFolder(kSpec, out.string()),
+                        Contains("holds b.txt, which tool did not write there (its record .qat-output does not list it"));
+    CHECK(tree(t.dir, true) == before);
+  }
+  SECTION("an output changed since the command wrote it") {
+    write(out / "a.txt", "edited");
+    const auto before = tree(t.dir, true);
+    REQUIRE_THROWS_WITH(OutputFolder(kSpec, out.string()),
+                        Contains("holds a.txt, changed since tool wrote it (its size or SHA-256 differs"));
+    CHECK(tree(t.dir, true) == before);
+  }
+  SECTION("outputs without a record (written by hand, or by a qat before the records)") {
+    fs::remove(out / kRecord);
+    const auto before = tree(t.dir, true);
+    REQUIRE_THROWS_WITH(OutputFolder(kSpec, out.string()),
+                        Contains("holds a.txt, which tool did not write there (the folder has no record .qat-output"));
+    CHECK(tree(t.dir, true) == before);
+  }
+  SECTION("another command's folder, its names the same") {
+    const fs::path other = t.dir / "other";
+    published(other, {{"a.txt", "theirs"}}, OutputFolderSpec{"other", "--out", {"a.txt"}});
+    const auto before = tree(t.dir, true);
+    REQUIRE_THROWS_WITH(OutputFolder(kSpec, other.string()),
+                        Contains("holds a.txt, which tool did not write there (its record .qat-output is of other"));
+    CHECK(tree(t.dir, true) == before);
   }
   SECTION("a folder, even one named like an output") {
     fs::create_directory(out / "b.txt");
@@ -116,6 +157,7 @@ TEST_CASE("an output folder holding anything the command does not write is refus
     write(out / "late.txt", "the user's");
     REQUIRE_THROWS_WITH(f.publish(), Contains("holds late.txt"));
     CHECK(tree(out) == decltype(tree(out)){{"a.txt", "mine"}, {"late.txt", "the user's"}});
+    CHECK(read_text_file((out / kRecord).string()) == "qat output folder of tool\n" + sha256_text("mine") + " 4 a.txt\n");
   }
   SECTION("a file, not a folder") {
     write(t.dir / "file", "x");

