@@ -73,6 +73,7 @@ EvalSummary eval_checkpoint(const EvalArgs& args) {
               ", but an export's integer model is evaluated on the CPU; `qat infer --device ", enum_name(device),
               "` runs it there (or --set train.device=cpu)");
     const ExportedModel ex = load_export(args.checkpoint);
+    check_same_model(ex, args.checkpoint, cfg.model.name, cfg.source_path);
     check_same_preprocessing(ex, args.checkpoint, transform_spec(cfg.data), cfg.source_path);
     QAT_CHECK(ex.model.num_classes() == cfg.model.num_classes && ex.image_size == cfg.data.image_size, "eval: export ",
               args.checkpoint, " has ", ex.model.num_classes(), " classes at ", ex.image_size, " px; config ",

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <tuple>
 
 #include "apps/file_digest.h"
@@ -197,6 +198,7 @@ bool normal_with_normal_inverse(float x) { return x > 0 && std::isnormal(x) && s
 const char* kNotNormalWithInverse = " must be a normal float whose inverse is normal too (about 1.2e-38 to 8.5e37)";
 
 ActQuant read_act(const YamlValue& v, const std::string& layer) {
+  v.only_keys({"scale", "zero_point", "zero_point_frac", "bits", "signed"});
   ActQuant a{v.get("scale").as<float>(), v.get("zero_point").as<int32_t>(), v.get("zero_point_frac").as<float>(),
              v.get("bits").as<int>(), v.get("signed").as<bool>()};
   if (!a.valid())
@@ -324,6 +326,24 @@ void read_conv_or_linear(const YamlValue& v, IntLayer& l, const WeightsFile& wei
   l.weight = is_conv(l) ? quant::weight_ohwi_from_oihw(w) : w;
 }
 
+// The keys a layer of `op` may have: those emit_layer writes for it, the
+// optional ones (inputs, groups, clamp_max, weight_signed) included.
+std::vector<std::string> layer_keys(const quant::IntOpDef& op) {
+  std::vector<std::string> keys{"name", "kind", "inputs"};
+  auto add = [&](std::initializer_list<const char*> more) { keys.insert(keys.end(), more.begin(), more.end()); };
+  if (op.has(quant::kManyInputs)) add({"input_grids", "output"});
+  else if (op.has(quant::kTwoInputs)) add({"relu", "input", "input2", "output"});
+  else if (op.has(quant::kMatmul))
+    add({"in_channels", "out_channels", "relu", "clamp_max", "dequantize", "weight_bits", "weight_signed",
+         "weight_packing", "input", "output", "weight_scale", "weight_zero_point", "weight_zero_point_frac",
+         "multiplier", "shift", "bias_residual"});
+  else add({"output"});
+  if (op.has(quant::kPoolGeometry)) add({"kernel", "stride", "padding"});
+  if (op.has(quant::kOutputSize)) add({"output_size"});
+  if (op.has(quant::kConvGeometry)) add({"kernel", "stride", "padding", "dilation", "groups"});
+  return keys;
+}
+
 IntLayer read_layer(const YamlValue& v, const WeightsFile& weights) {
   IntLayer l;
   l.name = v.get("name").as<std::string>();
@@ -335,6 +355,7 @@ IntLayer read_layer(const YamlValue& v, const WeightsFile& weights) {
   }
   // The field groups of the layer's op (int_op.h: IntFields).
   const quant::IntOpDef& op = quant::int_op_def(l.op);
+  v.only_keys(layer_keys(op), std::string("a ") + op.name + " layer");  // (a misspelt optional key is no default)
   if (op.has(quant::kPoolGeometry)) {
     read_pair(v.get("kernel"), l.pool.kernel_h, l.pool.kernel_w);
     read_pair(v.get("stride"), l.pool.stride_h, l.pool.stride_w);
@@ -433,6 +454,18 @@ std::vector<int64_t> read_inputs(const YamlValue& v, const std::vector<IntLayer>
   return out;
 }
 
+// Every tensor of the weights file is a layer's (its weight or bias): one
+// that none reads means the manifest and the weights disagree on a name.
+void check_every_tensor_read(const TensorMap& tensors, const std::string& wfile, const std::vector<IntLayer>& layers,
+                             const std::string& manifest) {
+  std::set<std::string> read;
+  for (const IntLayer& l : layers)
+    if (quant::int_op_def(l.op).has(quant::kMatmul)) read.insert({l.name + ".weight", l.name + ".bias"});
+  for (const auto& [name, t] : tensors)
+    QAT_CHECK(read.count(name), wfile, ": tensor '", name, "' is no layer's weight or bias in ", manifest,
+              " (its conv and linear layers' names and the weights file's disagree)");
+}
+
 // `shape`: the input images'; every layer is checked against the shape the
 // one before produces (int_op.h: infer) before its own setup.
 void read_layers(const YamlValue& v, const WeightsFile& weights, quant::ActShape shape, quant::IntegerModel& model) {
@@ -440,6 +473,10 @@ void read_layers(const YamlValue& v, const WeightsFile& weights, quant::ActShape
   if (layers.empty()) v.fail("expected a non-empty list");
   std::vector<quant::ActShape> shapes;  // the layers' so far
   for (const YamlValue& lv : layers) {
+    const YamlValue name = lv.get("name");
+    for (size_t i = 0; i < model.layers.size(); ++i)  // (a name says which weights are a layer's, which layer an input is)
+      if (model.layers[i].name == name.as<std::string>())
+        name.fail("'" + model.layers[i].name + "' is layer " + std::to_string(i) + "'s name too; each layer's must be its own");
     IntLayer l = read_layer(lv, weights);
     const quant::IntOpDef& op = quant::int_op_def(l.op);
     if (model.layers.empty() && !op.has(quant::kFloatInput))
@@ -493,6 +530,14 @@ void add_channel_diffs(std::string& diffs, const char* key, const std::array<flo
 }
 
 }  // namespace
+
+void check_same_model(const ExportedModel& ex, const std::string& export_dir, const std::string& config_model,
+                      const std::string& config) {
+  // (exports written before the model was recorded have none)
+  QAT_CHECK(ex.model_name.empty() || ex.model_name == config_model, "eval: export ", export_dir, " is of model ",
+            ex.model_name, " (", (fs::path(export_dir) / kManifest).string(), ": model), but config ", config,
+            " builds ", config_model, " (model.name); give an export of that model, or the config it was made with");
+}
 
 void check_same_preprocessing(const ExportedModel& ex, const std::string& export_dir,
                               const data::TransformSpec& config_spec, const std::string& config) {
@@ -571,6 +616,7 @@ ExportedModel load_export(const std::string& dir) {
   }
   const SafetensorsFile weights = load_safetensors(wfile);
   read_layers(root.get("layers"), {weights, wfile}, {m.image_size, m.image_size, 3, false}, m.model);
+  check_every_tensor_read(weights.tensors, wfile, m.model.layers, file);
   const int64_t outputs = m.model.layers.back().out_channels;
   if (static_cast<int64_t>(m.classes.size()) != outputs)
     classes.fail(std::to_string(m.classes.size()) + " names for " + std::to_string(outputs) +

@@ -49,6 +49,9 @@ bool is_export_dir(const std::string& path);
 // compared exactly: equal means the same normalization, bit for bit.
 void check_same_preprocessing(const ExportedModel& ex, const std::string& export_dir,
                               const data::TransformSpec& config_spec, const std::string& config);
+// Refuses an export of another model than the config's model.name (where the manifest records one).
+void check_same_model(const ExportedModel& ex, const std::string& export_dir, const std::string& config_model,
+                      const std::string& config);
 
 // 4-bit packing: row of K values -> ceil(K/2) bytes, value 2j in the low
 // nibble of byte j and 2j+1 in the high nibble (signed values as two's

@@ -130,6 +130,10 @@ TEST_CASE("export round trip: the loaded model gives the frozen model's logits",
   // ... with the preprocessing it was exported with only (another mean scored silently lower).
   REQUIRE_THROWS_WITH(eval_checkpoint({cfg_path, {"data.mean=[0,0,0]"}, out}),
                       Contains("data.mean[0] 0 (manifest input.mean[0] 0.485000014)"));
+  // ... and for the model it was exported from only (another model's config scored it silently).
+  REQUIRE_THROWS_WITH(eval_checkpoint({cfg_path, {"model.name=resnet20"}, out}),
+                      Contains("eval: export " + out + " is of model small_cnn") &&
+                          Contains("builds resnet20 (model.name)"));
   // qat infer: top-5 of each image from the export alone, most probable first,
   // its top-1 the argmax of the integer logits of the same preprocessed image.
   REQUIRE(run_infer({out, kSample + "/val/n01440764", 5, 1, ""}) == 0);
@@ -279,7 +283,9 @@ TEST_CASE("bad exports are refused with the file and the field named", "[e2e][ex
   }
   SECTION("missing field") {
     const fs::path d = broken("missing");
-    write_text(d / "manifest.yaml", replace_once(manifest, "    weight_zero_point:", "    weight_zero_pointx:"));
+    const size_t key = manifest.find("    weight_zero_point:");
+    REQUIRE(key != std::string::npos);
+    write_text(d / "manifest.yaml", manifest.substr(0, key) + manifest.substr(manifest.find('\n', key) + 1));
     // Said of the mapping that lacks the key: layers[1] begins at "- name: features.0".
     const size_t at = manifest.find("- name: features.0\n");
     REQUIRE(at != std::string::npos);
@@ -287,6 +293,31 @@ TEST_CASE("bad exports are refused with the file and the field named", "[e2e][ex
         "manifest.yaml, line " + std::to_string(std::count(manifest.begin(), manifest.begin() + at, '\n') + 1) + ":";
     REQUIRE_THROWS_WITH(load_export(d.string()),
                         Contains(line) && Contains("missing required key 'layers[1].weight_zero_point'"));
+  }
+  SECTION("a misspelt key: an optional one would be read as absent") {
+    const fs::path d = broken("misspelt");
+    write_text(d / "manifest.yaml", replace_once(manifest, "    weight_signed:", "    weight_signd:"));
+    REQUIRE_THROWS_WITH(load_export(d.string()), Contains("manifest.yaml, line ") &&
+                                                     Contains("unknown key 'layers[1].weight_signd'") &&
+                                                     Contains("(a conv layer takes: name, kind, inputs"));
+    write_text(d / "manifest.yaml", replace_once(manifest, " zero_point_frac:", " zero_point_fract:"));
+    REQUIRE_THROWS_WITH(load_export(d.string()), Contains("unknown key 'layers[0].output.zero_point_fract'"));
+  }
+  SECTION("two layers of one name: the second would read the first's weights") {
+    const fs::path d = broken("twice");
+    write_text(d / "manifest.yaml", replace_once(manifest, "- name: features.4\n", "- name: features.0\n"));
+    REQUIRE_THROWS_WITH(load_export(d.string()),
+                        Contains("manifest.yaml, line ") &&
+                            Contains(".name: 'features.0' is layer 1's name too; each layer's must be its own"));
+  }
+  SECTION("a tensor no layer reads") {
+    const fs::path d = broken("extra");
+    TensorMap tensors = load_safetensors((d / "weights.safetensors").string()).tensors;
+    tensors["features.9.weight"] = Tensor::zeros({2, 2}).to(DType::i8);
+    save_weights_keeping_pair(d, tensors);
+    REQUIRE_THROWS_WITH(load_export(d.string()),
+                        Contains("weights.safetensors: tensor 'features.9.weight' is no layer's weight or bias in") &&
+                            Contains("manifest.yaml"));
   }
   SECTION("wrong type") {
     const fs::path d = broken("type");
@@ -566,10 +597,12 @@ TEST_CASE("a quantize_input layer after the first is refused naming the manifest
   fs::copy(good, d);
   // Twice at the start: each layer reads the grid the one before writes, so
   // only its kind tells it apart.
-  write_text(d / "manifest.yaml", replace_once(manifest, "  - name: features.0\n", input + "  - name: features.0\n"));
+  write_text(d / "manifest.yaml",
+             replace_once(manifest, "  - name: features.0\n",
+                          replace_once(input, "input_fake_quant\n", "input_fake_quant_again\n") + "  - name: features.0\n"));
   REQUIRE_THROWS_WITH(load_export(d.string()),
                       Contains((d / "manifest.yaml").string() + ", line ") &&
-                          Contains("layers[1].kind: layer 1 'features.0.input_fake_quant' is quantize_input, which "
+                          Contains("layers[1].kind: layer 1 'features.0.input_fake_quant_again' is quantize_input, which "
                                    "reads the float images: only the first layer may be"));
   ExportedModel ex = load_export(good.string());
   ex.model.layers.insert(ex.model.layers.begin() + 1, ex.model.layers.front());
