@@ -356,7 +356,8 @@ void check_zero_points(Module& model, const std::string& path) {
 namespace {
 // load_checkpoint, then the model's tensors against the recorded digest.
 Metadata load_verified(const std::string& path, Module& model, Optimizer* optimizer) {
-  const Metadata m = load_checkpoint(path, model, optimizer);
+  TensorMap stored_optimizer;  // (checked even where not loaded: a corrupted file is refused whatever reads it)
+  const Metadata m = load_checkpoint(path, model, optimizer, &stored_optimizer);
   auto check = [&](const char* key, const char* what, const std::string& now) {
     const std::string& saved = m.at(key);
     QAT_CHECK(now == saved, "checkpoint ", path, ": ", what, " do not match the digest saved with them (", key, " ",
@@ -364,8 +365,9 @@ Metadata load_verified(const std::string& path, Module& model, Optimizer* optimi
   };
   if (m.count(kMetadataDigest)) check(kMetadataDigest, "the metadata (progress, settings, digests)", metadata_digest(m));
   if (m.count("model_sha256")) check("model_sha256", "the model's tensors", sha256_tensors(model.state_dict()));
-  if (optimizer && m.count("optimizer_sha256"))
-    check("optimizer_sha256", "the optimizer's state tensors", sha256_tensors(optimizer->state_dict()));
+  if (m.count("optimizer_sha256"))
+    check("optimizer_sha256", "the optimizer's state tensors",
+          sha256_tensors(optimizer ? optimizer->state_dict() : stored_optimizer));
   return m;
 }
 }  // namespace

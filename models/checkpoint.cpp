@@ -7,6 +7,7 @@ namespace qat {
 
 namespace {
 const std::string kModelPrefix = "model.";
+const std::string kOptimizerPrefix = "optim.";  // (Optimizer::state_dict's default prefix)
 
 // Whether a loaded tensor must hold finite values: every parameter, and the
 // buffers that are never legitimately NaN or infinite (batch-norm statistics,
@@ -66,11 +67,13 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
   save_safetensors(path, all, metadata);
 }
 
-Metadata load_checkpoint(const std::string& path, Module& model, Optimizer* optimizer) {
+Metadata load_checkpoint(const std::string& path, Module& model, Optimizer* optimizer, TensorMap* optimizer_state) {
   SafetensorsFile f = load_safetensors(path);
   TensorMap model_state;
-  for (auto& [name, t] : f.tensors)
+  for (auto& [name, t] : f.tensors) {
     if (name.rfind(kModelPrefix, 0) == 0) model_state[name.substr(kModelPrefix.size())] = t;
+    else if (!optimizer && optimizer_state && name.rfind(kOptimizerPrefix, 0) == 0) (*optimizer_state)[name] = t;
+  }
   check_finite(path, model_state, model);
   try {
     model.load_state_dict(model_state, true);

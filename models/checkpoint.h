@@ -19,6 +19,9 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
 // Loads into `model` (strict) and, when given, `optimizer`; returns the
 // metadata. Errors name the file and the offending keys; on error the model
 // and optimizer may be partly unchanged but never hold mixed-up shapes.
-Metadata load_checkpoint(const std::string& path, Module& model, Optimizer* optimizer);
+// optimizer_state: where no optimizer is given, receives the file's
+// optimizer tensors as stored (their digest is checked all the same).
+Metadata load_checkpoint(const std::string& path, Module& model, Optimizer* optimizer,
+                         TensorMap* optimizer_state = nullptr);
 
 }  // namespace qat

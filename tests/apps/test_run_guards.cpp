@@ -234,6 +234,9 @@ TEST_CASE("progress metadata out of range is refused before the run's metrics ar
                       Contains(last) && Contains("the optimizer's state tensors do not match the digest saved with "
                                                  "them (optimizer_sha256 "));
   CHECK(read_text(run + "/metrics.csv") == log);
+  // The same file read without its optimizer (eval, export): refused all the same (docs/guarantees.md).
+  REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {}, last}),
+                      Contains(last) && Contains("the optimizer's state tensors do not match the digest"));
   fs::copy_file(kept, last, fs::copy_options::overwrite_existing);
   REQUIRE(run_train({cfg, {}, run}) == 0);
   CHECK(read_metrics(run).size() == 2);
