@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "apps/config.h"
+#include "apps/infer_save.h"
 #include "apps/integer_io.h"
 #include "apps/run_state.h"
 #include "apps/train.h"
@@ -175,20 +176,12 @@ int run_infer(const InferArgs& args) {
     gpu.emplace(ex.model);
     forward = [&gpu](const Tensor& x) { return gpu->forward(x); };
   }
-  std::ofstream inputs, logits, paths;
+  std::optional<InferSaveSet> saved;  // (checked before any image is read)
   PredictionSink sink;
   if (!args.save.empty()) {
-    QAT_CHECK(args.save.back() != '/' && !fs::is_directory(args.save), "infer: --save takes a file prefix (it writes ",
-              "PREFIX.inputs.f32, PREFIX.logits.f32, PREFIX.paths.txt), got the folder ", args.save,
-              "; give e.g. ", (fs::path(args.save) / "infer").string());
-    inputs.open(args.save + ".inputs.f32", std::ios::binary | std::ios::trunc);
-    logits.open(args.save + ".logits.f32", std::ios::binary | std::ios::trunc);
-    paths.open(args.save + ".paths.txt", std::ios::trunc);
-    QAT_CHECK(inputs && logits && paths, "infer: cannot write ", args.save, ".inputs.f32 / .logits.f32 / .paths.txt");
+    saved.emplace(args.save);
     sink = [&](const std::string& path, const Tensor& x, const std::vector<float>& l) {
-      inputs.write(reinterpret_cast<const char*>(x.data<float>()), static_cast<std::streamsize>(x.numel() * 4));
-      logits.write(reinterpret_cast<const char*>(l.data()), static_cast<std::streamsize>(l.size() * 4));
-      paths << path << "\n";
+      saved->add(path, x.data<float>(), x.numel(), l.data(), static_cast<int64_t>(l.size()));
     };
   }
   int64_t bad = 0;
@@ -202,8 +195,7 @@ int run_infer(const InferArgs& args) {
     for (const auto& [name, prob] : pr.top) std::printf("  %6.2f%%  %s\n", 100.0 * prob, name.c_str());
   }
   if (bad > 0) std::fprintf(stderr, "qat: %lld image(s) could not be read\n", static_cast<long long>(bad));
-  if (!args.save.empty())
-    QAT_CHECK(inputs.flush() && logits.flush() && paths.flush(), "infer: writing ", args.save, ".* failed");
+  if (saved) saved->finish();
   return bad > 0 ? 1 : 0;
 }
 

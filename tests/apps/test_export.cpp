@@ -141,6 +141,23 @@ TEST_CASE("export round trip: the loaded model gives the frozen model's logits",
   REQUIRE_THROWS_WITH(run_infer({out, kSample + "/val/n01440764", 5, 1, dir.string() + "/"}),
                       Contains("--save takes a file prefix") && Contains(dir.string() + "/infer"));
   REQUIRE_FALSE(fs::exists(dir / ".inputs.f32"));
+  // --save writes its three files whole (10 images of 3 x 32 x 32 floats, 10 logits each) and replaces an
+  // earlier set of them, but not a user's file under one of their names.
+  const std::string prefix = (dir / "saved").string();
+  REQUIRE(run_infer({out, kSample + "/val/n01440764", 5, 1, prefix}) == 0);
+  CHECK(fs::file_size(prefix + ".inputs.f32") == 10 * 3 * 32 * 32 * 4);
+  CHECK(fs::file_size(prefix + ".logits.f32") == 10 * 10 * 4);
+  REQUIRE(run_infer({out, kSample + "/val/n01440764", 5, 1, prefix}) == 0);
+  CHECK(fs::file_size(prefix + ".logits.f32") == 10 * 10 * 4);
+  const std::string user = (dir / "user").string();
+  write_text(user + ".paths.txt", "my notes\n");
+  REQUIRE_THROWS_WITH(run_infer({out, kSample + "/val/n01440764", 5, 1, user}),
+                      Contains("--save " + user + " would replace " + user + ".paths.txt, which is not part of an "
+                                                                               "earlier --save's three files"));
+  CHECK(read_text(fs::path(user + ".paths.txt")) == "my notes\n");
+  CHECK_FALSE(fs::exists(user + ".inputs.f32"));
+  for (const auto& e : fs::directory_iterator(dir))  // no temporaries left
+    CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);
   const auto preds = predict_images(ex, kSample + "/val/n01440764", 5);
   REQUIRE(preds.size() == 10);
   for (const auto& p : preds) {
