@@ -74,4 +74,18 @@ quant::Backend load_backend(const std::string& name_or_path, const std::string& 
   return b;
 }
 
+quant::Backend configured_backend(const ExperimentConfig& cfg) {
+  const std::string config_dir = std::filesystem::path(cfg.source_path).parent_path().string();
+  return load_backend(cfg.quant.backend, config_dir.empty() ? "." : config_dir);
+}
+
+quant::PrepareReport prepare_as_configured(Module& model, const quant::Backend& backend, const quant::QConfig& qconfig,
+                                           const ExperimentConfig& cfg) {
+  try {
+    return quant::prepare(model, backend, qconfig);
+  } catch (const Error& e) {
+    QAT_FAIL("config ", cfg.source_path, ": ", e.what());
+  }
+}
+
 }  // namespace qat::apps

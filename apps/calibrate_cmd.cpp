@@ -95,8 +95,7 @@ Setup set_up(const CalibrateArgs& args) {
   PtqModel p = prepare_for_calibration(cfg, s.fp32->state_dict());
   s.model = p.model;
   s.report = p.report;
-  const std::string config_dir = fs::path(cfg.source_path).parent_path().string();
-  const quant::Backend backend = load_backend(cfg.quant.backend, config_dir.empty() ? "." : config_dir);
+  const quant::Backend backend = configured_backend(cfg);
   const data::ImageFolder train = image_folder(cfg.data, cfg.data.train);
   s.indices = balanced_indices(train, args.images, cfg.train.seed);
   std::string image_list = std::to_string(s.indices.size()) + "\n";

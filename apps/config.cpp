@@ -34,10 +34,22 @@ using Values = std::map<std::string, YamlValue>;  // by key path
 
 // Checks every mapping of the tree (keys known, plain and unique; sections
 // are mappings) and collects its values, sections included, by key path.
+// The --set texts that give entries inside `path` one layer's key at a
+// time (quant.overrides.<layer>.<field>), joined; empty if none.
+std::string set_inside(const std::string& path, const std::map<std::string, std::string>& given) {
+  std::string texts;
+  for (const auto& [p, text] : given)
+    if (p.rfind(path + ".", 0) == 0 && !is_key(p)) texts += (texts.empty() ? "--set " : ", --set ") + text;
+  return texts;
+}
+
 void collect(const YamlValue& section, const std::map<std::string, std::string>& given, Values& out) {
   for (auto& [key, in_file] : section.entries()) {
     auto set = given.find(in_file.path());
-    const YamlValue v = set == given.end() ? in_file : in_file.given_by("--set " + set->second);
+    const std::string inside = set == given.end() ? set_inside(in_file.path(), given) : "";
+    const YamlValue v = set != given.end() ? in_file.given_by("--set " + set->second)
+                        : inside.empty()   ? in_file
+                                           : in_file.given_by(inside);
     if (!is_key(v.path())) v.fail_unknown_key(suggestion(v.path()));
     out.insert_or_assign(v.path(), v);
     if (is_section(v.path())) collect(v, given, out);

@@ -1,5 +1,8 @@
 #include "apps/config_overrides.h"
 
+#include <optional>
+#include <utility>
+
 #include "apps/config_schema.h"
 #include "apps/yaml_value.h"
 #include "core/error.h"
@@ -25,14 +28,27 @@ YamlValue given_by(const Override& o, const std::string& file, const std::string
   return YamlValue(node, file, path, -1).given_by("--set " + o.text);
 }
 
+// "quant.overrides.<layer>.<field>": one layer's override, set as in the
+// file's mapping (the layer's name may hold dots: features.0.0); the
+// layer's name and the field, or nothing for any other path.
+std::optional<std::pair<std::string, std::string>> layer_override(const std::string& path) {
+  const std::string head = "quant.overrides.";
+  const size_t dot = path.rfind('.');
+  if (path.rfind(head, 0) != 0 || dot <= head.size()) return std::nullopt;
+  const std::string field = path.substr(dot + 1);
+  if (field != "weight_bits" && field != "activation_bits") return std::nullopt;
+  return std::pair{path.substr(head.size(), dot - head.size()), field};
+}
+
 Override parse_override(const std::string& file, const std::string& text) {
   const auto eq = text.find('=');
   QAT_CHECK(eq != std::string::npos, file, ": --set ", text, ": expected key.path=value (e.g. train.lr=0.1)");
   Override o{text, trim(text.substr(0, eq)), {}};
   QAT_CHECK(!o.path.empty(), file, ": --set ", text, ": missing key before '='");
   const YamlValue at = given_by(o, file, o.path);
-  if (!is_key(o.path)) at.fail_unknown_key(suggestion(o.path));
-  if (is_section(o.path))
+  const bool layer = layer_override(o.path).has_value();
+  if (!layer && !is_key(o.path)) at.fail_unknown_key(suggestion(o.path));
+  if (!layer && is_section(o.path))
     at.fail("is a section; set its keys one at a time (e.g. " + o.path + "." + keys_in(o.path).front() + "=...)");
   try {
     o.value = YAML::Load(text.substr(eq + 1));
@@ -60,7 +76,9 @@ YAML::Node section(YAML::Node& parent, const std::string& key, const std::string
 }
 
 void apply(const std::string& file, YAML::Node& root, const Override& o) {
-  const auto parts = split_path(o.path);
+  const auto layer = layer_override(o.path);
+  const auto parts = layer ? std::vector<std::string>{"quant", "overrides", layer->first, layer->second}
+                           : split_path(o.path);
   YAML::Node cur;
   cur.reset(root);
   std::string prefix;

@@ -96,9 +96,7 @@ double calibration_passes(Module& m, const Tensor& x, int64_t batch) {
 PtqModel prepare_for_calibration(const ExperimentConfig& cfg, const TensorMap& fp32) {
   PtqModel p{make_configured_model(cfg.model, cfg.train.seed), {}};
   p.model->load_state_dict(fp32);
-  const std::string config_dir = fs::path(cfg.source_path).parent_path().string();
-  const quant::Backend backend = load_backend(cfg.quant.backend, config_dir.empty() ? "." : config_dir);
-  p.report = quant::prepare(*p.model, backend, quant::calibration_qconfig(make_qconfig(cfg.quant)));
+  p.report = prepare_as_configured(*p.model, configured_backend(cfg), quant::calibration_qconfig(make_qconfig(cfg.quant)), cfg);
   p.model->eval();
   return p;
 }

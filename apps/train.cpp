@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cctype>
 #include <csignal>
 #include <cmath>
@@ -331,13 +332,12 @@ ModulePtr build_model(const ExperimentConfig& cfg, bool load_init, bool print) {
     load_model_checked(cfg.quant.init_from, *model, nullptr);
     if (print) std::printf("initialised from %s\n", cfg.quant.init_from.c_str());
   }
-  const std::string config_dir = std::filesystem::path(cfg.source_path).parent_path().string();
-  const quant::Backend backend = load_backend(cfg.quant.backend, config_dir.empty() ? "." : config_dir);
-  const quant::PrepareReport report = quant::prepare(*model, backend, make_qconfig(cfg.quant));
+  const quant::Backend backend = configured_backend(cfg);
+  const quant::PrepareReport report = prepare_as_configured(*model, backend, make_qconfig(cfg.quant), cfg);
   if (from_calibration) {
     ModulePtr calibrated = make_configured_model(cfg.model, cfg.train.seed);
     const quant::PrepareReport cal_report =
-        quant::prepare(*calibrated, backend, quant::calibration_qconfig(make_qconfig(cfg.quant)));
+        prepare_as_configured(*calibrated, backend, quant::calibration_qconfig(make_qconfig(cfg.quant)), cfg);
     // Scales calibrated for other grids (bits, backend, overrides) would be applied wrongly: refuse them.
     const auto prepared = init_meta.find("prepared");
     QAT_CHECK(prepared == init_meta.end() || prepared->second == cal_report.to_string(), "quant.init_from ",
@@ -471,6 +471,24 @@ void check_same_run_everywhere(const TrainRun& run) {
                         dataset_fingerprint(*run.val_set));
 }
 
+// What tells two lists of class folders apart: "val lacks dog; val has
+// bird, which train lacks" (or, the same names, their order).
+std::string class_folders_difference(std::vector<std::string> train, std::vector<std::string> val) {
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size() && i < 8; ++i) s += (i ? ", " : "") + v[i];
+    return v.size() > 8 ? s + ", ... (" + std::to_string(v.size()) + " in all)" : s;
+  };
+  std::sort(train.begin(), train.end()), std::sort(val.begin(), val.end());
+  std::vector<std::string> missing, extra;
+  std::set_difference(train.begin(), train.end(), val.begin(), val.end(), std::back_inserter(missing));
+  std::set_difference(val.begin(), val.end(), train.begin(), train.end(), std::back_inserter(extra));
+  std::string out;
+  if (!missing.empty()) out += "val lacks " + join(missing);
+  if (!extra.empty()) out += (out.empty() ? "" : "; ") + std::string("val has ") + join(extra) + ", which train lacks";
+  return out.empty() ? "the same names in another order" : out;
+}
+
 // The two image folders and their loaders (this process's shard).
 void open_data(TrainRun& run) {
   const ExperimentConfig& cfg = run.cfg;
@@ -480,7 +498,8 @@ void open_data(TrainRun& run) {
             ": model.num_classes is ", cfg.model.num_classes, " but ", cfg.data.train, " has ",
             train_set.classes().size(), " class folders");
   QAT_CHECK(val_set.classes() == train_set.classes(), "config ", cfg.source_path, ": the class folders of ",
-            cfg.data.val, " differ from those of ", cfg.data.train);
+            cfg.data.val, " differ from those of ", cfg.data.train, " (",
+            class_folders_difference(train_set.classes(), val_set.classes()), ")");
   if (run.all) check_same_run_everywhere(run);
   const data::TransformSpec spec = transform_spec(cfg.data);
   // Note [cache size]: both splits' caches are resident together.

@@ -148,8 +148,7 @@ void check_overrides(const QConfig& q, const PrepareReport& report) {
   for (const auto& [layer, bits] : q.overrides) {
     bool found = false;
     for (const auto& l : report.layers) found = found || l.name == layer;
-    QAT_CHECK(found, "prepare: the override for '", layer, "' names no quantized layer (quantized layers: ", names,
-              ")");
+    QAT_CHECK(found, "quant.overrides.", layer, ": names no quantized layer (quantized layers: ", names, ")");
   }
 }
 

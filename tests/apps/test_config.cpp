@@ -390,6 +390,20 @@ TEST_CASE("config: --set overrides apply on the YAML tree before validation", "[
     REQUIRE_THROWS_WITH(load_config(p, {"data.train=nowhere"}),
                         Contains("data.train") && Contains("no such directory"));
   }
+  SECTION("one layer's quant.overrides entry, its name holding dots") {
+    const ExperimentConfig c = load_config(p, {"quant.overrides.features.0.0.weight_bits=8",
+                                               "quant.overrides.features.0.0.activation_bits=6",
+                                               "quant.overrides.fc.weight_bits=4"});
+    REQUIRE(c.quant.overrides.size() == 2);
+    CHECK(c.quant.overrides.at("features.0.0").weight_bits == 8);
+    CHECK(c.quant.overrides.at("features.0.0").activation_bits == 6);
+    CHECK(c.quant.overrides.at("fc").weight_bits == 4);
+    CHECK(c.quant.overrides.at("fc").activation_bits == 0);
+    REQUIRE_THROWS_WITH(load_config(p, {"quant.overrides.fc.weight_bits=9"}),
+                        Contains("quant.overrides.fc.weight_bits: bits must be in 2..8, got 9") &&
+                            Contains("--set quant.overrides.fc.weight_bits=9"));
+    REQUIRE_THROWS_WITH(load_config(p, {"quant.overrides.fc.bits=4"}), Contains("unknown key 'quant.overrides.fc.bits'"));
+  }
   SECTION("malformed overrides") {
     REQUIRE_THROWS_WITH(load_config(p, {"train.lr"}), Contains("expected key.path=value"));
     REQUIRE_THROWS_WITH(load_config(p, {"train.milestones=[3,"}),

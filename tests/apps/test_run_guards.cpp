@@ -466,6 +466,18 @@ TEST_CASE("eval and export of a checkpoint, and --resume, refuse class folders o
   REQUIRE_THROWS_WITH(run_train({mine, at_mine, (dir / "mine").string()}),
                       Contains("train --resume: " + (dir / "mine/last.safetensors").string() + " has class 0 '" +
                                first + "', but " + (dir / "mytrain").string() + " has 'c0' there"));
+  // An override naming no layer: said of the config's key, naming the file.
+  const std::string typo = testing::write_sample_config(
+      dir, "typo.yaml", "quant: {enabled: true, overrides: {conv9: {weight_bits: 4, activation_bits: 4}}}\n", 1, 2,
+      "typo");
+  REQUIRE_THROWS_WITH(run_train({typo, {}, ""}),
+                      Contains("config " + typo + ": quant.overrides.conv9: names no quantized layer"));
+  // A new run whose val folders are not its train folders: the message says which.
+  const std::string other = testing::write_sample_config(dir, "other.yaml", "", 1, 2, "other");
+  REQUIRE_THROWS_WITH(run_train({other, {"data.val=" + val}, ""}),
+                      Contains("the class folders of " + val + " differ from those of") &&
+                          Contains("(val lacks " + first + ", ") && Contains("val has c0, c1, c2") &&
+                          Contains("(10 in all), which train lacks)"));
 }
 
 TEST_CASE("eval of an export refuses validation folders whose classes differ from its manifest's", "[e2e][guard]") {

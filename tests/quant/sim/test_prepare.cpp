@@ -166,7 +166,8 @@ TEST_CASE("prepare refuses an override that names no quantized layer", "[quant][
   QConfig q;
   q.overrides["features.99"] = LayerBits{8, 8};
   REQUIRE_THROWS_WITH(prepare(*m, testing::test_backend("default"), q),
-                      Contains("'features.99'") && Contains("features.0, features.4"));
+                      Contains("quant.overrides.features.99: names no quantized layer") &&
+                          Contains("features.0, features.4"));
   ModulePtr ok = make_model("alexnet_bn", 10, 0);
   q.overrides.clear();
   q.overrides["classifier.6"] = LayerBits{8, 8};
