@@ -1,6 +1,7 @@
 #include "apps/run_state.h"
 
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -395,6 +396,24 @@ std::vector<std::string> recorded_classes(const Metadata& m, const std::string& 
 }
 
 }  // namespace
+
+// What tells two lists of class folders apart: "val lacks dog; val has
+// bird, which train lacks" (or, the same names, their order).
+std::string class_folders_difference(std::vector<std::string> train, std::vector<std::string> val) {
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size() && i < 8; ++i) s += (i ? ", " : "") + v[i];
+    return v.size() > 8 ? s + ", ... (" + std::to_string(v.size()) + " in all)" : s;
+  };
+  std::sort(train.begin(), train.end()), std::sort(val.begin(), val.end());
+  std::vector<std::string> missing, extra;
+  std::set_difference(train.begin(), train.end(), val.begin(), val.end(), std::back_inserter(missing));
+  std::set_difference(val.begin(), val.end(), train.begin(), train.end(), std::back_inserter(extra));
+  std::string out;
+  if (!missing.empty()) out += "val lacks " + join(missing);
+  if (!extra.empty()) out += (out.empty() ? "" : "; ") + std::string("val has ") + join(extra) + ", which train lacks";
+  return out.empty() ? "the same names in another order" : out;
+}
 
 void check_same_classes(const std::vector<std::string>& recorded, const std::vector<std::string>& folders,
                         const std::string& op, const std::string& source, const std::string& folder_root) {

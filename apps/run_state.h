@@ -40,6 +40,9 @@ struct RunState {
   }
 };
 
+// What tells two lists of class folders apart: "val lacks dog; val has
+// bird, which train lacks" (or, the same names, their order).
+std::string class_folders_difference(std::vector<std::string> train, std::vector<std::string> val);
 // A model's outputs are its training set's classes in order: folders named
 // or ordered otherwise would be scored against the wrong labels. Fails
 // naming `source` (the checkpoint or export) and `folder_root`.
