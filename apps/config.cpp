@@ -34,19 +34,23 @@ using Values = std::map<std::string, YamlValue>;  // by key path
 
 // Checks every mapping of the tree (keys known, plain and unique; sections
 // are mappings) and collects its values, sections included, by key path.
-// The --set texts that give entries inside `path` one layer's key at a
-// time (quant.overrides.<layer>.<field>), joined; empty if none.
-std::string set_inside(const std::string& path, const std::map<std::string, std::string>& given) {
+// The --set texts that made the mapping `v` one layer's key at a time
+// (quant.overrides.<layer>.<field>, where the file has no quant.overrides:
+// a mapping with no place in the file), joined; empty otherwise. (Where the
+// file has entries too, errors keep their file and line.)
+std::string set_inside(const YamlValue& v, const std::map<std::string, std::string>& given) {
+  if (!v.node().Mark().is_null()) return "";
   std::string texts;
   for (const auto& [p, text] : given)
-    if (p.rfind(path + ".", 0) == 0 && !is_key(p)) texts += (texts.empty() ? "--set " : ", --set ") + text;
+    if (p.rfind(v.path() + ".", 0) == 0 && !is_key(p) && is_key(v.path()) && !is_section(v.path()))
+      texts += (texts.empty() ? "--set " : ", --set ") + text;
   return texts;
 }
 
 void collect(const YamlValue& section, const std::map<std::string, std::string>& given, Values& out) {
   for (auto& [key, in_file] : section.entries()) {
     auto set = given.find(in_file.path());
-    const std::string inside = set == given.end() ? set_inside(in_file.path(), given) : "";
+    const std::string inside = set == given.end() ? set_inside(in_file, given) : "";
     const YamlValue v = set != given.end() ? in_file.given_by("--set " + set->second)
                         : inside.empty()   ? in_file
                                            : in_file.given_by(inside);

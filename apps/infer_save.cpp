@@ -66,12 +66,16 @@ InferSaveSet::~InferSaveSet() {
 
 void InferSaveSet::add(const std::string& path, const float* input, int64_t input_count, const float* logits,
                        int64_t logit_count) {
+  QAT_CHECK(path.find('\n') == std::string::npos, "infer: --save ", prefix_, ": the image path '", path,
+            "' holds a line break, which ", prefix_, ".paths.txt (one path a line) cannot hold; rename it");
+  ++images_;
   inputs_.write(reinterpret_cast<const char*>(input), static_cast<std::streamsize>(input_count * 4));
   logits_.write(reinterpret_cast<const char*>(logits), static_cast<std::streamsize>(logit_count * 4));
   paths_ << path << "\n";
 }
 
 void InferSaveSet::finish() {
+  QAT_CHECK(images_ > 0, "infer: --save ", prefix_, ": no image was classified; nothing written");
   inputs_.close(), logits_.close(), paths_.close();
   QAT_CHECK(!inputs_.fail() && !logits_.fail() && !paths_.fail(), "infer: writing ", prefix_, ".* failed (disk full?)");
   for (size_t i = 0; i < targets_.size(); ++i) {

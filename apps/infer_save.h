@@ -22,13 +22,15 @@ class InferSaveSet {
 
   void add(const std::string& path, const float* input, int64_t input_count, const float* logits,
            int64_t logit_count);
-  // The three temporaries flushed and renamed over the set.
+  // The three temporaries flushed and renamed over the set (at least one
+  // image added); a run that does not finish leaves the earlier set.
   void finish();
 
  private:
   std::string prefix_;
   std::vector<std::string> targets_, temps_;
   std::ofstream inputs_, logits_, paths_;
+  int64_t images_ = 0;
   bool finished_ = false;
 };
 

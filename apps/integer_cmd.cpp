@@ -194,8 +194,11 @@ int run_infer(const InferArgs& args) {
     std::printf("%s\n", pr.path.c_str());
     for (const auto& [name, prob] : pr.top) std::printf("  %6.2f%%  %s\n", 100.0 * prob, name.c_str());
   }
-  if (bad > 0) std::fprintf(stderr, "qat: %lld image(s) could not be read\n", static_cast<long long>(bad));
-  if (saved) saved->finish();
+  if (bad > 0)
+    std::fprintf(stderr, "qat: %lld image(s) could not be read%s\n", static_cast<long long>(bad),
+                 saved ? "; --save wrote nothing (any earlier files of its prefix are as they were)" : "");
+  // (a run with an unreadable image fails: the earlier set stays as it was)
+  if (saved && bad == 0) saved->finish();
   return bad > 0 ? 1 : 0;
 }
 

@@ -51,9 +51,30 @@ struct FileStamp {
   bool operator==(const FileStamp&) const = default;
 };
 struct Record {
-  std::string command;  // empty: no record, or not one qat wrote
+  std::string command;  // empty: no record (or `malformed`)
+  bool malformed = false;  // a file of that name, but not a record qat wrote
   std::map<std::string, FileStamp> files;
 };
+
+// A name on one line of the record: '\' and a line break escaped.
+std::string escaped(const std::string& name) {
+  std::string out;
+  for (const char c : name) out += c == '\\' ? "\\\\" : c == '\n' ? "\\n" : std::string(1, c);
+  return out;
+}
+// The name back; false for an escape qat does not write.
+bool unescaped(const std::string& text, std::string& name) {
+  name.clear();
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\') {
+      name += text[i];
+      continue;
+    }
+    if (++i == text.size() || (text[i] != '\\' && text[i] != 'n')) return false;
+    name += text[i] == 'n' ? '\n' : '\\';
+  }
+  return true;
+}
 
 FileStamp stamp_of(const fs::path& file) {
   std::error_code ec;
@@ -65,16 +86,20 @@ Record read_record(const fs::path& dir) {
   const fs::path path = dir / kRecord;
   if (!fs::is_regular_file(path, ec) || fs::is_symlink(path, ec)) return {};
   std::istringstream in(read_text_file(path.string()));
-  Record r;
+  Record r, malformed;
+  malformed.malformed = true;
   std::string line;
-  if (!std::getline(in, line) || line.rfind(kRecordHead, 0) != 0) return {};
+  if (!std::getline(in, line) || line.rfind(kRecordHead, 0) != 0) return malformed;
   const std::string command = line.substr(std::string(kRecordHead).size());
   while (std::getline(in, line)) {
-    std::istringstream f(line);
-    FileStamp st;
+    // "<64 hex digits> <bytes> <escaped name>", one space between
+    const size_t gap = line.find(' ', 65);
+    FileStamp st{line.substr(0, 64), 0};
     std::string name;
-    if (!(f >> st.sha256 >> st.bytes) || st.sha256.size() != 64 || !std::getline(f >> std::ws, name) || name.empty())
-      return {};
+    if (line.size() < 68 || line[64] != ' ' || gap == std::string::npos || gap == 65 || gap > 65 + 19 ||
+        line.find_first_not_of("0123456789", 65) != gap || !unescaped(line.substr(gap + 1), name) || name.empty())
+      return malformed;
+    st.bytes = std::stoull(line.substr(65, gap - 65));
     r.files[name] = st;
   }
   r.command = command;
@@ -84,6 +109,7 @@ Record read_record(const fs::path& dir) {
 // Why a file is not on the record of `cmd`.
 std::string unlisted_reason(const Record& r, const std::string& cmd) {
   const std::string record = kRecord;
+  if (r.malformed) return "its " + record + " is not a record qat wrote";
   if (r.command.empty()) return "the folder has no record " + record;
   if (r.command != cmd) return "its record " + record + " is of " + r.command;
   return "its record " + record + " does not list it";
@@ -205,7 +231,7 @@ void OutputFolder::write_record() const {
     if (name != kRecord && entry.is_regular_file(ec) && !entry.is_symlink(ec)) files[name] = stamp_of(entry.path());
   }
   std::string text = kRecordHead + spec_.command + "\n";
-  for (const auto& [name, st] : files) text += st.sha256 + " " + std::to_string(st.bytes) + " " + name + "\n";
+  for (const auto& [name, st] : files) text += st.sha256 + " " + std::to_string(st.bytes) + " " + escaped(name) + "\n";
   write_text_file_atomic(staged_ + "/" + kRecord, text);
 }
 

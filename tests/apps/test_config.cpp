@@ -403,6 +403,10 @@ TEST_CASE("config: --set overrides apply on the YAML tree before validation", "[
                         Contains("quant.overrides.fc.weight_bits: bits must be in 2..8, got 9") &&
                             Contains("--set quant.overrides.fc.weight_bits=9"));
     REQUIRE_THROWS_WITH(load_config(p, {"quant.overrides.fc.bits=4"}), Contains("unknown key 'quant.overrides.fc.bits'"));
+    // A file's own error beside such a --set keeps its file and line.
+    const auto q = t.write("q.yaml", std::string(kMinimal) + "quant:\n  enabled: true\n  bits: 99\n");
+    REQUIRE_THROWS_WITH(load_config(q, {"quant.overrides.fc.weight_bits=4"}),
+                        Contains(q + ", line ") && Contains("quant.bits") && !Contains("--set"));
   }
   SECTION("malformed overrides") {
     REQUIRE_THROWS_WITH(load_config(p, {"train.lr"}), Contains("expected key.path=value"));

@@ -149,6 +149,16 @@ TEST_CASE("export round trip: the loaded model gives the frozen model's logits",
   CHECK(fs::file_size(prefix + ".logits.f32") == 10 * 10 * 4);
   REQUIRE(run_infer({out, kSample + "/val/n01440764", 5, 1, prefix}) == 0);
   CHECK(fs::file_size(prefix + ".logits.f32") == 10 * 10 * 4);
+  // A run with an unreadable image fails and leaves the earlier set as it was.
+  const std::string earlier = read_text(fs::path(prefix + ".logits.f32"));
+  fs::create_directories(dir / "some_bad");
+  fs::copy_file(fs::directory_iterator(kSample + "/val/n01440764")->path(), dir / "some_bad" / "good.jpg");
+  write_text(dir / "some_bad" / "broken.jpg", "not an image");
+  REQUIRE(run_infer({out, (dir / "some_bad").string(), 5, 1, prefix}) == 1);
+  CHECK(read_text(fs::path(prefix + ".logits.f32")) == earlier);
+  const std::string paths = read_text(fs::path(prefix + ".paths.txt"));
+  CHECK(std::count(paths.begin(), paths.end(), '\n') == 10);  // (the earlier run's ten, not the good image alone)
+  REQUIRE(run_infer({out, kSample + "/val/n01440764", 5, 1, prefix}) == 0);  // (still its own set)
   const std::string user = (dir / "user").string();
   write_text(user + ".paths.txt", "my notes\n");
   REQUIRE_THROWS_WITH(run_infer({out, kSample + "/val/n01440764", 5, 1, user}),

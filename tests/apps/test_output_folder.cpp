@@ -136,6 +136,12 @@ TEST_CASE("an output folder holding anything the command does not write is refus
                         Contains("holds a.txt, which tool did not write there (the folder has no record .qat-output"));
     CHECK(tree(t.dir, true) == before);
   }
+  SECTION("a record not qat's (edited into another form)") {
+    write(out / kRecord, "my notes\n");
+    REQUIRE_THROWS_WITH(OutputFolder(kSpec, out.string()),
+                        Contains("holds a.txt, which tool did not write there (its .qat-output is not a record qat "
+                                 "wrote"));
+  }
   SECTION("another command's folder, its names the same") {
     const fs::path other = t.dir / "other";
     published(other, {{"a.txt", "theirs"}}, OutputFolderSpec{"other", "--out", {"a.txt"}});
@@ -163,6 +169,17 @@ TEST_CASE("an output folder holding anything the command does not write is refus
     write(t.dir / "file", "x");
     REQUIRE_THROWS_WITH(OutputFolder(kSpec, (t.dir / "file").string()), Contains("exists and is not a folder"));
   }
+}
+
+TEST_CASE("an output folder's record keeps names with spaces, line breaks and backslashes", "[output]") {
+  testing::TempDir t;
+  const fs::path out = t.dir / "out";
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {" lead.cache", "1"}, {"two\nlines.cache", "2"}, {"back\\slash\\n.cache", "3"}, {"a.txt", "4"}};
+  published(out, files, kSpec);
+  // Published again over itself: every file is on the record as written.
+  REQUIRE_NOTHROW(published(out, files, kSpec));
+  CHECK(tree(out).size() == files.size());
 }
 
 TEST_CASE("a second writer of the same output folder is refused while the first holds it", "[output]") {
