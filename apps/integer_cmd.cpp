@@ -78,6 +78,10 @@ void check_onnx_target(const ExportArgs& args) {
   for (const std::string* input : {&args.checkpoint, &args.config})
     QAT_CHECK(!fs::equivalent(out, *input, ec), "export --format onnx: --out ", out, " is the input ", *input,
               "; choose another file");
+  // (the network the config imports is an input too: the run's config would name another model)
+  const std::string source = load_config(args.config, args.overrides).model.onnx;
+  QAT_CHECK(source.empty() || !fs::equivalent(out, source, ec), "export --format onnx: --out ", out,
+            " is the input ", source, " (the config's model.onnx); choose another file");
   QAT_CHECK(fs::is_regular_file(out) && fs::path(out).extension() == ".onnx", "export --format onnx: --out ", out,
             fs::is_directory(out) ? " is a folder" : " exists and is not a .onnx file", "; refusing to overwrite it");
 }

@@ -2,6 +2,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -19,6 +20,7 @@ namespace {
 // A constant: an initializer or a Constant node's value.
 struct Constant {
   std::vector<int64_t> dims;
+  bool is_float = false;
   std::vector<float> f;    // FLOAT
   std::vector<int64_t> i;  // INT64 / INT32
   // (saturating: a hostile file's dimensions must not overflow the product)
@@ -34,7 +36,7 @@ std::vector<T> raw_values(const std::string& raw, int64_t n, const std::string& 
   QAT_CHECK(static_cast<int64_t>(raw.size()) == n * static_cast<int64_t>(sizeof(T)), "ONNX tensor '", name,
             "': raw data of ", raw.size(), " bytes for ", n, " values");
   std::vector<T> v(static_cast<size_t>(n));
-  std::memcpy(v.data(), raw.data(), raw.size());
+  if (n > 0) std::memcpy(v.data(), raw.data(), raw.size());
   return v;
 }
 
@@ -54,6 +56,7 @@ Constant read_tensor(const onnx::TensorProto& t) {
                              : std::vector<float>(t.float_data().begin(), t.float_data().end());
       QAT_CHECK(static_cast<int64_t>(c.f.size()) == n, "ONNX tensor '", t.name(), "': ", c.f.size(),
                 " values for its shape of ", n);
+      c.is_float = true;
       break;
     case onnx::TensorProto::INT64:
       c.i = t.has_raw_data() ? raw_values<int64_t>(t.raw_data(), n, t.name())
@@ -86,11 +89,25 @@ class Importer {
   std::shared_ptr<Graph> run() {
     check_opset();
     const onnx::GraphProto& g = m_.graph();
-    for (const onnx::TensorProto& t : g.initializer()) constants_[t.name()] = read_tensor(t);
+    for (const onnx::TensorProto& t : g.initializer()) {
+      try {
+        constants_[t.name()] = read_tensor(t);
+      } catch (const Error& e) {
+        QAT_FAIL(path_, ": initializer: ", e.what());
+      }
+    }
     find_input(g);
     for (const onnx::NodeProto& n : g.node())
       for (const std::string& in : n.input()) ++readers_[in];
-    for (int i = 0; i < g.node_size(); ++i) add_node(g.node(i), i);
+    for (int i = 0; i < g.node_size(); ++i) {
+      try {
+        add_node(g.node(i), i);
+      } catch (const Error& e) {  // (a layer's or the graph's refusal, said of the node it came from)
+        const std::string what = e.what();
+        if (what.rfind(path_, 0) == 0) throw;
+        QAT_FAIL(which(g.node(i)), ": ", what);
+      }
+    }
     QAT_CHECK(g.output_size() == 1, path_, ": the graph has ", g.output_size(), " outputs; qat imports one (the logits)");
     graph_->set_output(value(g.output(0).name(), "the graph output"));
     graph_->check();
@@ -122,7 +139,7 @@ class Importer {
   // The graph node that computes ONNX value `name`.
   std::string value(const std::string& name, const std::string& what) const {
     const auto it = values_.find(name);
-    QAT_CHECK(it != values_.end(), path_, ": ", what, " reads '", name,
+    QAT_CHECK(it != values_.end(), what.rfind(path_, 0) == 0 ? "" : path_ + ": ", what, " reads '", name,
               constants_.count(name) ? "', a constant where qat takes a computed tensor" : "', which no node computes");
     return it->second;
   }
@@ -204,9 +221,17 @@ class Importer {
     values_[n.output(0)] = name;
   }
 
-  static void fill(Tensor& t, const std::vector<float>& v) {
-    QAT_CHECK(static_cast<int64_t>(v.size()) == t.numel(), "ONNX import: ", v.size(), " values for ", t.sizes());
-    std::memcpy(t.data<float>(), v.data(), v.size() * sizeof(float));
+  // c's values, which must be floats (qat imports float weights).
+  const std::vector<float>& floats(const onnx::NodeProto& n, const Constant& c, const char* what) const {
+    QAT_CHECK(c.is_float, which(n), ": its ", what, " holds integers; qat imports float weights");
+    return c.f;
+  }
+  // t's values from the constant `what` of node n.
+  void fill(const onnx::NodeProto& n, Tensor& t, const Constant& c, const char* what) const {
+    const std::vector<float>& v = floats(n, c, what);
+    QAT_CHECK(static_cast<int64_t>(v.size()) == t.numel(), which(n), ": its ", what, " has ", v.size(),
+              " values for a shape of ", shape_str(t.sizes()));
+    if (!v.empty()) std::memcpy(t.data<float>(), v.data(), v.size() * sizeof(float));
   }
 
   void add_node(const onnx::NodeProto& n, int index) {
@@ -269,8 +294,8 @@ class Importer {
                     square(n, "dilations", 1), groups, b != nullptr};
     Generator unused(0);
     auto conv = std::make_shared<Conv2d>(o, unused);
-    fill(conv->weight, w.f);
-    if (b) fill(conv->bias, b->f);
+    fill(n, conv->weight, w, "weight");
+    if (b) fill(n, conv->bias, *b, "bias");
     add_module(n, conv, 1);
   }
 
@@ -280,10 +305,10 @@ class Importer {
     const float eps = attr(n, "epsilon") ? attr(n, "epsilon")->f() : 1e-5f;
     const float momentum = attr(n, "momentum") ? attr(n, "momentum")->f() : 0.9f;
     auto bn = std::make_shared<BatchNorm2d>(scale.numel(), eps, 1.f - momentum);
-    fill(bn->weight, scale.f);
-    fill(bn->bias, required_constant(n, 2, "bias").f);
-    fill(bn->running_mean, required_constant(n, 3, "mean").f);
-    fill(bn->running_var, required_constant(n, 4, "variance").f);
+    fill(n, bn->weight, scale, "scale");
+    fill(n, bn->bias, required_constant(n, 2, "bias"), "bias");
+    fill(n, bn->running_mean, required_constant(n, 3, "mean"), "mean");
+    fill(n, bn->running_var, required_constant(n, 4, "variance"), "variance");
     add_module(n, bn, 1);
   }
 
@@ -319,7 +344,7 @@ class Importer {
     Linear& l = *it->second;
     QAT_CHECK(bias.numel() == l.out_features, which(n), ": a bias of ", bias.numel(), " values for ",
               l.out_features, " outputs");
-    fill(l.bias, bias.f);
+    fill(n, l.bias, bias, "bias (the Add's constant)");
     values_[n.output(0)] = values_.at(other);
   }
 
@@ -369,11 +394,11 @@ class Importer {
     QAT_CHECK(b.dims.size() == 2, which(n), ": B of rank ", b.dims.size());
     const bool trans = int_attr(n, "transB", 0) != 0;
     const Constant* c = constant(n, 2);
-    auto l = linear(b, trans, c != nullptr);
+    auto l = linear(n, b, trans, c != nullptr);
     if (c) {
       QAT_CHECK(c->numel() == l->out_features, which(n), ": C of ", c->numel(), " values for ", l->out_features,
                 " outputs (qat imports a bias per output)");
-      fill(l->bias, c->f);
+      fill(n, l->bias, *c, "C (the bias)");
     }
     add_module(n, l, 1);
   }
@@ -381,21 +406,21 @@ class Importer {
   void add_matmul(const onnx::NodeProto& n) {
     const Constant& b = required_constant(n, 1, "B (the weight)");
     QAT_CHECK(b.dims.size() == 2, which(n), ": B of rank ", b.dims.size());
-    auto l = linear(b, false, true);
-    fill(l->bias, std::vector<float>(static_cast<size_t>(l->out_features), 0.f));
+    auto l = linear(n, b, false, true);
+    std::fill_n(l->bias.data<float>(), l->out_features, 0.f);  // (its value; an Add may bring the bias)
     add_module(n, l, 1);
     matmuls_[n.output(0)] = l;
   }
 
   // A Linear from B ((out, in) when transposed, else (in, out)).
-  static std::shared_ptr<Linear> linear(const Constant& b, bool transposed, bool bias) {
+  std::shared_ptr<Linear> linear(const onnx::NodeProto& n, const Constant& b, bool transposed, bool bias) const {
+    const std::vector<float>& f = floats(n, b, "B (the weight)");  // (as many as b.dims say: read_tensor checks)
     const int64_t out = transposed ? b.dims[0] : b.dims[1], in = transposed ? b.dims[1] : b.dims[0];
     Generator unused(0);
     auto l = std::make_shared<Linear>(in, out, unused, bias);
-    std::vector<float> w(b.f.size());
+    float* w = l->weight.data<float>();
     for (int64_t o = 0; o < out; ++o)
-      for (int64_t i = 0; i < in; ++i) w[o * in + i] = transposed ? b.f[o * in + i] : b.f[i * out + o];
-    fill(l->weight, w);
+      for (int64_t i = 0; i < in; ++i) w[o * in + i] = transposed ? f[o * in + i] : f[i * out + o];
     return l;
   }
 

@@ -13,8 +13,10 @@
 #include <sstream>
 
 #include "apps/config.h"
+#include "apps/integer_cmd.h"
 #include "apps/model_file.h"
 #include "apps/onnx_import.h"
+#include "apps/train.h"
 #include "core/autograd.h"
 #include "core/error.h"
 
@@ -103,6 +105,10 @@ TEST_CASE("ONNX import refuses what qat's layers cannot run, naming the node", "
       {"pads", {"'/pool/MaxPool' (MaxPool)", "pads differ", "symmetric"}},
       {"opset", {"opset 9", "11 to 17"}},
       {"ceil", {"'/pool/MaxPool' (MaxPool)", "ceil_mode"}},
+      // (a Gemm's int64 weight was read as floats that were not there: a crash)
+      {"int_gemm", {"ONNX node '/fc/Gemm' (Gemm)", "its B (the weight) holds integers; qat imports float weights"}},
+      {"bn_lengths", {"'/bn/BatchNormalization' (BatchNormalization)", "its bias has 10 values for a shape of [8]"}},
+      {"named_input", {"ONNX node 'input' (Relu)", "'input' names the network's input"}},
   };
   for (const auto& [what, says] : cases) {
     DYNAMIC_SECTION(what) {
@@ -142,4 +148,34 @@ TEST_CASE("model.onnx in a config: named by the file, its weights, a dry run at 
   CHECK(a.at("stem.weight").to_vector() == b.at("stem.weight").to_vector());  // the file's weights, not the seed's
   std::ofstream(cfg_path) << "model:\n  onnx: net.onnx\n" << "  num_classes: 7\n" << rest.substr(rest.find("data:"));
   REQUIRE_THROWS_WITH(load_config(cfg_path), Contains("net.onnx") && Contains("model.num_classes (7)"));
+}
+
+// The network a config imports is an input of every command that reads it:
+// an ONNX export over it would leave the run's config naming another model.
+TEST_CASE("export --format onnx refuses to write over the config's model.onnx", "[onnx][import][e2e]") {
+  const fs::path dir = testing::fresh_temp_dir("qat_onnx_src_", "over");
+  fs::copy_file(model_path("residual_bn"), dir / "net.onnx");
+  const std::string cfg = testing::write_sample_config(dir, "q.yaml", "quant: {enabled: true}\n", 1, 2);
+  std::string text;
+  {
+    std::ifstream in(cfg);
+    std::getline(in, text, '\0');
+  }
+  const std::string built_in = "model: {name: small_cnn, num_classes: 10}\n";
+  REQUIRE(text.find(built_in) != std::string::npos);
+  text.replace(text.find(built_in), built_in.size(), "model: {onnx: net.onnx, num_classes: 10}\n");
+  std::ofstream(cfg, std::ios::trunc) << text;
+  REQUIRE(run_train({cfg, {}, ""}) == 0);
+  auto bytes = [&] {
+    std::ifstream in(dir / "net.onnx", std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string before = bytes();
+  ExportArgs a{cfg, (dir / "run" / "best.safetensors").string(), (dir / "net.onnx").string(), {}, "onnx"};
+  REQUIRE_THROWS_WITH(run_export(a), Contains("--out " + a.out_dir + " is the input") &&
+                                         Contains("(the config's model.onnx)"));
+  CHECK(bytes() == before);
+  // Another file passes that check (this network then stops at its average pool, which has no integer kernel).
+  a.out_dir = (dir / "exported.onnx").string();
+  REQUIRE_THROWS_WITH(run_export(a), Contains("has no integer kernel"));
 }

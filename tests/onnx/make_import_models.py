@@ -39,13 +39,14 @@ def positive(name, n):
     return numpy_helper.from_array((0.5 + rng.random(n)).astype(np.float32), name)
 
 
-def model(nodes, inits, name, opset=13):
+def model(nodes, inits, name, opset=13, check=True):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, 16, 16])
     y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, [None, 10])
     g = helper.make_graph(nodes, name, [x], [y], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
-    onnx.checker.check_model(m, full_check=True)
+    if check:  # (the refusals below that ONNX's own checker would refuse too are written unchecked)
+        onnx.checker.check_model(m, full_check=True)
     return m
 
 
@@ -111,13 +112,22 @@ def folded():
 
 def refusals():
     """(what, model) pairs: each a valid ONNX model with one thing qat declines."""
-    def small(node, extra_inits=(), opset=13):
+    def small(node, extra_inits=(), opset=13, check=True):
         i = [init("w", 10, 3, 3, 3)] + list(extra_inits)
         n = [helper.make_node("Conv", ["x", "w"], ["c"], name="/conv/Conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
              node,
              helper.make_node("GlobalAveragePool", ["o"], ["g"], name="/gap"),
              helper.make_node("Flatten", ["g"], ["logits"], name="/flat")]
-        return model(n, i, "refuse", opset)
+        return model(n, i, "refuse", opset, check)
+
+    def int_gemm():  # a Gemm whose weight is int64 (qat imports float weights)
+        n = [helper.make_node("Conv", ["x", "w"], ["c"], name="/conv/Conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["c"], ["g"], name="/gap"),
+             helper.make_node("Flatten", ["g"], ["f"], name="/flat"),
+             helper.make_node("Gemm", ["f", "fcw"], ["logits"], name="/fc/Gemm", transB=1)]
+        fcw = numpy_helper.from_array(np.ones((10, 10), np.int64), "fcw")
+        return model(n, [init("w", 10, 3, 3, 3), fcw], "refuse", check=False)
+    bn8 = [positive("s8", 8), init("b10", 10), init("m8", 8), positive("v8", 8)]
     six = numpy_helper.from_array(np.array(4, np.float32), "four")
     zero = numpy_helper.from_array(np.array(0, np.float32), "zero")
     return {
@@ -128,6 +138,10 @@ def refusals():
         "opset": small(helper.make_node("Relu", ["c"], ["o"], name="/act/Relu"), opset=9),
         "ceil": small(helper.make_node("MaxPool", ["c"], ["o"], name="/pool/MaxPool", kernel_shape=[2, 2],
                                        strides=[2, 2], ceil_mode=1)),
+        "int_gemm": int_gemm(),
+        "bn_lengths": small(helper.make_node("BatchNormalization", ["c", "s8", "b10", "m8", "v8"], ["o"],
+                                             name="/bn/BatchNormalization"), bn8, check=False),
+        "named_input": small(helper.make_node("Relu", ["c"], ["o"], name="input")),
     }
 
 
