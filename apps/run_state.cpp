@@ -9,6 +9,8 @@
 #include <limits>
 #include <set>
 
+#include <yaml-cpp/yaml.h>
+
 #include "apps/file_digest.h"
 #include "layers/layers.h"
 #include "quant/sim/fake_quantizer.h"
@@ -115,6 +117,18 @@ std::string metadata_digest(const Metadata& m) {
 }
 }  // namespace
 
+// Note [model source digest]: a network from a file (model.onnx, model.file)
+// is named by the file, so a file changed since a checkpoint was saved (a
+// layer without parameters added, a stride changed) would load the same
+// tensors into another network. Checkpoints record the file's SHA-256 (a
+// model file's YAML as parsed: comments and layout aside), and loading one
+// with a config whose file now differs is refused.
+std::string model_source_digest(const ExperimentConfig& cfg) {
+  if (!cfg.model.onnx.empty()) return sha256_file(cfg.model.onnx);
+  if (!cfg.model.file.empty()) return sha256_text(YAML::Dump(YAML::LoadFile(cfg.model.file)));
+  return "";
+}
+
 Metadata run_state_metadata(Module& model, const Optimizer* optimizer, const RunState& s, const ExperimentConfig& cfg,
                             const Metadata& extra) {
   const std::string config_hash = apps::config_hash(cfg);
@@ -143,6 +157,7 @@ Metadata run_state_metadata(Module& model, const Optimizer* optimizer, const Run
   }
   for (const auto& [k, v] : extra) m[k] = v;
   m["model"] = cfg.model.name;
+  if (const std::string source = model_source_digest(cfg); !source.empty()) m["model_source_sha256"] = source;
   m["num_classes"] = std::to_string(cfg.model.num_classes);
   m["kind"] = checkpoint_kind_name(checkpoint_kind_of(cfg, extra.count("calibrator") > 0));
   if (optimizer) m["optimizer_sha256"] = sha256_tensors(optimizer->state_dict());
@@ -238,6 +253,13 @@ Metadata check_checkpoint_identity(const std::string& path, const ExperimentConf
               cfg.source_path, " builds ", cfg.model.name, " with ", want_classes,
               " classes (model.name, model.num_classes); give a checkpoint of that model, or the config it was "
               "trained with");
+  if (const auto source = m.find("model_source_sha256"); source != m.end()) {  // Note [model source digest]
+    const std::string now = model_source_digest(cfg), file = cfg.model.onnx.empty() ? cfg.model.file : cfg.model.onnx;
+    QAT_CHECK(now.empty() || now == source->second, role, " ", path, " was saved with the network of ", file,
+              " as it was then, and that file has changed since (model_source_sha256 ", source->second.substr(0, 16),
+              "..., now ", now.substr(0, 16), "...): its tensors would load into another network; restore the file, "
+              "or train again");
+  }
   const std::optional<CheckpointKind> kind = recorded_kind(m);
   if (!kind || std::find(accepted.begin(), accepted.end(), *kind) != accepted.end()) return m;
   std::string wants;

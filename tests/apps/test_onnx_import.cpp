@@ -178,4 +178,12 @@ TEST_CASE("export --format onnx refuses to write over the config's model.onnx", 
   // Another file passes that check (this network then stops at its average pool, which has no integer kernel).
   a.out_dir = (dir / "exported.onnx").string();
   REQUIRE_THROWS_WITH(run_export(a), Contains("has no integer kernel"));
+  // Note [model source digest]: the checkpoint against the file as it is now. A second doc_string
+  // field (protobuf field 6) appended: the same network, other bytes, as an edit would give.
+  REQUIRE_NOTHROW(eval_checkpoint({cfg, {}, (dir / "run" / "best.safetensors").string()}));
+  std::ofstream(dir / "net.onnx", std::ios::binary | std::ios::app) << std::string("\x32\x03" "abc", 5);
+  REQUIRE_NOTHROW(import_onnx((dir / "net.onnx").string()));
+  REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {}, (dir / "run" / "best.safetensors").string()}),
+                      Contains("was saved with the network of " + (dir / "net.onnx").string()) &&
+                          Contains("that file has changed since (model_source_sha256 "));
 }
