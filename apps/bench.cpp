@@ -65,6 +65,10 @@ ModulePtr bench_model(const BenchOptions& opt) {
   const bool model_file = opt.model.ends_with(".yaml"), onnx = opt.model.ends_with(".onnx");
   if (!model_file && !onnx) return make_model(opt.model, opt.classes, 0, bench_model_options(opt));
   QAT_CHECK(opt.stem == "imagenet", "bench: --stem does not apply to a model file (", opt.model, ")");
+  ModelConfig from_file;  // (checked as a config's would be: it runs at --res and gives --classes logits)
+  (onnx ? from_file.onnx : from_file.file) = opt.model;
+  from_file.num_classes = opt.classes;
+  dry_run_model(from_file, opt.res);
   if (onnx) return import_onnx(opt.model);
   return load_model_file(opt.model, opt.classes, 0);
 }

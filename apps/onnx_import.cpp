@@ -116,10 +116,15 @@ class Importer {
 
  private:
   void check_opset() const {
+    bool found = false;
     for (const onnx::OperatorSetIdProto& o : m_.opset_import())
-      if (o.domain().empty() || o.domain() == "ai.onnx")
+      if (o.domain().empty() || o.domain() == "ai.onnx") {
         QAT_CHECK(o.version() >= 11 && o.version() <= 17, path_, ": opset ", o.version(),
                   "; qat imports opsets 11 to 17 (export again with opset_version in that range)");
+        found = true;
+      }
+    QAT_CHECK(found, path_, ": no opset_import for the default domain (which version of the operators it uses is "
+              "unknown); qat imports opsets 11 to 17");
   }
 
   void find_input(const onnx::GraphProto& g) {
@@ -239,6 +244,9 @@ class Importer {
     QAT_CHECK(n.domain().empty() || n.domain() == "ai.onnx", which(n), ": domain ", n.domain(), " is not imported");
     QAT_CHECK(n.output_size() >= 1 && !n.output(0).empty() && (op == "Constant" || n.input_size() >= 1), which(n),
               ": ", n.input_size(), " inputs and ", n.output_size(), " outputs");
+    for (const std::string& out : n.output())  // (a later reader could not tell which node it means)
+      QAT_CHECK(out.empty() || (!values_.count(out) && !constants_.count(out)), which(n), ": its output '", out,
+                "' is written by an earlier node or initializer too");
     if (op == "Constant") return add_constant(n);
     if (op == "Conv") return add_conv(n);
     if (op == "BatchNormalization") return add_batch_norm(n);
@@ -287,6 +295,8 @@ class Importer {
     QAT_CHECK(w.dims.size() == 4, which(n), ": weight of rank ", w.dims.size(), "; qat imports 2-D convolutions");
     QAT_CHECK(w.dims[2] == w.dims[3], which(n), ": a ", w.dims[2], "x", w.dims[3],
               " kernel; qat's Conv2d takes square kernels");
+    QAT_CHECK(square(n, "kernel_shape", w.dims[2]) == w.dims[2], which(n), ": kernel_shape ",
+              square(n, "kernel_shape", w.dims[2]), " for a weight of ", w.dims[2], "x", w.dims[3]);
     const int64_t groups = int_attr(n, "group", 1);
     const Constant* b = constant(n, 2);
     QAT_CHECK(n.input_size() < 3 || n.input(2).empty() || b, which(n), ": its bias must be a constant");

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "apps/bench.h"
 #include "apps/config.h"
 #include "apps/integer_cmd.h"
 #include "apps/model_file.h"
@@ -109,6 +110,9 @@ TEST_CASE("ONNX import refuses what qat's layers cannot run, naming the node", "
       {"int_gemm", {"ONNX node '/fc/Gemm' (Gemm)", "its B (the weight) holds integers; qat imports float weights"}},
       {"bn_lengths", {"'/bn/BatchNormalization' (BatchNormalization)", "its bias has 10 values for a shape of [8]"}},
       {"named_input", {"ONNX node 'input' (Relu)", "'input' names the network's input"}},
+      {"kernel_shape", {"'/conv/Conv' (Conv)", "kernel_shape 5 for a weight of 3x3"}},
+      {"dup_output", {"'/act/Relu' (Relu)", "its output 'c' is written by an earlier node or initializer too"}},
+      {"no_opset", {"no opset_import for the default domain"}},
   };
   for (const auto& [what, says] : cases) {
     DYNAMIC_SECTION(what) {
@@ -186,4 +190,12 @@ TEST_CASE("export --format onnx refuses to write over the config's model.onnx", 
   REQUIRE_THROWS_WITH(eval_checkpoint({cfg, {}, (dir / "run" / "best.safetensors").string()}),
                       Contains("was saved with the network of " + (dir / "net.onnx").string()) &&
                           Contains("that file has changed since (model_source_sha256 "));
+}
+
+TEST_CASE("qat bench --model X.onnx checks the network's logits against --classes", "[onnx][import]") {
+  BenchOptions o;
+  o.model = model_path("residual_bn");  // (10 logits)
+  o.res = 16, o.batch = 2, o.steps = 1, o.warmup = 0, o.threads = 1, o.classes = 7;
+  REQUIRE_THROWS_WITH(run_bench(o), Contains(o.model + ": the network's output is [1, 10]") &&
+                                        Contains("model.num_classes (7)"));
 }

@@ -128,6 +128,16 @@ def refusals():
         fcw = numpy_helper.from_array(np.ones((10, 10), np.int64), "fcw")
         return model(n, [init("w", 10, 3, 3, 3), fcw], "refuse", check=False)
     bn8 = [positive("s8", 8), init("b10", 10), init("m8", 8), positive("v8", 8)]
+
+    def kernel_shape_5():  # kernel_shape 5x5 for a 3x3 weight
+        m = small(helper.make_node("Relu", ["c"], ["o"], name="/act/Relu"), check=False)
+        m.graph.node[0].attribute[0].ints[:] = [5, 5]
+        return m
+
+    def no_opset():
+        m = small(helper.make_node("Relu", ["c"], ["o"], name="/act/Relu"))
+        del m.opset_import[:]
+        return m
     six = numpy_helper.from_array(np.array(4, np.float32), "four")
     zero = numpy_helper.from_array(np.array(0, np.float32), "zero")
     return {
@@ -142,6 +152,9 @@ def refusals():
         "bn_lengths": small(helper.make_node("BatchNormalization", ["c", "s8", "b10", "m8", "v8"], ["o"],
                                              name="/bn/BatchNormalization"), bn8, check=False),
         "named_input": small(helper.make_node("Relu", ["c"], ["o"], name="input")),
+        "kernel_shape": kernel_shape_5(),
+        "dup_output": small(helper.make_node("Relu", ["c"], ["c"], name="/act/Relu"), check=False),
+        "no_opset": no_opset(),
     }
 
 
