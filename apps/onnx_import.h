@@ -16,7 +16,9 @@
 //   Dropout and Identity pass their input on.
 // Any other op, or one of these with attributes qat's layers do not have
 // (asymmetric padding, ceil_mode, a Clip to other bounds), is refused,
-// naming the node, its op and what is wrong. A module is named by its
+// naming the node, its op and what is wrong; so is a file that does not
+// hold together: integer weights, a kernel_shape other than the weight's,
+// an output written twice, no opset for the default domain. A module is named by its
 // weight's initializer where that reads as a state-dict name
 // ("layer1.0.conv1.weight" -> layer1.0.conv1, as torch.onnx.export writes
 // an unfolded model), else by the ONNX node's name with '/' and '.' made
