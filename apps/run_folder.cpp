@@ -52,11 +52,45 @@ void write_text(const std::string& path, const std::string& text) {
   QAT_CHECK(f.good(), "writing ", path, " failed (disk full?)");
 }
 
-void make_run_dir(const std::string& run_dir) {
+bool make_run_dir(const std::string& run_dir) {
   std::error_code ec;
+  const bool made = !fs::exists(run_dir, ec);
   fs::create_directories(run_dir, ec);
   QAT_CHECK(!ec && fs::is_directory(run_dir), "train: output.dir '", run_dir, "' cannot be made a folder",
             ec ? ": " + ec.message() : std::string(" (a file of that name exists)"));
+  return made;
+}
+
+namespace {
+// What a folder that is no training run holds, for --resume's refusal.
+std::string not_a_run(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / "manifest.yaml", ec)) return "it is an export folder (qat export)";
+  if (fs::exists(fs::path(dir) / "calibrated.safetensors", ec)) return "it is a calibration folder (qat calibrate)";
+  return "no training run wrote an epoch there (a run stopped before its first epoch ended is trained afresh)";
+}
+}  // namespace
+
+void check_resumable(const std::string& run_dir) {
+  std::error_code ec;
+  QAT_CHECK(fs::is_directory(run_dir, ec), "train: --resume ", run_dir, ": no such run directory");
+  const std::string last = run_dir + "/last.safetensors", best = run_dir + "/best.safetensors";
+  QAT_CHECK(fs::is_regular_file(last, ec), "train: --resume ", run_dir, " holds no last.safetensors: ",
+            not_a_run(run_dir), "; --resume takes the folder of a training run");
+  if (!fs::exists(best, ec)) return;
+  Metadata b;
+  try {
+    b = load_safetensors_metadata(best);
+  } catch (const Error&) {
+    return;  // cut short by a stop during its save: restored from last (Note [epoch end order])
+  }
+  const Metadata l = load_safetensors_metadata(last);
+  const Metadata& bc = b;
+  const auto bh = bc.find("config_hash_data_apart"), lh = l.find("config_hash_data_apart");
+  QAT_CHECK(bh == bc.end() || lh == l.end() || bh->second == lh->second, "train: --resume ", run_dir, ": ", best,
+            " is not this run's (config_hash_data_apart ", bh == bc.end() ? "" : bh->second.substr(0, 16),
+            "..., last.safetensors' ", lh == l.end() ? "" : lh->second.substr(0, 16),
+            "...: another run's checkpoint copied in?); move it away, or resume the run it belongs to");
 }
 
 void check_fresh_run_dir(const std::string& run_dir) {

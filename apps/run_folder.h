@@ -10,8 +10,13 @@ namespace qat::apps {
 
 // Writes `text` to path, failing with the path on any error.
 void write_text(const std::string& path, const std::string& text);
-// output.dir made a folder (with its parents), or a message naming it.
-void make_run_dir(const std::string& run_dir);
+// output.dir made a folder (with its parents), or a message naming it;
+// whether this call made it.
+bool make_run_dir(const std::string& run_dir);
+// --resume's folder is a training run's: it holds last.safetensors, and a
+// best.safetensors there is of the same run (its config, data folders
+// aside); else a message naming what the folder is.
+void check_resumable(const std::string& run_dir);
 // A new run writes into a folder that holds nothing it would overwrite:
 // only its lock, temporaries of a killed save, and what a run that stopped
 // before its first epoch leaves (its config.yaml, metrics logs without rows).

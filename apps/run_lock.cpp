@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "core/error.h"
@@ -20,7 +21,7 @@ std::string read_holder(int fd) {
 }
 }  // namespace
 
-RunLock::RunLock(const std::string& run_dir) {
+RunLock::RunLock(const std::string& run_dir, bool made_dir) : run_dir_(run_dir), made_dir_(made_dir) {
   const std::string path = run_dir + "/.lock";
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   QAT_CHECK(fd_ >= 0, "train: cannot open ", path, ": ", std::strerror(errno));
@@ -45,7 +46,17 @@ RunLock::RunLock(const std::string& run_dir) {
 }
 
 RunLock::~RunLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+  if (fd_ < 0) return;
+  // A folder that holds only the lock: nothing of a run is there (refused before its first write).
+  std::error_code ec;
+  bool only_lock = true;
+  std::filesystem::directory_iterator it(run_dir_, ec), end;  // (no throwing ++ in a destructor)
+  for (; !ec && it != end; it.increment(ec)) only_lock = only_lock && it->path().filename() == ".lock";
+  if (!ec && only_lock) {
+    std::filesystem::remove(run_dir_ + "/.lock", ec);
+    if (made_dir_) std::filesystem::remove(run_dir_, ec);  // (empty now; it fails harmlessly otherwise)
+  }
+  ::close(fd_);  // closing releases the lock
 }
 
 }  // namespace qat::apps

@@ -9,14 +9,19 @@ namespace qat::apps {
 
 class RunLock {
  public:
-  // Throws naming the directory and the holder's pid when another process holds it.
-  explicit RunLock(const std::string& run_dir);
+  // Throws naming the directory and the holder's pid when another process
+  // holds it. On release, a folder holding nothing but the lock (a run
+  // refused before it wrote anything) loses the lock, and the folder too
+  // where `made_dir` (the run made it).
+  explicit RunLock(const std::string& run_dir, bool made_dir = false);
   ~RunLock();
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;
 
  private:
   int fd_ = -1;
+  std::string run_dir_;
+  bool made_dir_ = false;
 };
 
 }  // namespace qat::apps

@@ -444,13 +444,12 @@ void load_run_config(TrainRun& run) {
 
 // The run directory before the data: its problems are reported at once.
 void lock_run_dir(TrainRun& run) {
-  QAT_CHECK(!run.resuming() || fs::is_directory(run.run_dir), "train: --resume ", run.run_dir,
-            ": no such run directory");
+  if (run.resuming()) check_resumable(run.run_dir);  // (before the lock: a folder that is no run gets no .lock)
   if (!run.lead) return;
-  make_run_dir(run.run_dir);
+  const bool made = make_run_dir(run.run_dir);
   // Refused before the lock too, so that a folder that is not a run gets no .lock.
   if (!run.resuming()) check_fresh_run_dir(run.run_dir);
-  run.lock.emplace(run.run_dir);  // before anything in the directory is written (checked again under it)
+  run.lock.emplace(run.run_dir, made);  // before anything in the directory is written (checked again under it)
 }
 
 // Every process checks that the others train the same config on the same data.

@@ -472,6 +472,7 @@ TEST_CASE("eval and export of a checkpoint, and --resume, refuse class folders o
       "typo");
   REQUIRE_THROWS_WITH(run_train({typo, {}, ""}),
                       Contains("config " + typo + ": quant.overrides.conv9: names no quantized layer"));
+  CHECK_FALSE(fs::exists(dir / "typo"));  // refused after taking the folder: the folder it made is gone again
   // A new run whose val folders are not its train folders: the message says which.
   const std::string other = testing::write_sample_config(dir, "other.yaml", "", 1, 2, "other");
   REQUIRE_THROWS_WITH(run_train({other, {"data.val=" + val}, ""}),
@@ -496,4 +497,31 @@ TEST_CASE("eval of an export refuses validation folders whose classes differ fro
                       Contains("export " + exported + " has class 0 '" + name + "', but " + val + " has '"));
   fs::rename(dir / "val" / "zzz_renamed", first);
   REQUIRE_NOTHROW(eval_checkpoint({cfg, {"data.val=" + val}, exported}));
+}
+
+// --resume takes a training run's folder, and that run's best checkpoint.
+TEST_CASE("--resume refuses a folder that is no run, and a best.safetensors of another run", "[e2e][guard]") {
+  const fs::path dir = fresh_dir("resume_what");
+  const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
+  const std::string best = (dir / "run" / "best.safetensors").string();
+  const fs::path exported = dir / "export";
+  REQUIRE(run_export({cfg, best, exported.string(), {}}) == 0);
+  const auto listing = [](const fs::path& d) {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(d)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const auto before = listing(exported);
+  REQUIRE_THROWS_WITH(run_train({cfg, {}, exported.string()}),
+                      Contains("--resume " + exported.string() + " holds no last.safetensors: it is an export folder"));
+  CHECK(listing(exported) == before);  // no .lock left there: a re-export still works
+  REQUIRE(run_export({cfg, best, exported.string(), {}}) == 0);
+  // Another run's best copied in (another config: another lr).
+  const std::string other = testing::write_sample_config(dir, "other.yaml", "", 1, 2, "other", "  lr: 0.05\n");
+  REQUIRE(run_train({other, {}, ""}) == 0);
+  fs::copy_file(dir / "other" / "best.safetensors", best, fs::copy_options::overwrite_existing);
+  REQUIRE_THROWS_WITH(run_train({cfg, {}, (dir / "run").string()}),
+                      Contains(best + " is not this run's (config_hash_data_apart ") &&
+                          Contains("another run's checkpoint copied in?"));
 }
