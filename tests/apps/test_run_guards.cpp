@@ -500,7 +500,7 @@ TEST_CASE("eval of an export refuses validation folders whose classes differ fro
 }
 
 // --resume takes a training run's folder, and that run's best checkpoint.
-TEST_CASE("--resume refuses a folder that is no run, and a best.safetensors of another run", "[e2e][guard]") {
+TEST_CASE("train --resume refuses a folder that is no run, and a best.safetensors of another run", "[e2e][guard]") {
   const fs::path dir = fresh_dir("resume_what");
   const std::string cfg = testing::trained_sample_qat_run(dir, "quant: {enabled: true}\n");
   const std::string best = (dir / "run" / "best.safetensors").string();
