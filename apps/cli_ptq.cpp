@@ -86,7 +86,7 @@ Command sensitivity_command(CLI::App& app) {
   add_checked(cmd.sub, "--max-drop", sens.max_drop, "Budget: top-1 points below the high-bit model", kNonNegative);
   cmd->add_option("--finetune-steps", sens.finetune_steps,
                   "Also train each variant this many QAT steps from its calibration before scoring (slower)")
-      ->check(kNonNegative);
+      ->check(count_up_to(std::numeric_limits<int64_t>::max()));  // (a larger count was clamped to 2^63 - 1)
   cmd->add_option("--size-mb", sens.size_mb, "Budget instead: MB of weights (1 MB = 10^6 bytes)")->check(kPositive);
   cmd->add_option("--out", sens.out_dir, "Output folder (default <output.dir>-sensitivity)");
   add_overrides(cmd.sub, sens.overrides);

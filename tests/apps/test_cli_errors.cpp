@@ -101,6 +101,12 @@ TEST_CASE("qat refuses counts past their range and NaN, before any work", "[cli]
     CHECK_THAT(out, Contains("--seed: expected a whole number from 0 to 18446744073709551615, got '" + seed + "'"));
   }
   CHECK_FALSE(fs::exists(t.dir / "o"));
+  // sensitivity: a --finetune-steps past int64 was clamped to 2^63 - 1
+  REQUIRE(qat_run("sensitivity " + (t.dir / "c.yaml").string() + " --checkpoint " + (t.dir / "w.safetensors").string() +
+                      " --finetune-steps 99999999999999999999999",
+                  t.dir / "e.log", &out) != 0);
+  CHECK_THAT(out, Contains("--finetune-steps: expected a whole number from 0 to 9223372036854775807, got "
+                           "'99999999999999999999999'"));
   // bench: --checkpoint without --infer and --config was ignored
   REQUIRE(qat_run("bench --steps 1 --checkpoint " + (t.dir / "w.safetensors").string(), t.dir / "d.log", &out) != 0);
   CHECK_THAT(out, Contains("bench: --checkpoint goes with --infer and --config"));
