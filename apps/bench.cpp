@@ -68,9 +68,10 @@ ModulePtr bench_model(const BenchOptions& opt) {
   ModelConfig from_file;  // (checked as a config's would be: it runs at --res and gives --classes logits)
   (onnx ? from_file.onnx : from_file.file) = opt.model;
   from_file.num_classes = opt.classes;
-  dry_run_model(from_file, opt.res);
-  if (onnx) return import_onnx(opt.model);
-  return load_model_file(opt.model, opt.classes, 0);
+  ModulePtr model = onnx ? import_onnx(opt.model) : load_model_file(opt.model, opt.classes, 0);
+  dry_run(from_file, *model, opt.res);
+  model->train();
+  return model;
 }
 
 double peak_rss_mib() {

@@ -39,11 +39,10 @@ using Values = std::map<std::string, YamlValue>;  // by key path
 // a mapping with no place in the file), joined; empty otherwise. (Where the
 // file has entries too, errors keep their file and line.)
 std::string set_inside(const YamlValue& v, const std::map<std::string, std::string>& given) {
-  if (!v.node().Mark().is_null()) return "";
+  if (!v.node().Mark().is_null() || !is_key(v.path()) || is_section(v.path())) return "";
   std::string texts;
   for (const auto& [p, text] : given)
-    if (p.rfind(v.path() + ".", 0) == 0 && !is_key(p) && is_key(v.path()) && !is_section(v.path()))
-      texts += (texts.empty() ? "--set " : ", --set ") + text;
+    if (p.rfind(v.path() + ".", 0) == 0 && !is_key(p)) texts += (texts.empty() ? "--set " : ", --set ") + text;
   return texts;
 }
 

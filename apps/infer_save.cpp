@@ -46,12 +46,7 @@ InferSaveSet::InferSaveSet(const std::string& prefix) : prefix_(prefix) {
   QAT_CHECK(existing.empty() || earlier_set(targets_), "infer: --save ", prefix, " would replace ", existing,
             ", which is not part of an earlier --save's three files (", prefix, ".inputs.f32, .logits.f32, "
             ".paths.txt, all three, whole rows an image); nothing was written: choose another prefix, or move it away");
-  const std::string tag = ".tmp." + temporary_tag();
-  for (const std::string& t : targets_) {
-    remove_dead_temporaries(fs::path(t).parent_path().empty() ? "." : fs::path(t).parent_path().string(),
-                            fs::path(t).filename().string() + ".tmp.");
-    temps_.push_back(t + tag);
-  }
+  for (const std::string& t : targets_) temps_.push_back(temporary_for(t));
   inputs_.open(temps_[0], std::ios::binary | std::ios::trunc);
   logits_.open(temps_[1], std::ios::binary | std::ios::trunc);
   paths_.open(temps_[2], std::ios::trunc);

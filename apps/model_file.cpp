@@ -332,13 +332,16 @@ std::string model_file_name(const std::string& path) {
 }
 
 void dry_run_model(const ModelConfig& model, int64_t image_size) {
-  const ModulePtr g = make_configured_model(model, 0);
+  dry_run(model, *make_configured_model(model, 0), image_size);
+}
+
+void dry_run(const ModelConfig& model, Module& g, int64_t image_size) {
   const std::string& path = model.file.empty() ? model.onnx : model.file;
-  g->eval();
+  g.eval();
   NoGradGuard no_grad;
   Tensor y;
   try {
-    y = g->forward(Tensor::zeros({1, 3, image_size, image_size}));
+    y = g.forward(Tensor::zeros({1, 3, image_size, image_size}));
   } catch (const Error& e) {
     QAT_FAIL(path, ": the network does not run on ", image_size, "x", image_size, " images: ", e.what());
   }

@@ -50,6 +50,8 @@ ModulePtr make_configured_model(const ModelConfig& model, uint64_t seed);
 // before training, naming the node and its line (or ONNX node), and checks
 // that it gives model.num_classes logits.
 void dry_run_model(const ModelConfig& model, int64_t image_size);
+// The same on `g`, the network built from `model` (left in eval mode).
+void dry_run(const ModelConfig& model, Module& g, int64_t image_size);
 
 // The graph of model file `path`; $num_classes is `num_classes`.
 std::shared_ptr<Graph> load_model_file(const std::string& path, int64_t num_classes, uint64_t seed);

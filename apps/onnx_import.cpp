@@ -295,8 +295,9 @@ class Importer {
     QAT_CHECK(w.dims.size() == 4, which(n), ": weight of rank ", w.dims.size(), "; qat imports 2-D convolutions");
     QAT_CHECK(w.dims[2] == w.dims[3], which(n), ": a ", w.dims[2], "x", w.dims[3],
               " kernel; qat's Conv2d takes square kernels");
-    QAT_CHECK(square(n, "kernel_shape", w.dims[2]) == w.dims[2], which(n), ": kernel_shape ",
-              square(n, "kernel_shape", w.dims[2]), " for a weight of ", w.dims[2], "x", w.dims[3]);
+    const int64_t kernel_shape = square(n, "kernel_shape", w.dims[2]);
+    QAT_CHECK(kernel_shape == w.dims[2], which(n), ": kernel_shape ", kernel_shape, " for a weight of ", w.dims[2],
+              "x", w.dims[3]);
     const int64_t groups = int_attr(n, "group", 1);
     const Constant* b = constant(n, 2);
     QAT_CHECK(n.input_size() < 3 || n.input(2).empty() || b, which(n), ": its bias must be a constant");

@@ -78,19 +78,22 @@ void check_resumable(const std::string& run_dir) {
   QAT_CHECK(fs::is_regular_file(last, ec), "train: --resume ", run_dir, " holds no last.safetensors: ",
             not_a_run(run_dir), "; --resume takes the folder of a training run");
   if (!fs::exists(best, ec)) return;
-  Metadata b;
+  // (config_hash_data_apart: the config, data folders aside; "" in checkpoints saved before it was recorded)
+  auto config_of = [](const Metadata& m) {
+    const auto it = m.find("config_hash_data_apart");
+    return it == m.end() ? std::string() : it->second;
+  };
+  std::string of_best;
   try {
-    b = load_safetensors_metadata(best);
+    of_best = config_of(load_safetensors_metadata(best));
   } catch (const Error&) {
     return;  // cut short by a stop during its save: restored from last (Note [epoch end order])
   }
-  const Metadata l = load_safetensors_metadata(last);
-  const Metadata& bc = b;
-  const auto bh = bc.find("config_hash_data_apart"), lh = l.find("config_hash_data_apart");
-  QAT_CHECK(bh == bc.end() || lh == l.end() || bh->second == lh->second, "train: --resume ", run_dir, ": ", best,
-            " is not this run's (config_hash_data_apart ", bh == bc.end() ? "" : bh->second.substr(0, 16),
-            "..., last.safetensors' ", lh == l.end() ? "" : lh->second.substr(0, 16),
-            "...: another run's checkpoint copied in?); move it away, or resume the run it belongs to");
+  const std::string of_last = config_of(load_safetensors_metadata(last));
+  QAT_CHECK(of_best.empty() || of_last.empty() || of_best == of_last, "train: --resume ", run_dir, ": ", best,
+            " is not this run's (config_hash_data_apart ", of_best.substr(0, 16), "..., last.safetensors' ",
+            of_last.substr(0, 16), "...: another run's checkpoint copied in?); move it away, or resume the run it "
+            "belongs to");
 }
 
 void check_fresh_run_dir(const std::string& run_dir) {

@@ -145,10 +145,7 @@ void save_safetensors(const std::string& path, const TensorMap& tensors, const M
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
 
   // Write a temp file beside the target, then rename it over (atomic on POSIX).
-  const std::filesystem::path target(path);
-  remove_dead_temporaries(target.parent_path().empty() ? "." : target.parent_path().string(),
-                          target.filename().string() + ".tmp.");  // Note [dead temporaries]
-  const std::string tmp = path + ".tmp." + temporary_tag();
+  const std::string tmp = temporary_for(path);  // Note [dead temporaries]
   FILE* f = std::fopen(tmp.c_str(), "wb");
   QAT_CHECK(f, "save_safetensors '", path, "': cannot create '", tmp, "': ", std::strerror(errno));
   bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(text.data(), 1, text.size(), f) == text.size();

@@ -42,10 +42,7 @@ void write_text_file_atomic(const std::string& path, const std::string& text) {
   const auto st = std::filesystem::status(path, ec);
   QAT_CHECK(!std::filesystem::exists(st) || std::filesystem::is_regular_file(st), "cannot write '", path,
             "': it exists and is not a regular file (a folder, device or pipe)");
-  const std::filesystem::path target(path);
-  remove_dead_temporaries(target.parent_path().empty() ? "." : target.parent_path().string(),
-                          target.filename().string() + ".tmp.");
-  const std::string tmp = path + ".tmp." + temporary_tag();
+  const std::string tmp = temporary_for(path);
   FILE* f = std::fopen(tmp.c_str(), "wb");
   QAT_CHECK(f, "cannot write '", path, "': cannot create '", tmp, "': ", std::strerror(errno));
   bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
@@ -77,6 +74,12 @@ std::string temporary_tag() {
     tag += plain ? *c : '_';
   }
   return tag;
+}
+
+std::string temporary_for(const std::string& target) {
+  const std::filesystem::path t(target);
+  remove_dead_temporaries(t.parent_path().empty() ? "." : t.parent_path().string(), t.filename().string() + ".tmp.");
+  return target + ".tmp." + temporary_tag();
 }
 
 int remove_dead_temporaries(const std::string& folder, const std::string& prefix) {

@@ -35,5 +35,8 @@ void sync_parent_folder(const std::string& path);
 // "<pid>@<host>": this process and this host's name (characters other than
 // letters, digits, '-' and '.' written '_').
 std::string temporary_tag();
+// Where an atomic writer writes `target` first: "<target>.tmp.<tag>", the
+// dead temporaries of `target` removed from its folder before.
+std::string temporary_for(const std::string& target);
 
 }  // namespace qat
